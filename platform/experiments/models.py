@@ -1,0 +1,207 @@
+"""Runs, prompts and the per-step / per-round / per-prompt / per-sample records of training.
+
+Models carry constraints, not business logic: writes go through ``services.py``, reads through
+``selectors.py``. Unique keys on (run, step[, round | prompt | index]) make every write idempotent,
+so a resumed or redelivered run can never record a step twice.
+"""
+
+from __future__ import annotations
+
+from django.conf import settings
+from django.db import models
+
+
+class PromptSet(models.Model):
+    class Source(models.TextChoices):
+        UPLOAD = "upload", "uploaded file"
+        BUILTIN = "builtin", "built-in arithmetic"
+
+    name = models.CharField(max_length=200, unique=True)
+    source = models.CharField(max_length=16, choices=Source.choices)
+    description = models.TextField(blank=True)
+    owner = models.ForeignKey(settings.AUTH_USER_MODEL, null=True, blank=True,
+                              on_delete=models.SET_NULL, related_name="prompt_sets")
+    size = models.PositiveIntegerField(default=0)
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        ordering = ["-created_at"]
+
+    def __str__(self) -> str:
+        return self.name
+
+
+class Prompt(models.Model):
+    prompt_set = models.ForeignKey(PromptSet, on_delete=models.CASCADE, related_name="prompts",
+                                   db_index=False)
+    index = models.PositiveIntegerField(help_text="Position in the uploaded file (0-based).")
+    text = models.TextField()
+    answer = models.TextField()
+    metadata = models.JSONField(default=dict, blank=True)
+
+    class Meta:
+        ordering = ["prompt_set", "index"]
+        constraints = [models.UniqueConstraint(fields=["prompt_set", "index"],
+                                               name="prompt_unique_index_in_set")]
+
+    def __str__(self) -> str:
+        return self.text[:60]
+
+
+class Run(models.Model):
+    class Status(models.TextChoices):
+        QUEUED = "queued"
+        RUNNING = "running"
+        SUCCEEDED = "succeeded"
+        FAILED = "failed"
+        CANCELLED = "cancelled"
+
+    class Retention(models.TextChoices):
+        ALL = "all", "all response texts"
+        KEPT = "kept", "texts of kept responses only"
+        NONE = "none", "no response texts"
+
+    ACTIVE_STATUSES = (Status.QUEUED, Status.RUNNING)
+
+    owner = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.CASCADE,
+                              related_name="runs")
+    name = models.CharField(max_length=200)
+    algorithm = models.CharField(max_length=16, db_index=True)
+    config = models.JSONField(help_text="Full TrainConfig, validated before the run is stored.")
+    prompt_set = models.ForeignKey(PromptSet, on_delete=models.PROTECT, related_name="runs")
+    eval_set = models.ForeignKey(PromptSet, null=True, blank=True, on_delete=models.PROTECT,
+                                 related_name="eval_runs")
+    model = models.CharField(max_length=500)
+    seed = models.IntegerField(default=0)
+    queue = models.CharField(max_length=16, default="cpu")
+    retention = models.CharField(max_length=8, choices=Retention.choices, default=Retention.ALL)
+    status = models.CharField(max_length=16, choices=Status.choices, default=Status.QUEUED,
+                              db_index=True)
+    total_steps = models.PositiveIntegerField()
+    current_step = models.PositiveIntegerField(default=0, help_text="Last step recorded.")
+    current_round = models.PositiveIntegerField(default=0)
+    samples_spent = models.BigIntegerField(default=0)
+    latest_real_reward = models.FloatField(null=True, blank=True)
+    cancel_requested = models.BooleanField(default=False)
+    # The lease: at most one worker executes a run; a lease whose heartbeat is older than the
+    # timeout may be taken over (the worker died).
+    lease_owner = models.CharField(max_length=200, blank=True)
+    heartbeat_at = models.DateTimeField(null=True, blank=True)
+    attempts = models.PositiveIntegerField(default=0)
+    error = models.TextField(blank=True)
+    traceback = models.TextField(blank=True)
+    cloned_from = models.ForeignKey("self", null=True, blank=True, on_delete=models.SET_NULL,
+                                    related_name="clones")
+    created_at = models.DateTimeField(auto_now_add=True)
+    started_at = models.DateTimeField(null=True, blank=True)
+    finished_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        ordering = ["-created_at"]
+        indexes = [models.Index(fields=["status", "-created_at"], name="run_status_created")]
+
+    def __str__(self) -> str:
+        return f"{self.name} ({self.algorithm})"
+
+    @property
+    def progress(self) -> float:
+        return self.current_step / self.total_steps if self.total_steps else 0.0
+
+
+class Step(models.Model):
+    """One training step. Chart columns are real columns so charts never parse JSON."""
+
+    run = models.ForeignKey(Run, on_delete=models.CASCADE, related_name="steps", db_index=False)
+    step = models.PositiveIntegerField()
+    metrics = models.JSONField(default=dict)
+    real_reward = models.FloatField(null=True)
+    kept_reward = models.FloatField(null=True)
+    samples = models.PositiveIntegerField(default=0)
+    tokens = models.PositiveIntegerField(default=0)
+    wall_seconds = models.FloatField(default=0.0, help_text="Seconds since the run started.")
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        ordering = ["run", "step"]
+        constraints = [models.UniqueConstraint(fields=["run", "step"], name="step_unique")]
+
+
+class RoundStat(models.Model):
+    run = models.ForeignKey(Run, on_delete=models.CASCADE, related_name="round_stats",
+                            db_index=False)
+    step = models.PositiveIntegerField()
+    round = models.PositiveSmallIntegerField()
+    active_prompts = models.PositiveIntegerField()
+    samples = models.PositiveIntegerField()
+    positives = models.PositiveIntegerField()
+    finished = models.PositiveIntegerField()
+    tokens = models.PositiveIntegerField(default=0)
+
+    class Meta:
+        ordering = ["run", "step", "round"]
+        constraints = [models.UniqueConstraint(fields=["run", "step", "round"],
+                                               name="roundstat_unique")]
+
+
+class PromptStep(models.Model):
+    run = models.ForeignKey(Run, on_delete=models.CASCADE, related_name="prompt_steps",
+                            db_index=False)
+    step = models.PositiveIntegerField()
+    prompt = models.ForeignKey(Prompt, on_delete=models.CASCADE, db_index=False)
+    samples = models.PositiveSmallIntegerField()
+    positives = models.PositiveSmallIntegerField()
+    negatives = models.PositiveSmallIntegerField()
+    rounds = models.PositiveSmallIntegerField()
+    exit_round = models.PositiveSmallIntegerField(null=True, help_text="None: unresolved.")
+    missing = models.CharField(max_length=16, blank=True)
+    kept_positives = models.PositiveSmallIntegerField()
+    kept_negatives = models.PositiveSmallIntegerField()
+    baseline = models.FloatField()
+    tokens = models.PositiveIntegerField(default=0)
+
+    class Meta:
+        ordering = ["run", "step", "prompt"]
+        constraints = [models.UniqueConstraint(fields=["run", "step", "prompt"],
+                                               name="promptstep_unique")]
+        indexes = [models.Index(fields=["run", "prompt", "step"], name="promptstep_history")]
+
+
+class Sample(models.Model):
+    run = models.ForeignKey(Run, on_delete=models.CASCADE, related_name="samples", db_index=False)
+    step = models.PositiveIntegerField()
+    prompt = models.ForeignKey(Prompt, on_delete=models.CASCADE, db_index=False)
+    index = models.PositiveSmallIntegerField(help_text="Position in the prompt's pool this step.")
+    round = models.PositiveSmallIntegerField()
+    response = models.TextField(null=True, help_text="None when the retention policy dropped it.")
+    tokens = models.PositiveIntegerField()
+    reward = models.FloatField()
+    kept = models.BooleanField()
+    advantage = models.FloatField(null=True)
+    verifier_error = models.TextField(blank=True)
+
+    class Meta:
+        ordering = ["run", "step", "prompt", "index"]
+        constraints = [models.UniqueConstraint(fields=["run", "prompt", "step", "index"],
+                                               name="sample_unique")]
+
+
+class Checkpoint(models.Model):
+    run = models.ForeignKey(Run, on_delete=models.CASCADE, related_name="checkpoints")
+    step = models.PositiveIntegerField()
+    path = models.CharField(max_length=1000)
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        ordering = ["run", "step"]
+        constraints = [models.UniqueConstraint(fields=["run", "step"], name="checkpoint_unique")]
+
+
+class EvalResult(models.Model):
+    run = models.ForeignKey(Run, on_delete=models.CASCADE, related_name="eval_results")
+    step = models.PositiveIntegerField()
+    metrics = models.JSONField()
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        ordering = ["run", "step"]
+        constraints = [models.UniqueConstraint(fields=["run", "step"], name="evalresult_unique")]

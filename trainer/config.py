@@ -1,0 +1,243 @@
+"""The one configuration dataclass of a training run, with validation and the paper's defaults.
+
+Reinforce-Ada (arXiv 2510.04996) notation: a step takes ``batch_size`` (B) prompts; ``group_size``
+(n) responses per prompt enter the update; ``samples_per_round`` (M) new responses are drawn per
+active prompt and round, for at most ``max_rounds`` (N) rounds.
+
+This module must stay free of heavy imports (torch, transformers): the web process imports it to
+validate launch forms and it must not pay for a deep-learning stack.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+import tomllib
+from dataclasses import dataclass, field, fields
+from pathlib import Path
+from typing import Any
+
+ALGORITHMS = ("grpo", "ada-pos", "ada-balance")
+BACKENDS = ("hf", "vllm", "simulated")
+VERIFIERS = ("auto", "exact", "math")
+DEVICES = ("auto", "cpu", "cuda")
+BUILTIN_MODEL = "builtin:tiny"
+BUILTIN_TASK = "builtin:arithmetic"
+
+
+class ConfigError(ValueError):
+    """An invalid configuration. ``field`` names the offending key so that forms and CLIs can
+    show the message next to it."""
+
+    def __init__(self, field_name: str, reason: str) -> None:
+        super().__init__(f"{field_name}: {reason}")
+        self.field = field_name
+        self.reason = reason
+
+
+def _f(default: Any, help: str, group: str, unit: str = "") -> Any:
+    """A dataclass field carrying a one-line help text, a form group and a unit for the UI."""
+    return field(default=default, metadata={"help": help, "group": group, "unit": unit})
+
+
+@dataclass
+class TrainConfig:
+    # --- algorithm -----------------------------------------------------------------------------
+    algorithm: str = _f("ada-balance", "grpo, ada-pos (stop at 1 positive) or ada-balance "
+                        "(stop at n/2 positives and n/2 negatives).", "algorithm")
+    group_size: int = _f(4, "n: responses per prompt kept for the update.", "algorithm", "responses")
+    samples_per_round: int = _f(8, "M: new responses drawn per active prompt and round (M >= n); "
+                                "ignored by GRPO.", "algorithm", "responses")
+    max_rounds: int = _f(4, "N: sampling rounds at most; a prompt draws at most M*N responses.",
+                         "algorithm", "rounds")
+    positive_threshold: float = _f(0.5, "A response is positive when its reward exceeds this.",
+                                   "algorithm")
+    std_normalize: bool | None = _f(None, "Divide advantages by the std (empty: on for GRPO, off "
+                                    "for Reinforce-Ada; off for GRPO is Dr.GRPO).", "algorithm")
+    passive_filtering: bool = _f(False, "Drop groups whose advantages are all zero from the update.",
+                                 "algorithm")
+    # --- data ----------------------------------------------------------------------------------
+    prompts: str = _f(BUILTIN_TASK, "Training prompts: builtin:arithmetic or a JSONL/Parquet file "
+                      "(prompt, answer; verl layout accepted).", "data")
+    eval_prompts: str = _f("", "Held-out prompts for evaluation (same formats; empty: a held-out "
+                           "built-in set when training on builtin:arithmetic, else none).", "data")
+    task_min_digits: int = _f(1, "Built-in task: fewest digits of an operand.", "data", "digits")
+    task_max_digits: int = _f(3, "Built-in task: most digits of an operand.", "data", "digits")
+    task_num_prompts: int = _f(2048, "Built-in task: training prompts generated.", "data", "prompts")
+    eval_num_prompts: int = _f(200, "Built-in task: held-out prompts generated.", "data", "prompts")
+    verifier: str = _f("auto", "auto (exact for the built-in task, math-verify otherwise), exact "
+                       "or math.", "data")
+    # --- model and generation ------------------------------------------------------------------
+    model: str = _f(BUILTIN_MODEL, "builtin:tiny (warm-started tiny Qwen2) or a local Hugging "
+                    "Face model directory.", "model")
+    backend: str = _f("hf", "Generation backend: hf (transformers), vllm (GPU) or simulated "
+                      "(per-prompt pass rates, no model).", "model")
+    device: str = _f("auto", "auto, cpu or cuda.", "model")
+    temperature: float = _f(1.0, "Sampling temperature.", "model")
+    top_p: float = _f(1.0, "Nucleus sampling mass.", "model")
+    max_new_tokens: int = _f(16, "Longest response.", "model", "tokens")
+    simulated_pass_rate: float = _f(0.5, "Simulated backend: pass rate of prompts without one of "
+                                    "their own (metadata pass_rate).", "model")
+    # --- optimisation --------------------------------------------------------------------------
+    batch_size: int = _f(32, "B: prompts per training step.", "optimisation", "prompts")
+    total_steps: int = _f(80, "Training steps.", "optimisation", "steps")
+    lr: float = _f(1e-6, "AdamW learning rate (paper: 1e-6 for 1.5B-7B models; the tiny model "
+                   "wants about 2e-4).", "optimisation")
+    weight_decay: float = _f(0.01, "AdamW weight decay.", "optimisation")
+    warmup_steps: int = _f(0, "Linear learning-rate warm-up.", "optimisation", "steps")
+    max_grad_norm: float = _f(1.0, "Gradient-norm clipping.", "optimisation")
+    ppo_epochs: int = _f(1, "Passes over each step's batch.", "optimisation", "epochs")
+    ppo_mini_batch_size: int = _f(0, "Prompts per mini-batch (0: the whole batch, one update per "
+                                  "epoch).", "optimisation", "prompts")
+    clip_eps_low: float = _f(0.2, "PPO clip range below 1 (ratio >= 1 - eps_low).", "optimisation")
+    clip_eps_high: float = _f(0.28, "PPO clip range above 1 (clip-higher).", "optimisation")
+    entropy_coef: float = _f(1e-4, "Entropy bonus coefficient (0: off).", "optimisation")
+    kl_coef: float = _f(0.0, "KL penalty to the frozen initial policy (0: off).", "optimisation")
+    # --- bookkeeping ---------------------------------------------------------------------------
+    seed: int = _f(0, "Seed of data order, sampling and down-sampling.", "run")
+    save_every: int = _f(10, "Checkpoint every K steps (0: only at the end).", "run", "steps")
+    eval_every: int = _f(20, "Evaluate every E steps (0: never).", "run", "steps")
+    eval_k: int = _f(8, "Samples per eval prompt for avg@k and pass@k.", "run", "samples")
+
+    # ------------------------------------------------------------------------------------------
+    @property
+    def is_adaptive(self) -> bool:
+        return self.algorithm != "grpo"
+
+    @property
+    def use_std_normalization(self) -> bool:
+        if self.std_normalize is None:
+            return self.algorithm == "grpo"
+        return self.std_normalize
+
+    @property
+    def max_samples_per_prompt(self) -> int:
+        return self.samples_per_round * self.max_rounds if self.is_adaptive else self.group_size
+
+    def validate(self) -> TrainConfig:
+        """Raise ``ConfigError`` naming the first invalid field; return self when valid."""
+        for f in fields(self):
+            _check_type(f.name, getattr(self, f.name), f.type)
+        _choice("algorithm", self.algorithm, ALGORITHMS)
+        _choice("backend", self.backend, BACKENDS)
+        _choice("verifier", self.verifier, VERIFIERS)
+        _choice("device", self.device, DEVICES)
+        for name in ("group_size", "samples_per_round", "max_rounds", "batch_size", "total_steps",
+                     "max_new_tokens", "ppo_epochs", "eval_k", "task_num_prompts"):
+            _positive(name, getattr(self, name))
+        for name in ("warmup_steps", "save_every", "eval_every", "ppo_mini_batch_size",
+                     "eval_num_prompts", "seed"):
+            if getattr(self, name) < 0:
+                raise ConfigError(name, "must be >= 0")
+        if self.group_size < 2:
+            raise ConfigError("group_size", "must be >= 2 (a group of one has no baseline)")
+        if self.is_adaptive and self.samples_per_round < self.group_size:
+            raise ConfigError("samples_per_round", f"must be >= group_size ({self.group_size}), "
+                              f"got {self.samples_per_round}")
+        if not 0.0 <= self.positive_threshold <= 1.0:
+            raise ConfigError("positive_threshold", "must be within [0, 1]")
+        if not 0.0 < self.lr < 1.0:
+            raise ConfigError("lr", "must be within (0, 1)")
+        if self.temperature <= 0:
+            raise ConfigError("temperature", "must be > 0")
+        if not 0.0 < self.top_p <= 1.0:
+            raise ConfigError("top_p", "must be within (0, 1]")
+        for name in ("clip_eps_low", "clip_eps_high"):
+            if not 0.0 < getattr(self, name) < 1.0:
+                raise ConfigError(name, "must be within (0, 1)")
+        for name in ("weight_decay", "entropy_coef", "kl_coef"):
+            if getattr(self, name) < 0:
+                raise ConfigError(name, "must be >= 0")
+        if self.max_grad_norm <= 0:
+            raise ConfigError("max_grad_norm", "must be > 0")
+        if self.ppo_mini_batch_size > self.batch_size:
+            raise ConfigError("ppo_mini_batch_size", f"must be <= batch_size ({self.batch_size})")
+        if not 0.0 <= self.simulated_pass_rate <= 1.0:
+            raise ConfigError("simulated_pass_rate", "must be within [0, 1]")
+        if not 1 <= self.task_min_digits <= self.task_max_digits <= 9:
+            raise ConfigError("task_max_digits", "need 1 <= task_min_digits <= task_max_digits <= 9")
+        if self.model != BUILTIN_MODEL and self.backend != "simulated":
+            if not (Path(self.model) / "config.json").is_file():
+                raise ConfigError("model", f"no Hugging Face model directory (config.json) at "
+                                  f"{self.model!r}; use {BUILTIN_MODEL} or a local directory")
+        for name in ("prompts", "eval_prompts"):
+            value = getattr(self, name)
+            if value and value != BUILTIN_TASK and not Path(value).is_file():
+                raise ConfigError(name, f"no such file: {value!r} (use {BUILTIN_TASK} or a "
+                                  "JSONL/Parquet file)")
+        if self.backend == "vllm" and self.device == "cpu":
+            raise ConfigError("backend", "vllm needs a CUDA device")
+        return self
+
+    # ------------------------------------------------------------------------------------------
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> TrainConfig:
+        """Build and validate a config; unknown keys are errors (a typo must not be ignored)."""
+        known = {f.name for f in fields(cls)}
+        for key in data:
+            if key not in known:
+                close = [k for k in known if _similar(k, key)]
+                hint = f" (did you mean {close[0]!r}?)" if close else ""
+                raise ConfigError(key, f"unknown key{hint}")
+        return cls(**data).validate()
+
+    @classmethod
+    def from_toml(cls, path: str | Path) -> TrainConfig:
+        try:
+            with open(path, "rb") as fh:
+                data = tomllib.load(fh)
+        except FileNotFoundError as exc:
+            raise ConfigError("config", f"no such file: {path}") from exc
+        except tomllib.TOMLDecodeError as exc:
+            raise ConfigError("config", f"invalid TOML in {path}: {exc}") from exc
+        return cls.from_dict(data)
+
+    def to_dict(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+    def diff(self, other: TrainConfig) -> dict[str, tuple[Any, Any]]:
+        """Fields whose values differ, as {name: (self's, other's)}."""
+        a, b = self.to_dict(), other.to_dict()
+        return {k: (a[k], b[k]) for k in a if a[k] != b[k]}
+
+
+def field_specs() -> list[dict[str, Any]]:
+    """Name, type, default, help, group and unit of every field, for forms and docs."""
+    out = []
+    for f in fields(TrainConfig):
+        out.append({"name": f.name, "type": str(f.type), "default": f.default,
+                    "help": f.metadata.get("help", ""), "group": f.metadata.get("group", ""),
+                    "unit": f.metadata.get("unit", "")})
+    return out
+
+
+def _check_type(name: str, value: Any, annotation: str) -> None:
+    # Annotations are strings under `from __future__ import annotations`.
+    if annotation.startswith("bool"):
+        ok = isinstance(value, bool) or (value is None and "None" in annotation)
+    elif annotation == "int":
+        ok = isinstance(value, int) and not isinstance(value, bool)
+    elif annotation == "float":
+        ok = isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
+    elif annotation == "str":
+        ok = isinstance(value, str)
+    else:  # pragma: no cover - every field has one of the types above
+        ok = True
+    if not ok:
+        raise ConfigError(name, f"expected {annotation}, got {value!r}")
+
+
+def _choice(name: str, value: str, choices: tuple[str, ...]) -> None:
+    if value not in choices:
+        raise ConfigError(name, f"unknown value {value!r}; choose one of {', '.join(choices)}")
+
+
+def _positive(name: str, value: int) -> None:
+    if value < 1:
+        raise ConfigError(name, f"must be >= 1, got {value}")
+
+
+def _similar(a: str, b: str) -> bool:
+    import difflib
+
+    return difflib.SequenceMatcher(None, a, b).ratio() > 0.75

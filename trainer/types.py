@@ -1,0 +1,161 @@
+"""The data that crosses the trainer's boundaries: prompts in, generations from a backend, and the
+records a training run emits to a recorder (the platform's worker writes them to PostgreSQL; the
+CLI writes them to ``events.jsonl``).
+
+Light imports only: the web process reads these types.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+
+@dataclass(frozen=True)
+class Prompt:
+    """One training or evaluation prompt. ``id`` is stable across runs (the platform uses the
+    database key); ``answer`` is what the verifier checks against."""
+
+    id: str
+    text: str
+    answer: str
+    metadata: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass
+class Generation:
+    """One sampled response. ``logprobs`` are the sampling policy's per-token log-probabilities
+    (the "old" log-probs of PPO); None where the backend has no model (simulated)."""
+
+    prompt_id: str
+    text: str
+    prompt_token_ids: list[int]
+    response_token_ids: list[int]
+    logprobs: list[float] | None = None
+
+
+class GenerationBackend(Protocol):
+    """hf, vllm and simulated implement this."""
+
+    def generate(self, prompts: Sequence[Prompt], counts: Sequence[int], *, seed: int,
+                 greedy: bool = False) -> list[list[Generation]]:
+        """Draw ``counts[i]`` responses for ``prompts[i]``; returns one list per prompt."""
+        ...
+
+    def sync_weights(self) -> None:
+        """Make the next generate() use the policy's current weights (a no-op for hf)."""
+        ...
+
+
+# --- records emitted by a training run -----------------------------------------------------------
+
+@dataclass
+class RoundStat:
+    """One sampling round of one step."""
+
+    round: int                 # 1-based
+    active_prompts: int        # prompts sampled in this round
+    samples: int               # responses drawn in this round
+    positives: int             # positive responses among them
+    finished: int              # prompts whose exit rule was met after this round
+    tokens: int = 0            # response tokens generated in this round
+
+
+@dataclass
+class PromptStepRecord:
+    """One prompt in one step: what its sampling cost and what entered the update."""
+
+    prompt_id: str
+    samples: int
+    positives: int
+    negatives: int
+    rounds: int                # rounds in which it was sampled
+    exit_round: int | None     # round after which its exit rule was met; None = unresolved
+    kept_positives: int
+    kept_negatives: int
+    baseline: float            # mean reward of its whole pool (global baseline)
+    missing: str | None = None  # unresolved because it lacked "positives" or "negatives"
+    tokens: int = 0
+
+
+@dataclass
+class SampleRecord:
+    prompt_id: str
+    round: int
+    index: int                 # position in the prompt's pool for this step (0-based)
+    response: str
+    tokens: int
+    reward: float
+    kept: bool
+    advantage: float | None    # None when not kept
+    verifier_error: str | None = None
+
+
+@dataclass
+class StepRecord:
+    """Everything one training step produced. A recorder writes it atomically."""
+
+    step: int                  # 1-based
+    metrics: dict[str, float]
+    rounds: list[RoundStat]
+    prompts: list[PromptStepRecord]
+    samples: list[SampleRecord]
+
+
+@dataclass
+class CheckpointRecord:
+    step: int
+    path: str
+
+
+@dataclass
+class EvalRecord:
+    step: int
+    metrics: dict[str, float]  # greedy_accuracy, avg@k, pass@k, ...
+
+
+class Recorder(Protocol):
+    """Where a run's events go. Calls come from the training loop's thread, in order."""
+
+    def on_round(self, step: int, stat: RoundStat) -> None:
+        """After each sampling round: live progress and heartbeat (nothing durable needed)."""
+        ...
+
+    def on_step(self, record: StepRecord) -> None:
+        """After each step's update: durable, atomic, idempotent per (run, step)."""
+        ...
+
+    def on_checkpoint(self, record: CheckpointRecord) -> None: ...
+
+    def on_eval(self, record: EvalRecord) -> None: ...
+
+
+# Keys of StepRecord.metrics that every step carries (the dashboard and the benchmarks read them).
+# Units: rewards in [0, 1]; counts; fractions in [0, 1]; seconds; tokens.
+STEP_METRICS: dict[str, str] = {
+    "reward_all": "mean reward of every sample drawn this step",
+    "real_reward": "mean reward of the first n i.i.d. samples of each prompt (comparable to GRPO)",
+    "kept_reward": "mean reward of the responses kept for the update",
+    "samples": "responses generated this step",
+    "tokens": "response tokens generated this step",
+    "zero_adv_frac": "fraction of kept groups whose advantages are all zero",
+    "first_round_all_correct": "fraction of prompts whose first round was all positive",
+    "first_round_all_wrong": "fraction of prompts whose first round was all negative",
+    "unresolved": "prompts still active after the last round",
+    "unresolved_missing_pos": "unresolved prompts lacking positives",
+    "unresolved_missing_neg": "unresolved prompts lacking negatives",
+    "entropy": "mean token entropy of kept responses under the policy (nats)",
+    "policy_loss": "PPO-clip loss (token-mean), averaged over mini-batches",
+    "kl": "mean KL to the reference policy (0 when off)",
+    "clip_frac_low": "fraction of tokens clipped at 1 - eps_low",
+    "clip_frac_high": "fraction of tokens clipped at 1 + eps_high",
+    "grad_norm": "gradient norm before clipping",
+    "response_length": "mean response length (tokens)",
+    "verifier_errors": "responses whose verifier raised (scored 0)",
+    "lr": "learning rate used",
+    "time_generation": "seconds generating",
+    "time_scoring": "seconds verifying",
+    "time_update": "seconds in the policy update",
+    "time_step": "seconds for the whole step",
+}
