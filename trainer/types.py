@@ -36,7 +36,12 @@ class Generation:
 
 
 class GenerationBackend(Protocol):
-    """hf, vllm and simulated implement this."""
+    """hf, vllm and simulated implement this. ``model`` is the trainable policy (a transformers
+    causal LM) and ``tokenizer`` its tokenizer; both are None for the simulated backend, whose runs
+    skip the policy update."""
+
+    model: Any
+    tokenizer: Any
 
     def generate(self, prompts: Sequence[Prompt], counts: Sequence[int], *, seed: int,
                  greedy: bool = False) -> list[list[Generation]]:
