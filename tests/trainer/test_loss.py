@@ -1,0 +1,92 @@
+"""Loss terms on hand-made tensors."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+
+from trainer.loss import entropy_bonus, kl_k3, kl_penalty, ppo_clip_loss, token_mean
+
+
+def test_token_mean_over_ragged_lengths() -> None:
+    x = torch.tensor([[1.0, 2.0, 3.0], [10.0, 99.0, 99.0]])
+    mask = torch.tensor([[1.0, 1.0, 1.0], [1.0, 0.0, 0.0]])
+    # 4 valid tokens: (1+2+3+10)/4, not the mean of per-sequence means ((2 + 10) / 2).
+    assert token_mean(x, mask).item() == pytest.approx(4.0)
+    assert token_mean(x, mask, denominator=8).item() == pytest.approx(2.0)
+    assert token_mean(x, torch.zeros_like(mask)).item() == 0.0
+
+
+def _lp(ratios: list[float]) -> tuple[torch.Tensor, torch.Tensor]:
+    old = torch.zeros(1, len(ratios))
+    return torch.log(torch.tensor([ratios])), old
+
+
+def test_unclipped_ratio_one_is_minus_advantage() -> None:
+    lp, old = _lp([1.0, 1.0])
+    loss, m = ppo_clip_loss(lp, old, torch.tensor([2.0]), torch.ones(1, 2))
+    assert loss.item() == pytest.approx(-2.0)
+    assert m["clip_frac_high"].item() == 0 and m["clip_frac_low"].item() == 0
+
+
+def test_clip_high_side_for_positive_advantage() -> None:
+    # ratio 1.5 > 1.28: the objective is capped at 1.28*A and the gradient is zero there.
+    lp, old = _lp([1.5, 1.1])
+    lp.requires_grad_(True)
+    loss, m = ppo_clip_loss(lp, old, torch.tensor([1.0]), torch.ones(1, 2), 0.2, 0.28)
+    assert loss.item() == pytest.approx(-(1.28 + 1.1) / 2)
+    assert m["clip_frac_high"].item() == pytest.approx(0.5)
+    assert m["clip_frac_low"].item() == 0
+    loss.backward()
+    assert lp.grad[0, 0].item() == 0.0
+    assert lp.grad[0, 1].item() == pytest.approx(-1.1 / 2)  # d(-A*rho/2)/dlogp = -A*rho/2
+
+
+def test_clip_low_side_for_negative_advantage() -> None:
+    # ratio 0.5 < 0.8 with A < 0: objective uses 0.8, no gradient; 0.9 is inside the range.
+    lp, old = _lp([0.5, 0.9])
+    lp.requires_grad_(True)
+    loss, m = ppo_clip_loss(lp, old, torch.tensor([-1.0]), torch.ones(1, 2), 0.2, 0.28)
+    assert loss.item() == pytest.approx((0.8 + 0.9) / 2)
+    assert m["clip_frac_low"].item() == pytest.approx(0.5)
+    assert m["clip_frac_high"].item() == 0
+    loss.backward()
+    assert lp.grad[0, 0].item() == 0.0 and lp.grad[0, 1].item() != 0.0
+
+
+def test_no_clipping_on_the_side_that_lowers_the_objective() -> None:
+    # A > 0 and ratio 0.5: max(-0.5, -0.8) = -0.5 -> the unclipped term, not counted as clipped.
+    lp, old = _lp([0.5])
+    loss, m = ppo_clip_loss(lp, old, torch.tensor([1.0]), torch.ones(1, 1))
+    assert loss.item() == pytest.approx(-0.5)
+    assert m["clip_frac_low"].item() == 0 and m["clip_frac_high"].item() == 0
+
+
+def test_ppo_loss_token_mean_ignores_padding() -> None:
+    lp = torch.tensor([[0.0, 0.0, 0.0], [0.0, 50.0, -50.0]])  # junk in the padding
+    mask = torch.tensor([[1.0, 1.0, 1.0], [1.0, 0.0, 0.0]])
+    loss, m = ppo_clip_loss(lp, torch.zeros_like(lp), torch.tensor([1.0, -3.0]), mask)
+    assert loss.item() == pytest.approx((-1 * 3 + 3 * 1) / 4)
+    assert m["ratio_mean"].item() == pytest.approx(1.0)
+
+
+def test_entropy_bonus() -> None:
+    h = torch.tensor([[1.0, 3.0], [2.0, 100.0]])
+    mask = torch.tensor([[1.0, 1.0], [1.0, 0.0]])
+    term, mean_h = entropy_bonus(h, mask, 0.1)
+    assert mean_h.item() == pytest.approx(2.0)
+    assert term.item() == pytest.approx(-0.2)
+
+
+def test_kl_k3_values_and_penalty() -> None:
+    lp = torch.tensor([[math.log(0.5), math.log(0.25)]])
+    ref = torch.tensor([[math.log(0.5), math.log(0.5)]])
+    k = kl_k3(lp, ref)
+    assert k[0, 0].item() == pytest.approx(0.0)
+    assert k[0, 1].item() == pytest.approx(2.0 - math.log(2.0) - 1.0)
+    term, kl = kl_penalty(lp, ref, torch.ones(1, 2), coef=0.5)
+    assert kl.item() == pytest.approx((1.0 - math.log(2.0)) / 2)
+    assert term.item() == pytest.approx(0.5 * kl.item())
+    assert (kl_k3(torch.randn(50), torch.randn(50)) >= 0).all()

@@ -1,0 +1,99 @@
+"""Advantage estimators over a step's flat sample arrays, and passive filtering.
+
+Every estimator takes the rewards of all samples drawn this step (the prompts' whole pools), the
+group (prompt) each sample belongs to and which samples were kept for the update, and returns one
+advantage per sample (0 for samples that were not kept). Everything is vectorised with
+``np.bincount`` so that a 512 x 32 step costs well under a millisecond.
+
+Standard deviations are the unbiased (ddof=1) estimate, as verl's ``compute_grpo_outcome_advantage``
+uses (``torch.std``); a group of one has std 0.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import numpy as np
+
+EPS = 1e-6
+
+AdvantageEstimator = Callable[..., np.ndarray]
+
+
+def _group_mean_std(values: np.ndarray, groups: np.ndarray, num_groups: int,
+                    weights: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Per-group mean, unbiased std and count of ``values`` (only where ``weights`` is 1)."""
+    w = np.ones_like(values) if weights is None else weights.astype(np.float64)
+    count = np.bincount(groups, weights=w, minlength=num_groups)
+    total = np.bincount(groups, weights=values * w, minlength=num_groups)
+    mean = np.divide(total, count, out=np.zeros(num_groups), where=count > 0)
+    sq = np.bincount(groups, weights=(values - mean[groups]) ** 2 * w, minlength=num_groups)
+    std = np.sqrt(np.divide(sq, count - 1, out=np.zeros(num_groups), where=count > 1))
+    return mean, std, count
+
+
+def _safe_div(num: np.ndarray, den: np.ndarray) -> np.ndarray:
+    # An all-equal group has numerator 0 and, with eps=0, denominator 0: its advantage is 0.
+    return np.divide(num, den, out=np.zeros_like(num), where=den > 0)
+
+
+def global_baseline_advantages(rewards: np.ndarray, groups: np.ndarray, kept: np.ndarray,
+                               num_groups: int, *, std_normalize: bool = False,
+                               eps: float = EPS) -> np.ndarray:
+    """Reinforce-Ada's "global statistics": the baseline is the mean of the prompt's whole pool.
+
+        A_i = (r_i - mean(pool)) / (std(pool) + eps)   with std normalisation
+        A_i =  r_i - mean(pool)                        without (the Reinforce-Ada default)
+
+    The pool is every response drawn for the prompt this step, not just the kept group: the kept
+    group is a biased (balanced) down-sample, the pool is an i.i.d. estimate of the prompt's value.
+    """
+    mean, std, _ = _group_mean_std(rewards, groups, num_groups)
+    adv = rewards - mean[groups]
+    if std_normalize:
+        adv = _safe_div(adv, std[groups] + eps)
+    return np.where(kept, adv, 0.0)
+
+
+def group_advantages(rewards: np.ndarray, groups: np.ndarray, kept: np.ndarray, num_groups: int,
+                     *, std_normalize: bool = True, eps: float = EPS) -> np.ndarray:
+    """GRPO: statistics of the kept group itself.
+
+        A_i = (r_i - mean(group)) / (std(group) + eps)   (GRPO)
+        A_i =  r_i - mean(group)                         (Dr.GRPO: std normalisation off)
+    """
+    mean, std, _ = _group_mean_std(rewards, groups, num_groups, weights=kept)
+    adv = rewards - mean[groups]
+    if std_normalize:
+        adv = _safe_div(adv, std[groups] + eps)
+    return np.where(kept, adv, 0.0)
+
+
+ADVANTAGE_ESTIMATORS: dict[str, AdvantageEstimator] = {
+    "global": global_baseline_advantages,
+    "group": group_advantages,
+}
+
+# Which estimator each algorithm uses (DESIGN.md section 3).
+ALGORITHM_ESTIMATOR: dict[str, str] = {"grpo": "group", "ada-pos": "global",
+                                       "ada-balance": "global"}
+
+
+def zero_advantage_groups(advantages: np.ndarray, groups: np.ndarray, kept: np.ndarray,
+                          num_groups: int, tol: float = 1e-12) -> np.ndarray:
+    """Boolean per group: True where every kept response has |A| <= tol (no gradient signal).
+
+    Groups with nothing kept count as zero-advantage too."""
+    nonzero = kept & (np.abs(advantages) > tol)
+    return np.bincount(groups, weights=nonzero.astype(np.float64), minlength=num_groups) == 0
+
+
+def passive_filter(advantages: np.ndarray, groups: np.ndarray, kept: np.ndarray,
+                   num_groups: int) -> np.ndarray:
+    """Passive filtering: the kept mask with all-zero-advantage groups dropped.
+
+    Such groups add no policy gradient, but they do count in the token-mean's denominator and so
+    shrink every other group's step; dropping them is the DAPO-style "dynamic sampling" filter
+    applied after the fact."""
+    zero = zero_advantage_groups(advantages, groups, kept, num_groups)
+    return kept & ~zero[groups]

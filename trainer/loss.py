@@ -1,0 +1,79 @@
+"""Policy-gradient loss terms as small pure tensor functions (in the manner of verl's core_algos).
+
+All per-token tensors are ``[batch, max_response_len]`` with a 0/1 ``mask`` of valid tokens.
+Aggregation is the token-mean over every valid token of the (mini-)batch (DAPO / Reinforce-Ada):
+
+    token_mean(x) = sum_{i,t} x_{i,t} m_{i,t} / sum_{i,t} m_{i,t}
+
+so long responses weigh in proportion to their length and a batch with no valid token gives 0.
+``denominator`` lets a caller that splits a mini-batch into micro-batches divide by the whole
+mini-batch's token count, so gradient accumulation gives the same gradient as one big batch.
+"""
+
+from __future__ import annotations
+
+import torch
+
+
+def token_mean(x: torch.Tensor, mask: torch.Tensor, denominator: float | None = None
+               ) -> torch.Tensor:
+    """sum(x * mask) / sum(mask) (or / ``denominator``); 0 when there is no valid token."""
+    total = (x * mask).sum()
+    den = mask.sum() if denominator is None else torch.as_tensor(denominator, dtype=x.dtype)
+    return total / torch.clamp(den, min=1.0)
+
+
+def ppo_clip_loss(logprobs: torch.Tensor, old_logprobs: torch.Tensor, advantages: torch.Tensor,
+                  mask: torch.Tensor, eps_low: float = 0.2, eps_high: float = 0.28,
+                  denominator: float | None = None
+                  ) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
+    """PPO-clip with clip-higher (DAPO), token-mean aggregated.
+
+        rho_t  = exp(logp_t - logp_old_t)
+        L_t    = max(-A * rho_t, -A * clip(rho_t, 1 - eps_low, 1 + eps_high))
+        loss   = token_mean(L)
+
+    ``advantages`` is per sequence ``[batch]`` (broadcast over tokens) or per token.
+    The clip fractions count tokens where the clipped branch is the one taken, i.e. whose
+    gradient is cut: ``clip_frac_high`` where A > 0 and rho > 1 + eps_high, ``clip_frac_low``
+    where A < 0 and rho < 1 - eps_low (token-means too).
+    """
+    adv = advantages.unsqueeze(-1) if advantages.dim() == logprobs.dim() - 1 else advantages
+    log_ratio = (logprobs - old_logprobs) * mask  # masked first: padding may hold junk
+    ratio = torch.exp(log_ratio)
+    unclipped = -adv * ratio
+    clipped = -adv * torch.clamp(ratio, 1.0 - eps_low, 1.0 + eps_high)
+    loss = token_mean(torch.maximum(unclipped, clipped), mask, denominator)
+    with torch.no_grad():
+        high = ((adv > 0) & (ratio > 1.0 + eps_high)).to(logprobs.dtype)
+        low = ((adv < 0) & (ratio < 1.0 - eps_low)).to(logprobs.dtype)
+        metrics = {"clip_frac_high": token_mean(high, mask, denominator),
+                   "clip_frac_low": token_mean(low, mask, denominator),
+                   "ratio_mean": token_mean(ratio, mask, denominator)}
+    return loss, metrics
+
+
+def entropy_bonus(entropy: torch.Tensor, mask: torch.Tensor, coef: float,
+                  denominator: float | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+    """Loss term ``-coef * token_mean(H)`` (maximising entropy), and the token-mean entropy."""
+    h = token_mean(entropy, mask, denominator)
+    return -coef * h, h
+
+
+def kl_k3(logprobs: torch.Tensor, ref_logprobs: torch.Tensor) -> torch.Tensor:
+    """Per-token KL(pi || pi_ref) by Schulman's k3 estimator (non-negative, unbiased, low variance):
+
+        k3 = exp(logp_ref - logp) - (logp_ref - logp) - 1
+
+    The log-ratio is clamped to [-20, 20] so a degenerate token cannot overflow exp.
+    """
+    d = torch.clamp(ref_logprobs - logprobs, -20.0, 20.0)
+    return torch.exp(d) - d - 1.0
+
+
+def kl_penalty(logprobs: torch.Tensor, ref_logprobs: torch.Tensor, mask: torch.Tensor,
+               coef: float, denominator: float | None = None
+               ) -> tuple[torch.Tensor, torch.Tensor]:
+    """Loss term ``coef * token_mean(k3)`` and the token-mean KL itself."""
+    kl = token_mean(kl_k3(logprobs, ref_logprobs), mask, denominator)
+    return coef * kl, kl
