@@ -1,0 +1,114 @@
+"""train() on the simulated backend: records, cancel, resume, checkpoints."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from trainer import train
+from trainer.backends.simulated import SimulatedBackend
+from trainer.checkpoint import latest_checkpoint, read_state
+from trainer.config import TrainConfig
+from trainer.loop import batch_indices
+from trainer.recorders import JsonlRecorder, ListRecorder, read_events
+from trainer.types import STEP_METRICS, Prompt
+
+
+def prompts(n: int = 12) -> list[Prompt]:
+    return [Prompt(f"p{i}", f"q{i}", str(i), {"pass_rate": (i % 4) / 4}) for i in range(n)]
+
+
+def sim_config(**kw) -> TrainConfig:
+    base = dict(backend="simulated", algorithm="ada-balance", batch_size=4, total_steps=3,
+                save_every=2, eval_every=0, seed=1)
+    base.update(kw)
+    return TrainConfig(**base)
+
+
+@pytest.mark.parametrize("algorithm", ["grpo", "ada-pos", "ada-balance"])
+def test_simulated_run_emits_complete_records(tmp_path, algorithm) -> None:
+    rec = ListRecorder()
+    result = train(sim_config(algorithm=algorithm), prompts(), SimulatedBackend(), rec,
+                   out_dir=tmp_path)
+    assert result.status == "completed" and result.last_step == 3
+    steps = rec.steps
+    assert [s.step for s in steps] == [1, 2, 3]
+    for s in steps:
+        assert set(STEP_METRICS) <= set(s.metrics)
+        assert len(s.prompts) == 4
+        assert s.metrics["samples"] == len(s.samples) == sum(p.samples for p in s.prompts)
+        assert s.metrics["samples"] == sum(r.samples for r in s.rounds)
+        kept = [x for x in s.samples if x.kept]
+        assert len(kept) == 4 * 4  # every prompt keeps n=4 (pools are >= n)
+        assert all(x.advantage is None for x in s.samples if not x.kept)
+        assert s.metrics["unresolved"] == sum(p.exit_round is None for p in s.prompts)
+        first = [x.reward for x in s.samples if x.index < 4]
+        assert s.metrics["real_reward"] == pytest.approx(sum(first) / len(first))
+    rounds = rec.of_type("round")
+    assert len(rounds) == sum(len(s.rounds) for s in steps)
+    assert [c.step for c in rec.of_type("checkpoint")] == [2, 3]
+    if algorithm == "grpo":
+        assert all(s.metrics["samples"] == 16 for s in steps)
+
+
+def test_pass_rate_zero_prompts_are_unresolved_missing_positives(tmp_path) -> None:
+    ps = [Prompt(f"z{i}", "q", "1", {"pass_rate": 0.0}) for i in range(4)]
+    rec = ListRecorder()
+    train(sim_config(total_steps=1), ps, SimulatedBackend(), rec, out_dir=tmp_path)
+    m = rec.steps[0].metrics
+    assert m["unresolved"] == 4 and m["unresolved_missing_pos"] == 4
+    assert m["first_round_all_wrong"] == 1.0 and m["zero_adv_frac"] == 1.0
+    assert m["samples"] == 4 * 32
+
+
+def test_cancel_between_rounds_checkpoints_last_completed_step(tmp_path) -> None:
+    rec = ListRecorder()
+    calls = {"n": 0}
+
+    def should_stop() -> bool:
+        # stop during step 3: after step 1 and 2 have been recorded
+        calls["n"] += 1
+        return len(rec.steps) == 2 and any(e[0] == "round" and e[1] == 3 for e in rec.events)
+
+    result = train(sim_config(total_steps=5, save_every=0), prompts(), SimulatedBackend(), rec,
+                   should_stop, out_dir=tmp_path)
+    assert result.status == "cancelled" and result.last_step == 2
+    assert [s.step for s in rec.steps] == [1, 2]
+    assert read_state(result.checkpoint)["step"] == 2
+    assert latest_checkpoint(tmp_path) == latest_checkpoint(tmp_path / "checkpoints")
+
+
+def test_resume_replays_the_same_next_step(tmp_path) -> None:
+    full = ListRecorder()
+    train(sim_config(total_steps=4), prompts(), SimulatedBackend(), full, out_dir=tmp_path / "a")
+    part = ListRecorder()
+    train(sim_config(total_steps=4), prompts(), SimulatedBackend(), part, out_dir=tmp_path / "b",
+          resume_from=tmp_path / "a" / "checkpoints" / "step-000002")
+    assert [s.step for s in part.steps] == [3, 4]
+    for a, b in zip(full.steps[2:], part.steps, strict=True):
+        assert [x.response for x in a.samples] == [x.response for x in b.samples]
+        assert [x.advantage for x in a.samples] == [x.advantage for x in b.samples]
+        strip = {k: v for k, v in a.metrics.items() if not k.startswith("time_")}
+        assert strip == {k: v for k, v in b.metrics.items() if not k.startswith("time_")}
+
+
+def test_batch_order_is_seeded_and_reshuffled_per_epoch() -> None:
+    steps = [batch_indices(6, 3, 0, s) for s in range(1, 5)]
+    assert sorted(steps[0] + steps[1]) == list(range(6)) == sorted(steps[2] + steps[3])
+    assert steps[0] + steps[1] != steps[2] + steps[3]
+    assert batch_indices(6, 3, 0, 3) == steps[2]
+    assert batch_indices(6, 3, 1, 1) != steps[0] or batch_indices(6, 3, 1, 2) != steps[1]
+
+
+def test_jsonl_recorder_writes_typed_events(tmp_path) -> None:
+    with JsonlRecorder(tmp_path / "events.jsonl") as rec:
+        train(sim_config(total_steps=2), prompts(), SimulatedBackend(), rec, out_dir=tmp_path)
+    events = read_events(tmp_path / "events.jsonl")
+    types = [e["type"] for e in events]
+    assert set(types) == {"round", "step", "checkpoint"}
+    step = next(e for e in events if e["type"] == "step")
+    assert step["step"] == 1 and set(STEP_METRICS) <= set(step["metrics"])
+    assert {"prompt_id", "round", "index", "reward", "kept", "advantage"} <= set(
+        step["samples"][0])
+    json.dumps(events)  # plain JSON all the way down

@@ -1,0 +1,251 @@
+"""``python -m trainer``: run, simulate, warmstart, eval.
+
+Errors in user input (config, pass-rate files) print ``error: <field>: <reason>`` to stderr and
+exit with status 2, before any work is done or any output directory is created.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import signal
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from trainer.config import ConfigError, TrainConfig
+
+# Subcommands another module implements, exposing add_arguments(parser) and run_cli(args) -> int.
+DELEGATED = {
+    "warmstart": ("trainer.warmstart", "Warm-start the built-in tiny model by supervised "
+                  "learning on the arithmetic task."),
+    "eval": ("trainer.evaluate", "Evaluate a model: greedy accuracy, avg@k and pass@k."),
+}
+
+
+def _fail(field_name: str, reason: str) -> int:
+    print(f"error: {field_name}: {reason}", file=sys.stderr)
+    return 2
+
+
+def build_parser(command: str | None = None) -> argparse.ArgumentParser:
+    """The parser; ``command`` says which delegated subcommand needs its real arguments (importing
+    its module pulls in torch, which ``simulate`` and the top-level help should not pay for)."""
+    parser = argparse.ArgumentParser(
+        prog="python -m trainer",
+        description="Reinforce-Ada and GRPO RL post-training (arXiv 2510.04996).")
+    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+
+    run = sub.add_parser("run", help="Train from a TOML config; writes events.jsonl and "
+                         "checkpoints.", description="Train from a TOML config whose top-level "
+                         "keys are TrainConfig field names; writes DIR/events.jsonl and "
+                         "DIR/checkpoints/.")
+    run.add_argument("--config", required=True, metavar="FILE.toml", help="run configuration")
+    run.add_argument("--out", required=True, metavar="DIR", help="output directory")
+    run.add_argument("--resume", action="store_true",
+                     help="continue from the latest checkpoint in DIR")
+    run.add_argument("--no-progress", action="store_true", help="no progress bar")
+
+    sim = sub.add_parser("simulate", help="One sampling step with the simulated backend; prints "
+                         "JSON.", description="Run one sampling step with the simulated backend "
+                         "(Bernoulli rewards from per-prompt pass rates) and print one JSON "
+                         "object: total_samples and per-prompt samples, rounds, kept counts and "
+                         "advantages.")
+    sim.add_argument("--algorithm", required=True, choices=("grpo", "ada-pos", "ada-balance"))
+    sim.add_argument("--pass-rates", required=True, metavar="FILE",
+                     help="one pass rate in [0, 1] per line, one prompt per line")
+    sim.add_argument("--group-size", type=int, default=4, help="n (default 4)")
+    sim.add_argument("--samples-per-round", type=int, default=8, help="M (default 8)")
+    sim.add_argument("--max-rounds", type=int, default=4, help="N (default 4)")
+    sim.add_argument("--seed", type=int, default=0)
+
+    for name, (module, help_text) in DELEGATED.items():
+        p = sub.add_parser(name, help=help_text, description=help_text)
+        if name == command:
+            mod = _import(module)
+            if mod is not None:
+                mod.add_arguments(p)
+                p.set_defaults(_run_cli=mod.run_cli)
+    return parser
+
+
+def _import(module: str) -> Any:
+    import importlib
+
+    try:
+        return importlib.import_module(module)
+    except ModuleNotFoundError as exc:
+        if exc.name != module:
+            raise
+        return None
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    command = next((a for a in argv if not a.startswith("-")), None)
+    args = build_parser(command).parse_args(argv)
+    if args.command == "run":
+        return cmd_run(args)
+    if args.command == "simulate":
+        return cmd_simulate(args)
+    runner = getattr(args, "_run_cli", None)
+    if runner is None:
+        return _fail(args.command, f"not available in this install "
+                     f"({DELEGATED[args.command][0]} is missing)")
+    return int(runner(args))
+
+
+# --- run ----------------------------------------------------------------------------------------
+
+class _Progress:
+    """Forwards to the real recorder and advances a tqdm bar per step."""
+
+    def __init__(self, inner: Any, bar: Any) -> None:
+        self.inner, self.bar = inner, bar
+
+    def on_round(self, step: int, stat: Any) -> None:
+        self.inner.on_round(step, stat)
+
+    def on_step(self, record: Any) -> None:
+        self.inner.on_step(record)
+        if self.bar is not None:
+            m = record.metrics
+            self.bar.set_postfix(reward=f"{m['real_reward']:.3f}", samples=int(m["samples"]),
+                                 zero_adv=f"{m['zero_adv_frac']:.2f}", refresh=False)
+            self.bar.update(1)
+
+    def on_checkpoint(self, record: Any) -> None:
+        self.inner.on_checkpoint(record)
+
+    def on_eval(self, record: Any) -> None:
+        self.inner.on_eval(record)
+        if self.bar is not None:
+            self.bar.write(f"eval step {record.step}: " + ", ".join(
+                f"{k}={v:.3f}" for k, v in sorted(record.metrics.items())))
+
+
+def cmd_run(args: argparse.Namespace) -> int:
+    try:
+        config = TrainConfig.from_toml(args.config)
+    except ConfigError as exc:
+        return _fail(exc.field, exc.reason)
+    out = Path(args.out)
+    resume_from = None
+    if args.resume:
+        from trainer.checkpoint import latest_checkpoint
+
+        resume_from = latest_checkpoint(out)
+        if resume_from is None:
+            return _fail("resume", f"no checkpoint under {out}")
+    try:
+        from trainer.data import resolve_prompts
+
+        prompts, eval_prompts = resolve_prompts(config)
+    except ValueError as exc:  # a malformed prompt file names its line or row
+        return _fail(getattr(exc, "field", "prompts"), str(exc))
+    if not prompts:
+        return _fail("prompts", "no training prompts")
+
+    from tqdm import tqdm
+
+    from trainer.backends import make_backend
+    from trainer.loop import train
+    from trainer.recorders import JsonlRecorder
+
+    backend = make_backend(config, prompts)
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "config.json").write_text(json.dumps(config.to_dict(), indent=2))
+    stop = {"requested": False}
+
+    def on_signal(signum: int, frame: Any) -> None:
+        stop["requested"] = True  # cooperative: the loop stops between rounds
+
+    previous = signal.signal(signal.SIGINT, on_signal)
+    start = 0
+    if resume_from is not None:
+        from trainer.checkpoint import read_state
+
+        start = int(read_state(resume_from)["step"])
+    bar = None if args.no_progress else tqdm(total=config.total_steps, initial=start,
+                                              unit="step", file=sys.stderr)
+    try:
+        with JsonlRecorder(out / "events.jsonl") as rec:
+            result = train(config, prompts, backend, _Progress(rec, bar),
+                           lambda: stop["requested"], out_dir=out, eval_prompts=eval_prompts,
+                           resume_from=resume_from)
+    finally:
+        signal.signal(signal.SIGINT, previous)
+        if bar is not None:
+            bar.close()
+    print(json.dumps({"status": result.status, "last_step": result.last_step,
+                      "checkpoint": result.checkpoint}))
+    return 130 if result.cancelled else 0
+
+
+# --- simulate -----------------------------------------------------------------------------------
+
+def read_pass_rates(path: str | Path) -> list[float]:
+    """One pass rate per line; raises ConfigError naming the line."""
+    try:
+        lines = Path(path).read_text().splitlines()
+    except OSError as exc:
+        raise ConfigError("pass-rates", f"cannot read {path}: {exc.strerror}") from exc
+    rates = []
+    for no, line in enumerate(lines, 1):
+        text = line.strip()
+        if not text:
+            raise ConfigError("pass-rates", f"line {no} is empty (one pass rate per line)")
+        try:
+            rate = float(text)
+        except ValueError:
+            raise ConfigError("pass-rates", f"line {no}: {text!r} is not a number") from None
+        if not 0.0 <= rate <= 1.0:
+            raise ConfigError("pass-rates", f"line {no}: {rate} is outside [0, 1]")
+        rates.append(rate)
+    if not rates:
+        raise ConfigError("pass-rates", f"{path} holds no pass rate")
+    return rates
+
+
+def simulate(algorithm: str, pass_rates: Sequence[float], *, group_size: int = 4,
+             samples_per_round: int = 8, max_rounds: int = 4, seed: int = 0) -> dict[str, Any]:
+    """One sampling step on the simulated backend, as the stable ``simulate`` JSON object."""
+    from trainer.backends.simulated import SimulatedBackend
+    from trainer.loop import _DOWNSAMPLE, _GEN, make_scorer
+    from trainer.sampler import derive_seed, make_sampler, run_rounds
+    from trainer.types import Prompt
+
+    config = TrainConfig(algorithm=algorithm, group_size=group_size,
+                         samples_per_round=samples_per_round, max_rounds=max_rounds, seed=seed,
+                         backend="simulated", verifier="exact").validate()
+    prompts = [Prompt(id=str(i), text=f"simulated prompt {i}", answer="1",
+                      metadata={"pass_rate": rate}) for i, rate in enumerate(pass_rates)]
+    sampler = make_sampler(config, len(prompts), derive_seed(seed, 1, _DOWNSAMPLE))
+    run_rounds(sampler, prompts, SimulatedBackend(config), make_scorer(config),
+               seed=derive_seed(seed, 1, _GEN))
+    res = sampler.finalize()
+    out = []
+    for i, rate in enumerate(pass_rates):
+        p = res.prompt(i)
+        kept = [(r > config.positive_threshold, a)
+                for r, k, a in zip(p.rewards, p.kept, p.advantages, strict=True) if k]
+        advantages = [a for pos, a in kept if pos] + [a for pos, a in kept if not pos]
+        out.append({"index": i, "pass_rate": rate, "samples": len(p.rewards),
+                    "positives": p.positives, "negatives": p.negatives,
+                    "rounds": p.rounds_used, "resolved": p.resolved,
+                    "kept_positives": p.kept_positives, "kept_negatives": p.kept_negatives,
+                    "advantages": advantages})
+    return {"total_samples": int(res.samples.sum()), "prompts": out}
+
+
+def cmd_simulate(args: argparse.Namespace) -> int:
+    try:
+        rates = read_pass_rates(args.pass_rates)
+        result = simulate(args.algorithm, rates, group_size=args.group_size,
+                          samples_per_round=args.samples_per_round, max_rounds=args.max_rounds,
+                          seed=args.seed)
+    except ConfigError as exc:
+        return _fail(exc.field.replace("_", "-"), exc.reason)
+    print(json.dumps(result))
+    return 0

@@ -1,0 +1,298 @@
+"""The training loop: sample in rounds, down-sample, compute advantages, update, record.
+
+Step randomness derives from ``(config.seed, step)`` alone (data order, generation seeds per round,
+down-sampling, mini-batch order), so resuming from the checkpoint of step k replays step k+1
+exactly as an uninterrupted run would have drawn it, given the same weights and optimiser state.
+"""
+
+from __future__ import annotations
+
+import copy
+import math
+import random
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from trainer.advantages import passive_filter, zero_advantage_groups
+from trainer.config import TrainConfig
+from trainer.sampler import RoundsOutcome, SamplerResult, derive_seed, make_sampler, run_rounds
+from trainer.types import (
+    STEP_METRICS,
+    CheckpointRecord,
+    EvalRecord,
+    Prompt,
+    PromptStepRecord,
+    Recorder,
+    RoundStat,
+    SampleRecord,
+    StepRecord,
+)
+
+# Sub-streams of derive_seed(config.seed, step, <stream>).
+_GEN, _DOWNSAMPLE, _UPDATE, _EVAL = 0, 1, 2, 3
+
+
+@dataclass
+class TrainResult:
+    status: str                    # "completed" or "cancelled"
+    last_step: int                 # last completed step (0: none)
+    checkpoint: str | None         # latest checkpoint written
+    metrics: dict[str, float] = field(default_factory=dict)  # of the last completed step
+
+    @property
+    def cancelled(self) -> bool:
+        return self.status == "cancelled"
+
+
+def batch_indices(num_prompts: int, batch_size: int, seed: int, step: int) -> list[int]:
+    """Prompt indices of ``step`` (1-based): the data stream is the concatenation of epochs, each a
+    permutation seeded by (seed, epoch); a function of (seed, step) only, so resume is free."""
+    if num_prompts == 0:
+        raise ValueError("no training prompts")
+    out = []
+    start = (step - 1) * batch_size
+    perms: dict[int, np.ndarray] = {}
+    for k in range(start, start + batch_size):
+        epoch, pos = divmod(k, num_prompts)
+        if epoch not in perms:
+            perms[epoch] = np.random.default_rng([seed, epoch, 7]).permutation(num_prompts)
+        out.append(int(perms[epoch][pos]))
+    return out
+
+
+def make_scorer(config: TrainConfig) -> Callable[[Prompt, list[str]],
+                                                 tuple[list[float], list[str | None]]]:
+    """Rewards and per-response verifier errors for one prompt's responses."""
+    try:
+        from trainer.verifiers import make_verifier, score_responses
+    except ImportError:  # TODO(trainer-core): drop once trainer.verifiers is on main
+        return lambda prompt, texts: ([float(t.strip() == prompt.answer.strip()) for t in texts],
+                                      [None] * len(texts))
+    verifier = make_verifier(config)
+    return lambda prompt, texts: score_responses(verifier, texts, prompt.answer)
+
+
+def step_metrics(config: TrainConfig, res: SamplerResult, outcome: RoundsOutcome,
+                 kept_mask: np.ndarray) -> dict[str, float]:
+    """The sampling half of STEP_METRICS (the update half comes from ``update_policy``)."""
+    n = config.group_size
+    P = res.num_prompts
+    rewards = res.rewards
+    tokens = np.array([len(g.response_token_ids) for gens in outcome.generations for g in gens],
+                      dtype=np.float64)
+    errors = sum(e is not None for errs in outcome.errors for e in errs)
+    first = res.sample_pool_index < n
+    has_kept = np.bincount(res.sample_prompt, weights=res.kept, minlength=P) > 0
+    zero = zero_advantage_groups(res.advantages, res.sample_prompt, res.kept, P)
+    unresolved = res.exit_round == 0
+    missing_pos = sum(m == "positives" for m in res.missing)
+    missing_neg = sum(m == "negatives" for m in res.missing)
+    fr_n = np.maximum(res.first_round_samples, 1)
+    return {
+        "reward_all": _mean(rewards),
+        "real_reward": _mean(rewards[first]),
+        "kept_reward": _mean(rewards[kept_mask]),
+        "samples": float(len(rewards)),
+        "tokens": float(tokens.sum()),
+        "zero_adv_frac": float(zero[has_kept].mean()) if has_kept.any() else 0.0,
+        "first_round_all_correct": float(np.mean((res.first_round_positives == fr_n)
+                                                 & (res.first_round_samples > 0))) if P else 0.0,
+        "first_round_all_wrong": float(np.mean(res.first_round_positives == 0)) if P else 0.0,
+        "unresolved": float(unresolved.sum()),
+        "unresolved_missing_pos": float(missing_pos),
+        "unresolved_missing_neg": float(missing_neg),
+        "response_length": _mean(tokens),
+        "verifier_errors": float(errors),
+        "kept_samples": float(kept_mask.sum()),
+        "dropped_groups": float(np.sum(has_kept & zero)) if config.passive_filtering else 0.0,
+    }
+
+
+def _mean(x: np.ndarray) -> float:
+    return float(x.mean()) if len(x) else 0.0
+
+
+def step_records(batch: Sequence[Prompt], res: SamplerResult, outcome: RoundsOutcome,
+                 kept_mask: np.ndarray) -> tuple[list[PromptStepRecord], list[SampleRecord]]:
+    prompts: list[PromptStepRecord] = []
+    samples: list[SampleRecord] = []
+    for i, prompt in enumerate(batch):
+        lo, hi = int(res.offsets[i]), int(res.offsets[i + 1])
+        gens, errs = outcome.generations[i], outcome.errors[i]
+        tok = 0
+        for j, k in enumerate(range(lo, hi)):
+            g = gens[j]
+            kept = bool(kept_mask[k])
+            tok += len(g.response_token_ids)
+            samples.append(SampleRecord(
+                prompt_id=prompt.id, round=int(res.sample_round[k]), index=j, response=g.text,
+                tokens=len(g.response_token_ids), reward=float(res.rewards[k]), kept=kept,
+                advantage=float(res.advantages[k]) if kept else None,
+                verifier_error=errs[j]))
+        er = int(res.exit_round[i])
+        prompts.append(PromptStepRecord(
+            prompt_id=prompt.id, samples=int(res.samples[i]), positives=int(res.positives[i]),
+            negatives=int(res.negatives[i]), rounds=int(res.rounds_used[i]),
+            exit_round=er if er > 0 else None, kept_positives=int(res.kept_positives[i]),
+            kept_negatives=int(res.kept_negatives[i]), baseline=float(res.baseline[i]),
+            missing=res.missing[i], tokens=tok))
+    return prompts, samples
+
+
+def _seed_all(seed: int) -> None:
+    random.seed(seed)
+    np.random.seed(seed % 2**32)
+    try:
+        import torch
+
+        torch.manual_seed(seed)
+    except ImportError:  # pragma: no cover - torch is a hard dependency of the CPU install
+        pass
+
+
+def train(config: TrainConfig, prompts: Sequence[Prompt], backend: Any, recorder: Recorder,
+          should_stop: Callable[[], bool] | None = None, *, out_dir: str | Path,
+          eval_prompts: Sequence[Prompt] | None = None,
+          resume_from: str | Path | None = None) -> TrainResult:
+    """Train ``backend.model`` (or just sample, for the simulated backend) for
+    ``config.total_steps`` steps, emitting every event to ``recorder``.
+
+    ``should_stop`` is polled between sampling rounds: when it returns True the run stops
+    cleanly, makes sure a checkpoint of the last completed step exists and returns a result with
+    ``status == "cancelled"``. ``resume_from`` (a checkpoint directory) restores weights,
+    optimiser, scheduler, RNG states and step; the next step is the one after the checkpoint's.
+    """
+    from trainer import checkpoint as ckpt
+
+    config.validate()
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    model, tokenizer = getattr(backend, "model", None), getattr(backend, "tokenizer", None)
+    scorer = make_scorer(config)
+    optimizer = scheduler = ref_model = None
+    pad_id = 0
+    if model is not None:
+        from trainer.update import make_optimizer
+
+        optimizer, scheduler = make_optimizer(model, config)
+        pad_id = int(getattr(tokenizer, "pad_token_id", None) or 0)
+    start = 0
+    last_ckpt: str | None = None
+    if resume_from is not None:
+        state = ckpt.load_checkpoint(resume_from, model=model, optimizer=optimizer,
+                                     scheduler=scheduler)
+        start = int(state["step"])
+        last_ckpt = str(resume_from)
+        backend.sync_weights()
+        ref_dir = Path(resume_from) / "reference"
+        if model is not None and config.kl_coef > 0 and ref_dir.is_dir():
+            ref_model = copy.deepcopy(model)
+            ckpt.load_checkpoint(ref_dir, model=ref_model, restore_rng=False)
+    else:
+        _seed_all(config.seed)
+    if model is not None and config.kl_coef > 0 and ref_model is None:
+        ref_model = copy.deepcopy(model)
+    if ref_model is not None:
+        ref_model.eval().requires_grad_(False)
+
+    def save(step: int) -> str:
+        path = ckpt.save_checkpoint(ckpt.checkpoint_dir(out, step), step=step,
+                                    config=config.to_dict(), model=model, tokenizer=tokenizer,
+                                    optimizer=optimizer, scheduler=scheduler)
+        if ref_model is not None:
+            ref_model.save_pretrained(path / "reference", safe_serialization=True)
+            (path / "reference" / ckpt.STATE_FILE).write_text('{"step": 0}')
+        recorder.on_checkpoint(CheckpointRecord(step=step, path=str(path)))
+        return str(path)
+
+    def evaluate(step: int) -> None:
+        if not eval_prompts:
+            return
+        from trainer.evaluate import evaluate as run_eval
+        from trainer.verifiers import make_verifier
+
+        metrics = run_eval(backend, list(eval_prompts), make_verifier(config), config.eval_k,
+                           derive_seed(config.seed, step, _EVAL))
+        recorder.on_eval(EvalRecord(step=step, metrics={k: float(v) for k, v in metrics.items()}))
+
+    if start == 0 and config.eval_every:
+        evaluate(0)
+    last_metrics: dict[str, float] = {}
+    for step in range(start + 1, config.total_steps + 1):
+        t_step = time.perf_counter()
+        batch = [prompts[i] for i in batch_indices(len(prompts), config.batch_size, config.seed,
+                                                   step)]
+        sampler = make_sampler(config, len(batch), derive_seed(config.seed, step, _DOWNSAMPLE))
+
+        def on_round(stat: RoundStat, step: int = step) -> None:
+            recorder.on_round(step, stat)
+
+        outcome = run_rounds(sampler, batch, backend, scorer,
+                             seed=derive_seed(config.seed, step, _GEN), on_round=on_round,
+                             should_stop=should_stop)
+        if outcome.cancelled:
+            done = step - 1
+            if last_ckpt is None or ckpt.read_state(last_ckpt)["step"] != done:
+                last_ckpt = save(done)
+            return TrainResult("cancelled", done, last_ckpt, last_metrics)
+        res = sampler.finalize()
+        kept = res.kept
+        if config.passive_filtering:
+            kept = passive_filter(res.advantages, res.sample_prompt, res.kept, res.num_prompts)
+        metrics = step_metrics(config, res, outcome, kept)
+
+        t_update = time.perf_counter()
+        if model is not None:
+            upd = _update(model, optimizer, scheduler, config, res, outcome, batch, kept,
+                          pad_id=pad_id, ref_model=ref_model,
+                          seed=derive_seed(config.seed, step, _UPDATE), tokenizer=tokenizer,
+                          backend=backend)
+            backend.sync_weights()
+        else:
+            from trainer.update import UPDATE_METRICS, warmup_factor
+
+            upd = dict.fromkeys(UPDATE_METRICS, 0.0)
+            upd["lr"] = config.lr * warmup_factor(step - 1, config.warmup_steps)
+        metrics.update(upd)
+        metrics["time_generation"] = outcome.time_generation
+        metrics["time_scoring"] = outcome.time_scoring
+        metrics["time_update"] = time.perf_counter() - t_update
+        metrics["time_step"] = time.perf_counter() - t_step
+        missing = set(STEP_METRICS) - set(metrics)
+        assert not missing, f"step metrics lack {missing}"
+        prompt_recs, sample_recs = step_records(batch, res, outcome, kept)
+        recorder.on_step(StepRecord(step=step, metrics=metrics, rounds=list(outcome.round_stats),
+                                    prompts=prompt_recs, samples=sample_recs))
+        last_metrics = metrics
+        if (config.save_every and step % config.save_every == 0) or step == config.total_steps:
+            last_ckpt = save(step)
+        if config.eval_every and step % config.eval_every == 0:
+            evaluate(step)
+    return TrainResult("completed", config.total_steps, last_ckpt, last_metrics)
+
+
+def _update(model: Any, optimizer: Any, scheduler: Any, config: TrainConfig, res: SamplerResult,
+            outcome: RoundsOutcome, batch: Sequence[Prompt], kept: np.ndarray, *, pad_id: int,
+            ref_model: Any, seed: int, tokenizer: Any, backend: Any) -> dict[str, float]:
+    from trainer.update import UpdateBatch, update_policy
+
+    ub = UpdateBatch([], [], [], [], [])
+    for k in np.flatnonzero(kept).tolist():
+        i = int(res.sample_prompt[k])
+        g = outcome.generations[i][int(res.sample_pool_index[k])]
+        prompt_ids = g.prompt_token_ids or list(tokenizer(batch[i].text)["input_ids"])
+        ub.prompt_ids.append(list(prompt_ids))
+        ub.response_ids.append(list(g.response_token_ids))
+        ub.advantages.append(float(res.advantages[k]))
+        ub.groups.append(i)
+        ub.old_logprobs.append(g.logprobs)
+    metrics = update_policy(model, optimizer, scheduler, ub, config, pad_token_id=pad_id,
+                            ref_model=ref_model, seed=seed)
+    if not math.isfinite(metrics["policy_loss"]):
+        raise FloatingPointError(f"non-finite policy loss {metrics['policy_loss']}")
+    return metrics

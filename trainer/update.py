@@ -1,0 +1,191 @@
+"""The policy update: ``ppo_epochs`` passes of PPO-clip over mini-batches of prompts, AdamW with a
+linear warm-up and grad-norm clipping.
+
+The "old" log-probabilities of PPO are the sampling policy's, recorded by the backend at sampling
+time (``Generation.logprobs``); where a backend did not record them they are computed once with the
+current weights before the first mini-batch (the same thing when the update starts from the
+sampling weights, as it does here).
+"""
+
+from __future__ import annotations
+
+import warnings
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+import torch
+
+from trainer.loss import entropy_bonus, kl_penalty, ppo_clip_loss
+
+UPDATE_METRICS = ("policy_loss", "entropy", "kl", "clip_frac_low", "clip_frac_high",
+                  "grad_norm", "lr")
+
+
+@dataclass
+class UpdateBatch:
+    """The kept responses of a step. ``groups[i]`` is the prompt a response belongs to
+    (mini-batches split by prompt, so a group is never cut in two)."""
+
+    prompt_ids: list[list[int]]
+    response_ids: list[list[int]]
+    advantages: list[float]
+    groups: list[int]
+    old_logprobs: list[list[float] | None] = field(default_factory=list)
+
+    def __len__(self) -> int:
+        return len(self.response_ids)
+
+
+def warmup_factor(step_index: int, warmup_steps: int) -> float:
+    """Linear warm-up: the lr multiplier of the ``step_index``-th (0-based) update step,
+    ``min(1, (step_index + 1) / warmup_steps)``, then constant."""
+    if warmup_steps <= 0:
+        return 1.0
+    return min(1.0, (step_index + 1) / warmup_steps)
+
+
+def make_optimizer(model: torch.nn.Module, config: Any
+                   ) -> tuple[torch.optim.Optimizer, torch.optim.lr_scheduler.LambdaLR]:
+    """AdamW over the trainable parameters and a scheduler stepped once per training step."""
+    params = [p for p in model.parameters() if p.requires_grad]
+    opt = torch.optim.AdamW(params, lr=config.lr, weight_decay=config.weight_decay)
+    warmup = int(config.warmup_steps)
+    sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda s: warmup_factor(s, warmup))
+    return opt, sched
+
+
+def response_logprobs(model: Any, prompt_ids: list[list[int]], response_ids: list[list[int]],
+                      pad_token_id: int, temperature: float
+                      ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Per-token log-probs, entropies and mask ``[batch, max_resp_len]`` (see trainer.policy)."""
+    from trainer.policy import response_logprobs as impl
+
+    return impl(model, prompt_ids, response_ids, pad_token_id, temperature)
+
+
+def _pad(rows: Sequence[Sequence[float]], width: int) -> torch.Tensor:
+    out = torch.zeros(len(rows), width)
+    for i, r in enumerate(rows):
+        n = min(len(r), width)
+        if n:
+            out[i, :n] = torch.tensor(r[:n], dtype=torch.float32)
+    return out
+
+
+def _chunks(idx: list[int], size: int | None) -> list[list[int]]:
+    if not size or size >= len(idx):
+        return [idx]
+    return [idx[i:i + size] for i in range(0, len(idx), size)]
+
+
+@torch.no_grad()
+def _logprobs_no_grad(model: Any, batch: UpdateBatch, idx: list[int], pad_token_id: int,
+                      temperature: float, micro: int | None) -> dict[int, list[float]]:
+    out: dict[int, list[float]] = {}
+    for part in _chunks(idx, micro):
+        lp, _, _ = response_logprobs(model, [batch.prompt_ids[i] for i in part],
+                                     [batch.response_ids[i] for i in part], pad_token_id,
+                                     temperature)
+        for row, i in enumerate(part):
+            out[i] = lp[row, :len(batch.response_ids[i])].tolist()
+    return out
+
+
+def update_policy(model: Any, optimizer: torch.optim.Optimizer, scheduler: Any,
+                  batch: UpdateBatch, config: Any, *, pad_token_id: int,
+                  ref_model: Any = None, seed: int = 0, micro_batch_size: int | None = None
+                  ) -> dict[str, float]:
+    """One training step's policy update. Returns the UPDATE_METRICS, averaged over mini-batches
+    (``lr`` is the learning rate the step used).
+
+    Mini-batches hold ``config.ppo_mini_batch_size`` prompts (0: the whole batch) in an order
+    shuffled per epoch by ``seed``; each is one optimiser step whose loss is the token-mean over
+    the mini-batch (micro-batches of ``micro_batch_size`` responses accumulate gradients divided
+    by the mini-batch's token count, so splitting does not change the gradient).
+    """
+    lr = float(optimizer.param_groups[0]["lr"])
+    metrics = dict.fromkeys(UPDATE_METRICS, 0.0)
+    metrics["lr"] = lr
+    if len(batch) == 0:
+        # Nothing kept (e.g. passive filtering dropped every group): the schedule still advances
+        # so that the lr of step s does not depend on earlier steps' contents.
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", UserWarning)  # "scheduler.step() before optimizer"
+            scheduler.step()
+        return metrics
+    temperature = float(config.temperature)
+    all_idx = list(range(len(batch)))
+    # Old log-probs: recorded at sampling time where the backend gave them (one per token).
+    old: dict[int, list[float]] = {}
+    missing = []
+    for i in all_idx:
+        rec = batch.old_logprobs[i] if i < len(batch.old_logprobs) else None
+        if rec is not None and len(rec) == len(batch.response_ids[i]):
+            old[i] = list(rec)
+        else:
+            missing.append(i)
+    model.eval()  # no dropout in the reference forward passes
+    if missing:
+        old.update(_logprobs_no_grad(model, batch, missing, pad_token_id, temperature,
+                                     micro_batch_size))
+    ref: dict[int, list[float]] = {}
+    if ref_model is not None and config.kl_coef > 0:
+        ref = _logprobs_no_grad(ref_model, batch, all_idx, pad_token_id, temperature,
+                                micro_batch_size)
+    model.train()
+
+    groups = sorted(set(batch.groups))
+    members: dict[int, list[int]] = {g: [] for g in groups}
+    for i, g in enumerate(batch.groups):
+        members[g].append(i)
+    mb_prompts = config.ppo_mini_batch_size or len(groups)
+    totals = dict.fromkeys(("policy_loss", "entropy", "kl", "clip_frac_low", "clip_frac_high",
+                            "grad_norm"), 0.0)
+    n_updates = 0
+    for epoch in range(config.ppo_epochs):
+        order = np.random.default_rng([seed, epoch]).permutation(len(groups)).tolist()
+        for start in range(0, len(groups), mb_prompts):
+            idx = [i for k in order[start:start + mb_prompts] for i in members[groups[k]]]
+            n_tokens = float(sum(len(batch.response_ids[i]) for i in idx))
+            optimizer.zero_grad(set_to_none=True)
+            mb = dict.fromkeys(("policy_loss", "entropy", "kl", "clip_frac_low",
+                                "clip_frac_high"), 0.0)
+            for part in _chunks(idx, micro_batch_size):
+                lp, ent, mask = response_logprobs(
+                    model, [batch.prompt_ids[i] for i in part],
+                    [batch.response_ids[i] for i in part], pad_token_id, temperature)
+                mask = mask.to(lp.dtype)
+                width = lp.shape[1]
+                old_lp = _pad([old[i] for i in part], width).to(lp.device)
+                adv = torch.tensor([batch.advantages[i] for i in part], dtype=lp.dtype,
+                                   device=lp.device)
+                pg, clip = ppo_clip_loss(lp, old_lp, adv, mask, config.clip_eps_low,
+                                         config.clip_eps_high, denominator=n_tokens)
+                ent_term, h = entropy_bonus(ent, mask, config.entropy_coef, denominator=n_tokens)
+                loss = pg + ent_term
+                if ref:
+                    ref_lp = _pad([ref[i] for i in part], width).to(lp.device)
+                    kl_term, kl = kl_penalty(lp, ref_lp, mask, config.kl_coef,
+                                             denominator=n_tokens)
+                    loss = loss + kl_term
+                    mb["kl"] += kl.item()
+                loss.backward()
+                mb["policy_loss"] += pg.item()
+                mb["entropy"] += h.item()
+                mb["clip_frac_low"] += clip["clip_frac_low"].item()
+                mb["clip_frac_high"] += clip["clip_frac_high"].item()
+            grad_norm = torch.nn.utils.clip_grad_norm_(
+                [p for g in optimizer.param_groups for p in g["params"]], config.max_grad_norm)
+            optimizer.step()
+            for k, v in mb.items():
+                totals[k] += v
+            totals["grad_norm"] += float(grad_norm)
+            n_updates += 1
+    optimizer.zero_grad(set_to_none=True)
+    scheduler.step()
+    model.eval()
+    for k, v in totals.items():
+        metrics[k] = v / max(n_updates, 1)
+    return metrics
