@@ -1,0 +1,311 @@
+"""Plotly figures (plain dicts) for the chart JSON endpoints.
+
+Figures are built as dicts rather than with ``plotly.graph_objects``: the endpoints are polled
+while a run trains, and validating every trace object costs more than the query. Every figure has a
+title, axis titles with units and a legend, which the endpoint tests check.
+"""
+
+from __future__ import annotations
+
+import statistics
+from collections import defaultdict
+from typing import Any
+
+from experiments.models import Run
+
+from . import selectors
+from .downsample import bucket_mean, minmax
+
+MAX_POINTS = 1000
+Fig = dict[str, Any]
+
+# Colour-blind-safe palette (Okabe-Ito), stable per trace name so charts agree with each other.
+PALETTE = ["#0072B2", "#D55E00", "#009E73", "#CC79A7", "#E69F00", "#56B4E9", "#F0E442",
+           "#000000"]
+
+
+def _layout(title: str, xtitle: str, ytitle: str, **extra: Any) -> dict[str, Any]:
+    layout: dict[str, Any] = {
+        "title": {"text": title},
+        "xaxis": {"title": {"text": xtitle}},
+        "yaxis": {"title": {"text": ytitle}},
+        "showlegend": True,
+        "legend": {"orientation": "h", "y": -0.25},
+        "margin": {"l": 60, "r": 60, "t": 50, "b": 90},
+        "hovermode": "x unified",
+    }
+    layout.update(extra)
+    return layout
+
+
+def _line(name: str, xs: list[Any], ys: list[Any], color: str, max_points: int,
+          **extra: Any) -> dict[str, Any]:
+    x, y = minmax(xs, ys, max_points)
+    trace = {"type": "scatter", "mode": "lines", "name": name, "x": x, "y": y,
+             "line": {"color": color, "width": 1.5}}
+    trace.update(extra)
+    return trace
+
+
+def _empty_note(fig: Fig, steps: list[Any]) -> Fig:
+    if not steps:
+        fig["layout"]["annotations"] = [{"text": "no steps recorded yet", "showarrow": False,
+                                         "xref": "paper", "yref": "paper", "x": 0.5, "y": 0.5}]
+    return fig
+
+
+# --- run page ----------------------------------------------------------------------------------
+
+def rewards(run: Run, max_points: int = MAX_POINTS) -> Fig:
+    s = selectors.step_series(run.pk)
+    data = [
+        _line("real reward (first n samples)", s["step"], s["real_reward"], PALETTE[0],
+              max_points),
+        _line("kept-batch reward", s["step"], s["kept_reward"], PALETTE[1], max_points),
+    ]
+    layout = _layout("Reward per step", "training step", "mean reward (0-1)")
+    return _empty_note({"data": data, "layout": layout}, s["step"])
+
+
+def funnel(run: Run, max_points: int = MAX_POINTS) -> Fig:
+    """Top: prompts still active after each round (a ribbon per round). Bottom: where every prompt
+    of the batch ended: resolved in round r, or unresolved missing positives / negatives."""
+    r = selectors.round_series(run.pk)
+    s = selectors.step_series(run.pk, ("unresolved_missing_pos", "unresolved_missing_neg"))
+    steps = r["steps"]
+    data: list[dict[str, Any]] = []
+    batch = int((run.config or {}).get("batch_size", 0))
+    for rnd in range(1, r["max_round"] + 1):
+        ys = [r["active"].get((st, rnd), 0) - r["finished"].get((st, rnd), 0)
+              if (st, rnd) in r["active"] else 0 for st in steps]
+        data.append(_line(f"active after round {rnd}", steps, ys,
+                          PALETTE[(rnd - 1) % len(PALETTE)], max_points,
+                          fill="tozeroy", yaxis="y2", legendgroup="active"))
+    for rnd in range(1, r["max_round"] + 1):
+        ys = [r["finished"].get((st, rnd), 0) for st in steps]
+        x, y = bucket_mean(steps, ys, max_points)
+        data.append({"type": "bar", "name": f"resolved in round {rnd}", "x": x, "y": y,
+                     "marker": {"color": PALETTE[(rnd - 1) % len(PALETTE)]},
+                     "legendgroup": "resolved"})
+    for key, name, color in (
+            ("unresolved_missing_pos", "unresolved: missing positives", "#999999"),
+            ("unresolved_missing_neg", "unresolved: missing negatives", "#444444")):
+        x, y = bucket_mean(s["step"], [v or 0 for v in s[key]], max_points)
+        data.append({"type": "bar", "name": name, "x": x, "y": y, "marker": {"color": color},
+                     "legendgroup": "unresolved"})
+    layout = _layout("Elimination funnel", "training step",
+                     f"prompts per outcome (batch = {batch} prompts)",
+                     barmode="stack", bargap=0.05)
+    layout["yaxis"]["domain"] = [0, 0.45]
+    layout["yaxis2"] = {"title": {"text": "active prompts after round"}, "domain": [0.55, 1],
+                        "anchor": "x"}
+    layout["height"] = 520
+    return _empty_note({"data": data, "layout": layout}, steps)
+
+
+def budget(run: Run, max_points: int = MAX_POINTS) -> Fig:
+    s = selectors.step_series(run.pk)
+    bxn = selectors.group_bxn(run)
+    steps = s["step"]
+    data = [
+        _line("samples per step", steps, s["samples"], PALETTE[0], max_points),
+        _line(f"GRPO budget B x n = {bxn} samples", steps, [bxn] * len(steps), "#888888",
+              max_points, line={"color": "#888888", "dash": "dash", "width": 1.5}),
+        _line("tokens per step", steps, s["tokens"], PALETTE[1], max_points, yaxis="y3"),
+        _line("cumulative samples", steps, s["cum_samples"], PALETTE[0], max_points,
+              yaxis="y2", line={"color": PALETTE[0], "width": 2.5}),
+        _line("cumulative GRPO budget", steps, [bxn * st for st in steps], "#888888",
+              max_points, yaxis="y2", line={"color": "#888888", "dash": "dot", "width": 2}),
+        _line("cumulative tokens", steps, s["cum_tokens"], PALETTE[1], max_points,
+              yaxis="y4", line={"color": PALETTE[1], "width": 2.5}),
+    ]
+    layout = _layout("Sampling budget", "training step", "samples per step")
+    layout["yaxis"]["domain"] = [0, 0.45]
+    layout["yaxis2"] = {"title": {"text": "cumulative samples"}, "domain": [0.55, 1],
+                        "anchor": "x"}
+    layout["yaxis3"] = {"title": {"text": "tokens per step"}, "overlaying": "y",
+                        "side": "right", "anchor": "x", "showgrid": False}
+    layout["yaxis4"] = {"title": {"text": "cumulative tokens"}, "overlaying": "y2",
+                        "side": "right", "anchor": "x", "showgrid": False}
+    layout["height"] = 520
+    return _empty_note({"data": data, "layout": layout}, steps)
+
+
+# Charts that plot Step.metrics keys: (title, y title, [(key, legend name)], stacked).
+METRIC_CHARTS: dict[str, tuple[str, str, list[tuple[str, str]], bool]] = {
+    "signal": ("Signal collapse", "fraction of prompts (0-1)", [
+        ("zero_adv_frac", "kept groups with zero advantage"),
+        ("first_round_all_correct", "first round all correct"),
+        ("first_round_all_wrong", "first round all wrong")], False),
+    "entropy": ("Policy entropy", "mean token entropy (nats)", [("entropy", "entropy")], False),
+    "clip": ("PPO clip fractions", "fraction of tokens (0-1)", [
+        ("clip_frac_low", "clipped at 1 - eps_low"),
+        ("clip_frac_high", "clipped at 1 + eps_high")], False),
+    "length": ("Response length", "mean response length (tokens)",
+               [("response_length", "response length")], False),
+    "timing": ("Step time", "seconds per step (s)", [
+        ("time_generation", "generation"), ("time_scoring", "scoring"),
+        ("time_update", "update")], True),
+}
+
+
+def metric_chart(run: Run, name: str, max_points: int = MAX_POINTS) -> Fig:
+    title, ytitle, keys, stacked = METRIC_CHARTS[name]
+    s = selectors.step_series(run.pk, tuple(k for k, _ in keys))
+    data = []
+    for i, (key, label) in enumerate(keys):
+        extra: dict[str, Any] = {}
+        if stacked:
+            # Stacked areas need aligned x values, so a bucket mean replaces min/max here.
+            x, y = bucket_mean(s["step"], s[key], max_points)
+            data.append({"type": "scatter", "mode": "lines", "name": label, "x": x, "y": y,
+                         "stackgroup": "time", "line": {"color": PALETTE[i], "width": 1}})
+            continue
+        data.append(_line(label, s["step"], s[key], PALETTE[i], max_points, **extra))
+    layout = _layout(title, "training step", ytitle)
+    return _empty_note({"data": data, "layout": layout}, s["step"])
+
+
+def heatmap(run: Run) -> Fig:
+    h = selectors.heatmap(run.pk)
+    width = h["steps_per_column"]
+    xtitle = "training step" + (f" ({width} steps per column)" if width > 1 else "")
+    data = [{
+        "type": "heatmap", "name": "samples spent", "x": h["x"], "y": h["labels"], "z": h["z"],
+        "text": h["hover"], "customdata": h["hover"],
+        "hovertemplate": "prompt %{y}<br>%{text}<br>samples: %{z}<extra></extra>",
+        "colorscale": "Viridis", "hoverongaps": False,
+        "colorbar": {"title": {"text": "samples per step"}},
+    }]
+    layout = _layout("Samples spent per prompt and step (click a cell: prompt history)", xtitle,
+                     "prompt (index in set)", hovermode="closest")
+    layout["yaxis"]["type"] = "category"
+    layout["yaxis"]["autorange"] = "reversed"
+    layout["height"] = max(320, min(900, 14 * len(h["labels"]) + 140))
+    # Heatmaps have no legend entries; the colour bar is its legend.
+    return {"data": data, "layout": layout, "prompt_ids": h["prompt_ids"]}
+
+
+def prompt_pass_rate(run: Run, prompt_id: int) -> Fig:
+    p = selectors.prompt_pass_rates(run.pk, prompt_id)
+    hover = [f"{n} samples, " + (f"exit after round {e}" if e is not None else "unresolved")
+             for n, e in zip(p["samples"], p["exit_round"], strict=True)]
+    data = [{"type": "scatter", "mode": "lines+markers", "name": "pass rate of its pool",
+             "x": p["step"], "y": p["pass_rate"], "text": hover,
+             "hovertemplate": "step %{x}: %{y:.2f}<br>%{text}<extra></extra>",
+             "line": {"color": PALETTE[0]}}]
+    layout = _layout("Estimated pass rate of this prompt", "training step",
+                     "positives / samples (0-1)", hovermode="closest")
+    layout["yaxis"]["range"] = [-0.05, 1.05]
+    return _empty_note({"data": data, "layout": layout}, p["step"])
+
+
+# --- compare -----------------------------------------------------------------------------------
+
+X_AXES = {"step": ("step", "training step"),
+          "samples": ("cum_samples", "cumulative samples"),
+          "tokens": ("cum_tokens", "cumulative tokens"),
+          "wall": ("wall_seconds", "wall time (s)")}
+COMPARE_METRICS = {"real_reward": "real reward (0-1)", "kept_reward": "kept-batch reward (0-1)",
+                   "zero_adv_frac": "zero-advantage group fraction (0-1)",
+                   "samples": "samples per step", "entropy": "entropy (nats)",
+                   "response_length": "response length (tokens)"}
+
+
+def _run_label(run: Run) -> str:
+    return f"{run.name} ({selectors.ALGORITHM_LABELS.get(run.algorithm, run.algorithm)})"
+
+
+def compare(runs: list[Run], x_axis: str = "step", metric: str = "real_reward",
+            max_points: int = MAX_POINTS) -> Fig:
+    """Overlay runs; runs that differ only by seed become one mean line with a min-max band."""
+    x_key, x_title = X_AXES.get(x_axis, X_AXES["step"])
+    metric = metric if metric in COMPARE_METRICS else "real_reward"
+    json_metrics = tuple(m for m in (metric,) if m in selectors.METRIC_KEYS)
+    series = {r.pk: selectors.step_series(r.pk, json_metrics) for r in runs}
+    groups: dict[str, list[Run]] = defaultdict(list)
+    for r in runs:
+        groups[selectors.seed_group_key(r)].append(r)
+    data: list[dict[str, Any]] = []
+    for gi, members in enumerate(groups.values()):
+        color = PALETTE[gi % len(PALETTE)]
+        if len(members) == 1:
+            s = series[members[0].pk]
+            data.append(_line(_run_label(members[0]), s[x_key], s[metric], color, max_points))
+            continue
+        # Align seeds on the step index: steps every member has recorded.
+        by_step = [dict(zip(series[m.pk]["step"], range(len(series[m.pk]["step"])),
+                            strict=True)) for m in members]
+        common = sorted(set.intersection(*(set(b) for b in by_step)))
+        xs, mean, lo, hi = [], [], [], []
+        for st in common:
+            vals = [series[m.pk][metric][b[st]] for m, b in zip(members, by_step, strict=True)]
+            vals = [v for v in vals if v is not None]
+            xvals = [series[m.pk][x_key][b[st]] for m, b in zip(members, by_step, strict=True)]
+            xs.append(statistics.fmean(xvals))
+            mean.append(statistics.fmean(vals) if vals else None)
+            lo.append(min(vals) if vals else None)
+            hi.append(max(vals) if vals else None)
+        seeds = ", ".join(str(m.seed) for m in members)
+        label = f"{_run_label(members[0])} mean of {len(members)} seeds ({seeds})"
+        bx_hi, by_hi = bucket_mean(xs, hi, max_points)
+        bx_lo, by_lo = bucket_mean(xs, lo, max_points)
+        data.append({"type": "scatter", "mode": "lines", "x": bx_hi, "y": by_hi,
+                     "line": {"width": 0, "color": color}, "showlegend": False,
+                     "hoverinfo": "skip", "legendgroup": f"g{gi}", "name": "max"})
+        data.append({"type": "scatter", "mode": "lines", "x": bx_lo, "y": by_lo,
+                     "fill": "tonexty", "fillcolor": _rgba(color, 0.2),
+                     "line": {"width": 0, "color": color}, "legendgroup": f"g{gi}",
+                     "name": "min-max across seeds"})
+        data.append(_line(label, xs, mean, color, max_points, legendgroup=f"g{gi}"))
+    layout = _layout(f"{COMPARE_METRICS[metric].split(' (')[0].capitalize()} vs {x_title}",
+                     x_title, COMPARE_METRICS[metric])
+    layout["height"] = 460
+    return {"data": data, "layout": layout}
+
+
+def pass_rate_scatter(run_a: Run, run_b: Run) -> Fig:
+    p = selectors.per_prompt_pass_rates(run_a.pk, run_b.pk)
+    data = [
+        {"type": "scattergl", "mode": "markers", "name": "prompts sampled by both runs",
+         "x": p["a"], "y": p["b"], "customdata": p["prompt_id"],
+         "text": [f"prompt #{i}" for i in p["index"]],
+         "hovertemplate": "%{text}<br>A: %{x:.2f}  B: %{y:.2f}<extra></extra>",
+         "marker": {"size": 6, "opacity": 0.6, "color": PALETTE[0]}},
+        {"type": "scattergl", "mode": "lines", "name": "equal pass rate", "x": [0, 1],
+         "y": [0, 1], "line": {"color": "#888888", "dash": "dash"}, "hoverinfo": "skip"},
+    ]
+    layout = _layout("Per-prompt pass rate", f"pass rate in A: {run_a.name} (0-1)",
+                     f"pass rate in B: {run_b.name} (0-1)", hovermode="closest")
+    layout["xaxis"]["range"] = [-0.02, 1.02]
+    layout["yaxis"]["range"] = [-0.02, 1.02]
+    layout["height"] = 460
+    fig = {"data": data, "layout": layout}
+    if not p["a"]:
+        fig["layout"]["annotations"] = [{"text": "the runs sampled no prompt in common",
+                                         "showarrow": False, "xref": "paper", "yref": "paper",
+                                         "x": 0.5, "y": 0.5}]
+    return fig
+
+
+def _rgba(hex_color: str, alpha: float) -> str:
+    h = hex_color.lstrip("#")
+    r, g, b = (int(h[i:i + 2], 16) for i in (0, 2, 4))
+    return f"rgba({r},{g},{b},{alpha})"
+
+
+RUN_CHARTS = ("rewards", "funnel", "budget", *METRIC_CHARTS, "heatmap")
+
+
+def run_chart(run: Run, name: str, max_points: int = MAX_POINTS) -> Fig:
+    if name == "rewards":
+        return rewards(run, max_points)
+    if name == "funnel":
+        return funnel(run, max_points)
+    if name == "budget":
+        return budget(run, max_points)
+    if name == "heatmap":
+        return heatmap(run)
+    if name in METRIC_CHARTS:
+        return metric_chart(run, name, max_points)
+    raise KeyError(name)

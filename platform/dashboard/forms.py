@@ -1,0 +1,174 @@
+"""Forms. The launch form is generated from ``TrainConfig.field_specs()`` so every hyperparameter
+the trainer knows appears with its default and help text, and a new trainer option shows up in
+the browser without touching this file."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from django import forms
+from django.conf import settings
+from experiments.models import PromptSet, Run
+
+from trainer.config import (
+    ALGORITHMS,
+    BACKENDS,
+    BUILTIN_MODEL,
+    DEVICES,
+    VERIFIERS,
+    ConfigError,
+    TrainConfig,
+    field_specs,
+)
+
+from .selectors import ALGORITHM_LABELS
+
+# Set from the chosen prompt sets by the launch service, not typed by the user.
+SERVICE_OWNED = ("prompts", "eval_prompts")
+CHOICES = {"algorithm": [(a, ALGORITHM_LABELS[a]) for a in ALGORITHMS],
+           "backend": [(b, b) for b in BACKENDS], "verifier": [(v, v) for v in VERIFIERS],
+           "device": [(d, d) for d in DEVICES]}
+GROUP_TITLES = {"algorithm": "Algorithm", "model": "Model and generation",
+                "optimisation": "Optimisation", "data": "Built-in task and verifier",
+                "run": "Seed, checkpoints and evaluation"}
+
+
+def _config_field(spec: dict[str, Any]) -> forms.Field:
+    name, typ, default = spec["name"], spec["type"], spec["default"]
+    help_text = spec["help"] + (f" Unit: {spec['unit']}." if spec["unit"] else "")
+    common: dict[str, Any] = {"help_text": help_text, "initial": default, "label": name}
+    if name in CHOICES:
+        return forms.ChoiceField(choices=CHOICES[name], **common)
+    if typ.startswith("bool") and "None" in typ:
+        return forms.TypedChoiceField(
+            choices=[("", "default"), ("true", "on"), ("false", "off")], required=False,
+            coerce=lambda v: {"true": True, "false": False}.get(v), empty_value=None,
+            **{**common, "initial": "" if default is None else str(default).lower()})
+    if typ == "bool":
+        return forms.BooleanField(required=False, **common)
+    if typ == "int":
+        return forms.IntegerField(**common)
+    if typ == "float":
+        return forms.FloatField(widget=forms.NumberInput(attrs={"step": "any"}), **common)
+    return forms.CharField(required=False, **common)
+
+
+class LaunchForm(forms.Form):
+    name = forms.CharField(max_length=200, help_text="A name to find the run by.")
+    prompt_set = forms.ModelChoiceField(queryset=PromptSet.objects.all(),
+                                        help_text="Training prompts.")
+    eval_set = forms.ModelChoiceField(queryset=PromptSet.objects.all(), required=False,
+                                      help_text="Held-out prompts for evaluation (optional).")
+    queue = forms.ChoiceField(choices=[("cpu", "cpu"), ("gpu", "gpu")], initial="cpu",
+                              help_text="Workers that may take the run.")
+    retention = forms.ChoiceField(choices=Run.Retention.choices, initial=Run.Retention.ALL,
+                                  help_text="Which response texts are stored.")
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.config_groups: dict[str, list[str]] = {}
+        for spec in field_specs():
+            if spec["name"] in SERVICE_OWNED:
+                continue
+            self.fields[spec["name"]] = _config_field(spec)
+            self.config_groups.setdefault(spec["group"], []).append(spec["name"])
+        self.fields["model"].widget.attrs["list"] = "model-choices"
+        self.fields["model"].required = True
+        self.fields["model"].initial = BUILTIN_MODEL
+
+    def grouped(self) -> list[tuple[str, list[forms.BoundField]]]:
+        order = ["algorithm", "model", "optimisation", "data", "run"]
+        groups = sorted(self.config_groups, key=lambda g: order.index(g) if g in order else 99)
+        return [(GROUP_TITLES.get(g, g), [self[n] for n in self.config_groups[g]])
+                for g in groups]
+
+    def config_dict(self) -> dict[str, Any]:
+        return {name: self.cleaned_data[name] for names in self.config_groups.values()
+                for name in names}
+
+    def clean(self) -> dict[str, Any]:
+        cleaned = super().clean()
+        if self.errors:
+            return cleaned
+        # Validate exactly as the CLI does; prompts are checked by the service against the set.
+        try:
+            TrainConfig.from_dict({**self.config_dict(), "prompts": "builtin:arithmetic",
+                                   "eval_prompts": ""})
+        except ConfigError as exc:
+            self.add_config_error(exc)
+        return cleaned
+
+    def add_config_error(self, exc: ConfigError) -> None:
+        target = exc.field if exc.field in self.fields else None
+        self.add_error(target, exc.reason if target else str(exc))
+
+
+def initial_from_run(run: Run) -> dict[str, Any]:
+    initial: dict[str, Any] = {k: v for k, v in (run.config or {}).items()
+                               if k not in SERVICE_OWNED}
+    if initial.get("std_normalize") is not None:
+        initial["std_normalize"] = str(initial["std_normalize"]).lower()
+    elif "std_normalize" in initial:
+        initial["std_normalize"] = ""
+    initial.update(name=f"{run.name} (clone)", prompt_set=run.prompt_set_id,
+                   eval_set=run.eval_set_id, queue=run.queue, retention=run.retention)
+    return initial
+
+
+def clone_diff(form: LaunchForm, source: Run) -> list[tuple[str, Any, Any]]:
+    """(field, source run's value, new value) for everything the user changed."""
+    new = form.config_dict()
+    old = source.config or {}
+    out = [(k, old.get(k), v) for k, v in new.items() if old.get(k) != v]
+    for label, before, after in (
+            ("prompt set", source.prompt_set, form.cleaned_data["prompt_set"]),
+            ("eval set", source.eval_set, form.cleaned_data["eval_set"]),
+            ("queue", source.queue, form.cleaned_data["queue"]),
+            ("retention", source.retention, form.cleaned_data["retention"])):
+        if before != after:
+            out.append((label, before, after))
+    return out
+
+
+class UploadForm(forms.Form):
+    name = forms.CharField(max_length=200)
+    file = forms.FileField(help_text="JSONL or Parquet with 'prompt' and 'answer' per record "
+                           "(verl layout with reward_model.ground_truth accepted).")
+
+    def clean_file(self) -> Any:
+        f = self.cleaned_data["file"]
+        limit = settings.PROMPT_UPLOAD_MAX_BYTES
+        if f.size > limit:
+            raise forms.ValidationError(f"the file has {f.size / 1e6:.1f} MB; the limit is "
+                                        f"{limit / 1e6:.0f} MB")
+        if not f.name.lower().endswith((".jsonl", ".json", ".parquet")):
+            raise forms.ValidationError("expected a .jsonl or .parquet file")
+        return f
+
+    def clean_name(self) -> str:
+        name = self.cleaned_data["name"].strip()
+        if PromptSet.objects.filter(name=name).exists():
+            raise forms.ValidationError("a prompt set of this name exists")
+        return name
+
+
+class BuiltinForm(forms.Form):
+    name = forms.CharField(max_length=200, initial="arithmetic")
+    num_prompts = forms.IntegerField(min_value=1, max_value=100_000, initial=2048,
+                                     help_text="prompts")
+    min_digits = forms.IntegerField(min_value=1, max_value=9, initial=1, help_text="digits")
+    max_digits = forms.IntegerField(min_value=1, max_value=9, initial=3, help_text="digits")
+    seed = forms.IntegerField(min_value=0, initial=0)
+
+    def clean_name(self) -> str:
+        name = self.cleaned_data["name"].strip()
+        if PromptSet.objects.filter(name=name).exists():
+            raise forms.ValidationError("a prompt set of this name exists")
+        return name
+
+    def clean(self) -> dict[str, Any]:
+        cleaned = super().clean()
+        lo, hi = cleaned.get("min_digits"), cleaned.get("max_digits")
+        if lo and hi and lo > hi:
+            self.add_error("max_digits", "must be >= min_digits")
+        return cleaned

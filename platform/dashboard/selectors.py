@@ -1,0 +1,340 @@
+"""Reads for the dashboard's pages and charts.
+
+Everything that touches many rows aggregates in PostgreSQL and walks the indexes the schema
+provides: (run, step) on steps and round stats, (run, prompt, step) on prompt-steps and
+(run, prompt, step, index) on samples. A 600-step x 512-prompt run has 300k prompt-steps and
+millions of samples, so nothing here loads rows into Python that it does not return.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+from collections import defaultdict
+from dataclasses import dataclass
+from typing import Any
+
+from django.db import connection
+from django.db.models import Q, QuerySet
+from django.utils import timezone
+from experiments.models import (
+    EvalResult,
+    Prompt,
+    PromptSet,
+    PromptStep,
+    RoundStat,
+    Run,
+    Sample,
+    Step,
+)
+
+# Step.metrics keys the charts read; values are cast in SQL so Python never parses the JSON.
+METRIC_KEYS = (
+    "zero_adv_frac", "first_round_all_correct", "first_round_all_wrong", "unresolved",
+    "unresolved_missing_pos", "unresolved_missing_neg", "entropy", "clip_frac_low",
+    "clip_frac_high", "response_length", "time_generation", "time_scoring", "time_update",
+    "time_step", "policy_loss", "grad_norm", "reward_all",
+)
+
+ALGORITHM_LABELS = {"grpo": "GRPO", "ada-pos": "Reinforce-Ada-pos",
+                    "ada-balance": "Reinforce-Ada-balance"}
+
+
+def _fetch(sql: str, params: list[Any]) -> list[tuple[Any, ...]]:
+    with connection.cursor() as cur:
+        cur.execute(sql, params)
+        return cur.fetchall()
+
+
+# --- runs --------------------------------------------------------------------------------------
+
+@dataclass
+class RunFilters:
+    status: str = ""
+    algorithm: str = ""
+    prompt_set: str = ""
+    q: str = ""
+
+
+def run_list(filters: RunFilters) -> QuerySet[Run]:
+    qs = Run.objects.select_related("prompt_set", "owner").defer("traceback")
+    if filters.status:
+        qs = qs.filter(status=filters.status)
+    if filters.algorithm:
+        qs = qs.filter(algorithm=filters.algorithm)
+    if filters.prompt_set:
+        qs = qs.filter(prompt_set_id=filters.prompt_set)
+    if filters.q:
+        qs = qs.filter(Q(name__icontains=filters.q) | Q(model__icontains=filters.q))
+    return qs.order_by("-created_at")
+
+
+def run_detail(run_id: int) -> Run:
+    return Run.objects.select_related("prompt_set", "eval_set", "owner", "cloned_from").get(
+        pk=run_id)
+
+
+def runs_by_ids(ids: list[int]) -> list[Run]:
+    by_id = {r.pk: r for r in Run.objects.select_related("prompt_set").filter(pk__in=ids)}
+    return [by_id[i] for i in ids if i in by_id]
+
+
+def prompt_sets() -> QuerySet[PromptSet]:
+    return PromptSet.objects.order_by("-created_at")
+
+
+def prompt_set_preview(prompt_set: PromptSet, limit: int = 20) -> list[Prompt]:
+    return list(Prompt.objects.filter(prompt_set=prompt_set).order_by("index")[:limit])
+
+
+def run_eta(run: Run, now: dt.datetime | None = None) -> dt.timedelta | None:
+    """Remaining time extrapolated from the mean step time so far; None before the first step."""
+    if run.status not in Run.ACTIVE_STATUSES or not run.started_at or run.current_step == 0:
+        return None
+    elapsed = ((now or timezone.now()) - run.started_at).total_seconds()
+    per_step = elapsed / run.current_step
+    return dt.timedelta(seconds=round(per_step * max(run.total_steps - run.current_step, 0)))
+
+
+def group_bxn(run: Run) -> int:
+    """Samples GRPO spends per step: B x n."""
+    cfg = run.config or {}
+    return int(cfg.get("batch_size", 0)) * int(cfg.get("group_size", 0))
+
+
+# --- per-step series ---------------------------------------------------------------------------
+
+def step_series(run_id: int, metrics: tuple[str, ...] = ()) -> dict[str, list[Any]]:
+    """Columns of every recorded step in step order, plus the requested metrics from the JSON.
+
+    Cumulative samples and tokens are window sums in SQL so the compare page can switch its x axis
+    without another query.
+    """
+    unknown = [m for m in metrics if m not in METRIC_KEYS]
+    if unknown:
+        raise ValueError(f"unknown metrics: {unknown}")
+    extra = "".join(f", (metrics->>'{m}')::float" for m in metrics)
+    rows = _fetch(
+        f"SELECT step, real_reward, kept_reward, samples, tokens, wall_seconds, "
+        f"SUM(samples) OVER w, SUM(tokens) OVER w{extra} "
+        f"FROM {Step._meta.db_table} WHERE run_id = %s WINDOW w AS (ORDER BY step) ORDER BY step",
+        [run_id])
+    base = ["step", "real_reward", "kept_reward", "samples", "tokens", "wall_seconds",
+            "cum_samples", "cum_tokens", *metrics]
+    cols: dict[str, list[Any]] = {name: [] for name in base}
+    for row in rows:
+        for name, value in zip(base, row, strict=True):
+            cols[name].append(float(value) if name in ("cum_samples", "cum_tokens") else value)
+    return cols
+
+
+def round_series(run_id: int) -> dict[str, Any]:
+    """Per step and round: prompts active in the round and prompts that exited after it."""
+    rows = _fetch(
+        f"SELECT step, round, active_prompts, finished FROM {RoundStat._meta.db_table} "
+        f"WHERE run_id = %s ORDER BY step, round", [run_id])
+    steps: list[int] = []
+    max_round = 0
+    active: dict[tuple[int, int], int] = {}
+    finished: dict[tuple[int, int], int] = {}
+    for step, rnd, act, fin in rows:
+        if not steps or steps[-1] != step:
+            steps.append(step)
+        max_round = max(max_round, rnd)
+        active[step, rnd] = act
+        finished[step, rnd] = fin
+    return {"steps": steps, "max_round": max_round, "active": active, "finished": finished}
+
+
+# --- heatmap -----------------------------------------------------------------------------------
+
+def heatmap(run_id: int, max_cols: int = 150, max_rows: int = 600) -> dict[str, Any]:
+    """Prompt x step matrix of samples spent, with the exit round for the hover.
+
+    Steps are grouped into at most ``max_cols`` buckets (mean samples per appearance; the exit
+    round shown is the latest in the bucket, "unresolved" if any appearance was). Rows are the
+    prompts the run sampled, ordered by their index in the set; when there are more than
+    ``max_rows`` the ones with most samples are kept, since those are the ones the budget went to.
+    """
+    last = _fetch(f"SELECT COALESCE(MAX(step), 0) FROM {Step._meta.db_table} WHERE run_id = %s",
+                  [run_id])[0][0]
+    width = max(1, -(-last // max_cols))  # steps per column, ceil
+    ps = PromptStep._meta.db_table
+    rows = _fetch(
+        f"""
+        WITH top AS (
+            SELECT prompt_id FROM {ps} WHERE run_id = %s
+            GROUP BY prompt_id ORDER BY SUM(samples) DESC, prompt_id LIMIT %s
+        )
+        SELECT ps.prompt_id, (ps.step - 1) / %s AS col,
+               AVG(ps.samples)::float, COUNT(*),
+               BOOL_OR(ps.exit_round IS NULL),
+               (ARRAY_AGG(ps.exit_round ORDER BY ps.step DESC))[1],
+               MIN(ps.step), MAX(ps.step)
+        FROM {ps} ps JOIN top USING (prompt_id)
+        WHERE ps.run_id = %s
+        GROUP BY ps.prompt_id, col
+        """, [run_id, max_rows, width, run_id])
+    prompt_ids = sorted({r[0] for r in rows})
+    meta = {p.pk: p for p in Prompt.objects.filter(pk__in=prompt_ids).only("id", "index", "text")}
+    prompt_ids.sort(key=lambda pid: meta[pid].index if pid in meta else pid)
+    row_of = {pid: i for i, pid in enumerate(prompt_ids)}
+    ncols = max(1, -(-last // width)) if last else 0
+    z: list[list[float | None]] = [[None] * ncols for _ in prompt_ids]
+    hover: list[list[str]] = [[""] * ncols for _ in prompt_ids]
+    for pid, col, mean_samples, count, any_unresolved, last_exit, s_lo, s_hi in rows:
+        i = row_of[pid]
+        z[i][col] = round(mean_samples, 2)
+        where = f"step {s_lo}" if s_lo == s_hi else f"steps {s_lo}-{s_hi} ({count}x)"
+        exit_txt = "unresolved" if any_unresolved else f"exit after round {last_exit}"
+        hover[i][col] = f"{where}: {exit_txt}"
+    xs = [col * width + 1 if width == 1 else col * width + (width + 1) / 2
+          for col in range(ncols)]
+    return {
+        "x": xs, "z": z, "hover": hover, "prompt_ids": prompt_ids,
+        "labels": [f"#{meta[pid].index}" if pid in meta else str(pid) for pid in prompt_ids],
+        "steps_per_column": width, "last_step": last,
+    }
+
+
+# --- prompt history ----------------------------------------------------------------------------
+
+@dataclass
+class StepHistory:
+    step: int
+    samples: int
+    positives: int
+    negatives: int
+    rounds_used: int
+    exit_round: int | None
+    missing: str
+    kept_positives: int
+    kept_negatives: int
+    baseline: float
+    rounds: list[dict[str, int]]
+    responses: list[Sample]
+
+    @property
+    def pass_rate(self) -> float:
+        return self.positives / self.samples if self.samples else 0.0
+
+
+def prompt_history(run: Run, prompt: Prompt, page_steps: int = 10,
+                   before_step: int | None = None) -> dict[str, Any]:
+    """One prompt in one run: every step it was sampled in (summary rows for all of them) and,
+    for the ``page_steps`` most recent steps up to ``before_step``, each round and each response.
+
+    A prompt of a long run appears in hundreds of steps with thousands of responses; paging the
+    responses keeps the page small while the summary and the pass-rate chart cover the whole run.
+    """
+    threshold = float((run.config or {}).get("positive_threshold", 0.5))
+    steps = list(PromptStep.objects.filter(run=run, prompt=prompt).order_by("step").values_list(
+        "step", "samples", "positives", "negatives", "rounds", "exit_round", "missing",
+        "kept_positives", "kept_negatives", "baseline"))
+    shown = [s for s in steps if before_step is None or s[0] < before_step][-page_steps:]
+    shown_steps = [s[0] for s in shown]
+    rounds: dict[int, list[dict[str, int]]] = defaultdict(list)
+    responses: dict[int, list[Sample]] = defaultdict(list)
+    if shown_steps:
+        for step, rnd, n, pos in _fetch(
+                f"SELECT step, round, COUNT(*), COUNT(*) FILTER (WHERE reward > %s) "
+                f"FROM {Sample._meta.db_table} WHERE run_id = %s AND prompt_id = %s "
+                f"AND step >= %s AND step <= %s GROUP BY step, round ORDER BY step, round",
+                [threshold, run.pk, prompt.pk, shown_steps[0], shown_steps[-1]]):
+            rounds[step].append({"round": rnd, "samples": n, "positives": pos,
+                                 "negatives": n - pos})
+        for s in Sample.objects.filter(run=run, prompt=prompt, step__gte=shown_steps[0],
+                                       step__lte=shown_steps[-1]).order_by("step", "index"):
+            responses[s.step].append(s)
+    history = [StepHistory(step=s[0], samples=s[1], positives=s[2], negatives=s[3],
+                           rounds_used=s[4], exit_round=s[5], missing=s[6],
+                           kept_positives=s[7], kept_negatives=s[8], baseline=s[9],
+                           rounds=rounds.get(s[0], []), responses=responses.get(s[0], []))
+               for s in reversed(shown)]
+    older = shown_steps[0] if shown and steps and steps[0][0] < shown_steps[0] else None
+    return {"steps": history, "all_steps": steps, "older_than": older,
+            "total_steps": len(steps), "threshold": threshold}
+
+
+def prompt_pass_rates(run_id: int, prompt_id: int) -> dict[str, list[Any]]:
+    rows = _fetch(
+        f"SELECT step, positives, samples, exit_round FROM {PromptStep._meta.db_table} "
+        f"WHERE run_id = %s AND prompt_id = %s ORDER BY step", [run_id, prompt_id])
+    return {"step": [r[0] for r in rows],
+            "pass_rate": [r[1] / r[2] if r[2] else None for r in rows],
+            "samples": [r[2] for r in rows], "exit_round": [r[3] for r in rows]}
+
+
+# --- compare -----------------------------------------------------------------------------------
+
+def seed_group_key(run: Run) -> str:
+    """Runs whose settings differ only by seed share this key (name and seed excluded)."""
+    cfg = {k: v for k, v in (run.config or {}).items() if k != "seed"}
+    return json.dumps([run.prompt_set_id, run.model, cfg], sort_keys=True, default=str)
+
+
+def per_prompt_pass_rates(run_a: int, run_b: int) -> dict[str, list[Any]]:
+    """Pass rate of every prompt both runs sampled: positives / samples over the whole run."""
+    ps = PromptStep._meta.db_table
+    rows = _fetch(
+        f"""
+        SELECT a.prompt_id, a.pos::float / NULLIF(a.n, 0), b.pos::float / NULLIF(b.n, 0), p.index
+        FROM (SELECT prompt_id, SUM(positives) pos, SUM(samples) n FROM {ps}
+              WHERE run_id = %s GROUP BY prompt_id) a
+        JOIN (SELECT prompt_id, SUM(positives) pos, SUM(samples) n FROM {ps}
+              WHERE run_id = %s GROUP BY prompt_id) b USING (prompt_id)
+        JOIN {Prompt._meta.db_table} p ON p.id = a.prompt_id
+        ORDER BY p.index
+        """, [run_a, run_b])
+    return {"prompt_id": [r[0] for r in rows], "a": [r[1] for r in rows],
+            "b": [r[2] for r in rows], "index": [r[3] for r in rows]}
+
+
+def final_metrics(runs: list[Run], last_k: int = 10) -> list[dict[str, Any]]:
+    """Per run: totals and the mean of the last ``last_k`` steps (single steps are noisy)."""
+    if not runs:
+        return []
+    st = Step._meta.db_table
+    rows = _fetch(
+        f"""
+        SELECT run_id, MAX(step), SUM(samples), SUM(tokens), MAX(wall_seconds),
+               AVG(real_reward) FILTER (WHERE rk <= %s),
+               AVG(kept_reward) FILTER (WHERE rk <= %s),
+               AVG((metrics->>'zero_adv_frac')::float) FILTER (WHERE rk <= %s)
+        FROM (SELECT run_id, step, samples, tokens, wall_seconds, real_reward, kept_reward,
+                     metrics, ROW_NUMBER() OVER (PARTITION BY run_id ORDER BY step DESC) rk
+              FROM {st} WHERE run_id = ANY(%s)) t
+        GROUP BY run_id
+        """, [last_k, last_k, last_k, [r.pk for r in runs]])
+    by_run = {r[0]: r for r in rows}
+    evals: dict[int, dict[str, Any]] = {}
+    for run_id, step, metrics in _fetch(
+            f"SELECT DISTINCT ON (run_id) run_id, step, metrics FROM {EvalResult._meta.db_table} "
+            "WHERE run_id = ANY(%s) ORDER BY run_id, step DESC", [[r.pk for r in runs]]):
+        evals[run_id] = {"step": step, **(metrics if isinstance(metrics, dict)
+                                          else json.loads(metrics))}
+    out = []
+    for run in runs:
+        r = by_run.get(run.pk)
+        out.append({
+            "run": run, "steps": r[1] if r else 0, "samples": r[2] if r else 0,
+            "tokens": r[3] if r else 0, "wall_seconds": r[4] if r else None,
+            "real_reward": r[5] if r else None, "kept_reward": r[6] if r else None,
+            "zero_adv_frac": r[7] if r else None, "eval": evals.get(run.pk),
+        })
+    return out
+
+
+def config_diff(runs: list[Run]) -> list[tuple[str, list[Any]]]:
+    """Config keys whose values are not the same in every run, with each run's value."""
+    keys = sorted({k for r in runs for k in (r.config or {})})
+    out: list[tuple[str, list[Any]]] = []
+    for label, values in (("prompt set", [r.prompt_set.name for r in runs]),
+                          ("queue", [r.queue for r in runs])):
+        if any(v != values[0] for v in values[1:]):
+            out.append((label, list(values)))
+    for k in keys:
+        values = [(r.config or {}).get(k) for r in runs]
+        if any(v != values[0] for v in values[1:]):
+            out.append((k, values))
+    return out

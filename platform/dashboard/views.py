@@ -1,0 +1,264 @@
+"""Dashboard views: thin. Reads go through ``selectors``/``charts``, writes through ``services``.
+
+Every view needs a signed-in user; anyone signed in reads, and the services refuse cancel, delete
+and relaunch to anyone but the run's owner or staff (PermissionDenied -> 403).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from django.conf import settings
+from django.contrib import messages
+from django.contrib.auth.decorators import login_required
+from django.core.exceptions import ValidationError
+from django.http import (
+    Http404,
+    HttpRequest,
+    HttpResponse,
+    HttpResponseBadRequest,
+    JsonResponse,
+)
+from django.shortcuts import get_object_or_404, redirect, render
+from django.urls import reverse
+from django.views.decorators.http import require_POST
+from experiments.models import Prompt, PromptSet, Run
+
+from trainer.config import BUILTIN_MODEL, ConfigError
+
+from . import charts, selectors, services
+from .forms import BuiltinForm, LaunchForm, UploadForm, clone_diff, initial_from_run
+
+POLL_SECONDS = 2
+
+
+def _run_or_404(run_id: int) -> Run:
+    try:
+        return selectors.run_detail(run_id)
+    except Run.DoesNotExist as exc:
+        raise Http404("no such run") from exc
+
+
+def _max_points(request: HttpRequest) -> int:
+    try:
+        return max(4, min(5000, int(request.GET.get("points", charts.MAX_POINTS))))
+    except ValueError:
+        return charts.MAX_POINTS
+
+
+# --- runs --------------------------------------------------------------------------------------
+
+@login_required
+def run_list(request: HttpRequest) -> HttpResponse:
+    filters = selectors.RunFilters(
+        status=request.GET.get("status", ""), algorithm=request.GET.get("algorithm", ""),
+        prompt_set=request.GET.get("prompt_set", ""), q=request.GET.get("q", "").strip())
+    runs = list(selectors.run_list(filters)[:500])
+    context = {"runs": runs, "filters": filters, "statuses": Run.Status.choices,
+               "algorithms": selectors.ALGORITHM_LABELS, "prompt_sets": selectors.prompt_sets(),
+               "any_active": any(r.status in Run.ACTIVE_STATUSES for r in runs)}
+    if request.htmx:
+        return render(request, "dashboard/_run_rows.html", context)
+    return render(request, "dashboard/run_list.html", context)
+
+
+@login_required
+def run_launch(request: HttpRequest) -> HttpResponse:
+    source: Run | None = None
+    clone_id = request.GET.get("clone") or request.POST.get("cloned_from")
+    if clone_id:
+        source = _run_or_404(int(clone_id))
+    diff: list[tuple[str, Any, Any]] | None = None
+    if request.method == "POST":
+        form = LaunchForm(request.POST)
+        if form.is_valid():
+            diff = clone_diff(form, source) if source else None
+            # A clone is shown with its differences first and launched on confirmation.
+            if source is None or request.POST.get("confirm") == "1":
+                try:
+                    run = services.launch_run(
+                        request.user, form.cleaned_data["name"], form.config_dict(),
+                        form.cleaned_data["prompt_set"], eval_set=form.cleaned_data["eval_set"],
+                        queue=form.cleaned_data["queue"],
+                        retention=form.cleaned_data["retention"], cloned_from=source)
+                except ConfigError as exc:
+                    form.add_config_error(exc)
+                except ValidationError as exc:
+                    form.add_error(None, exc)
+                else:
+                    messages.success(request, f"Run {run.name} queued on {run.queue}.")
+                    return redirect("dashboard:run_detail", run_id=run.pk)
+    else:
+        initial = initial_from_run(source) if source else {}
+        if request.GET.get("prompt_set", "").isdigit():
+            initial["prompt_set"] = int(request.GET["prompt_set"])
+        form = LaunchForm(initial=initial)
+    return render(request, "dashboard/run_launch.html", {
+        "form": form, "source": source, "diff": diff, "builtin_model": BUILTIN_MODEL,
+        "has_prompt_sets": PromptSet.objects.exists()})
+
+
+@login_required
+def run_detail(request: HttpRequest, run_id: int) -> HttpResponse:
+    run = _run_or_404(run_id)
+    return render(request, "dashboard/run_detail.html", {
+        **_status_context(request, run),
+        "charts": [c for c in charts.RUN_CHARTS if c != "heatmap"],
+        "config_rows": sorted((run.config or {}).items()),
+    })
+
+
+def _status_context(request: HttpRequest, run: Run) -> dict[str, Any]:
+    return {"run": run, "eta": selectors.run_eta(run), "poll_seconds": POLL_SECONDS,
+            "can_manage": services.can_manage(request.user, run),
+            "active": run.status in Run.ACTIVE_STATUSES,
+            "algorithm_label": selectors.ALGORITHM_LABELS.get(run.algorithm, run.algorithm)}
+
+
+@login_required
+def run_status(request: HttpRequest, run_id: int) -> HttpResponse:
+    """The live header of the run page; htmx polls it while the run is queued or running."""
+    return render(request, "dashboard/_run_status.html",
+                  _status_context(request, _run_or_404(run_id)))
+
+
+@login_required
+def run_chart(request: HttpRequest, run_id: int, name: str) -> JsonResponse:
+    run = _run_or_404(run_id)
+    if name not in charts.RUN_CHARTS:
+        raise Http404("no such chart")
+    return JsonResponse(charts.run_chart(run, name, _max_points(request)))
+
+
+@login_required
+@require_POST
+def run_cancel(request: HttpRequest, run_id: int) -> HttpResponse:
+    run = _run_or_404(run_id)
+    services.request_cancel(run, request.user)
+    if request.htmx:
+        return run_status(request, run_id)
+    messages.info(request, "Cancel requested: the run stops after its current round.")
+    return redirect("dashboard:run_detail", run_id=run.pk)
+
+
+@login_required
+@require_POST
+def run_delete(request: HttpRequest, run_id: int) -> HttpResponse:
+    run = _run_or_404(run_id)
+    services.delete_run(run, request.user)
+    messages.info(request, f"Run {run.name} deleted.")
+    return redirect("dashboard:run_list")
+
+
+@login_required
+@require_POST
+def run_relaunch(request: HttpRequest, run_id: int) -> HttpResponse:
+    run = _run_or_404(run_id)
+    new = services.relaunch_run(run, request.user)
+    messages.success(request, f"Relaunched as {new.name}.")
+    return redirect("dashboard:run_detail", run_id=new.pk)
+
+
+# --- prompts -----------------------------------------------------------------------------------
+
+@login_required
+def prompt_history(request: HttpRequest, run_id: int, prompt_id: int) -> HttpResponse:
+    run = _run_or_404(run_id)
+    prompt = get_object_or_404(Prompt, pk=prompt_id)
+    try:
+        before = int(request.GET["before"]) if request.GET.get("before") else None
+    except ValueError:
+        return HttpResponseBadRequest("before must be a step number")
+    history = selectors.prompt_history(run, prompt, before_step=before)
+    return render(request, "dashboard/prompt_history.html",
+                  {"run": run, "prompt": prompt, **history})
+
+
+@login_required
+def prompt_chart(request: HttpRequest, run_id: int, prompt_id: int) -> JsonResponse:
+    run = _run_or_404(run_id)
+    return JsonResponse(charts.prompt_pass_rate(run, prompt_id))
+
+
+@login_required
+def prompt_sets(request: HttpRequest) -> HttpResponse:
+    upload = UploadForm(prefix="upload")
+    builtin = BuiltinForm(prefix="builtin")
+    if request.method == "POST":
+        if "upload-name" in request.POST:
+            upload = UploadForm(request.POST, request.FILES, prefix="upload")
+            if upload.is_valid():
+                f = upload.cleaned_data["file"]
+                try:
+                    ps = services.create_prompt_set_from_upload(
+                        request.user, upload.cleaned_data["name"], f.read(), f.name)
+                except (services.UploadError, ValueError, ValidationError) as exc:
+                    upload.add_error("file", f"Rejected, nothing imported: {exc}")
+                else:
+                    messages.success(request, f"Imported {ps.size} prompts into {ps.name}.")
+                    return redirect("dashboard:prompt_set_detail", set_id=ps.pk)
+        else:
+            builtin = BuiltinForm(request.POST, prefix="builtin")
+            if builtin.is_valid():
+                d = builtin.cleaned_data
+                ps = services.create_builtin_prompt_set(
+                    request.user, d["name"], num_prompts=d["num_prompts"],
+                    min_digits=d["min_digits"], max_digits=d["max_digits"], seed=d["seed"])
+                messages.success(request, f"Generated {ps.size} prompts into {ps.name}.")
+                return redirect("dashboard:prompt_set_detail", set_id=ps.pk)
+    return render(request, "dashboard/prompt_sets.html", {
+        "sets": selectors.prompt_sets(), "upload": upload, "builtin": builtin,
+        "max_mb": settings.PROMPT_UPLOAD_MAX_BYTES / 1e6})
+
+
+@login_required
+def prompt_set_detail(request: HttpRequest, set_id: int) -> HttpResponse:
+    ps = get_object_or_404(PromptSet, pk=set_id)
+    return render(request, "dashboard/prompt_set_detail.html",
+                  {"set": ps, "prompts": selectors.prompt_set_preview(ps)})
+
+
+# --- compare -----------------------------------------------------------------------------------
+
+def _compare_runs(request: HttpRequest) -> list[Run]:
+    ids: list[int] = []
+    for raw in request.GET.getlist("runs"):
+        for part in raw.split(","):
+            if part.strip().isdigit():
+                ids.append(int(part))
+    return selectors.runs_by_ids(list(dict.fromkeys(ids)))
+
+
+@login_required
+def compare(request: HttpRequest) -> HttpResponse:
+    runs = _compare_runs(request)
+    if len(runs) < 2:
+        messages.warning(request, "Select two or more runs to compare.")
+        return redirect("dashboard:run_list")
+    query = "&".join(f"runs={r.pk}" for r in runs)
+    return render(request, "dashboard/compare.html", {
+        "runs": runs, "query": query, "final": selectors.final_metrics(runs),
+        "diff": selectors.config_diff(runs), "x_axes": charts.X_AXES,
+        "metrics": charts.COMPARE_METRICS,
+        "algorithm_labels": selectors.ALGORITHM_LABELS,
+    })
+
+
+@login_required
+def compare_chart(request: HttpRequest) -> JsonResponse:
+    runs = _compare_runs(request)
+    if not runs:
+        raise Http404("no runs")
+    return JsonResponse(charts.compare(runs, request.GET.get("x", "step"),
+                                       request.GET.get("metric", "real_reward"),
+                                       _max_points(request)))
+
+
+@login_required
+def compare_scatter(request: HttpRequest) -> JsonResponse:
+    runs = _compare_runs(request)
+    if len(runs) < 2:
+        raise Http404("need two runs")
+    fig = charts.pass_rate_scatter(runs[0], runs[1])
+    fig["prompt_url"] = reverse("dashboard:prompt_history", args=[runs[0].pk, 0])
+    return JsonResponse(fig)
