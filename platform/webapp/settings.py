@@ -86,6 +86,29 @@ STORAGES = {
 }
 
 CELERY_BROKER_URL = os.environ.get("CELERY_BROKER_URL", "redis://127.0.0.1:6379/0")
+# A run is long: a worker takes one task at a time (prefetch 1) and acknowledges it only when the
+# run ends, so a worker that dies mid-run leaves the task to be redelivered.
+CELERY_TASK_ACKS_LATE = True
+CELERY_TASK_REJECT_ON_WORKER_LOST = True
+CELERY_WORKER_PREFETCH_MULTIPLIER = 1
+CELERY_TASK_DEFAULT_QUEUE = "cpu"
+CELERY_TASK_SERIALIZER = "json"
+CELERY_ACCEPT_CONTENT = ["json"]
+CELERY_BROKER_CONNECTION_RETRY_ON_STARTUP = True
+# Redis redelivers a task still unacknowledged after visibility_timeout, even to a second worker
+# while the first is still running it; the run lease (below) turns such copies into no-ops.
+CELERY_BROKER_TRANSPORT_OPTIONS = {
+    "visibility_timeout": int(os.environ.get("CELERY_VISIBILITY_TIMEOUT", 3600)),
+    "unacked_restore_interval": int(os.environ.get("CELERY_UNACKED_RESTORE_INTERVAL", 10)),
+    "unacked_restore_throttle": int(os.environ.get("CELERY_UNACKED_RESTORE_THROTTLE", 10)),
+}
+RUN_QUEUES = ("cpu", "gpu")
+# The run lease: a worker executing a run refreshes heartbeat_at every RUN_HEARTBEAT_SECONDS; a
+# lease whose heartbeat is older than RUN_LEASE_TIMEOUT_SECONDS belongs to a dead worker and may be
+# taken over. The timeout must exceed the longest stall of a live worker's heartbeat thread.
+RUN_LEASE_TIMEOUT_SECONDS = float(os.environ.get("RUN_LEASE_TIMEOUT_SECONDS", 60))
+RUN_HEARTBEAT_SECONDS = float(os.environ.get("RUN_HEARTBEAT_SECONDS",
+                                             max(RUN_LEASE_TIMEOUT_SECONDS / 6, 0.5)))
 CHECKPOINT_ROOT = Path(os.environ.get("CHECKPOINT_ROOT", BASE_DIR / "var" / "checkpoints"))
 # Largest prompt file accepted by the upload form.
 PROMPT_UPLOAD_MAX_BYTES = int(os.environ.get("PROMPT_UPLOAD_MAX_BYTES", 50 * 1024 * 1024))

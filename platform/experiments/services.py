@@ -1,0 +1,244 @@
+"""Writes of the experiments app (HackSoft styleguide): prompt sets, run lifecycle, permissions.
+
+Views and the worker call these functions; models carry constraints only. Everything heavy stays
+out: configs are validated by ``trainer.config`` (no torch), prompt files are parsed by
+``trainer.data`` and the built-in task by ``trainer.tasks``, and runs are enqueued by task name.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+from collections.abc import Iterable, Sequence
+from pathlib import Path
+from typing import Any
+
+from django.conf import settings
+from django.contrib.auth.models import AbstractBaseUser, AnonymousUser
+from django.core.exceptions import PermissionDenied, ValidationError
+from django.db import connection, transaction
+from django.utils import timezone
+
+from experiments.models import Checkpoint, PromptSet, Run
+from trainer.config import ConfigError, TrainConfig
+
+User = AbstractBaseUser | AnonymousUser
+
+# Tables holding a run's per-step records, children first. Deleted with raw SQL: Django's
+# cascade would load millions of sample rows into memory to delete them one by one.
+RUN_RECORD_TABLES = ("experiments_sample", "experiments_promptstep", "experiments_roundstat",
+                     "experiments_step", "experiments_evalresult", "experiments_checkpoint")
+
+
+class LaunchError(ValidationError):
+    """A run that cannot be launched. Like the CLI's ``ConfigError`` it names the field
+    (``.field``), and as a ``ValidationError`` with an error dict a form can attach it to that
+    field (``form.add_error(None, exc)``)."""
+
+    def __init__(self, field: str, reason: str) -> None:
+        super().__init__({field: [reason]})
+        self.field = field
+        self.reason = reason
+
+    def __str__(self) -> str:
+        return f"{self.field}: {self.reason}"
+
+
+# --- permissions --------------------------------------------------------------------------------
+
+def can_modify_run(run: Run, user: User) -> bool:
+    """Only a run's owner or staff may cancel, delete or relaunch it."""
+    return bool(user.is_authenticated and (user.is_staff or run.owner_id == user.pk))
+
+
+def _check_can_modify(run: Run, user: User) -> None:
+    if not can_modify_run(run, user):
+        raise PermissionDenied("only the run's owner or staff may do this")
+
+
+# --- prompt sets --------------------------------------------------------------------------------
+
+def import_prompt_set(*, owner: User | None, name: str, prompts: Sequence[Any],
+                      source: str = PromptSet.Source.UPLOAD, description: str = "") -> PromptSet:
+    """Store ``prompts`` (``trainer.types.Prompt``-like: text, answer, metadata) as a new prompt
+    set, whole or not at all: one transaction, rows streamed with ``COPY``."""
+    name = name.strip()
+    if not name:
+        raise LaunchError("name", "a prompt set needs a name")
+    if not prompts:
+        raise LaunchError("file", "no prompts")
+    with transaction.atomic():
+        if PromptSet.objects.filter(name=name).exists():
+            raise LaunchError("name", f"a prompt set named {name!r} exists")
+        prompt_set = PromptSet.objects.create(
+            name=name, source=source, description=description, size=len(prompts),
+            owner=owner if owner is not None and owner.is_authenticated else None)
+        with connection.cursor() as cursor, cursor.copy(
+                "COPY experiments_prompt (prompt_set_id, index, text, answer, metadata) "
+                "FROM STDIN") as copy:
+            for i, p in enumerate(prompts):
+                copy.write_row((prompt_set.pk, i, p.text, p.answer,
+                                json.dumps(dict(p.metadata or {}))))
+    return prompt_set
+
+
+def create_prompt_set_from_upload(owner: User, name: str, uploaded_bytes: bytes,
+                                  filename: str) -> PromptSet:
+    """Parse an uploaded JSONL/Parquet file with the trainer's loader (the CLI's rules) and import
+    it whole; a malformed file raises ``LaunchError("file", ...)`` naming the line and reason, and
+    nothing is stored."""
+    from trainer.data import DataError, load_prompts_from_bytes
+
+    limit = settings.PROMPT_UPLOAD_MAX_BYTES
+    if len(uploaded_bytes) > limit:
+        raise LaunchError("file", f"file is {len(uploaded_bytes)} bytes; the limit is {limit}")
+    try:
+        prompts = load_prompts_from_bytes(uploaded_bytes, filename)
+    except DataError as exc:
+        raise LaunchError("file", str(exc)) from exc
+    return import_prompt_set(owner=owner, name=name, prompts=prompts,
+                             source=PromptSet.Source.UPLOAD, description=f"uploaded {filename}")
+
+
+def create_builtin_prompt_set(owner: User | None, name: str, n: int, min_digits: int,
+                              max_digits: int, seed: int) -> PromptSet:
+    """Generate the built-in arithmetic task (``a+b=``, answer digits reversed)."""
+    from trainer.tasks import arithmetic_prompts
+
+    if not 1 <= n <= 1_000_000:
+        raise LaunchError("n", "must be within [1, 1000000]")
+    if not 1 <= min_digits <= max_digits <= 9:
+        raise LaunchError("max_digits", "need 1 <= min_digits <= max_digits <= 9")
+    prompts = arithmetic_prompts(n=n, min_digits=min_digits, max_digits=max_digits, seed=seed)
+    return import_prompt_set(
+        owner=owner, name=name, prompts=prompts, source=PromptSet.Source.BUILTIN,
+        description=f"built-in arithmetic: {n} prompts, {min_digits}-{max_digits} digits, "
+                    f"seed {seed}")
+
+
+# --- runs ---------------------------------------------------------------------------------------
+
+def validate_run_config(config_dict: dict[str, Any]) -> TrainConfig:
+    """The trainer's own validation (same errors as ``python -m trainer run``)."""
+    try:
+        return TrainConfig.from_dict(dict(config_dict))
+    except ConfigError as exc:
+        raise LaunchError(exc.field, exc.reason) from exc
+    except TypeError as exc:  # e.g. a non-dict value where a mapping was expected
+        raise LaunchError("config", str(exc)) from exc
+
+
+def launch_run(owner: User, name: str, config_dict: dict[str, Any], prompt_set: PromptSet,
+               eval_set: PromptSet | None = None, queue: str = "cpu", retention: str = "all",
+               cloned_from: Run | None = None) -> Run:
+    """Validate, store a queued run, and enqueue it on its queue once the transaction commits
+    (a worker must never see a run id whose row is not yet visible)."""
+    config = validate_run_config(config_dict)
+    name = (name or "").strip()
+    if not name:
+        raise LaunchError("name", "a run needs a name")
+    if queue not in settings.RUN_QUEUES:
+        raise LaunchError("queue", f"unknown queue {queue!r}; choose one of "
+                          f"{', '.join(settings.RUN_QUEUES)}")
+    if (config.backend == "vllm" or config.device == "cuda") and queue != "gpu":
+        raise LaunchError("queue", "this config needs a GPU: choose the gpu queue")
+    if retention not in Run.Retention.values:
+        raise LaunchError("retention", f"unknown retention {retention!r}; choose one of "
+                          f"{', '.join(Run.Retention.values)}")
+    if prompt_set is None:
+        raise LaunchError("prompt_set", "choose a prompt set")
+    if prompt_set.size < config.batch_size:
+        raise LaunchError("batch_size", f"larger than the prompt set ({prompt_set.size} prompts)")
+    with transaction.atomic():
+        run = Run.objects.create(
+            owner=owner, name=name, algorithm=config.algorithm, config=config.to_dict(),
+            prompt_set=prompt_set, eval_set=eval_set, model=config.model, seed=config.seed,
+            queue=queue, retention=retention, total_steps=config.total_steps,
+            cloned_from=cloned_from)
+        _enqueue_on_commit(run)
+    return run
+
+
+def _enqueue_on_commit(run: Run) -> None:
+    from webapp.celery import enqueue_run
+
+    run_id, queue = run.pk, run.queue
+    transaction.on_commit(lambda: enqueue_run(run_id, queue))
+
+
+def request_cancel(run: Run, user: User) -> Run:
+    """Cooperative cancel: a queued run is cancelled at once; a running one stops between rounds
+    (its worker checks ``cancel_requested``), keeping its last checkpoint."""
+    _check_can_modify(run, user)
+    now = timezone.now()
+    # Conditional updates race safely with a worker taking the lease: exactly one of them wins.
+    if not Run.objects.filter(pk=run.pk, status=Run.Status.QUEUED).update(
+            status=Run.Status.CANCELLED, cancel_requested=True, finished_at=now):
+        Run.objects.filter(pk=run.pk, status=Run.Status.RUNNING).update(cancel_requested=True)
+    run.refresh_from_db()
+    return run
+
+
+def delete_run(run: Run, user: User) -> None:
+    """Delete a run, its records and its checkpoint folder. A worker still executing it loses
+    its lease (the row is gone) and stops at the next round."""
+    _check_can_modify(run, user)
+    run_id = run.pk
+    with transaction.atomic():
+        delete_run_records(run_id)
+        Run.objects.filter(pk=run_id).delete()
+    folder = run_checkpoint_dir(run_id)
+    transaction.on_commit(lambda: shutil.rmtree(folder, ignore_errors=True))
+
+
+def relaunch_run(run: Run, user: User) -> Run:
+    """A new run with the same config, prompt sets, queue and retention, cloned from ``run``."""
+    _check_can_modify(run, user)
+    return launch_run(user, f"{run.name} (relaunch)", run.config, run.prompt_set,
+                      eval_set=run.eval_set, queue=run.queue, retention=run.retention,
+                      cloned_from=run)
+
+
+def delete_run_records(run_id: int, *, after_step: int | None = None,
+                       tables: Iterable[str] = RUN_RECORD_TABLES) -> None:
+    """Delete a run's per-step records (those after ``after_step`` only, when given)."""
+    with connection.cursor() as cursor:
+        for table in tables:
+            if after_step is None:
+                cursor.execute(f"DELETE FROM {table} WHERE run_id = %s", [run_id])
+            else:
+                cursor.execute(f"DELETE FROM {table} WHERE run_id = %s AND step > %s",
+                               [run_id, after_step])
+
+
+def run_checkpoint_dir(run_id: int) -> Path:
+    """Where a run's checkpoints live: under CHECKPOINT_ROOT, which every worker must share for a
+    run to resume on another host."""
+    return Path(settings.CHECKPOINT_ROOT) / f"run-{run_id}"
+
+
+def requeue_orphaned_runs(queues: Sequence[str], *, include_queued: bool = False) -> list[int]:
+    """Enqueue again the runs on ``queues`` whose lease went stale (their worker died), and the
+    queued ones when ``include_queued`` (their message may be lost with a non-persistent broker).
+    Duplicates are harmless: the lease lets one execution through."""
+    from webapp.celery import enqueue_run
+
+    stale_before = timezone.now() - timezone.timedelta(
+        seconds=settings.RUN_LEASE_TIMEOUT_SECONDS)
+    runs = Run.objects.filter(queue__in=queues, status=Run.Status.RUNNING,
+                              heartbeat_at__lt=stale_before)
+    ids = [(r.pk, r.queue) for r in runs.only("pk", "queue")]
+    if include_queued:
+        ids += [(r.pk, r.queue) for r in Run.objects.filter(
+            queue__in=queues, status=Run.Status.QUEUED).only("pk", "queue")]
+    for run_id, queue in ids:
+        enqueue_run(run_id, queue)
+    return [run_id for run_id, _ in ids]
+
+
+def latest_checkpoint(run_id: int) -> Checkpoint | None:
+    """The newest recorded checkpoint whose folder still exists."""
+    for ckpt in Checkpoint.objects.filter(run_id=run_id).order_by("-step"):
+        if Path(ckpt.path).exists():
+            return ckpt
+    return None

