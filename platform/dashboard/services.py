@@ -44,7 +44,10 @@ def _check_manage(user: Any, run: Run) -> None:
 
 def create_prompt_set_from_upload(owner: Any, name: str, uploaded_bytes: bytes,
                                   filename: str) -> PromptSet:
-    if _real and hasattr(_real, "create_prompt_set_from_upload"):
+    import importlib.util
+
+    if (_real and hasattr(_real, "create_prompt_set_from_upload")
+            and importlib.util.find_spec("trainer.data")):  # the real one parses with it
         return _real.create_prompt_set_from_upload(owner, name, uploaded_bytes, filename)
     rows = _parse_prompt_file(uploaded_bytes, filename)
     with transaction.atomic():
@@ -95,7 +98,10 @@ def _parse_prompt_file(data: bytes, filename: str) -> list[tuple[str, str]]:
 
 def create_builtin_prompt_set(owner: Any, name: str, num_prompts: int, min_digits: int,
                               max_digits: int, seed: int) -> PromptSet:
-    if _real and hasattr(_real, "create_builtin_prompt_set"):
+    import importlib.util
+
+    if (_real and hasattr(_real, "create_builtin_prompt_set")
+            and importlib.util.find_spec("trainer.tasks")):  # the real one generates with it
         return _real.create_builtin_prompt_set(owner=owner, name=name, num_prompts=num_prompts,
                                                min_digits=min_digits, max_digits=max_digits,
                                                seed=seed)

@@ -100,10 +100,16 @@ def create_prompt_set_from_upload(owner: User, name: str, uploaded_bytes: bytes,
                              source=PromptSet.Source.UPLOAD, description=f"uploaded {filename}")
 
 
-def create_builtin_prompt_set(owner: User | None, name: str, n: int, min_digits: int,
-                              max_digits: int, seed: int) -> PromptSet:
-    """Generate the built-in arithmetic task (``a+b=``, answer digits reversed)."""
+def create_builtin_prompt_set(owner: User | None, name: str, n: int | None = None,
+                              min_digits: int = 1, max_digits: int = 3, seed: int = 0, *,
+                              num_prompts: int | None = None) -> PromptSet:
+    """Generate the built-in arithmetic task (``a+b=``, answer digits reversed). ``num_prompts``
+    is an alias of ``n`` (the launch form's field name)."""
     from trainer.tasks import arithmetic_prompts
+
+    n = n if n is not None else num_prompts
+    if n is None:
+        raise LaunchError("num_prompts", "how many prompts?")
 
     if not 1 <= n <= 1_000_000:
         raise LaunchError("n", "must be within [1, 1000000]")
@@ -174,7 +180,8 @@ def request_cancel(run: Run, user: User) -> Run:
     # Conditional updates race safely with a worker taking the lease: exactly one of them wins.
     if not Run.objects.filter(pk=run.pk, status=Run.Status.QUEUED).update(
             status=Run.Status.CANCELLED, cancel_requested=True, finished_at=now):
-        Run.objects.filter(pk=run.pk, status=Run.Status.RUNNING).update(cancel_requested=True)
+        Run.objects.filter(pk=run.pk).exclude(
+            status__in=(Run.Status.SUCCEEDED, Run.Status.FAILED)).update(cancel_requested=True)
     run.refresh_from_db()
     return run
 
