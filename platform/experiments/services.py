@@ -17,6 +17,7 @@ from django.conf import settings
 from django.contrib.auth.models import AbstractBaseUser, AnonymousUser
 from django.core.exceptions import PermissionDenied, ValidationError
 from django.db import connection, transaction
+from django.db.models.functions import Now
 from django.utils import timezone
 
 from experiments.models import Checkpoint, PromptSet, Run
@@ -230,17 +231,85 @@ def requeue_orphaned_runs(queues: Sequence[str], *, include_queued: bool = False
     Duplicates are harmless: the lease lets one execution through."""
     from webapp.celery import enqueue_run
 
-    stale_before = timezone.now() - timezone.timedelta(
-        seconds=settings.RUN_LEASE_TIMEOUT_SECONDS)
-    runs = Run.objects.filter(queue__in=queues, status=Run.Status.RUNNING,
-                              heartbeat_at__lt=stale_before)
-    ids = [(r.pk, r.queue) for r in runs.only("pk", "queue")]
-    if include_queued:
-        ids += [(r.pk, r.queue) for r in Run.objects.filter(
-            queue__in=queues, status=Run.Status.QUEUED).only("pk", "queue")]
-    for run_id, queue in ids:
+    statuses = [Run.Status.RUNNING] + ([Run.Status.QUEUED] if include_queued else [])
+    with connection.cursor() as cursor:
+        # The database's clock, not this host's: workers on several hosts compare heartbeats.
+        cursor.execute(
+            "SELECT id, queue FROM experiments_run WHERE queue = ANY(%s) AND status = ANY(%s) "
+            "AND (status = 'queued' OR heartbeat_at IS NULL "
+            "     OR heartbeat_at < now() - make_interval(secs => %s))",
+            [list(queues), statuses, settings.RUN_LEASE_TIMEOUT_SECONDS])
+        rows = cursor.fetchall()
+    for run_id, queue in rows:
         enqueue_run(run_id, queue)
-    return [run_id for run_id, _ in ids]
+    return [run_id for run_id, _ in rows]
+
+
+# --- the run lease (called by workers) ----------------------------------------------------------
+# A run executes on at most one worker: the worker that set ``lease_owner`` and keeps
+# ``heartbeat_at`` fresh. Every write a worker makes for a run is conditional on still holding
+# the lease, so a worker that lost it (declared dead, or the run was deleted) cannot write.
+
+def acquire_run_lease(run_id: int, owner: str) -> Run | None:
+    """Take the lease of a queued run, or of a running one whose heartbeat is older than
+    ``RUN_LEASE_TIMEOUT_SECONDS`` (its worker died); None when the run is finished, cancelled,
+    gone, or leased by a live worker (a redelivered task then does nothing)."""
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "UPDATE experiments_run SET lease_owner = %s, heartbeat_at = now(), "
+            "  attempts = attempts + 1, status = 'running', current_round = 0, "
+            "  started_at = COALESCE(started_at, now()) "
+            "WHERE id = %s AND status IN ('queued', 'running') AND (lease_owner = '' "
+            "  OR heartbeat_at IS NULL OR heartbeat_at < now() - make_interval(secs => %s)) "
+            "RETURNING id",
+            [owner, run_id, settings.RUN_LEASE_TIMEOUT_SECONDS])
+        if cursor.fetchone() is None:
+            return None
+    return Run.objects.select_related("prompt_set", "eval_set").get(pk=run_id)
+
+
+def renew_run_lease(run_id: int, owner: str) -> bool:
+    """Heartbeat; False when the lease is no longer ours."""
+    return bool(Run.objects.filter(pk=run_id, lease_owner=owner).update(heartbeat_at=Now()))
+
+
+def run_should_stop(run_id: int, owner: str) -> tuple[bool, bool]:
+    """(cancel requested, lease lost) for the worker holding ``owner``'s lease."""
+    row = Run.objects.filter(pk=run_id).values_list("cancel_requested", "lease_owner").first()
+    if row is None:
+        return False, True
+    return bool(row[0]), row[1] != owner
+
+
+def prepare_resume(run_id: int, owner: str) -> Checkpoint | None:
+    """Before (re)starting a run: pick the checkpoint to resume from and drop every record after
+    it, so the steps the trainer emits again are recorded once. Returns that checkpoint (None:
+    start from scratch)."""
+    ckpt = latest_checkpoint(run_id)
+    resume_step = ckpt.step if ckpt else 0
+    with transaction.atomic():
+        Run.objects.select_for_update().filter(pk=run_id, lease_owner=owner).get()
+        delete_run_records(run_id, after_step=resume_step)
+        if ckpt is None:
+            delete_run_records(run_id, tables=("experiments_evalresult",
+                                               "experiments_checkpoint"))
+        with connection.cursor() as cursor:
+            cursor.execute(
+                "UPDATE experiments_run SET current_step = %s, current_round = 0, "
+                "  samples_spent = (SELECT COALESCE(SUM(samples), 0) FROM experiments_step "
+                "                   WHERE run_id = %s), "
+                "  latest_real_reward = (SELECT real_reward FROM experiments_step "
+                "                        WHERE run_id = %s ORDER BY step DESC LIMIT 1) "
+                "WHERE id = %s", [resume_step, run_id, run_id, run_id])
+    return ckpt
+
+
+def finish_run(run_id: int, owner: str, status: str, *, error: str = "",
+               traceback: str = "") -> bool:
+    """Record how the execution ended and release the lease; False when the lease was lost."""
+    return bool(Run.objects.filter(pk=run_id, lease_owner=owner).update(
+        status=status, error=error, traceback=traceback, lease_owner="", current_round=0,
+        finished_at=Now(), heartbeat_at=Now()))
 
 
 def latest_checkpoint(run_id: int) -> Checkpoint | None:

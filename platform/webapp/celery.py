@@ -4,11 +4,17 @@ own app from the same Django settings (``workers/celery_app.py``)."""
 
 from __future__ import annotations
 
+import json
 from functools import lru_cache
+from typing import Any
 
+import redis
 from celery import Celery
+from django.conf import settings
 
 EXECUTE_RUN_TASK = "workers.execute_run"
+# Redis keys under which live workers publish themselves (workers/registry.py writes them).
+WORKER_REGISTRY_PREFIX = "rada:workers:"
 
 
 @lru_cache(maxsize=1)
@@ -20,3 +26,15 @@ def client() -> Celery:
 
 def enqueue_run(run_id: int, queue: str) -> None:
     client().send_task(EXECUTE_RUN_TASK, args=[run_id], queue=queue)
+
+
+def live_workers(timeout: float = 2.0) -> list[dict[str, Any]]:
+    """The workers that published themselves within their expiry: hostname, queues, pid."""
+    client = redis.Redis.from_url(settings.CELERY_BROKER_URL, socket_timeout=timeout,
+                                  socket_connect_timeout=timeout)
+    out = []
+    for key in client.scan_iter(f"{WORKER_REGISTRY_PREFIX}*"):
+        raw = client.get(key)
+        if raw:
+            out.append(json.loads(raw))
+    return out

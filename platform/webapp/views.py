@@ -1,0 +1,40 @@
+"""Project-level views: the health check."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from django.conf import settings
+from django.db import connection
+from django.http import HttpRequest, JsonResponse
+from django.views.decorators.http import require_GET
+
+
+@require_GET
+def healthz(request: HttpRequest) -> JsonResponse:
+    """Database, broker and live workers per queue, as JSON; 503 when the database or the broker
+    is down. No sign-in: load balancers and compose health checks call it."""
+    from webapp.celery import live_workers
+
+    body: dict[str, Any] = {}
+    try:
+        with connection.cursor() as cursor:
+            cursor.execute("SELECT 1")
+        body["database"] = {"ok": True}
+    except Exception as exc:  # noqa: BLE001 - any failure means "down", reported as such
+        body["database"] = {"ok": False, "error": str(exc)[:500]}
+    workers: list[dict[str, Any]] = []
+    try:
+        workers = live_workers()
+        body["broker"] = {"ok": True}
+    except Exception as exc:  # noqa: BLE001
+        body["broker"] = {"ok": False, "error": str(exc)[:500]}
+    per_queue = {q: 0 for q in settings.RUN_QUEUES}
+    for w in workers:
+        for q in w.get("queues", []):
+            per_queue[q] = per_queue.get(q, 0) + 1
+    body["workers"] = per_queue
+    body["worker_names"] = sorted(w.get("hostname", "") for w in workers)
+    ok = body["database"]["ok"] and body["broker"]["ok"]
+    body["status"] = "ok" if ok else "error"
+    return JsonResponse(body, status=200 if ok else 503)

@@ -1,0 +1,228 @@
+"""Runs executed by real Celery worker processes (``-P solo``) on the test database, through the
+real training loop (simulated backend: no model), recorded by the PostgreSQL recorder."""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+from pathlib import Path
+from typing import Any
+
+import pytest
+import redis
+from django.db.models import Count
+from experiments import services
+from experiments.models import Checkpoint, PromptStep, RoundStat, Run, Sample, Step
+
+from tests.fixtures.services import wait_for
+
+HOOK = {"RADA_BACKEND_HOOK": "tests.platform.worker_hooks:paced"}
+# Prompt sets are a multiple of the batch size: a batch spanning an epoch boundary may hold a
+# prompt twice (trainer.loop.batch_indices), which per-prompt records cannot represent.
+SIM = {"backend": "simulated", "algorithm": "ada-balance", "batch_size": 6, "group_size": 4,
+       "samples_per_round": 4, "max_rounds": 3, "eval_every": 0, "seed": 3}
+TERMINAL = (Run.Status.SUCCEEDED, Run.Status.FAILED, Run.Status.CANCELLED)
+
+
+def wait_status(run: Run, statuses: tuple[str, ...] = TERMINAL, timeout: float = 120) -> Run:
+    def done() -> Run | None:
+        run.refresh_from_db()
+        return run if run.status in statuses else None
+
+    return wait_for(done, timeout, what=f"run {run.pk} to reach {statuses}")
+
+
+def wait_step(run: Run, step: int, timeout: float = 120) -> None:
+    def reached() -> bool:
+        run.refresh_from_db()
+        assert run.status not in TERMINAL or run.current_step >= step, (run.status, run.error)
+        return run.current_step >= step
+
+    wait_for(reached, timeout, what=f"run {run.pk} to record step {step}")
+
+
+def replay(run: Run, tmp_path: Path) -> Any:
+    """The same run trained in this process with a list recorder: what the trainer emits."""
+    import trainer
+    from trainer.backends.simulated import SimulatedBackend
+    from trainer.config import TrainConfig
+    from trainer.recorders import ListRecorder
+    from workers.execution import trainer_prompts
+
+    config = TrainConfig.from_dict(run.config)
+    prompts = trainer_prompts(run.prompt_set_id)
+    recorder = ListRecorder()
+    trainer.train(config, prompts, SimulatedBackend(config, prompts), recorder, None,
+                  out_dir=tmp_path / f"replay-{run.pk}")
+    return recorder
+
+
+def assert_recorded_as_emitted(run: Run, emitted: Any) -> None:
+    """Every step, round, prompt-step and sample row equals what the trainer emitted."""
+    steps = {s.step: s for s in Step.objects.filter(run=run)}
+    assert sorted(steps) == [r.step for r in emitted.steps]
+    for rec in emitted.steps:
+        row = steps[rec.step]
+        timing = {k for k in rec.metrics if k.startswith("time_")}
+        for key, value in rec.metrics.items():
+            if key not in timing:
+                assert row.metrics[key] == pytest.approx(value, nan_ok=True), key
+        assert row.real_reward == pytest.approx(rec.metrics["real_reward"])
+        assert row.samples == sum(r.samples for r in rec.rounds)
+        rounds = list(RoundStat.objects.filter(run=run, step=rec.step).order_by(
+            "round").values_list("round", "active_prompts", "samples", "positives", "finished",
+                                 "tokens"))
+        assert rounds == [(r.round, r.active_prompts, r.samples, r.positives, r.finished,
+                           r.tokens) for r in rec.rounds]
+        prompts = {str(p.prompt_id): p for p in PromptStep.objects.filter(run=run, step=rec.step)}
+        assert set(prompts) == {p.prompt_id for p in rec.prompts}
+        for p in rec.prompts:
+            row_p = prompts[p.prompt_id]
+            assert (row_p.samples, row_p.positives, row_p.negatives, row_p.rounds,
+                    row_p.exit_round, row_p.missing, row_p.kept_positives,
+                    row_p.kept_negatives) == (p.samples, p.positives, p.negatives, p.rounds,
+                                              p.exit_round, p.missing or "", p.kept_positives,
+                                              p.kept_negatives)
+            assert row_p.baseline == pytest.approx(p.baseline)
+        samples = {(str(s.prompt_id), s.index): s for s in Sample.objects.filter(
+            run=run, step=rec.step)}
+        assert len(samples) == len(rec.samples)
+        for s in rec.samples:
+            row_s = samples[(s.prompt_id, s.index)]
+            assert (row_s.round, row_s.response, row_s.reward, row_s.kept) == (
+                s.round, s.response, s.reward, s.kept)
+            if s.advantage is None or not math.isfinite(s.advantage):
+                assert row_s.advantage is None
+            else:
+                assert row_s.advantage == pytest.approx(s.advantage)
+
+
+def assert_no_duplicates(run: Run) -> None:
+    assert not Step.objects.filter(run=run).values("step").annotate(n=Count("id")).filter(n__gt=1)
+    assert not RoundStat.objects.filter(run=run).values("step", "round").annotate(
+        n=Count("id")).filter(n__gt=1)
+    assert not Sample.objects.filter(run=run).values("step", "prompt", "index").annotate(
+        n=Count("id")).filter(n__gt=1)
+    total = sum(Step.objects.filter(run=run).values_list("samples", flat=True))
+    assert Sample.objects.filter(run=run).count() == total
+    run.refresh_from_db()
+    assert run.samples_spent == total
+
+
+def test_worker_executes_and_records_a_run(start_worker: Any, user: Any,
+                                           prompt_set_factory: Any, tmp_path: Path,
+                                           client: Any) -> None:
+    worker = start_worker("cpu")
+    ps = prompt_set_factory(12, pass_rate=0.5)
+    run = services.launch_run(user, "sim", SIM | {"total_steps": 4, "save_every": 2}, ps)
+    run = wait_status(run)
+    assert run.status == Run.Status.SUCCEEDED, run.traceback
+    assert (run.current_step, run.attempts, run.lease_owner) == (4, 1, "")
+    assert_recorded_as_emitted(run, replay(run, tmp_path))
+    assert_no_duplicates(run)
+    assert list(Checkpoint.objects.filter(run=run).values_list("step", flat=True)) == [2, 4]
+    assert all(Path(c.path).is_dir() for c in Checkpoint.objects.filter(run=run))
+    last = Step.objects.filter(run=run).order_by("step").last()
+    assert run.latest_real_reward == pytest.approx(last.real_reward)
+
+    # The worker's `platform` is the standard module, and /healthz counts the worker.
+    info = [json.loads(redis.Redis.from_url(os.environ["CELERY_BROKER_URL"]).get(k))
+            for k in redis.Redis.from_url(os.environ["CELERY_BROKER_URL"]).scan_iter(
+                "rada:workers:*")]
+    mine = [i for i in info if i["pid"] == worker.pid]
+    assert mine and mine[0]["platform_system"] == os.uname().sysname
+    assert mine[0]["platform_module"].endswith("platform.py")
+    assert "/platform/" not in mine[0]["platform_module"].replace("/lib/python", "")
+    health = client.get("/healthz")
+    assert health.status_code == 200
+    body = health.json()
+    assert body["database"]["ok"] and body["broker"]["ok"] and body["workers"]["cpu"] >= 1
+
+
+def test_retention_kept_only(start_worker: Any, user: Any, prompt_set_factory: Any) -> None:
+    start_worker("cpu")
+    ps = prompt_set_factory(12, pass_rate=0.5)
+    kept = services.launch_run(user, "kept", SIM | {"total_steps": 2}, ps, retention="kept")
+    none = services.launch_run(user, "none", SIM | {"total_steps": 2}, ps, retention="none")
+    for run in (kept, none):
+        assert wait_status(run).status == Run.Status.SUCCEEDED, run.traceback
+    assert not Sample.objects.filter(run=kept, kept=False, response__isnull=False).exists()
+    assert not Sample.objects.filter(run=kept, kept=True, response__isnull=True).exists()
+    assert Sample.objects.filter(run=none).exists()
+    assert not Sample.objects.filter(run=none, response__isnull=False).exists()
+
+
+def test_cancel_between_rounds_keeps_last_checkpoint(start_worker: Any, user: Any,
+                                                     prompt_set_factory: Any) -> None:
+    start_worker("cpu", env=HOOK | {"RADA_TEST_GENERATE_SLEEP": "0.2"})
+    ps = prompt_set_factory(12, pass_rate=0.5)
+    run = services.launch_run(user, "cancel me", SIM | {"total_steps": 200, "save_every": 1},
+                              ps)
+    wait_step(run, 2)
+    services.request_cancel(run, user)
+    run = wait_status(run)
+    assert run.status == Run.Status.CANCELLED
+    assert 2 <= run.current_step < 200
+    last = Checkpoint.objects.filter(run=run).order_by("step").last()
+    assert last is not None and last.step == run.current_step and Path(last.path).is_dir()
+    assert_no_duplicates(run)
+
+
+def test_failure_is_stored_and_worker_stays_up(start_worker: Any, user: Any,
+                                               prompt_set_factory: Any) -> None:
+    worker = start_worker("cpu", env=HOOK)
+    bad = prompt_set_factory(12, pass_rate=0.5, metadata={"fail_after_calls": 3})
+    run = services.launch_run(user, "boom", SIM | {"total_steps": 20}, bad)
+    run = wait_status(run)
+    assert run.status == Run.Status.FAILED
+    assert "RuntimeError: injected failure at generate call 4" in run.error
+    assert "Traceback (most recent call last)" in run.traceback
+    assert "worker_hooks.py" in run.traceback and run.lease_owner == ""
+    assert worker.alive()
+    # The same worker takes the next run.
+    ok = services.launch_run(user, "fine", SIM | {"total_steps": 2},
+                             prompt_set_factory(12, pass_rate=0.5))
+    assert wait_status(ok).status == Run.Status.SUCCEEDED
+    assert worker.alive()
+
+
+def test_sigkill_mid_run_resumes_from_checkpoint_without_duplicates(
+        start_worker: Any, user: Any, prompt_set_factory: Any, tmp_path: Path) -> None:
+    first = start_worker("cpu", env=HOOK | {"RADA_TEST_GENERATE_SLEEP": "0.15"})
+    ps = prompt_set_factory(12, pass_rate=0.5)
+    run = services.launch_run(user, "crash", SIM | {"total_steps": 12, "save_every": 3}, ps)
+    wait_step(run, 5)  # past the checkpoint of step 3, before the one of step 6
+    first.kill()
+    run.refresh_from_db()
+    killed_at = run.current_step
+    assert run.status == Run.Status.RUNNING and killed_at < 12
+    second = start_worker("cpu")
+    run = wait_status(run)
+    assert run.status == Run.Status.SUCCEEDED, run.traceback
+    assert run.attempts == 2 and run.current_step == 12
+    assert f"resuming from step {3 if killed_at < 6 else 6}" in second.log()
+    assert_no_duplicates(run)
+    assert list(Step.objects.filter(run=run).order_by("step").values_list("step", flat=True)) \
+        == list(range(1, 13))
+    # Resumed steps are the uninterrupted run's steps (the trainer restores its RNG state).
+    assert_recorded_as_emitted(run, replay(run, tmp_path))
+
+
+def test_redelivered_task_does_not_start_a_second_execution(
+        start_worker: Any, user: Any, prompt_set_factory: Any) -> None:
+    # Redis redelivers a task that stays unacknowledged past the visibility timeout, here 2 s;
+    # the run takes far longer, so the idle second worker receives the same task mid-run.
+    env = HOOK | {"RADA_TEST_GENERATE_SLEEP": "0.1", "CELERY_VISIBILITY_TIMEOUT": "2",
+                  "CELERY_UNACKED_RESTORE_INTERVAL": "1", "CELERY_UNACKED_RESTORE_THROTTLE": "1"}
+    workers = [start_worker("cpu", env=env), start_worker("cpu", env=env)]
+    ps = prompt_set_factory(12, pass_rate=0.5)
+    run = services.launch_run(user, "long", SIM | {"total_steps": 40}, ps)
+    wait_for(lambda: any(f"run {run.pk}: skipped" in w.log() for w in workers), 120,
+             what="the redelivered copy to reach a worker")
+    run = wait_status(run)
+    assert run.status == Run.Status.SUCCEEDED, run.traceback
+    assert run.attempts == 1  # one lease taken, ever
+    taken = [w for w in workers if f"run {run.pk}: lease taken" in w.log()]
+    assert len(taken) == 1
+    assert_no_duplicates(run)

@@ -1,0 +1,43 @@
+"""Backend hooks for the lifecycle tests (``RADA_BACKEND_HOOK``), applied inside worker
+processes: they wrap the real backend that the real training loop drives.
+
+- ``RADA_TEST_GENERATE_SLEEP`` (seconds): sleep before every generate call, so that a test can
+  cancel, kill or redeliver while a run is mid-way;
+- prompt metadata ``fail_after_calls: k``: the (k+1)-th generate call raises.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from collections.abc import Sequence
+from typing import Any
+
+
+class PacedBackend:
+    def __init__(self, inner: Any) -> None:
+        self.inner = inner
+        self.model = inner.model
+        self.tokenizer = inner.tokenizer
+        self.calls = 0
+        self.sleep = float(os.environ.get("RADA_TEST_GENERATE_SLEEP", "0"))
+
+    def generate(self, prompts: Sequence[Any], counts: Sequence[int], *, seed: int,
+                 greedy: bool = False) -> Any:
+        self.calls += 1
+        limit = prompts[0].metadata.get("fail_after_calls") if prompts else None
+        if limit is not None and self.calls > int(limit):
+            raise RuntimeError(f"injected failure at generate call {self.calls}")
+        if self.sleep:
+            time.sleep(self.sleep)
+        return self.inner.generate(prompts, counts, seed=seed, greedy=greedy)
+
+    def sync_weights(self) -> None:
+        self.inner.sync_weights()
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.inner, name)
+
+
+def paced(backend: Any, config: Any) -> PacedBackend:
+    return PacedBackend(backend)

@@ -1,0 +1,162 @@
+"""The recorder a worker hands to ``trainer.train``: each step's rows go to PostgreSQL in one
+transaction, streamed with ``COPY`` (a step of 512 prompts x 32 samples is 16k sample rows;
+``save()`` per row would dominate the step time).
+
+Idempotent per (run, step): a step that is recorded again (a resumed run re-emits the steps after
+its checkpoint) replaces the earlier rows inside the same transaction, so the unique keys hold and
+no row is ever duplicated. A recorder that holds a lease writes only while it still holds it.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from collections.abc import Iterable, Sequence
+from typing import Any
+
+from django.db import connection, transaction
+from django.utils import timezone
+from experiments.models import Run
+
+from trainer.types import CheckpointRecord, EvalRecord, RoundStat, SampleRecord, StepRecord
+
+STEP_TABLES = ("experiments_sample", "experiments_promptstep", "experiments_roundstat",
+               "experiments_step")
+SAMPLE_COLUMNS = ("run_id", "step", "prompt_id", "index", "round", "response", "tokens",
+                  "reward", "kept", "advantage", "verifier_error")
+PROMPTSTEP_COLUMNS = ("run_id", "step", "prompt_id", "samples", "positives", "negatives",
+                      "rounds", "exit_round", "missing", "kept_positives", "kept_negatives",
+                      "baseline", "tokens")
+ROUNDSTAT_COLUMNS = ("run_id", "step", "round", "active_prompts", "samples", "positives",
+                     "finished", "tokens")
+
+
+class LeaseLost(RuntimeError):
+    """Another worker took the run over (or it was deleted): stop without writing."""
+
+
+def finite_or_none(value: Any) -> float | None:
+    if value is None:
+        return None
+    value = float(value)
+    return value if math.isfinite(value) else None
+
+
+def clean_metrics(metrics: dict[str, Any]) -> dict[str, float | None]:
+    """JSON has no NaN/inf (PostgreSQL's jsonb rejects them): they become null."""
+    return {k: finite_or_none(v) if isinstance(v, (int, float)) else v
+            for k, v in metrics.items()}
+
+
+def response_text(sample: SampleRecord, retention: str) -> str | None:
+    """The run's retention policy for response texts: all, kept only, or none."""
+    if retention == Run.Retention.ALL or (retention == Run.Retention.KEPT and sample.kept):
+        return sample.response
+    return None
+
+
+def copy_rows(table: str, columns: Sequence[str], rows: Iterable[Sequence[Any]]) -> None:
+    cols = ", ".join(f'"{c}"' for c in columns)
+    with connection.cursor() as cursor, cursor.copy(
+            f"COPY {table} ({cols}) FROM STDIN") as copy:
+        for row in rows:
+            copy.write_row(row)
+
+
+class PostgresRecorder:
+    """``trainer.types.Recorder`` writing run ``run_id``'s events to PostgreSQL through Django's
+    connection (so a test's transaction sees them). ``lease_owner``: the worker's lease id; when
+    given, every write first checks the lease and raises ``LeaseLost`` without writing."""
+
+    def __init__(self, run_id: int, *, lease_owner: str | None = None) -> None:
+        self.run_id = run_id
+        self.lease_owner = lease_owner
+        self.retention = Run.objects.values_list("retention", flat=True).get(pk=run_id)
+
+    # -- trainer.types.Recorder ------------------------------------------------------------------
+    def on_round(self, step: int, stat: RoundStat) -> None:
+        """Live progress between rounds; doubles as a heartbeat."""
+        runs = Run.objects.filter(pk=self.run_id)
+        if self.lease_owner is not None:
+            runs = runs.filter(lease_owner=self.lease_owner)
+        if not runs.update(current_round=stat.round, heartbeat_at=timezone.now()) \
+                and self.lease_owner is not None:
+            raise LeaseLost(f"run {self.run_id}: lease lost")
+
+    def on_step(self, record: StepRecord) -> None:
+        run_id, step = self.run_id, record.step
+        m = record.metrics
+        with transaction.atomic():
+            self._lock_run()
+            with connection.cursor() as cursor:
+                cursor.execute(
+                    "SELECT step, wall_seconds FROM experiments_step WHERE run_id = %s "
+                    "AND step <= %s ORDER BY step DESC LIMIT 2", [run_id, step])
+                previous = cursor.fetchall()
+                if previous and previous[0][0] == step:
+                    # Recorded before (a resumed or repeated step): replace, never duplicate.
+                    for table in STEP_TABLES:
+                        cursor.execute(f"DELETE FROM {table} WHERE run_id = %s AND step = %s",
+                                       [run_id, step])
+                    previous = previous[1:]
+                # Wall time of training: the previous step's plus this step's duration, so a
+                # resumed run's curve continues without the time it spent dead or queued.
+                wall = (previous[0][1] if previous else 0.0) + float(m.get("time_step") or 0.0)
+                cursor.execute(
+                    "INSERT INTO experiments_step (run_id, step, metrics, real_reward, "
+                    "kept_reward, samples, tokens, wall_seconds, created_at) "
+                    "VALUES (%s, %s, %s, %s, %s, %s, %s, %s, now())",
+                    [run_id, step, json.dumps(clean_metrics(m)),
+                     finite_or_none(m.get("real_reward")), finite_or_none(m.get("kept_reward")),
+                     int(m.get("samples") or sum(r.samples for r in record.rounds)),
+                     int(m.get("tokens") or 0), wall])
+            copy_rows("experiments_roundstat", ROUNDSTAT_COLUMNS, (
+                (run_id, step, r.round, r.active_prompts, r.samples, r.positives, r.finished,
+                 r.tokens) for r in record.rounds))
+            copy_rows("experiments_promptstep", PROMPTSTEP_COLUMNS, (
+                (run_id, step, int(p.prompt_id), p.samples, p.positives, p.negatives, p.rounds,
+                 p.exit_round, p.missing or "", p.kept_positives, p.kept_negatives,
+                 finite_or_none(p.baseline) or 0.0, p.tokens) for p in record.prompts))
+            retention = self.retention
+            copy_rows("experiments_sample", SAMPLE_COLUMNS, (
+                (run_id, step, int(s.prompt_id), s.index, s.round, response_text(s, retention),
+                 s.tokens, s.reward, s.kept, finite_or_none(s.advantage),
+                 s.verifier_error or "") for s in record.samples))
+            with connection.cursor() as cursor:
+                cursor.execute(
+                    "UPDATE experiments_run SET current_step = %s, current_round = 0, "
+                    "  samples_spent = (SELECT COALESCE(SUM(samples), 0) FROM experiments_step "
+                    "                   WHERE run_id = %s), "
+                    "  latest_real_reward = %s, heartbeat_at = now() WHERE id = %s",
+                    [step, run_id, finite_or_none(m.get("real_reward")), run_id])
+
+    def on_checkpoint(self, record: CheckpointRecord) -> None:
+        with transaction.atomic():
+            self._lock_run()
+            with connection.cursor() as cursor:
+                cursor.execute(
+                    "INSERT INTO experiments_checkpoint (run_id, step, path, created_at) "
+                    "VALUES (%s, %s, %s, now()) ON CONFLICT (run_id, step) "
+                    "DO UPDATE SET path = EXCLUDED.path, created_at = EXCLUDED.created_at",
+                    [self.run_id, record.step, str(record.path)])
+
+    def on_eval(self, record: EvalRecord) -> None:
+        with transaction.atomic():
+            self._lock_run()
+            with connection.cursor() as cursor:
+                cursor.execute(
+                    "INSERT INTO experiments_evalresult (run_id, step, metrics, created_at) "
+                    "VALUES (%s, %s, %s, now()) ON CONFLICT (run_id, step) "
+                    "DO UPDATE SET metrics = EXCLUDED.metrics, created_at = EXCLUDED.created_at",
+                    [self.run_id, record.step, json.dumps(clean_metrics(record.metrics))])
+
+    # --------------------------------------------------------------------------------------------
+    def _lock_run(self) -> None:
+        """Lock the run row for this transaction and check the lease: a worker that was declared
+        dead and taken over must not write the new owner's steps."""
+        with connection.cursor() as cursor:
+            cursor.execute("SELECT lease_owner FROM experiments_run WHERE id = %s FOR UPDATE",
+                           [self.run_id])
+            row = cursor.fetchone()
+        if row is None or (self.lease_owner is not None and row[0] != self.lease_owner):
+            raise LeaseLost(f"run {self.run_id}: lease lost")

@@ -1,0 +1,14 @@
+"""Celery tasks. The web process enqueues them by name (``webapp.celery.EXECUTE_RUN_TASK``);
+the trainer (torch) is imported inside the task only."""
+
+from __future__ import annotations
+
+from workers.celery_app import app
+
+
+@app.task(name="workers.execute_run", acks_late=True, ignore_result=True)
+def execute_run(run_id: int) -> str:
+    """Execute run ``run_id`` to its end (or resume it) under a lease; see workers.execution."""
+    from workers.execution import execute
+
+    return execute(run_id)
