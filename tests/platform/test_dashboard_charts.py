@@ -19,7 +19,7 @@ __all__ = ["plain_static_storage"]
 def client_and_run() -> tuple[Client, Run]:
     owner = User.objects.create_user("owner", password="x-123456")
     run = record_run(make_run(owner, make_prompt_set(size=12), name="bal", total_steps=8,
-                              batch_size=4), seed=3)
+                              batch_size=4, seed=3))
     c = Client()
     c.force_login(User.objects.create_user("reader", password="x-123456"))
     return c, run

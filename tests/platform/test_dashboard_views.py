@@ -279,8 +279,8 @@ def test_prompt_history_escapes_responses(run: Run, owner_client: Client) -> Non
 
 def test_compare_page_groups_seeds_and_diffs_config(owner: User, owner_client: Client) -> None:
     ps = make_prompt_set()
-    runs = [record_run(make_run(owner, ps, name=f"bal-{s}", seed=s), seed=s) for s in (1, 2)]
-    runs.append(record_run(make_run(owner, ps, name="grpo-1", algorithm="grpo", seed=1), seed=9))
+    runs = [record_run(make_run(owner, ps, name=f"bal-{s}", seed=s)) for s in (1, 2)]
+    runs.append(record_run(make_run(owner, ps, name="grpo-1", algorithm="grpo", seed=1)))
     q = "&".join(f"runs={r.pk}" for r in runs)
     page = owner_client.get(reverse("dashboard:compare") + "?" + q)
     assert page.status_code == 200
