@@ -49,6 +49,10 @@ def _line(name: str, xs: list[Any], ys: list[Any], color: str, max_points: int,
 
 def _empty_note(fig: Fig, steps: list[Any]) -> Fig:
     if not steps:
+        # Keep the axis titles (the chart says what it will show) but no meaningless ticks.
+        for key, axis in fig["layout"].items():
+            if key.startswith(("xaxis", "yaxis")):
+                axis.update(showticklabels=False, showgrid=False, zeroline=False)
         fig["layout"]["annotations"] = [{"text": "no steps recorded yet", "showarrow": False,
                                          "xref": "paper", "yref": "paper", "x": 0.5, "y": 0.5}]
     return fig
@@ -75,12 +79,15 @@ def funnel(run: Run, max_points: int = MAX_POINTS) -> Fig:
     steps = r["steps"]
     data: list[dict[str, Any]] = []
     batch = int((run.config or {}).get("batch_size", 0))
-    for rnd in range(1, r["max_round"] + 1):
+    # Drawn from the last round to the first so each round's band stacks on the smaller one
+    # after it: the ribbon narrows as prompts leave.
+    for rnd in range(r["max_round"], 0, -1):
         ys = [r["active"].get((st, rnd), 0) - r["finished"].get((st, rnd), 0)
               if (st, rnd) in r["active"] else 0 for st in steps]
         data.append(_line(f"active after round {rnd}", steps, ys,
                           PALETTE[(rnd - 1) % len(PALETTE)], max_points,
-                          fill="tozeroy", yaxis="y2", legendgroup="active"))
+                          fill="tozeroy" if rnd == r["max_round"] else "tonexty", yaxis="y2",
+                          legendgroup="active"))
     for rnd in range(1, r["max_round"] + 1):
         ys = [r["finished"].get((st, rnd), 0) for st in steps]
         x, y = bucket_mean(steps, ys, max_points)
@@ -93,11 +100,10 @@ def funnel(run: Run, max_points: int = MAX_POINTS) -> Fig:
         x, y = bucket_mean(s["step"], [v or 0 for v in s[key]], max_points)
         data.append({"type": "bar", "name": name, "x": x, "y": y, "marker": {"color": color},
                      "legendgroup": "unresolved"})
-    layout = _layout("Elimination funnel", "training step",
-                     f"prompts per outcome (batch = {batch} prompts)",
-                     barmode="stack", bargap=0.05)
+    layout = _layout(f"Elimination funnel (batch B = {batch} prompts)", "training step",
+                     "outcome (prompts)", barmode="stack", bargap=0)
     layout["yaxis"]["domain"] = [0, 0.45]
-    layout["yaxis2"] = {"title": {"text": "active prompts after round"}, "domain": [0.55, 1],
+    layout["yaxis2"] = {"title": {"text": "still active (prompts)"}, "domain": [0.55, 1],
                         "anchor": "x"}
     layout["height"] = 520
     return _empty_note({"data": data, "layout": layout}, steps)
@@ -167,13 +173,17 @@ def metric_chart(run: Run, name: str, max_points: int = MAX_POINTS) -> Fig:
 
 
 def heatmap(run: Run) -> Fig:
-    h = selectors.heatmap(run.pk)
+    """Samples per prompt and step. The exit round per cell travels as a compact integer matrix
+    (``exit_rounds``: 0 = unresolved, null = not sampled) that charts.js turns into hover text;
+    as strings it would triple a 512-prompt x 600-step payload."""
+    h = selectors.heatmap(run)
     width = h["steps_per_column"]
     xtitle = "training step" + (f" ({width} steps per column)" if width > 1 else "")
+    step_hover = "step %{x}" if width == 1 else f"steps around %{{x}} ({width} per column)"
     data = [{
         "type": "heatmap", "name": "samples spent", "x": h["x"], "y": h["labels"], "z": h["z"],
-        "text": h["hover"], "customdata": h["hover"],
-        "hovertemplate": "prompt %{y}<br>%{text}<br>samples: %{z}<extra></extra>",
+        "hovertemplate": f"prompt %{{y}}, {step_hover}<br>samples: %{{z}}<br>%{{text}}"
+                         "<extra></extra>",
         "colorscale": "Viridis", "hoverongaps": False,
         "colorbar": {"title": {"text": "samples per step"}},
     }]
@@ -182,8 +192,9 @@ def heatmap(run: Run) -> Fig:
     layout["yaxis"]["type"] = "category"
     layout["yaxis"]["autorange"] = "reversed"
     layout["height"] = max(320, min(900, 14 * len(h["labels"]) + 140))
-    # Heatmaps have no legend entries; the colour bar is its legend.
-    return {"data": data, "layout": layout, "prompt_ids": h["prompt_ids"]}
+    # Heatmaps have no legend entries; the colour bar is their legend.
+    return {"data": data, "layout": layout, "prompt_ids": h["prompt_ids"],
+            "exit_rounds": h["exit_rounds"]}
 
 
 def prompt_pass_rate(run: Run, prompt_id: int) -> Fig:
@@ -265,7 +276,7 @@ def compare(runs: list[Run], x_axis: str = "step", metric: str = "real_reward",
 
 
 def pass_rate_scatter(run_a: Run, run_b: Run) -> Fig:
-    p = selectors.per_prompt_pass_rates(run_a.pk, run_b.pk)
+    p = selectors.per_prompt_pass_rates(run_a, run_b)
     data = [
         {"type": "scattergl", "mode": "markers", "name": "prompts sampled by both runs",
          "x": p["a"], "y": p["b"], "customdata": p["prompt_id"],

@@ -139,8 +139,8 @@ class UploadForm(forms.Form):
         f = self.cleaned_data["file"]
         limit = settings.PROMPT_UPLOAD_MAX_BYTES
         if f.size > limit:
-            raise forms.ValidationError(f"the file has {f.size / 1e6:.1f} MB; the limit is "
-                                        f"{limit / 1e6:.0f} MB")
+            raise forms.ValidationError(f"the file has {f.size / 2**20:.1f} MiB; the limit is "
+                                        f"{limit / 2**20:.0f} MiB")
         if not f.name.lower().endswith((".jsonl", ".json", ".parquet")):
             raise forms.ValidationError("expected a .jsonl or .parquet file")
         return f
@@ -155,10 +155,12 @@ class UploadForm(forms.Form):
 class BuiltinForm(forms.Form):
     name = forms.CharField(max_length=200, initial="arithmetic")
     num_prompts = forms.IntegerField(min_value=1, max_value=100_000, initial=2048,
-                                     help_text="prompts")
-    min_digits = forms.IntegerField(min_value=1, max_value=9, initial=1, help_text="digits")
-    max_digits = forms.IntegerField(min_value=1, max_value=9, initial=3, help_text="digits")
-    seed = forms.IntegerField(min_value=0, initial=0)
+                                     help_text="Unit: prompts.")
+    min_digits = forms.IntegerField(min_value=1, max_value=9, initial=1,
+                                    help_text="Fewest digits of an operand.")
+    max_digits = forms.IntegerField(min_value=1, max_value=9, initial=3,
+                                    help_text="Most digits of an operand.")
+    seed = forms.IntegerField(min_value=0, initial=0, help_text="Seed of the generator.")
 
     def clean_name(self) -> str:
         name = self.cleaned_data["name"].strip()

@@ -14,7 +14,8 @@ from collections import defaultdict
 from dataclasses import dataclass
 from typing import Any
 
-from django.db import connection
+from django.core.cache import cache
+from django.db import connection, transaction
 from django.db.models import Q, QuerySet
 from django.utils import timezone
 from experiments.models import (
@@ -148,53 +149,65 @@ def round_series(run_id: int) -> dict[str, Any]:
 
 # --- heatmap -----------------------------------------------------------------------------------
 
-def heatmap(run_id: int, max_cols: int = 150, max_rows: int = 600) -> dict[str, Any]:
+def heatmap(run: Run, max_cols: int = 100, max_rows: int = 600) -> dict[str, Any]:
     """Prompt x step matrix of samples spent, with the exit round for the hover.
 
-    Steps are grouped into at most ``max_cols`` buckets (mean samples per appearance; the exit
-    round shown is the latest in the bucket, "unresolved" if any appearance was). Rows are the
-    prompts the run sampled, ordered by their index in the set; when there are more than
-    ``max_rows`` the ones with most samples are kept, since those are the ones the budget went to.
+    Steps are grouped into at most ``max_cols`` buckets (mean samples per appearance, rounded;
+    the exit round is the latest round any appearance in the bucket exited at, 0 if one stayed
+    unresolved). Rows are the prompts the run sampled, in set order; when there are more than
+    ``max_rows``, the ones with most samples are kept, since those are where the budget went.
+    A finished run's matrix never changes and is cached (one 300k-row aggregation per run).
     """
+    return _cached_for_finished("heatmap", [run], lambda: _heatmap(run, max_cols, max_rows))
+
+
+def _heatmap(run: Run, max_cols: int, max_rows: int) -> dict[str, Any]:
     last = _fetch(f"SELECT COALESCE(MAX(step), 0) FROM {Step._meta.db_table} WHERE run_id = %s",
-                  [run_id])[0][0]
+                  [run.pk])[0][0]
     width = max(1, -(-last // max_cols))  # steps per column, ceil
     ps = PromptStep._meta.db_table
-    rows = _fetch(
-        f"""
-        WITH top AS (
-            SELECT prompt_id FROM {ps} WHERE run_id = %s
-            GROUP BY prompt_id ORDER BY SUM(samples) DESC, prompt_id LIMIT %s
-        )
-        SELECT ps.prompt_id, (ps.step - 1) / %s AS col,
-               AVG(ps.samples)::float, COUNT(*),
-               BOOL_OR(ps.exit_round IS NULL),
-               (ARRAY_AGG(ps.exit_round ORDER BY ps.step DESC))[1],
-               MIN(ps.step), MAX(ps.step)
-        FROM {ps} ps JOIN top USING (prompt_id)
-        WHERE ps.run_id = %s
-        GROUP BY ps.prompt_id, col
-        """, [run_id, max_rows, width, run_id])
+    where, params = "ps.run_id = %s", [run.pk]
+    if run.prompt_set.size > max_rows:
+        # Only then is the extra pass that ranks prompts by samples worth its cost.
+        where += (f" AND ps.prompt_id IN (SELECT prompt_id FROM {ps} WHERE run_id = %s "
+                  f"GROUP BY prompt_id ORDER BY SUM(samples) DESC, prompt_id LIMIT %s)")
+        params += [run.pk, max_rows]
+    with transaction.atomic(), connection.cursor() as cur:
+        # The hash aggregate over a long run's prompt-steps spills to disk at the default 4 MB.
+        cur.execute("SET LOCAL work_mem = '32MB'")
+        cur.execute(
+            f"SELECT ps.prompt_id, (ps.step - 1) / %s AS col, ROUND(AVG(ps.samples))::int, "
+            f"MIN(COALESCE(ps.exit_round, 0)), MAX(ps.exit_round) "
+            f"FROM {ps} ps WHERE {where} GROUP BY 1, 2", [width, *params])
+        rows = cur.fetchall()
     prompt_ids = sorted({r[0] for r in rows})
-    meta = {p.pk: p for p in Prompt.objects.filter(pk__in=prompt_ids).only("id", "index", "text")}
-    prompt_ids.sort(key=lambda pid: meta[pid].index if pid in meta else pid)
+    index_of = dict(Prompt.objects.filter(pk__in=prompt_ids).values_list("id", "index"))
+    prompt_ids.sort(key=lambda pid: index_of.get(pid, pid))
     row_of = {pid: i for i, pid in enumerate(prompt_ids)}
-    ncols = max(1, -(-last // width)) if last else 0
-    z: list[list[float | None]] = [[None] * ncols for _ in prompt_ids]
-    hover: list[list[str]] = [[""] * ncols for _ in prompt_ids]
-    for pid, col, mean_samples, count, any_unresolved, last_exit, s_lo, s_hi in rows:
+    ncols = -(-last // width) if last else 0
+    z: list[list[int | None]] = [[None] * ncols for _ in prompt_ids]
+    exits: list[list[int | None]] = [[None] * ncols for _ in prompt_ids]
+    for pid, col, samples, min_exit, max_exit in rows:
         i = row_of[pid]
-        z[i][col] = round(mean_samples, 2)
-        where = f"step {s_lo}" if s_lo == s_hi else f"steps {s_lo}-{s_hi} ({count}x)"
-        exit_txt = "unresolved" if any_unresolved else f"exit after round {last_exit}"
-        hover[i][col] = f"{where}: {exit_txt}"
-    xs = [col * width + 1 if width == 1 else col * width + (width + 1) / 2
-          for col in range(ncols)]
-    return {
-        "x": xs, "z": z, "hover": hover, "prompt_ids": prompt_ids,
-        "labels": [f"#{meta[pid].index}" if pid in meta else str(pid) for pid in prompt_ids],
-        "steps_per_column": width, "last_step": last,
-    }
+        z[i][col] = samples
+        exits[i][col] = 0 if min_exit == 0 else max_exit
+    xs = [col * width + (width + 1) / 2 if width > 1 else col + 1 for col in range(ncols)]
+    return {"x": xs, "z": z, "exit_rounds": exits, "prompt_ids": prompt_ids,
+            "labels": [f"#{index_of.get(pid, pid)}" for pid in prompt_ids],
+            "steps_per_column": width, "last_step": last}
+
+
+def _cached_for_finished(name: str, runs: list[Run], compute: Any) -> Any:
+    """Cache what a set of finished runs yields: their rows no longer change. The key carries
+    each run's status and last step, so a relaunched or resumed run is recomputed."""
+    if any(r.status in Run.ACTIVE_STATUSES for r in runs):
+        return compute()
+    key = "dash:" + name + ":" + ",".join(f"{r.pk}.{r.status}.{r.current_step}" for r in runs)
+    value = cache.get(key)
+    if value is None:
+        value = compute()
+        cache.set(key, value, timeout=6 * 3600)
+    return value
 
 
 # --- prompt history ----------------------------------------------------------------------------
@@ -219,7 +232,7 @@ class StepHistory:
         return self.positives / self.samples if self.samples else 0.0
 
 
-def prompt_history(run: Run, prompt: Prompt, page_steps: int = 10,
+def prompt_history(run: Run, prompt: Prompt, page_steps: int = 5,
                    before_step: int | None = None) -> dict[str, Any]:
     """One prompt in one run: every step it was sampled in (summary rows for all of them) and,
     for the ``page_steps`` most recent steps up to ``before_step``, each round and each response.
@@ -273,8 +286,14 @@ def seed_group_key(run: Run) -> str:
     return json.dumps([run.prompt_set_id, run.model, cfg], sort_keys=True, default=str)
 
 
-def per_prompt_pass_rates(run_a: int, run_b: int) -> dict[str, list[Any]]:
-    """Pass rate of every prompt both runs sampled: positives / samples over the whole run."""
+def per_prompt_pass_rates(run_a: Run, run_b: Run) -> dict[str, list[Any]]:
+    """Pass rate of every prompt both runs sampled: positives / samples over the whole run.
+    Cached once both runs are finished (two 300k-row aggregations at paper scale)."""
+    return _cached_for_finished("passrates", [run_a, run_b],
+                                lambda: _per_prompt_pass_rates(run_a.pk, run_b.pk))
+
+
+def _per_prompt_pass_rates(run_a: int, run_b: int) -> dict[str, list[Any]]:
     ps = PromptStep._meta.db_table
     rows = _fetch(
         f"""

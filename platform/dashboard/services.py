@@ -53,12 +53,12 @@ def create_prompt_set_from_upload(owner: Any, name: str, uploaded_bytes: bytes,
     with transaction.atomic():
         ps = PromptSet.objects.create(name=name, source=PromptSet.Source.UPLOAD, owner=owner,
                                       size=len(rows), description=f"uploaded {filename}")
-        Prompt.objects.bulk_create(Prompt(prompt_set=ps, index=i, text=t, answer=a)
-                                   for i, (t, a) in enumerate(rows))
+        Prompt.objects.bulk_create(Prompt(prompt_set=ps, index=i, text=t, answer=a, metadata=m)
+                                   for i, (t, a, m) in enumerate(rows))
     return ps
 
 
-def _parse_prompt_file(data: bytes, filename: str) -> list[tuple[str, str]]:
+def _parse_prompt_file(data: bytes, filename: str) -> list[tuple[str, str, dict[str, Any]]]:
     records: list[tuple[int, Any]] = []
     if filename.lower().endswith(".parquet"):
         import pyarrow.parquet as pq
@@ -92,7 +92,8 @@ def _parse_prompt_file(data: bytes, filename: str) -> list[tuple[str, str]]:
             raise UploadError(no, "missing or empty 'prompt'")
         if answer is None or str(answer).strip() == "":
             raise UploadError(no, "missing 'answer' (or reward_model.ground_truth)")
-        out.append((prompt, str(answer)))
+        metadata = rec.get("metadata") if isinstance(rec.get("metadata"), dict) else {}
+        out.append((prompt, str(answer), metadata))
     return out
 
 

@@ -10,6 +10,13 @@
     const resp = await fetch(url, { credentials: "same-origin" });
     if (!resp.ok) { div.textContent = "chart failed to load (" + resp.status + ")"; return; }
     const fig = await resp.json();
+    if (fig.exit_rounds) {  // heatmap: hover text from the compact exit-round matrix
+      fig.data[0].text = fig.exit_rounds.map(function (row) {
+        return row.map(function (e) {
+          return e === null ? "" : (e === 0 ? "unresolved" : "exit after round " + e);
+        });
+      });
+    }
     await Plotly.react(div, fig.data, fig.layout, config);
     div.dataset.loaded = "1";
     if (fig.prompt_ids && div.dataset.promptUrl && !div.dataset.clickBound) {
