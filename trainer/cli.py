@@ -170,7 +170,8 @@ def cmd_run(args: argparse.Namespace) -> int:
     bar = None if args.no_progress else tqdm(total=config.total_steps, initial=start,
                                               unit="step", file=sys.stderr)
     try:
-        with JsonlRecorder(out / "events.jsonl") as rec:
+        with JsonlRecorder(out / "events.jsonl", resume_step=start if args.resume else None
+                           ) as rec:
             result = train(config, prompts, backend, _Progress(rec, bar),
                            lambda: stop["requested"], out_dir=out, eval_prompts=eval_prompts,
                            resume_from=resume_from)

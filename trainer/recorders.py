@@ -60,10 +60,27 @@ class JsonlRecorder:
     """Appends one JSON object per event to ``path`` (``events.jsonl``), flushed per event so a
     crash loses at most the event being written. Appending lets a resumed run continue the file."""
 
-    def __init__(self, path: str | Path) -> None:
+    def __init__(self, path: str | Path, *, resume_step: int | None = None) -> None:
         self.path = Path(path)
         self.path.parent.mkdir(parents=True, exist_ok=True)
+        if resume_step is not None and self.path.exists():
+            self._truncate_after(resume_step)
         self._fh = open(self.path, "a", encoding="utf-8")  # closed in close()
+
+    def _truncate_after(self, step: int) -> None:
+        """Drop events of steps after ``step``: a run resumed from that step's checkpoint redoes
+        them, and each step must appear once. A torn last line (crash mid-write) goes too."""
+        kept = []
+        for line in self.path.read_text(encoding="utf-8").splitlines():
+            try:
+                obj = json.loads(line)
+            except json.JSONDecodeError:
+                continue
+            if int(obj.get("step", 0)) <= step:
+                kept.append(line + "\n")
+        tmp = self.path.with_suffix(".tmp")
+        tmp.write_text("".join(kept), encoding="utf-8")
+        tmp.replace(self.path)
 
     def _write(self, obj: dict[str, Any]) -> None:
         self._fh.write(json.dumps(obj, separators=(",", ":")) + "\n")

@@ -112,3 +112,17 @@ def test_jsonl_recorder_writes_typed_events(tmp_path) -> None:
     assert {"prompt_id", "round", "index", "reward", "kept", "advantage"} <= set(
         step["samples"][0])
     json.dumps(events)  # plain JSON all the way down
+
+
+def test_jsonl_recorder_resume_drops_later_steps(tmp_path) -> None:
+    with JsonlRecorder(tmp_path / "events.jsonl") as rec:
+        train(sim_config(total_steps=4, save_every=2), prompts(), SimulatedBackend(), rec,
+              out_dir=tmp_path)
+    with open(tmp_path / "events.jsonl", "a") as fh:
+        fh.write('{"type": "step", "st')  # torn line of a crashed write
+    with JsonlRecorder(tmp_path / "events.jsonl", resume_step=2) as rec:
+        train(sim_config(total_steps=4, save_every=2), prompts(), SimulatedBackend(), rec,
+              out_dir=tmp_path, resume_from=tmp_path / "checkpoints" / "step-000002")
+    events = read_events(tmp_path / "events.jsonl")
+    assert [e["step"] for e in events if e["type"] == "step"] == [1, 2, 3, 4]
+    assert [e["step"] for e in events if e["type"] == "checkpoint"] == [2, 4]
