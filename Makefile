@@ -36,4 +36,4 @@ lint: $(STAMP)
 	$(PY) -m ruff check .
 
 bench: $(STAMP)
-	$(PY) scripts/services.py exec --instance bench --fast -- $(PY) benchmarks/bench_ingest.py
+	$(PY) scripts/services.py exec --instance bench -- $(PY) benchmarks/bench_ingest.py

@@ -144,10 +144,14 @@ class RoundStat(models.Model):
 
 
 class PromptStep(models.Model):
+    """One prompt in one step (B rows per step). Foreign keys unenforced by the database for the
+    recorder's sake, as for ``Sample``."""
+
     run = models.ForeignKey(Run, on_delete=models.CASCADE, related_name="prompt_steps",
-                            db_index=False)
+                            db_index=False, db_constraint=False)
     step = models.PositiveIntegerField()
-    prompt = models.ForeignKey(Prompt, on_delete=models.CASCADE, db_index=False)
+    prompt = models.ForeignKey(Prompt, on_delete=models.CASCADE, db_index=False,
+                               db_constraint=False)
     samples = models.PositiveSmallIntegerField()
     positives = models.PositiveSmallIntegerField()
     negatives = models.PositiveSmallIntegerField()
@@ -167,9 +171,19 @@ class PromptStep(models.Model):
 
 
 class Sample(models.Model):
-    run = models.ForeignKey(Run, on_delete=models.CASCADE, related_name="samples", db_index=False)
+    """One response. The most numerous rows (up to 10M per run), so they carry as little
+    index and trigger work as integrity allows: the natural key is the primary key (no surrogate
+    id and its second index), and the two foreign keys are not enforced by the database (a
+    per-row trigger each, which cost the recorder most of its ingest rate). Integrity is kept by
+    the application: runs are deleted through ``services.delete_run`` (records first), and a
+    prompt set in use by a run cannot be deleted (``Run.prompt_set`` is PROTECT)."""
+
+    pk = models.CompositePrimaryKey("run", "prompt", "step", "index")
+    run = models.ForeignKey(Run, on_delete=models.CASCADE, related_name="samples", db_index=False,
+                            db_constraint=False)
     step = models.PositiveIntegerField()
-    prompt = models.ForeignKey(Prompt, on_delete=models.CASCADE, db_index=False)
+    prompt = models.ForeignKey(Prompt, on_delete=models.CASCADE, db_index=False,
+                               db_constraint=False)
     index = models.PositiveSmallIntegerField(help_text="Position in the prompt's pool this step.")
     round = models.PositiveSmallIntegerField()
     response = models.TextField(null=True, help_text="None when the retention policy dropped it.")
@@ -181,8 +195,6 @@ class Sample(models.Model):
 
     class Meta:
         ordering = ["run", "step", "prompt", "index"]
-        constraints = [models.UniqueConstraint(fields=["run", "prompt", "step", "index"],
-                                               name="sample_unique")]
 
 
 class Checkpoint(models.Model):

@@ -99,11 +99,11 @@ def assert_recorded_as_emitted(run: Run, emitted: Any) -> None:
 
 
 def assert_no_duplicates(run: Run) -> None:
-    assert not Step.objects.filter(run=run).values("step").annotate(n=Count("id")).filter(n__gt=1)
+    assert not Step.objects.filter(run=run).values("step").annotate(n=Count("*")).filter(n__gt=1)
     assert not RoundStat.objects.filter(run=run).values("step", "round").annotate(
-        n=Count("id")).filter(n__gt=1)
+        n=Count("*")).filter(n__gt=1)
     assert not Sample.objects.filter(run=run).values("step", "prompt", "index").annotate(
-        n=Count("id")).filter(n__gt=1)
+        n=Count("*")).filter(n__gt=1)
     total = sum(Step.objects.filter(run=run).values_list("samples", flat=True))
     assert Sample.objects.filter(run=run).count() == total
     run.refresh_from_db()
