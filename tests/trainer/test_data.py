@@ -1,0 +1,123 @@
+import json
+from pathlib import Path
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+
+from trainer.config import TrainConfig
+from trainer.data import DataError, load_prompts, load_prompts_from_bytes, resolve_prompts
+
+
+def _jsonl(path: Path, rows: list) -> Path:
+    path.write_text("".join((r if isinstance(r, str) else json.dumps(r)) + "\n" for r in rows))
+    return path
+
+
+def test_jsonl_prompt_answer(tmp_path: Path) -> None:
+    path = _jsonl(tmp_path / "d.jsonl", [
+        {"prompt": "What is 1+1?", "answer": "2", "level": 1},
+        {"prompt": "Half of one?", "answer": 0.5},
+        {"id": "q3", "prompt": "x", "answer": 3},
+    ])
+    prompts = load_prompts(path)
+    assert [p.answer for p in prompts] == ["2", "0.5", "3"]
+    assert prompts[0].metadata == {"level": 1}
+    assert prompts[2].id == "q3"
+    # Content-based ids: the same file gives the same ids every time.
+    assert [p.id for p in load_prompts(path)] == [p.id for p in prompts]
+    assert len({p.id for p in prompts}) == 3
+
+
+def test_duplicate_problems_get_distinct_ids(tmp_path: Path) -> None:
+    path = _jsonl(tmp_path / "d.jsonl", [{"prompt": "a", "answer": "1"}] * 2)
+    a, b = load_prompts(path)
+    assert a.id != b.id
+
+
+VERL_ROW = {
+    "data_source": "openai/gsm8k",
+    "prompt": [{"role": "system", "content": "Be brief."},
+               {"role": "user", "content": "What is 2+3?"}],
+    "ability": "math",
+    "reward_model": {"style": "rule", "ground_truth": "5"},
+    "extra_info": {"index": 0},
+}
+
+
+def test_verl_layout_jsonl_and_parquet(tmp_path: Path) -> None:
+    (p,) = load_prompts(_jsonl(tmp_path / "v.jsonl", [VERL_ROW]))
+    assert (p.text, p.answer) == ("What is 2+3?", "5")
+    assert p.metadata["data_source"] == "openai/gsm8k"
+    pq.write_table(pa.Table.from_pylist([VERL_ROW, VERL_ROW | {"extra_info": {"index": 1}}]),
+                   tmp_path / "v.parquet")
+    prompts = load_prompts(tmp_path / "v.parquet")
+    assert [(q.text, q.answer) for q in prompts] == [("What is 2+3?", "5")] * 2
+
+
+def test_parquet_prompt_answer_and_bytes(tmp_path: Path) -> None:
+    table = pa.table({"prompt": ["1+1=", "2+2="], "answer": ["2", "4"]})
+    pq.write_table(table, tmp_path / "d.parquet")
+    data = (tmp_path / "d.parquet").read_bytes()
+    prompts = load_prompts_from_bytes(data, "upload.parquet")
+    assert [(p.text, p.answer) for p in prompts] == [("1+1=", "2"), ("2+2=", "4")]
+
+
+@pytest.mark.parametrize(
+    ("rows", "location", "reason"),
+    [
+        ([{"prompt": "a", "answer": "1"}, "{not json"], "line 2", "bad JSON"),
+        ([{"prompt": "a", "answer": "1"}, {"answer": "1"}], "line 2", "missing field 'prompt'"),
+        ([{"prompt": "a"}], "line 1", "missing field 'answer'"),
+        ([{"prompt": "a", "answer": "1"}, {"prompt": "  ", "answer": "1"}], "line 2",
+         "empty prompt"),
+        ([{"prompt": 5, "answer": "1"}], "line 1", "'prompt' must be a string"),
+        ([{"prompt": "a", "answer": [1]}], "line 1", "'answer' must be a string or a number"),
+        ([[1, 2]], "line 1", "expected an object"),
+        ([{"prompt": [{"role": "system", "content": "x"}], "answer": "1"}], "line 1",
+         "no user message"),
+        ([{"id": "a", "prompt": "a", "answer": "1"}, {"id": "a", "prompt": "b", "answer": "2"}],
+         "line 2", "duplicate id"),
+    ],
+)
+def test_malformed_jsonl_rejected_whole(tmp_path: Path, rows: list, location: str,
+                                        reason: str) -> None:
+    path = _jsonl(tmp_path / "bad.jsonl", rows)
+    with pytest.raises(DataError, match=reason) as exc:
+        load_prompts(path)
+    assert exc.value.location == location
+    assert location in str(exc.value)
+
+
+def test_malformed_parquet_names_the_row(tmp_path: Path) -> None:
+    table = pa.table({"prompt": ["1+1=", "", "3+3="], "answer": ["2", "4", "6"]})
+    pq.write_table(table, tmp_path / "d.parquet")
+    with pytest.raises(DataError, match="row 1: empty prompt"):
+        load_prompts(tmp_path / "d.parquet")
+    with pytest.raises(DataError, match="not a readable Parquet file"):
+        load_prompts_from_bytes(b"garbage", "x.parquet")
+
+
+def test_unknown_suffix_and_empty_file(tmp_path: Path) -> None:
+    with pytest.raises(DataError, match="unknown file type"):
+        load_prompts_from_bytes(b"", "data.csv")
+    with pytest.raises(DataError, match="no prompts"):
+        load_prompts_from_bytes(b"\n\n", "data.jsonl")
+
+
+def test_resolve_builtin_eval_is_disjoint_from_train() -> None:
+    cfg = TrainConfig(task_num_prompts=300, eval_num_prompts=50)
+    train, evals = resolve_prompts(cfg)
+    assert len(train) == 300 and len(evals) == 50
+    assert not {p.text for p in train} & {p.text for p in evals}
+    # The prompt sets do not depend on the run's seed: runs stay comparable.
+    cfg2 = TrainConfig(task_num_prompts=300, eval_num_prompts=50, seed=9)
+    assert resolve_prompts(cfg2) == (train, evals)
+
+
+def test_resolve_files(tmp_path: Path) -> None:
+    path = _jsonl(tmp_path / "d.jsonl", [{"prompt": "a", "answer": "1"}])
+    train, evals = resolve_prompts(TrainConfig(prompts=str(path)))
+    assert len(train) == 1 and evals == []
+    train, evals = resolve_prompts(TrainConfig(prompts=str(path), eval_prompts=str(path)))
+    assert len(evals) == 1

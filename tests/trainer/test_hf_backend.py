@@ -1,0 +1,89 @@
+import pytest
+import torch
+
+from trainer.backends import make_backend
+from trainer.backends.hf import HFBackend
+from trainer.config import TrainConfig
+from trainer.model import build_tiny_model
+from trainer.policy import response_logprobs
+from trainer.tasks import arithmetic_prompts
+from trainer.tokenizer import build_tokenizer
+
+
+@pytest.fixture(scope="module")
+def backend() -> HFBackend:
+    tok = build_tokenizer()
+    return HFBackend(build_tiny_model(tok, seed=3), tok, temperature=1.0, max_new_tokens=6)
+
+
+# Prompts of different lengths, so batches really are left-padded.
+PROMPTS = arithmetic_prompts(6, min_digits=1, max_digits=3, seed=11)
+
+
+def _ids(groups) -> list[list[list[int]]]:
+    return [[g.response_token_ids for g in group] for group in groups]
+
+
+def test_counts_are_honoured(backend: HFBackend) -> None:
+    counts = [3, 0, 1, 2, 5, 1]
+    out = backend.generate(PROMPTS, counts, seed=0)
+    assert [len(group) for group in out] == counts
+    for prompt, group in zip(PROMPTS, out, strict=True):
+        for g in group:
+            assert g.prompt_id == prompt.id
+            assert g.prompt_token_ids == backend.tokenizer(prompt.text)["input_ids"]
+            assert 1 <= len(g.response_token_ids) <= 6
+            assert len(g.logprobs) == len(g.response_token_ids)
+            assert g.text == backend.tokenizer.decode(g.response_token_ids,
+                                                      skip_special_tokens=True)
+
+
+def test_greedy_batched_equals_unbatched(backend: HFBackend) -> None:
+    batched = backend.generate(PROMPTS, [1] * len(PROMPTS), seed=0, greedy=True)
+    for prompt, group in zip(PROMPTS, batched, strict=True):
+        (alone,) = backend.generate([prompt], [1], seed=5, greedy=True)
+        assert alone[0].response_token_ids == group[0].response_token_ids
+
+
+def test_sampling_is_seeded(backend: HFBackend) -> None:
+    torch.manual_seed(0)
+    a = backend.generate(PROMPTS, [4] * 6, seed=42)
+    after_a = torch.rand(1)
+    torch.manual_seed(0)
+    b = backend.generate(PROMPTS, [4] * 6, seed=42)
+    assert _ids(a) == _ids(b)
+    # The caller's global RNG stream is not consumed by sampling.
+    assert torch.equal(torch.rand(1), after_a)
+    assert _ids(backend.generate(PROMPTS, [4] * 6, seed=43)) != _ids(a)
+
+
+def test_old_logprobs_match_recomputation(backend: HFBackend) -> None:
+    backend.temperature = 0.8
+    try:
+        out = backend.generate(PROMPTS, [2] * 6, seed=1)
+    finally:
+        backend.temperature = 1.0
+    gens = [g for group in out for g in group]
+    with torch.no_grad():
+        lp, _, mask = response_logprobs(backend.model, [g.prompt_token_ids for g in gens],
+                                        [g.response_token_ids for g in gens],
+                                        backend.pad_id, temperature=0.8)
+    for i, g in enumerate(gens):
+        n = int(mask[i].sum())
+        assert torch.allclose(torch.tensor(g.logprobs), lp[i, :n], atol=1e-5)
+
+
+def test_responses_stop_at_eos(backend: HFBackend) -> None:
+    eos = backend.tokenizer.eos_token_id
+    for group in backend.generate(PROMPTS, [4] * 6, seed=2):
+        for g in group:
+            assert eos not in g.response_token_ids[:-1]
+
+
+def test_make_backend_hf(tiny_model_dir) -> None:
+    cfg = TrainConfig(model=str(tiny_model_dir), device="cpu", max_new_tokens=5)
+    backend = make_backend(cfg, PROMPTS)
+    assert isinstance(backend, HFBackend) and backend.max_new_tokens == 5
+    backend.sync_weights()
+    (group,) = backend.generate(PROMPTS[:1], [2], seed=0)
+    assert len(group) == 2

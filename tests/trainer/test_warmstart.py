@@ -1,0 +1,45 @@
+import json
+from pathlib import Path
+
+import pytest
+import torch
+from transformers import AutoModelForCausalLM, AutoTokenizer
+
+from trainer.model import MODEL_DIR_ENV
+from trainer.warmstart import REPORT_NAME, ensure_builtin_model, summarize_pass_rates
+
+
+def test_fixture_checkpoint_loads_and_pass_rates_move_off_zero(tiny_model_dir: Path) -> None:
+    model = AutoModelForCausalLM.from_pretrained(tiny_model_dir, local_files_only=True)
+    tokenizer = AutoTokenizer.from_pretrained(tiny_model_dir, local_files_only=True)
+    assert (tiny_model_dir / "model.safetensors").is_file()
+    ids = torch.tensor([tokenizer("12+34=")["input_ids"]])
+    out = model.generate(ids, max_new_tokens=5, do_sample=False,
+                         pad_token_id=tokenizer.pad_token_id)
+    assert out.shape[1] > ids.shape[1]
+    report = json.loads((tiny_model_dir / REPORT_NAME).read_text())
+    two = report["pass_rates"]["2_digit"]
+    assert two["mean"] > 0.0
+    assert two["never"] < two["prompts"]
+    assert sum(two["histogram"]) == two["prompts"]
+
+
+def test_summarize_pass_rates() -> None:
+    s = summarize_pass_rates([0.0, 0.05, 0.5, 1.0])
+    assert s["histogram"] == [2, 0, 0, 0, 0, 1, 0, 0, 0, 1]
+    assert (s["never"], s["always"], s["mean"]) == (1, 1, 0.3875)
+
+
+def test_ensure_builtin_model_reuses_existing(tiny_model_dir: Path,
+                                              monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv(MODEL_DIR_ENV, str(tiny_model_dir))
+    before = (tiny_model_dir / "model.safetensors").stat().st_mtime_ns
+    assert ensure_builtin_model(progress=False) == tiny_model_dir
+    assert (tiny_model_dir / "model.safetensors").stat().st_mtime_ns == before
+
+
+def test_warmstart_cli_refuses_to_overwrite(tiny_model_dir: Path, capsys) -> None:
+    from trainer.warmstart import main
+
+    assert main(["--out", str(tiny_model_dir)]) == 1
+    assert "--force" in capsys.readouterr().err

@@ -1,0 +1,128 @@
+"""Generation with transformers ``generate``: all requested samples in one left-padded batch
+(chunked for memory), seeded, on CPU or CUDA.
+
+The "old" log-probabilities PPO needs are recorded here, at sampling time, with the same
+``policy.response_logprobs`` the update uses: one extra forward pass over the batch, so the
+importance ratio of the first PPO epoch is exactly 1 up to float noise, which is what the clip
+ranges assume.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import torch
+
+from trainer.policy import response_logprobs
+from trainer.types import Generation, Prompt
+
+
+class HFBackend:
+    """``generate(prompts, counts, seed=...)`` draws ``counts[i]`` responses for ``prompts[i]``.
+
+    Responses end at (and include) the EOS token, or after ``max_new_tokens``. Sampling is
+    reproducible for a given seed, batch and device; ``greedy=True`` is the evaluation mode (one
+    deterministic response per request, independent of batch composition up to float noise).
+    """
+
+    def __init__(self, model: Any, tokenizer: Any, *, temperature: float = 1.0,
+                 top_p: float = 1.0, max_new_tokens: int = 16, max_batch_size: int = 1024,
+                 record_logprobs: bool = True) -> None:
+        self.model = model
+        self.tokenizer = tokenizer
+        self.temperature = temperature
+        self.top_p = top_p
+        self.max_new_tokens = max_new_tokens
+        self.max_batch_size = max_batch_size
+        self.record_logprobs = record_logprobs
+        if tokenizer.pad_token_id is None:
+            raise ValueError("the tokenizer needs a pad token for batched generation")
+        self.pad_id: int = tokenizer.pad_token_id
+        self.eos_ids = _eos_ids(model, tokenizer)
+
+    @property
+    def device(self) -> torch.device:
+        return next(self.model.parameters()).device
+
+    def sync_weights(self) -> None:
+        """The hf backend samples from the policy module itself: nothing to push."""
+
+    def encode_prompts(self, prompts: Sequence[Prompt]) -> list[list[int]]:
+        return [list(self.tokenizer(p.text)["input_ids"]) for p in prompts]
+
+    @torch.no_grad()
+    def generate(self, prompts: Sequence[Prompt], counts: Sequence[int], *, seed: int,
+                 greedy: bool = False) -> list[list[Generation]]:
+        if len(prompts) != len(counts):
+            raise ValueError(f"{len(prompts)} prompts but {len(counts)} counts")
+        encoded = self.encode_prompts(prompts)
+        # One row per requested sample, grouped by prompt.
+        rows = [i for i, c in enumerate(counts) for _ in range(c)]
+        results: list[list[Generation]] = [[] for _ in prompts]
+        was_training = self.model.training
+        self.model.eval()
+        try:
+            for chunk_index, start in enumerate(range(0, len(rows), self.max_batch_size)):
+                chunk = rows[start:start + self.max_batch_size]
+                prompt_ids = [encoded[i] for i in chunk]
+                responses = self._generate_ids(prompt_ids, seed + chunk_index, greedy)
+                logprobs = self._logprobs(prompt_ids, responses) if self.record_logprobs \
+                    else [None] * len(chunk)
+                for i, p_ids, r_ids, lp in zip(chunk, prompt_ids, responses, logprobs,
+                                               strict=True):
+                    results[i].append(Generation(
+                        prompt_id=prompts[i].id,
+                        text=self.tokenizer.decode(r_ids, skip_special_tokens=True),
+                        prompt_token_ids=p_ids, response_token_ids=r_ids, logprobs=lp))
+        finally:
+            self.model.train(was_training)
+        return results
+
+    def _generate_ids(self, prompt_ids: list[list[int]], seed: int, greedy: bool
+                      ) -> list[list[int]]:
+        device = self.device
+        width = max(len(p) for p in prompt_ids)
+        input_ids = torch.full((len(prompt_ids), width), self.pad_id, dtype=torch.long)
+        attention = torch.zeros_like(input_ids)
+        for row, ids in enumerate(prompt_ids):
+            input_ids[row, width - len(ids):] = torch.as_tensor(ids)
+            attention[row, width - len(ids):] = 1
+        kwargs: dict[str, Any] = {"do_sample": False} if greedy else {
+            "do_sample": True, "temperature": self.temperature, "top_p": self.top_p, "top_k": 0}
+        # generate() samples from the global RNG: seed a forked copy so that the caller's stream
+        # (data order, down-sampling) is untouched and equal seeds give equal samples.
+        devices = [device] if device.type == "cuda" else []
+        with torch.random.fork_rng(devices=devices):
+            torch.manual_seed(seed)
+            out = self.model.generate(
+                input_ids=input_ids.to(device), attention_mask=attention.to(device),
+                max_new_tokens=self.max_new_tokens, pad_token_id=self.pad_id,
+                eos_token_id=self.eos_ids, **kwargs)
+        new = out[:, width:].tolist()
+        return [_cut_at_eos(seq, self.eos_ids) for seq in new]
+
+    def _logprobs(self, prompt_ids: list[list[int]], responses: list[list[int]]
+                  ) -> list[list[float] | None]:
+        logprobs, _, mask = response_logprobs(self.model, prompt_ids, responses, self.pad_id,
+                                              self.temperature)
+        lengths = mask.sum(-1).tolist()
+        rows = logprobs.float().cpu().tolist()
+        return [row[:n] for row, n in zip(rows, lengths, strict=True)]
+
+
+def _eos_ids(model: Any, tokenizer: Any) -> list[int]:
+    ids = model.generation_config.eos_token_id
+    if ids is None:
+        ids = tokenizer.eos_token_id
+    if ids is None:
+        raise ValueError("the model has no EOS token: responses could never end")
+    return [ids] if isinstance(ids, int) else list(ids)
+
+
+def _cut_at_eos(seq: list[int], eos_ids: list[int]) -> list[int]:
+    """Keep the response up to and including its first EOS (generate pads finished rows)."""
+    for j, tok in enumerate(seq):
+        if tok in eos_ids:
+            return seq[:j + 1]
+    return seq

@@ -1,0 +1,205 @@
+"""Prompt files: JSONL and Parquet with ``prompt`` and ``answer`` columns, or the verl layout
+(``prompt`` a chat list of ``{role, content}``, answer in ``reward_model.ground_truth``).
+
+A malformed file is rejected whole, naming the line (JSONL, 1-based) or row (Parquet, 0-based) and
+the reason: a training run must never silently train on part of a dataset. The web platform
+validates uploads with ``load_prompts_from_bytes``, so this module imports neither torch nor
+transformers (pyarrow is imported only for Parquet files).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import io
+import json
+import math
+from collections.abc import Iterable, Mapping
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from trainer.types import Prompt
+
+if TYPE_CHECKING:
+    from trainer.config import TrainConfig
+
+SUFFIXES = {".jsonl": "jsonl", ".json": "jsonl", ".ndjson": "jsonl", ".parquet": "parquet",
+            ".pq": "parquet"}
+# Fixed seeds for the built-in task's prompt sets: every run (any seed, any algorithm) trains and
+# evaluates on the same problems, so runs are comparable and eval stays disjoint from training.
+BUILTIN_TRAIN_SEED = 0
+BUILTIN_EVAL_SEED = 1
+
+
+class DataError(ValueError):
+    """A prompt file that cannot be used. ``location`` is e.g. "line 3" or "row 7" (or "" for a
+    problem with the whole file)."""
+
+    def __init__(self, source: str, location: str, reason: str) -> None:
+        where = f"{source}, {location}" if location else source
+        super().__init__(f"{where}: {reason}")
+        self.source = source
+        self.location = location
+        self.reason = reason
+
+
+def load_prompts(path: str | Path) -> list[Prompt]:
+    """All prompts of a JSONL or Parquet file (format from the suffix)."""
+    path = Path(path)
+    try:
+        data = path.read_bytes()
+    except OSError as exc:
+        raise DataError(str(path), "", f"cannot read: {exc.strerror or exc}") from exc
+    return load_prompts_from_bytes(data, path.name, source=str(path))
+
+
+def load_prompts_from_bytes(data: bytes, filename: str, source: str | None = None
+                            ) -> list[Prompt]:
+    """Parse an uploaded file's bytes; ``filename``'s suffix picks the format."""
+    source = source or filename
+    kind = SUFFIXES.get(Path(filename).suffix.lower())
+    if kind is None:
+        raise DataError(source, "", f"unknown file type {Path(filename).suffix!r}; use .jsonl "
+                        "or .parquet")
+    records = _jsonl_records(data, source) if kind == "jsonl" else _parquet_records(data, source)
+    prompts: list[Prompt] = []
+    used_ids: set[str] = set()
+    for location, record in records:
+        prompts.append(_to_prompt(record, source, location, used_ids))
+    if not prompts:
+        raise DataError(source, "", "no prompts in file")
+    return prompts
+
+
+def _jsonl_records(data: bytes, source: str) -> Iterable[tuple[str, Any]]:
+    try:
+        text = data.decode("utf-8-sig")
+    except UnicodeDecodeError as exc:
+        line = data[:exc.start].count(b"\n") + 1
+        raise DataError(source, f"line {line}", "not valid UTF-8") from exc
+    out = []
+    for number, line in enumerate(text.splitlines(), start=1):
+        if not line.strip():
+            continue  # blank lines (a trailing newline, spacing) are harmless
+        try:
+            out.append((f"line {number}", json.loads(line)))
+        except json.JSONDecodeError as exc:
+            raise DataError(source, f"line {number}", f"bad JSON: {exc.msg} at column "
+                            f"{exc.colno}") from exc
+    return out
+
+
+def _parquet_records(data: bytes, source: str) -> Iterable[tuple[str, Any]]:
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    try:
+        table = pq.read_table(io.BytesIO(data))
+    except (pa.ArrowException, OSError, ValueError) as exc:
+        raise DataError(source, "", f"not a readable Parquet file: {exc}") from exc
+    return [(f"row {i}", row) for i, row in enumerate(table.to_pylist())]
+
+
+def _to_prompt(record: Any, source: str, location: str, used_ids: set[str]) -> Prompt:
+    def fail(reason: str) -> DataError:
+        return DataError(source, location, reason)
+
+    if not isinstance(record, Mapping):
+        raise fail(f"expected an object with 'prompt' and 'answer', got {type(record).__name__}")
+    if "prompt" not in record or record["prompt"] is None:
+        raise fail("missing field 'prompt'")
+    text = _prompt_text(record["prompt"], fail)
+    if not text.strip():
+        raise fail("empty prompt")
+    answer = _answer(record, fail)
+    if not answer.strip():
+        raise fail("empty answer")
+    metadata = {k: v for k, v in record.items()
+                if k not in ("prompt", "answer", "id") and _jsonable(v)}
+    prompt_id = _prompt_id(record, text, answer, fail)
+    if prompt_id in used_ids:
+        if "id" in record:
+            raise fail(f"duplicate id {prompt_id!r}")
+        # The same problem twice without ids: keep both, with distinct derived ids.
+        k = 2
+        while f"{prompt_id}-{k}" in used_ids:
+            k += 1
+        prompt_id = f"{prompt_id}-{k}"
+    used_ids.add(prompt_id)
+    return Prompt(id=prompt_id, text=text, answer=answer, metadata=metadata)
+
+
+def _prompt_text(value: Any, fail: Any) -> str:
+    if isinstance(value, str):
+        return value
+    if isinstance(value, list):
+        # verl layout: a chat; the question is the (last) user message.
+        for i, message in enumerate(value):
+            if not isinstance(message, Mapping) or not isinstance(message.get("role"), str) \
+                    or not isinstance(message.get("content"), str):
+                raise fail(f"'prompt' chat message {i} must be an object with string 'role' and "
+                           "'content'")
+        users = [m["content"] for m in value if m["role"] == "user"]
+        if not users:
+            raise fail("'prompt' chat list has no user message")
+        return users[-1]
+    raise fail(f"'prompt' must be a string or a chat list, got {type(value).__name__}")
+
+
+def _answer(record: Mapping[str, Any], fail: Any) -> str:
+    if "answer" in record and record["answer"] is not None:
+        value, name = record["answer"], "answer"
+    else:
+        reward_model = record.get("reward_model")
+        if isinstance(reward_model, Mapping) and reward_model.get("ground_truth") is not None:
+            value, name = reward_model["ground_truth"], "reward_model.ground_truth"
+        else:
+            raise fail("missing field 'answer' (or verl's 'reward_model.ground_truth')")
+    if isinstance(value, bool) or not isinstance(value, (str, int, float)):
+        raise fail(f"'{name}' must be a string or a number, got {type(value).__name__}")
+    if isinstance(value, float) and not math.isfinite(value):
+        raise fail(f"'{name}' is not a finite number")
+    return value if isinstance(value, str) else str(value)
+
+
+def _prompt_id(record: Mapping[str, Any], text: str, answer: str, fail: Any) -> str:
+    if "id" in record and record["id"] is not None:
+        value = record["id"]
+        if isinstance(value, bool) or not isinstance(value, (str, int)) or str(value) == "":
+            raise fail("'id' must be a non-empty string or an integer")
+        return str(value)
+    # Content-based, so the same file gives the same ids in every run (resume, comparisons).
+    return "p-" + hashlib.sha1(f"{text}\0{answer}".encode()).hexdigest()[:12]
+
+
+def _jsonable(value: Any) -> bool:
+    try:
+        json.dumps(value)
+    except (TypeError, ValueError):
+        return False
+    return True
+
+
+def resolve_prompts(config: TrainConfig) -> tuple[list[Prompt], list[Prompt]]:
+    """(training prompts, evaluation prompts) for a run.
+
+    ``builtin:arithmetic`` draws ``task_num_prompts`` training problems and, unless
+    ``eval_prompts`` names a file, ``eval_num_prompts`` held-out problems disjoint from them. A file
+    of training prompts has no eval set unless ``eval_prompts`` names one.
+    """
+    from trainer.config import BUILTIN_TASK
+    from trainer.tasks import arithmetic_prompts
+
+    lo, hi = config.task_min_digits, config.task_max_digits
+    if config.prompts == BUILTIN_TASK:
+        train = arithmetic_prompts(config.task_num_prompts, lo, hi, seed=BUILTIN_TRAIN_SEED)
+    else:
+        train = load_prompts(config.prompts)
+    if config.eval_prompts and config.eval_prompts != BUILTIN_TASK:
+        evals = load_prompts(config.eval_prompts)
+    elif config.eval_prompts == BUILTIN_TASK or config.prompts == BUILTIN_TASK:
+        exclude = {p.text for p in train} if config.prompts == BUILTIN_TASK else set()
+        evals = arithmetic_prompts(config.eval_num_prompts, lo, hi, seed=BUILTIN_EVAL_SEED,
+                                   exclude=exclude) if config.eval_num_prompts else []
+    else:
+        evals = []
+    return train, evals

@@ -1,0 +1,127 @@
+"""Evaluation on held-out prompts: greedy accuracy, avg@k and pass@k.
+
+``avg@k`` is the mean reward of k samples per prompt (the expected single-sample accuracy at the
+sampling temperature); ``pass@k`` the fraction of prompts with at least one correct sample among
+k. With exactly k samples drawn, the unbiased estimator ``1 - C(n-c, k)/C(n, k)`` (Chen et al.,
+2021) reduces to that indicator.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from collections.abc import Sequence
+from typing import Any
+
+from trainer.types import GenerationBackend, Prompt
+from trainer.verifiers import Verifier, score_responses
+
+
+def pass_at_k(n: int, c: int, k: int) -> float:
+    """Unbiased pass@k from ``n`` samples of which ``c`` are correct."""
+    if n < k:
+        raise ValueError(f"need at least k={k} samples, got {n}")
+    if n - c < k:
+        return 1.0
+    prob_all_wrong = 1.0
+    for i in range(n - c + 1, n + 1):
+        prob_all_wrong *= 1.0 - k / i
+    return 1.0 - prob_all_wrong
+
+
+def evaluate(backend: GenerationBackend, prompts: Sequence[Prompt], verifier: Verifier,
+             k: int = 8, seed: int = 0, batch_prompts: int = 64, progress: bool = False
+             ) -> dict[str, Any]:
+    """Greedy accuracy (one deterministic response per prompt) and avg@k / pass@k from ``k``
+    samples per prompt at the backend's temperature. Prompts go in chunks of ``batch_prompts``
+    to bound memory and drive the progress bar."""
+    from tqdm import tqdm
+
+    if k < 1:
+        raise ValueError("k must be >= 1")
+    greedy_correct = 0.0
+    avg_sum = pass_sum = 0.0
+    errors = 0
+    bar = tqdm(total=len(prompts), desc="eval", unit="prompt", disable=not progress,
+               file=sys.stderr)
+    for start in range(0, len(prompts), batch_prompts):
+        chunk = list(prompts[start:start + batch_prompts])
+        greedy = backend.generate(chunk, [1] * len(chunk), seed=seed, greedy=True)
+        sampled = backend.generate(chunk, [k] * len(chunk), seed=seed + start)
+        for prompt, g_group, s_group in zip(chunk, greedy, sampled, strict=True):
+            g_rewards, g_errors = score_responses(verifier, [g.text for g in g_group],
+                                                  prompt.answer)
+            rewards, s_errors = score_responses(verifier, [g.text for g in s_group],
+                                                prompt.answer)
+            errors += sum(e is not None for e in g_errors + s_errors)
+            greedy_correct += g_rewards[0] > 0.5
+            avg_sum += sum(rewards) / k
+            pass_sum += pass_at_k(k, sum(r > 0.5 for r in rewards), k)
+        bar.update(len(chunk))
+    bar.close()
+    n = max(len(prompts), 1)
+    return {
+        "prompts": len(prompts),
+        "k": k,
+        "greedy_accuracy": greedy_correct / n,
+        f"avg@{k}": avg_sum / n,
+        f"pass@{k}": pass_sum / n,
+        "verifier_errors": errors,
+    }
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--model", default="builtin:tiny",
+                        help="builtin:tiny or a local Hugging Face model directory")
+    parser.add_argument("--prompts", default="builtin:arithmetic",
+                        help="a JSONL/Parquet prompt file, or builtin:arithmetic (its held-out "
+                             "eval set)")
+    parser.add_argument("--num-prompts", type=int, default=200,
+                        help="built-in task: held-out prompts (default 200)")
+    parser.add_argument("-k", "--k", type=int, default=8,
+                        help="samples per prompt for avg@k and pass@k (default 8)")
+    parser.add_argument("--temperature", type=float, default=1.0)
+    parser.add_argument("--top-p", type=float, default=1.0)
+    parser.add_argument("--max-new-tokens", type=int, default=16)
+    parser.add_argument("--verifier", default="auto", choices=("auto", "exact", "math"))
+    parser.add_argument("--device", default="auto", choices=("auto", "cpu", "cuda"))
+    parser.add_argument("--seed", type=int, default=0)
+
+
+def run_cli(args: argparse.Namespace) -> int:
+    """Print the metrics as one JSON object on stdout."""
+    from trainer.backends.hf import HFBackend
+    from trainer.config import BUILTIN_TASK, ConfigError, TrainConfig
+    from trainer.data import DataError, resolve_prompts
+    from trainer.model import ModelNotFoundError, load_policy
+    from trainer.verifiers import make_verifier
+
+    try:
+        config = TrainConfig(model=args.model, device=args.device, temperature=args.temperature,
+                             top_p=args.top_p, max_new_tokens=args.max_new_tokens,
+                             verifier=args.verifier, eval_k=args.k, seed=args.seed,
+                             eval_num_prompts=args.num_prompts, prompts=args.prompts,
+                             eval_prompts=args.prompts if args.prompts != BUILTIN_TASK else "")
+        config.validate()
+        _, prompts = resolve_prompts(config)
+        model, tokenizer = load_policy(config)
+    except (ConfigError, DataError, ModelNotFoundError) as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    backend = HFBackend(model, tokenizer, temperature=config.temperature, top_p=config.top_p,
+                        max_new_tokens=config.max_new_tokens, record_logprobs=False)
+    metrics = evaluate(backend, prompts, make_verifier(config), k=args.k, seed=args.seed,
+                       progress=True)
+    print(json.dumps(metrics))
+    return 0
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m trainer.evaluate", description=__doc__)
+    add_arguments(parser)
+    return run_cli(parser.parse_args(argv))
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
