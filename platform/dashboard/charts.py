@@ -126,13 +126,15 @@ def budget(run: Run, max_points: int = MAX_POINTS) -> Fig:
               yaxis="y4", line={"color": PALETTE[1], "width": 2.5}),
     ]
     layout = _layout("Sampling budget", "training step", "samples per step")
-    layout["yaxis"]["domain"] = [0, 0.45]
+    layout["yaxis"].update(domain=[0, 0.45], rangemode="tozero")
+    # Counts start at zero: a backend that reports no tokens draws a flat line at 0, not at an
+    # arbitrary mid-axis.
     layout["yaxis2"] = {"title": {"text": "cumulative samples"}, "domain": [0.55, 1],
-                        "anchor": "x"}
+                        "anchor": "x", "rangemode": "tozero"}
     layout["yaxis3"] = {"title": {"text": "tokens per step"}, "overlaying": "y",
-                        "side": "right", "anchor": "x", "showgrid": False}
+                        "side": "right", "anchor": "x", "showgrid": False, "rangemode": "tozero"}
     layout["yaxis4"] = {"title": {"text": "cumulative tokens"}, "overlaying": "y2",
-                        "side": "right", "anchor": "x", "showgrid": False}
+                        "side": "right", "anchor": "x", "showgrid": False, "rangemode": "tozero"}
     layout["height"] = 520
     return _empty_note({"data": data, "layout": layout}, steps)
 
@@ -169,6 +171,7 @@ def metric_chart(run: Run, name: str, max_points: int = MAX_POINTS) -> Fig:
             continue
         data.append(_line(label, s["step"], s[key], PALETTE[i], max_points, **extra))
     layout = _layout(title, "training step", ytitle)
+    layout["yaxis"]["rangemode"] = "tozero"
     return _empty_note({"data": data, "layout": layout}, s["step"])
 
 

@@ -98,9 +98,11 @@ class LaunchForm(forms.Form):
             self.add_config_error(exc)
         return cleaned
 
-    def add_config_error(self, exc: ConfigError) -> None:
+    def add_config_error(self, exc: Any) -> None:
+        """Attach a ConfigError / LaunchError (both carry ``field`` and ``reason``) to the field it
+        names, or to the form when the field is not on it."""
         target = exc.field if exc.field in self.fields else None
-        self.add_error(target, exc.reason if target else str(exc))
+        self.add_error(target, exc.reason if target else f"{exc.field}: {exc.reason}")
 
 
 def initial_from_run(run: Run) -> dict[str, Any]:

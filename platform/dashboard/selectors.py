@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import datetime as dt
 import json
+import os
 from collections import defaultdict
 from dataclasses import dataclass
 from typing import Any
@@ -36,6 +37,10 @@ METRIC_KEYS = (
     "clip_frac_high", "response_length", "time_generation", "time_scoring", "time_update",
     "time_step", "policy_loss", "grad_norm", "reward_all",
 )
+
+# DASHBOARD_CACHE=0 turns the cache of finished runs' aggregates off (the benchmark measures the
+# uncached path with it).
+CACHE_FINISHED = os.environ.get("DASHBOARD_CACHE", "1") != "0"
 
 ALGORITHM_LABELS = {"grpo": "GRPO", "ada-pos": "Reinforce-Ada-pos",
                     "ada-balance": "Reinforce-Ada-balance"}
@@ -152,44 +157,40 @@ def round_series(run_id: int) -> dict[str, Any]:
 def heatmap(run: Run, max_cols: int = 100, max_rows: int = 600) -> dict[str, Any]:
     """Prompt x step matrix of samples spent, with the exit round for the hover.
 
-    Steps are grouped into at most ``max_cols`` buckets (mean samples per appearance, rounded;
-    the exit round is the latest round any appearance in the bucket exited at, 0 if one stayed
+    Steps are grouped into at most ``max_cols`` columns of a width fixed by the run's planned
+    length, so the matrix keeps its shape while the run trains. A cell holds the mean samples per
+    appearance and the exit round (the latest round an appearance exited at, 0 if one stayed
     unresolved). Rows are the prompts the run sampled, in set order; when there are more than
     ``max_rows``, the ones with most samples are kept, since those are where the budget went.
-    A finished run's matrix never changes and is cached (one 300k-row aggregation per run).
+
+    Cells are sums, counts, minima and maxima, which merge: the aggregate of the steps seen so far
+    is cached and each request adds only the steps recorded since, so a live 600-step run costs
+    one step's rows per refresh instead of 300k.
     """
-    return _cached_for_finished("heatmap", [run], lambda: _heatmap(run, max_cols, max_rows))
-
-
-def _heatmap(run: Run, max_cols: int, max_rows: int) -> dict[str, Any]:
     last = _fetch(f"SELECT COALESCE(MAX(step), 0) FROM {Step._meta.db_table} WHERE run_id = %s",
                   [run.pk])[0][0]
-    width = max(1, -(-last // max_cols))  # steps per column, ceil
-    ps = PromptStep._meta.db_table
-    where, params = "ps.run_id = %s", [run.pk]
-    if run.prompt_set.size > max_rows:
-        # Only then is the extra pass that ranks prompts by samples worth its cost.
-        where += (f" AND ps.prompt_id IN (SELECT prompt_id FROM {ps} WHERE run_id = %s "
-                  f"GROUP BY prompt_id ORDER BY SUM(samples) DESC, prompt_id LIMIT %s)")
-        params += [run.pk, max_rows]
-    with transaction.atomic(), connection.cursor() as cur:
-        # The hash aggregate over a long run's prompt-steps spills to disk at the default 4 MB.
-        cur.execute("SET LOCAL work_mem = '32MB'")
-        cur.execute(
-            f"SELECT ps.prompt_id, (ps.step - 1) / %s AS col, ROUND(AVG(ps.samples))::int, "
-            f"MIN(COALESCE(ps.exit_round, 0)), MAX(ps.exit_round) "
-            f"FROM {ps} ps WHERE {where} GROUP BY 1, 2", [width, *params])
-        rows = cur.fetchall()
-    prompt_ids = sorted({r[0] for r in rows})
+    width = max(1, -(-max(run.total_steps, last) // max_cols))  # steps per column, ceil
+    ranked = run.prompt_set.size > max_rows
+    # attempts: a resumed run rewrites steps after its checkpoint, so its cells start afresh.
+    key = f"dash:heatmap:{run.pk}:{run.attempts}:{width}"
+    state = cache.get(key) if CACHE_FINISHED and not ranked else None
+    if state is None or state["upto"] > last:
+        state = {"upto": 0, "cells": {}}
+    if last > state["upto"]:
+        _merge_heatmap_cells(run, state, width, max_rows if ranked else None, last)
+        if CACHE_FINISHED and not ranked:
+            cache.set(key, state, timeout=6 * 3600)
+    cells: dict[tuple[int, int], tuple[int, int, int, int | None]] = state["cells"]
+    prompt_ids = sorted({pid for pid, _ in cells})
     index_of = dict(Prompt.objects.filter(pk__in=prompt_ids).values_list("id", "index"))
     prompt_ids.sort(key=lambda pid: index_of.get(pid, pid))
     row_of = {pid: i for i, pid in enumerate(prompt_ids)}
     ncols = -(-last // width) if last else 0
     z: list[list[int | None]] = [[None] * ncols for _ in prompt_ids]
     exits: list[list[int | None]] = [[None] * ncols for _ in prompt_ids]
-    for pid, col, samples, min_exit, max_exit in rows:
+    for (pid, col), (total, count, min_exit, max_exit) in cells.items():
         i = row_of[pid]
-        z[i][col] = samples
+        z[i][col] = round(total / count)
         exits[i][col] = 0 if min_exit == 0 else max_exit
     xs = [col * width + (width + 1) / 2 if width > 1 else col + 1 for col in range(ncols)]
     return {"x": xs, "z": z, "exit_rounds": exits, "prompt_ids": prompt_ids,
@@ -197,10 +198,38 @@ def _heatmap(run: Run, max_cols: int, max_rows: int) -> dict[str, Any]:
             "steps_per_column": width, "last_step": last}
 
 
+def _merge_heatmap_cells(run: Run, state: dict[str, Any], width: int, max_rows: int | None,
+                         last: int) -> None:
+    ps = PromptStep._meta.db_table
+    where, params = "ps.run_id = %s AND ps.step > %s AND ps.step <= %s", [
+        run.pk, state["upto"], last]
+    if max_rows is not None:
+        where += (f" AND ps.prompt_id IN (SELECT prompt_id FROM {ps} WHERE run_id = %s "
+                  f"GROUP BY prompt_id ORDER BY SUM(samples) DESC, prompt_id LIMIT %s)")
+        params += [run.pk, max_rows]
+    with transaction.atomic(), connection.cursor() as cur:
+        # The hash aggregate over a long run's prompt-steps spills to disk at the default 4 MB.
+        cur.execute("SET LOCAL work_mem = '32MB'")
+        cur.execute(
+            f"SELECT ps.prompt_id, (ps.step - 1) / %s, SUM(ps.samples), COUNT(*), "
+            f"MIN(COALESCE(ps.exit_round, 0)), MAX(ps.exit_round) "
+            f"FROM {ps} ps WHERE {where} GROUP BY 1, 2", [width, *params])
+        rows = cur.fetchall()
+    cells = state["cells"]
+    for pid, col, total, count, min_exit, max_exit in rows:
+        old = cells.get((pid, col))
+        if old is not None:
+            total, count = total + old[0], count + old[1]
+            min_exit = min(min_exit, old[2])
+            max_exit = max((m for m in (max_exit, old[3]) if m is not None), default=None)
+        cells[(pid, col)] = (int(total), int(count), int(min_exit), max_exit)
+    state["upto"] = last
+
+
 def _cached_for_finished(name: str, runs: list[Run], compute: Any) -> Any:
     """Cache what a set of finished runs yields: their rows no longer change. The key carries
     each run's status and last step, so a relaunched or resumed run is recomputed."""
-    if any(r.status in Run.ACTIVE_STATUSES for r in runs):
+    if not CACHE_FINISHED or any(r.status in Run.ACTIVE_STATUSES for r in runs):
         return compute()
     key = "dash:" + name + ":" + ",".join(f"{r.pk}.{r.status}.{r.current_step}" for r in runs)
     value = cache.get(key)
@@ -294,17 +323,22 @@ def per_prompt_pass_rates(run_a: Run, run_b: Run) -> dict[str, list[Any]]:
 
 
 def _per_prompt_pass_rates(run_a: int, run_b: int) -> dict[str, list[Any]]:
+    # One scan over both runs' prompt-steps with filtered sums: half the work of aggregating
+    # each run and joining (about 600k rows at paper scale).
     ps = PromptStep._meta.db_table
     rows = _fetch(
         f"""
-        SELECT a.prompt_id, a.pos::float / NULLIF(a.n, 0), b.pos::float / NULLIF(b.n, 0), p.index
-        FROM (SELECT prompt_id, SUM(positives) pos, SUM(samples) n FROM {ps}
-              WHERE run_id = %s GROUP BY prompt_id) a
-        JOIN (SELECT prompt_id, SUM(positives) pos, SUM(samples) n FROM {ps}
-              WHERE run_id = %s GROUP BY prompt_id) b USING (prompt_id)
-        JOIN {Prompt._meta.db_table} p ON p.id = a.prompt_id
+        SELECT t.prompt_id, t.pos_a::float / t.n_a, t.pos_b::float / t.n_b, p.index
+        FROM (SELECT prompt_id,
+                     SUM(positives) FILTER (WHERE run_id = %s) pos_a,
+                     SUM(samples) FILTER (WHERE run_id = %s) n_a,
+                     SUM(positives) FILTER (WHERE run_id = %s) pos_b,
+                     SUM(samples) FILTER (WHERE run_id = %s) n_b
+              FROM {ps} WHERE run_id = ANY(%s) GROUP BY prompt_id) t
+        JOIN {Prompt._meta.db_table} p ON p.id = t.prompt_id
+        WHERE t.n_a > 0 AND t.n_b > 0
         ORDER BY p.index
-        """, [run_a, run_b])
+        """, [run_a, run_a, run_b, run_b, [run_a, run_b]])
     return {"prompt_id": [r[0] for r in rows], "a": [r[1] for r in rows],
             "b": [r[2] for r in rows], "index": [r[3] for r in rows]}
 

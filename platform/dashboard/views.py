@@ -82,10 +82,8 @@ def run_launch(request: HttpRequest) -> HttpResponse:
                         form.cleaned_data["prompt_set"], eval_set=form.cleaned_data["eval_set"],
                         queue=form.cleaned_data["queue"],
                         retention=form.cleaned_data["retention"], cloned_from=source)
-                except ConfigError as exc:
+                except (ConfigError, services.LaunchError) as exc:
                     form.add_config_error(exc)
-                except ValidationError as exc:
-                    form.add_error(None, exc)
                 else:
                     messages.success(request, f"Run {run.name} queued on {run.queue}.")
                     return redirect("dashboard:run_detail", run_id=run.pk)

@@ -57,7 +57,7 @@ def _launch(page: Any, base: str, name: str, prompt_set: PromptSet, **fields: st
     return Run.objects.get(pk=int(page.url.rstrip("/").rsplit("/", 1)[1]))
 
 
-def test_researcher_path(live_server: Any, page: Any, screenshot: Callable[[str], None],
+def test_researcher_path(live_server: Any, page: Any, screenshot: Callable[..., None],
                          run_executor: Callable[[], Any], tmp_path: Path) -> None:
     base = live_server.url
     User.objects.create_user("alice", password="alice-password-1")
@@ -133,7 +133,8 @@ def test_researcher_path(live_server: Any, page: Any, screenshot: Callable[[str]
     assert page.locator(".step-block").count() >= 1
     assert page.locator("table.responses tbody tr").count() >= 1
     page.wait_for_function("document.getElementById('chart-passrate').dataset.loaded === '1'")
-    screenshot("prompt-history")
+    # A prompt's page holds every response of its latest steps: the top of it is the picture.
+    screenshot("prompt-history", full_page=False)
 
     # Clone as GRPO: the differences are shown before launch.
     page.goto(base + f"/runs/new/?clone={run.pk}")

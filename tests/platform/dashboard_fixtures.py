@@ -1,8 +1,7 @@
 """Recorded runs for the dashboard tests.
 
 Steps are the records ``trainer.train`` emits with the simulated backend, written through the
-platform's recorder (``workers.recorder``) when it is importable; until it lands on main, an ORM
-writer with the same row layout stands in.
+platform's recorder (``workers.recorder.PostgresRecorder``), as a worker writes them.
 """
 
 from __future__ import annotations
@@ -11,28 +10,15 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
-import pytest
 from django.contrib.auth.models import User
 from experiments.models import (
     Prompt,
     PromptSet,
-    PromptStep,
-    RoundStat,
     Run,
-    Sample,
-    Step,
 )
 
 from trainer.config import TrainConfig
 from trainer.types import StepRecord
-
-
-@pytest.fixture
-def plain_static_storage(settings: Any) -> None:
-    """Tests run without ``collectstatic``: the manifest storage of production would refuse to
-    build URLs, so tests use the plain storage (same URLs minus the content hash)."""
-    settings.STORAGES = {**settings.STORAGES, "staticfiles": {
-        "BACKEND": "django.contrib.staticfiles.storage.StaticFilesStorage"}}
 
 
 def make_prompt_set(name: str = "arith-test", size: int = 12) -> PromptSet:
@@ -53,36 +39,11 @@ def make_run(owner: User, prompt_set: PromptSet, *, name: str = "run",
                               seed=seed, total_steps=total_steps)
 
 
-def write_step(run: Run, record: StepRecord, wall_seconds: float) -> None:
-    """Write one step as the recorder does (all rows of the step, then progress)."""
-    try:  # the platform's recorder, once it exists
-        from workers.recorder import PostgresRecorder  # type: ignore[import-not-found]
-    except ImportError:
-        PostgresRecorder = None  # noqa: N806
-    if PostgresRecorder is not None:  # pragma: no cover - depends on main
-        PostgresRecorder(run.pk).on_step(record)
-        return
-    m = record.metrics
-    Step.objects.create(run=run, step=record.step, metrics=m, real_reward=m["real_reward"],
-                        kept_reward=m["kept_reward"], samples=int(m["samples"]),
-                        tokens=int(m["tokens"]), wall_seconds=wall_seconds)
-    RoundStat.objects.bulk_create(
-        RoundStat(run=run, step=record.step, round=r.round, active_prompts=r.active_prompts,
-                  samples=r.samples, positives=r.positives, finished=r.finished, tokens=r.tokens)
-        for r in record.rounds)
-    PromptStep.objects.bulk_create(
-        PromptStep(run=run, step=record.step, prompt_id=int(p.prompt_id), samples=p.samples,
-                   positives=p.positives, negatives=p.negatives, rounds=p.rounds,
-                   exit_round=p.exit_round, missing=p.missing or "",
-                   kept_positives=p.kept_positives, kept_negatives=p.kept_negatives,
-                   baseline=p.baseline, tokens=p.tokens) for p in record.prompts)
-    Sample.objects.bulk_create(
-        Sample(run=run, step=record.step, prompt_id=int(s.prompt_id), index=s.index,
-               round=s.round, response=s.response, tokens=s.tokens, reward=s.reward,
-               kept=s.kept, advantage=s.advantage) for s in record.samples)
-    Run.objects.filter(pk=run.pk).update(
-        current_step=record.step, samples_spent=run.samples_spent + int(m["samples"]),
-        latest_real_reward=m["real_reward"])
+def write_step(run: Run, record: StepRecord) -> None:
+    """Write one step through the platform's recorder, as a worker does."""
+    from workers.recorder import PostgresRecorder
+
+    PostgresRecorder(run.pk).on_step(record)
     run.refresh_from_db()
 
 
@@ -112,6 +73,6 @@ def record_run(run: Run, steps: int | None = None, response: str | None = None) 
         if response is not None:
             for s in record.samples:
                 s.response = response.format(i=s.index)
-        write_step(run, record, wall_seconds=record.step * 0.9)
+        write_step(run, record)
     run.refresh_from_db()
     return run

@@ -2,17 +2,25 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
+from dashboard import selectors
 from dashboard.downsample import minmax
 from django.contrib.auth.models import User
 from django.test import Client
 from django.urls import reverse
 from experiments.models import PromptStep, RoundStat, Run, Step
 
-from .dashboard_fixtures import make_prompt_set, make_run, plain_static_storage, record_run
+from .dashboard_fixtures import (
+    make_prompt_set,
+    make_run,
+    record_run,
+    trained_steps,
+    write_step,
+)
 
-pytestmark = [pytest.mark.django_db, pytest.mark.usefixtures("plain_static_storage")]
-__all__ = ["plain_static_storage"]
+pytestmark = pytest.mark.django_db
 
 
 @pytest.fixture
@@ -162,3 +170,23 @@ def test_chart_endpoint_downsamples_and_keeps_spike(client_and_run: tuple[Client
 def test_unknown_chart_is_404(client_and_run: tuple[Client, Run]) -> None:
     c, run = client_and_run
     assert c.get(reverse("dashboard:run_chart", args=[run.pk, "nope"])).status_code == 404
+
+
+def test_heatmap_of_a_live_run_adds_new_steps_to_the_cached_cells(tmp_path: Path) -> None:
+    owner = User.objects.create_user("live", password="x-123456")
+    run = make_run(owner, make_prompt_set(size=12), name="live", total_steps=8, batch_size=4)
+    records = trained_steps(run, tmp_path)
+    for record in records[:3]:
+        write_step(run, record)
+    first = selectors.heatmap(run)
+    assert first["last_step"] == 3 and len(first["x"]) == 3
+    for record in records[3:]:
+        write_step(run, record)
+    later = selectors.heatmap(run)
+    assert later["last_step"] == 8
+    for ps in PromptStep.objects.filter(run=run):
+        row, col = later["prompt_ids"].index(ps.prompt_id), ps.step - 1
+        assert later["z"][row][col] == ps.samples
+        assert later["exit_rounds"][row][col] == (ps.exit_round or 0)
+    assert sum(v is not None for r in later["z"] for v in r) == PromptStep.objects.filter(
+        run=run).count()

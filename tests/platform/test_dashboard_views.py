@@ -11,10 +11,9 @@ from django.test import Client
 from django.urls import reverse
 from experiments.models import Prompt, PromptSet, Run
 
-from .dashboard_fixtures import make_prompt_set, make_run, plain_static_storage, record_run
+from .dashboard_fixtures import make_prompt_set, make_run, record_run
 
-pytestmark = [pytest.mark.django_db, pytest.mark.usefixtures("plain_static_storage")]
-__all__ = ["plain_static_storage"]
+pytestmark = pytest.mark.django_db
 
 
 @pytest.fixture
