@@ -68,11 +68,8 @@ def batch_indices(num_prompts: int, batch_size: int, seed: int, step: int) -> li
 def make_scorer(config: TrainConfig) -> Callable[[Prompt, list[str]],
                                                  tuple[list[float], list[str | None]]]:
     """Rewards and per-response verifier errors for one prompt's responses."""
-    try:
-        from trainer.verifiers import make_verifier, score_responses
-    except ImportError:  # TODO(trainer-core): drop once trainer.verifiers is on main
-        return lambda prompt, texts: ([float(t.strip() == prompt.answer.strip()) for t in texts],
-                                      [None] * len(texts))
+    from trainer.verifiers import make_verifier, score_responses
+
     verifier = make_verifier(config)
     return lambda prompt, texts: score_responses(verifier, texts, prompt.answer)
 
