@@ -6,6 +6,8 @@ from __future__ import annotations
 import json
 import math
 import os
+import subprocess
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -15,7 +17,7 @@ from django.db.models import Count
 from experiments import services
 from experiments.models import Checkpoint, PromptStep, RoundStat, Run, Sample, Step
 
-from tests.fixtures.services import wait_for
+from tests.fixtures.services import ROOT, wait_for
 
 HOOK = {"RADA_BACKEND_HOOK": "tests.platform.worker_hooks:paced"}
 # Prompt sets are a multiple of the batch size: a batch spanning an epoch boundary may hold a
@@ -134,6 +136,10 @@ def test_worker_executes_and_records_a_run(start_worker: Any, user: Any,
     assert mine and mine[0]["platform_system"] == os.uname().sysname
     assert mine[0]["platform_module"].endswith("platform.py")
     assert "/platform/" not in mine[0]["platform_module"].replace("/lib/python", "")
+    # The compose health check of a worker container sees it too.
+    check = subprocess.run([sys.executable, "-m", "workers.healthcheck"], cwd=ROOT,
+                           capture_output=True, text=True, timeout=60)
+    assert check.returncode == 0, check.stderr
     health = client.get("/healthz")
     assert health.status_code == 200
     body = health.json()

@@ -1,0 +1,179 @@
+"""``python manage.py demo``: what ``make run`` runs. Prepares the database, the built-in prompt
+sets and the built-in model, starts the web server (gunicorn + WhiteNoise) and one Celery worker,
+launches a GRPO / Reinforce-Ada-balance pair with the same seed, prints where to look, and stops
+its processes on Ctrl-C.
+
+The web server and the worker run in their own sessions, so Ctrl-C reaches this command only and
+it decides how they stop: gunicorn gracefully, the worker at once (a run it was executing keeps a
+stale lease and resumes from its last checkpoint the next time a worker starts).
+"""
+
+from __future__ import annotations
+
+import os
+import secrets
+import signal
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+from django.conf import settings
+from django.contrib.auth import get_user_model
+from django.core.management import call_command
+from django.core.management.base import BaseCommand, CommandParser
+
+from experiments import services
+from experiments.models import PromptSet, Run
+
+ROOT = Path(settings.BASE_DIR)
+TRAIN_SET = "arithmetic (built-in)"
+EVAL_SET = "arithmetic held-out (built-in)"
+DEMO_PREFIX = "demo"
+
+
+def port_free(host: str, port: int) -> bool:
+    with socket.socket() as s:
+        try:
+            s.bind((host, port))
+            return True
+        except OSError:
+            return False
+
+
+class Command(BaseCommand):
+    help = "Set up and run the platform with a demo pair of runs (make run)."
+
+    def add_arguments(self, parser: CommandParser) -> None:
+        parser.add_argument("--host", default=os.environ.get("HOST", "127.0.0.1"))
+        parser.add_argument("--port", type=int, default=int(os.environ.get("PORT", 8000)))
+        parser.add_argument("--backend", choices=("hf", "simulated"), default="hf",
+                            help="hf: the built-in tiny model (warm-started first if missing); "
+                                 "simulated: no model, for a quick look")
+        parser.add_argument("--steps", type=int, default=40, help="steps of each demo run")
+        parser.add_argument("--batch-size", type=int, default=16)
+        parser.add_argument("--no-demo-runs", action="store_true",
+                            help="do not launch the demo pair")
+
+    def handle(self, *args: Any, **opts: Any) -> None:
+        self.stdout.write("== migrating the database")
+        call_command("migrate", interactive=False, verbosity=0)
+        admin, password = self.ensure_admin()
+        train_set, eval_set = self.ensure_prompt_sets(admin)
+        if opts["backend"] == "hf":
+            self.stdout.write("== built-in tiny model (warm-started on first use, a few minutes)")
+            subprocess.run([sys.executable, "-c", "from trainer.warmstart import "
+                            "ensure_builtin_model; print(ensure_builtin_model(progress=True))"],
+                           cwd=ROOT, check=True)
+        self.stdout.write("== collecting static files")
+        call_command("collectstatic", interactive=False, verbosity=0)
+        port = opts["port"]
+        while not port_free(opts["host"], port):
+            port += 1
+        logs = Path(os.environ.get("RADA_LOG_DIR", ROOT / "var" / "logs"))
+        logs.mkdir(parents=True, exist_ok=True)
+        procs = self.start_processes(opts["host"], port, logs)
+        try:
+            if not opts["no_demo_runs"]:
+                self.launch_demo_pair(admin, train_set, eval_set, opts)
+            url = f"http://{opts['host']}:{port}/"
+            self.stdout.write(self.style.SUCCESS(
+                f"\nReinforce-Ada platform: {url}\n"
+                f"  sign in as: admin / {password}\n"
+                f"  admin:      {url}admin/   health: {url}healthz\n"
+                f"  logs:       {logs}/web.log, {logs}/worker.log\n"
+                "Ctrl-C stops everything.\n"))
+            self.wait(procs)
+        except KeyboardInterrupt:
+            self.stdout.write("\n== stopping")
+        finally:
+            self.stop(procs)
+
+    # -- steps ------------------------------------------------------------------------------------
+    def ensure_admin(self) -> tuple[Any, str]:
+        """Create ``admin`` with a random password when no superuser exists. The password is kept
+        in var/admin-password (mode 600) so later starts can print it again."""
+        users = get_user_model().objects
+        secret = Path(os.environ.get("RADA_ADMIN_PASSWORD_FILE", ROOT / "var" / "admin-password"))
+        admin = users.filter(is_superuser=True).order_by("pk").first()
+        if admin is None:
+            password = secrets.token_urlsafe(12)
+            admin = users.create_superuser("admin", "", password)
+            secret.parent.mkdir(parents=True, exist_ok=True)
+            secret.write_text(password + "\n")
+            secret.chmod(0o600)
+            self.stdout.write(f"== created superuser admin (password in {secret})")
+            return admin, password
+        password = secret.read_text().strip() if secret.exists() else "(set earlier; unchanged)"
+        return admin, password
+
+    def ensure_prompt_sets(self, admin: Any) -> tuple[PromptSet, PromptSet]:
+        sets = {ps.name: ps for ps in PromptSet.objects.filter(name__in=[TRAIN_SET, EVAL_SET])}
+        if TRAIN_SET not in sets:
+            self.stdout.write("== importing the built-in arithmetic prompt set")
+            # 2048 prompts: a multiple of every power-of-two batch size, so no batch spans an
+            # epoch boundary.
+            sets[TRAIN_SET] = services.create_builtin_prompt_set(admin, TRAIN_SET, 2048, 1, 3, 0)
+        if EVAL_SET not in sets:
+            sets[EVAL_SET] = services.create_builtin_prompt_set(admin, EVAL_SET, 200, 2, 3, 12345)
+        return sets[TRAIN_SET], sets[EVAL_SET]
+
+    def start_processes(self, host: str, port: int, logs: Path) -> dict[str, subprocess.Popen]:
+        env = {**os.environ, "PYTHONUNBUFFERED": "1"}
+        web = subprocess.Popen(
+            [sys.executable, "-m", "gunicorn", "webapp.wsgi", "--pythonpath",
+             f"{ROOT},{ROOT / 'platform'}", "--bind", f"{host}:{port}", "--workers", "2",
+             "--timeout", "120", "--access-logfile", "-"],
+            cwd=ROOT, env=env, stdout=open(logs / "web.log", "ab"), stderr=subprocess.STDOUT,
+            start_new_session=True)
+        worker = subprocess.Popen(
+            [sys.executable, "-m", "celery", "-A", "workers.celery_app", "worker", "-P", "solo",
+             "-Q", "cpu", "-n", "demo-cpu@%h", "--loglevel", "INFO"],
+            cwd=ROOT, env=env, stdout=open(logs / "worker.log", "ab"), stderr=subprocess.STDOUT,
+            start_new_session=True)
+        return {"web": web, "worker": worker}
+
+    def launch_demo_pair(self, admin: Any, train_set: PromptSet, eval_set: PromptSet,
+                         opts: dict[str, Any]) -> None:
+        active = Run.objects.filter(name__startswith=DEMO_PREFIX,
+                                    status__in=Run.ACTIVE_STATUSES)
+        if active.exists():
+            self.stdout.write("== demo runs already queued or running (they resume): "
+                              + ", ".join(active.values_list("name", flat=True)))
+            return
+        # Sized for 2 CPU cores: the built-in model, B=16, lr 2e-4 (DESIGN.md section 3). The
+        # worker runs one at a time: GRPO first (fast), then Reinforce-Ada-balance.
+        base = {"backend": opts["backend"], "batch_size": opts["batch_size"],
+                "total_steps": opts["steps"], "lr": 2e-4, "seed": 0, "save_every": 10,
+                "eval_every": 20, "eval_k": 4}
+        stamp = time.strftime("%H:%M")
+        for algorithm in ("grpo", "ada-balance"):
+            run = services.launch_run(admin, f"{DEMO_PREFIX} {algorithm} seed 0 ({stamp})",
+                                      base | {"algorithm": algorithm}, train_set,
+                                      eval_set=eval_set, queue="cpu")
+            self.stdout.write(f"== launched run {run.pk}: {run.name}")
+
+    def wait(self, procs: dict[str, subprocess.Popen]) -> None:
+        while True:
+            for name, proc in procs.items():
+                if proc.poll() is not None:
+                    self.stderr.write(f"{name} exited with {proc.returncode}; see its log")
+                    return
+            time.sleep(1)
+
+    def stop(self, procs: dict[str, subprocess.Popen]) -> None:
+        # The worker stops at once (SIGQUIT: cold shutdown); its run resumes later from its
+        # last checkpoint. gunicorn finishes its requests (SIGTERM).
+        for name, sig in (("worker", signal.SIGQUIT), ("web", signal.SIGTERM)):
+            proc = procs[name]
+            if proc.poll() is None:
+                proc.send_signal(sig)
+        for proc in procs.values():
+            try:
+                proc.wait(30)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait()
+        self.stdout.write("== stopped")

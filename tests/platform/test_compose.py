@@ -1,0 +1,89 @@
+"""docker-compose.yml (the production path) cannot be started here: parse it and check its
+services, volumes, health checks and the commands they run against the repository."""
+
+from __future__ import annotations
+
+import shlex
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+@pytest.fixture(scope="module")
+def compose() -> dict[str, Any]:
+    return yaml.safe_load((ROOT / "docker-compose.yml").read_text())
+
+
+def command(service: dict[str, Any]) -> str:
+    cmd = service["command"]
+    return cmd if isinstance(cmd, str) else shlex.join(cmd)
+
+
+def test_services_and_images(compose: dict[str, Any]) -> None:
+    services = compose["services"]
+    assert set(services) == {"db", "redis", "web", "worker-cpu", "worker-gpu"}
+    assert services["db"]["image"] == "postgres:16"
+    assert services["redis"]["image"] == "redis:7"
+    for name in ("db", "redis", "web", "worker-cpu", "worker-gpu"):
+        assert "test" in services[name]["healthcheck"], name
+
+
+def test_named_volumes_for_database_and_checkpoints(compose: dict[str, Any]) -> None:
+    assert {"pgdata", "checkpoints"} <= set(compose["volumes"])
+    assert "pgdata:/var/lib/postgresql/data" in compose["services"]["db"]["volumes"]
+    for name in ("web", "worker-cpu", "worker-gpu"):
+        service = compose["services"][name]
+        mounts = dict(v.split(":", 1) for v in service["volumes"])
+        root = service["environment"]["CHECKPOINT_ROOT"]
+        # Every worker sees the same checkpoint root: a run resumes on any of them.
+        assert any(root.startswith(target) for src, target in mounts.items()
+                   if src == "checkpoints"), name
+
+
+def test_web_migrates_and_serves_with_gunicorn(compose: dict[str, Any]) -> None:
+    web = compose["services"]["web"]
+    cmd = command(web)
+    assert "manage.py migrate" in cmd and "collectstatic" in cmd
+    assert "gunicorn webapp.wsgi" in cmd and "--pythonpath /app,/app/platform" in cmd
+    assert "8000:8000" in web["ports"]
+    assert "/healthz" in " ".join(web["healthcheck"]["test"])
+    assert web["depends_on"] == {"db": {"condition": "service_healthy"},
+                                 "redis": {"condition": "service_healthy"}}
+    env = web["environment"]
+    assert env["DATABASE_URL"].startswith("postgres://") and "@db:5432/" in env["DATABASE_URL"]
+    assert env["CELERY_BROKER_URL"] == "redis://redis:6379/0"
+    assert (ROOT / "platform" / "webapp" / "wsgi.py").is_file()
+
+
+@pytest.mark.parametrize(("name", "queue"), [("worker-cpu", "cpu"), ("worker-gpu", "gpu")])
+def test_workers_run_solo_on_their_queue(compose: dict[str, Any], name: str, queue: str) -> None:
+    worker = compose["services"][name]
+    cmd = command(worker)
+    assert cmd.startswith("celery -A workers.celery_app worker")
+    assert "-P solo" in cmd and f"-Q {queue}" in cmd
+    assert (ROOT / "workers" / "celery_app.py").is_file()
+    assert worker["healthcheck"]["test"][-2:] == ["-m", "workers.healthcheck"]
+    assert (ROOT / "workers" / "healthcheck.py").is_file()
+    assert worker["environment"]["CELERY_BROKER_URL"] == "redis://redis:6379/0"
+
+
+def test_gpu_worker_reserves_a_gpu_and_installs_the_gpu_extra(compose: dict[str, Any]) -> None:
+    gpu = compose["services"]["worker-gpu"]
+    devices = gpu["deploy"]["resources"]["reservations"]["devices"]
+    assert devices[0]["driver"] == "nvidia" and "gpu" in devices[0]["capabilities"]
+    assert gpu["build"]["args"]["EXTRA_REQUIREMENTS"] == "requirements-gpu.txt"
+    assert "vllm" in (ROOT / "requirements-gpu.txt").read_text()
+    assert "deploy" not in compose["services"]["worker-cpu"]
+
+
+def test_dockerfile_is_the_one_referenced(compose: dict[str, Any]) -> None:
+    dockerfile = (ROOT / "Dockerfile").read_text()
+    for name in ("web", "worker-cpu", "worker-gpu"):
+        assert compose["services"][name]["build"]["dockerfile"] == "Dockerfile"
+    assert dockerfile.startswith("#") and "FROM python:3.11" in dockerfile
+    assert "pip install -r requirements.txt" in dockerfile
+    assert "ARG EXTRA_REQUIREMENTS" in dockerfile and "USER rada" in dockerfile
