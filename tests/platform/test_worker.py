@@ -47,15 +47,14 @@ def wait_step(run: Run, step: int, timeout: float = 120) -> None:
 def replay(run: Run, tmp_path: Path) -> Any:
     """The same run trained in this process with a list recorder: what the trainer emits."""
     import trainer
-    from trainer.backends.simulated import SimulatedBackend
     from trainer.config import TrainConfig
     from trainer.recorders import ListRecorder
-    from workers.execution import trainer_prompts
+    from workers.execution import make_backend, trainer_prompts
 
     config = TrainConfig.from_dict(run.config)
     prompts = trainer_prompts(run.prompt_set_id)
     recorder = ListRecorder()
-    trainer.train(config, prompts, SimulatedBackend(config, prompts), recorder, None,
+    trainer.train(config, prompts, make_backend(config, prompts), recorder, None,
                   out_dir=tmp_path / f"replay-{run.pk}")
     return recorder
 
@@ -232,3 +231,40 @@ def test_redelivered_task_does_not_start_a_second_execution(
     taken = [w for w in workers if f"run {run.pk}: lease taken" in w.log()]
     assert len(taken) == 1
     assert_no_duplicates(run)
+
+
+@pytest.mark.slow
+def test_worker_trains_the_tiny_model(start_worker: Any, user: Any, tiny_model_dir: Path,
+                                      tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The hf backend on the warm-started built-in model: the worker trains (policy update,
+    checkpoints in Hugging Face format) and records what the trainer emits."""
+    import torch
+
+    from trainer.model import MODEL_DIR_ENV
+
+    one_thread = {"OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
+    start_worker("cpu", env={MODEL_DIR_ENV: str(tiny_model_dir)} | one_thread)
+    ps = services.create_builtin_prompt_set(user, "arith", 16, 1, 2, 0)
+    config = {"backend": "hf", "model": "builtin:tiny", "algorithm": "ada-balance",
+              "batch_size": 4, "group_size": 4, "samples_per_round": 4, "max_rounds": 2,
+              "total_steps": 2, "lr": 2e-4, "save_every": 1, "eval_every": 0, "seed": 1}
+    run = services.launch_run(user, "tiny", config, ps)
+    run = wait_status(run, timeout=600)
+    assert run.status == Run.Status.SUCCEEDED, run.traceback
+    assert run.current_step == 2
+    assert_no_duplicates(run)
+    for step in Step.objects.filter(run=run):
+        assert step.metrics["grad_norm"] is not None and step.metrics["grad_norm"] > 0
+    ckpt = Checkpoint.objects.filter(run=run).order_by("step").last()
+    assert ckpt.step == 2 and (Path(ckpt.path) / "config.json").is_file()
+    assert any(Path(ckpt.path).glob("*.safetensors"))
+    # Same seed, same model, one thread on both sides: the trainer in this process emits the
+    # very rows the worker recorded.
+    monkeypatch.setenv(MODEL_DIR_ENV, str(tiny_model_dir))
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        emitted = replay(run, tmp_path)
+    finally:
+        torch.set_num_threads(threads)
+    assert_recorded_as_emitted(run, emitted)
