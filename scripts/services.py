@@ -220,23 +220,37 @@ class Servers:
         self.stop()
 
 
+class Terminated(Exception):
+    """SIGTERM reached this process (not its child, which has a process group of its own only
+    when the caller made one)."""
+
+
+def _raise_terminated(*_: object) -> None:
+    raise Terminated()
+
+
 def exec_with_servers(instance: str, fast: bool, command: list[str]) -> int:
     servers = Servers(instance, fast=fast)
     # SIGTERM must unwind like Ctrl-C so that the servers are stopped.
-    signal.signal(signal.SIGTERM, lambda *_: (_ for _ in ()).throw(KeyboardInterrupt()))
+    signal.signal(signal.SIGTERM, _raise_terminated)
     with servers:
         env = {**os.environ, **servers.env}
         child = subprocess.Popen(command, env=env)
-        try:
-            return child.wait()
-        except KeyboardInterrupt:
-            # Ctrl-C reached the child too (same process group); give it time to clean up.
+        while True:
             try:
-                child.send_signal(signal.SIGINT)
-                return child.wait(30)
-            except subprocess.TimeoutExpired:
-                child.kill()
                 return child.wait()
+            except KeyboardInterrupt:
+                # Ctrl-C reached the child too (same process group): let it stop what it started
+                # (the demo stops a web server and a worker) before the servers go. A second
+                # SIGINT from here would interrupt that.
+                continue
+            except Terminated:
+                child.send_signal(signal.SIGTERM)
+                try:
+                    return child.wait(120)
+                except subprocess.TimeoutExpired:
+                    child.kill()
+                    return child.wait()
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -252,7 +266,8 @@ def main(argv: list[str] | None = None) -> int:
     command = args.command[1:] if args.command[:1] == ["--"] else args.command
     if not command:
         parser.error("exec needs a COMMAND after --")
-    return exec_with_servers(args.instance, args.fast, command)
+    code = exec_with_servers(args.instance, args.fast, command)
+    return 128 - code if code < 0 else code  # killed by a signal: the shell's convention
 
 
 if __name__ == "__main__":

@@ -16,7 +16,7 @@ import psutil
 import pytest
 from experiments.models import PromptSet, Run
 
-from tests.fixtures.services import ROOT, test_database_url, wait_for
+from tests.fixtures.services import ROOT, wait_for, worker_database_url
 
 
 def get(url: str) -> tuple[int, bytes]:
@@ -30,7 +30,7 @@ def get(url: str) -> tuple[int, bytes]:
 def test_demo_serves_executes_and_stops_on_ctrl_c(transactional_db: None, broker_url: str,
                                                   tmp_path: Path, free_tcp_port: int) -> None:
     pytest.importorskip("trainer.tasks", reason="trainer.tasks (built-in task) not on main yet")
-    env = {**os.environ, "DATABASE_URL": test_database_url(), "CELERY_BROKER_URL": broker_url,
+    env = {**os.environ, "DATABASE_URL": worker_database_url(), "CELERY_BROKER_URL": broker_url,
            "CHECKPOINT_ROOT": str(tmp_path / "ckpt"), "RADA_LOG_DIR": str(tmp_path / "logs"),
            "RADA_ADMIN_PASSWORD_FILE": str(tmp_path / "admin-password")}
     out = open(tmp_path / "demo.out", "w+b")

@@ -67,3 +67,25 @@ def test_exec_passes_exit_status_and_uses_given_servers(instance: str) -> None:
     assert out.returncode == 3
     assert out.stdout.strip() == "postgres://given/db"
     assert not (ROOT / "var" / instance / "pgdata").exists()  # nothing was started
+
+
+def test_sigterm_stops_command_and_servers(instance: str, tmp_path: Path) -> None:
+    import signal
+    import time
+
+    env = {k: v for k, v in os.environ.items()
+           if k not in ("DATABASE_URL", "CELERY_BROKER_URL")}
+    urls = tmp_path / "urls"
+    wrapper = subprocess.Popen(
+        [sys.executable, "scripts/services.py", "exec", "--instance", instance, "--fast", "--",
+         sys.executable, "-c", "import os, time; open(os.environ['OUT'], 'w').write("
+         "os.environ['DATABASE_URL'] + ' ' + os.environ['CELERY_BROKER_URL']); time.sleep(600)"],
+        cwd=ROOT, env=env | {"OUT": str(urls)}, stderr=subprocess.DEVNULL)
+    deadline = time.monotonic() + 120
+    while not (urls.exists() and urls.read_text()) and time.monotonic() < deadline:
+        time.sleep(0.2)
+    db_url, broker_url = urls.read_text().split()
+    assert _port_open(db_url) and _port_open(broker_url)
+    wrapper.send_signal(signal.SIGTERM)
+    assert wrapper.wait(120) == 128 + signal.SIGTERM
+    assert not _port_open(db_url) and not _port_open(broker_url)

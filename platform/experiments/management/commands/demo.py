@@ -43,6 +43,10 @@ def port_free(host: str, port: int) -> bool:
             return False
 
 
+def _interrupt(*_: object) -> None:
+    raise KeyboardInterrupt()
+
+
 class Command(BaseCommand):
     help = "Set up and run the platform with a demo pair of runs (make run)."
 
@@ -69,6 +73,8 @@ class Command(BaseCommand):
                            cwd=ROOT, check=True)
         self.stdout.write("== collecting static files")
         call_command("collectstatic", interactive=False, verbosity=0)
+        # SIGTERM (from `scripts/services.py exec` or a supervisor) stops like Ctrl-C.
+        signal.signal(signal.SIGTERM, _interrupt)
         port = opts["port"]
         while not port_free(opts["host"], port):
             port += 1
@@ -164,6 +170,9 @@ class Command(BaseCommand):
             time.sleep(1)
 
     def stop(self, procs: dict[str, subprocess.Popen]) -> None:
+        # A second Ctrl-C must not cut the shutdown short and leave processes behind.
+        signal.signal(signal.SIGINT, signal.SIG_IGN)
+        signal.signal(signal.SIGTERM, signal.SIG_IGN)
         # The worker stops at once (SIGQUIT: cold shutdown); its run resumes later from its
         # last checkpoint. gunicorn finishes its requests (SIGTERM).
         for name, sig in (("worker", signal.SIGQUIT), ("web", signal.SIGTERM)):
