@@ -73,6 +73,20 @@ def test_old_logprobs_match_recomputation(backend: HFBackend) -> None:
         assert torch.allclose(torch.tensor(g.logprobs), lp[i, :n], atol=1e-5)
 
 
+def test_model_generation_defaults_do_not_leak_into_sampling() -> None:
+    # A model dir's generation_config (e.g. repetition_penalty) must not change what is sampled
+    # away from softmax(logits / T), or the recorded old log-probs would describe another policy.
+    tok = build_tokenizer()
+    plain = HFBackend(build_tiny_model(tok, seed=3), tok, max_new_tokens=6)
+    model = build_tiny_model(tok, seed=3)
+    model.generation_config.repetition_penalty = 5.0
+    model.generation_config.top_k = 2
+    model.generation_config.min_new_tokens = 6
+    tweaked = HFBackend(model, tok, max_new_tokens=6)
+    assert _ids(plain.generate(PROMPTS, [3] * 6, seed=9)) == \
+        _ids(tweaked.generate(PROMPTS, [3] * 6, seed=9))
+
+
 def test_responses_stop_at_eos(backend: HFBackend) -> None:
     eos = backend.tokenizer.eos_token_id
     for group in backend.generate(PROMPTS, [4] * 6, seed=2):

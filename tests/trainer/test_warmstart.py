@@ -18,6 +18,7 @@ def test_fixture_checkpoint_loads_and_pass_rates_move_off_zero(tiny_model_dir: P
                          pad_token_id=tokenizer.pad_token_id)
     assert out.shape[1] > ids.shape[1]
     report = json.loads((tiny_model_dir / REPORT_NAME).read_text())
+    assert report["stop_reason"] == "max steps"
     two = report["pass_rates"]["2_digit"]
     assert two["mean"] > 0.0
     assert two["never"] < two["prompts"]
@@ -43,3 +44,17 @@ def test_warmstart_cli_refuses_to_overwrite(tiny_model_dir: Path, capsys) -> Non
 
     assert main(["--out", str(tiny_model_dir)]) == 1
     assert "--force" in capsys.readouterr().err
+
+
+def test_cli_time_limit_still_writes_a_loadable_checkpoint(tmp_path: Path, capsys) -> None:
+    from trainer.warmstart import main
+
+    out = tmp_path / "ws"
+    rc = main(["--out", str(out), "--steps", "50", "--batch-size", "8", "--max-seconds", "0",
+               "--report-prompts", "0", "--threads", "1"])
+    assert rc == 0
+    report = json.loads(capsys.readouterr().out)
+    assert (report["steps"], report["stop_reason"]) == (1, "time limit")
+    assert json.loads((out / REPORT_NAME).read_text()) == report
+    AutoModelForCausalLM.from_pretrained(out, local_files_only=True)
+    assert not (tmp_path / ".ws.tmp").exists()

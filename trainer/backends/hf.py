@@ -17,6 +17,16 @@ import torch
 from trainer.policy import response_logprobs
 from trainer.types import Generation, Prompt
 
+# Settings that a model directory's generation_config.json may carry (Qwen's ships
+# repetition_penalty=1.05, top_k=20) and generate() would silently apply: they would change the
+# sampling distribution away from softmax(logits / T), the one the old log-probs describe.
+_NEUTRAL_SAMPLING: dict[str, Any] = {
+    "num_beams": 1, "top_k": 0, "min_p": None, "typical_p": 1.0, "epsilon_cutoff": 0.0,
+    "eta_cutoff": 0.0, "repetition_penalty": 1.0, "no_repeat_ngram_size": 0, "min_length": 0,
+    "min_new_tokens": None, "bad_words_ids": None, "suppress_tokens": None,
+    "begin_suppress_tokens": None, "forced_bos_token_id": None, "forced_eos_token_id": None,
+}
+
 
 class HFBackend:
     """``generate(prompts, counts, seed=...)`` draws ``counts[i]`` responses for ``prompts[i]``.
@@ -88,8 +98,9 @@ class HFBackend:
         for row, ids in enumerate(prompt_ids):
             input_ids[row, width - len(ids):] = torch.as_tensor(ids)
             attention[row, width - len(ids):] = 1
-        kwargs: dict[str, Any] = {"do_sample": False} if greedy else {
-            "do_sample": True, "temperature": self.temperature, "top_p": self.top_p, "top_k": 0}
+        kwargs: dict[str, Any] = dict(_NEUTRAL_SAMPLING)
+        kwargs.update({"do_sample": False, "temperature": None, "top_p": None} if greedy else
+                      {"do_sample": True, "temperature": self.temperature, "top_p": self.top_p})
         # generate() samples from the global RNG: seed a forked copy so that the caller's stream
         # (data order, down-sampling) is untouched and equal seeds give equal samples.
         devices = [device] if device.type == "cuda" else []
