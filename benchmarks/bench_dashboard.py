@@ -181,8 +181,11 @@ def seed(args: argparse.Namespace) -> None:
                                              latest_real_reward=real)
         print(f"{name}: {n_samples} sample rows in {time.perf_counter() - t0:.0f} s", flush=True)
     with raw.cursor() as cur:
+        # A re-seed deletes the previous bench runs first: compact the per-step tables so scans
+        # do not wade through their dead rows (autovacuum would, eventually), then plan fresh.
+        for table in (Step, RoundStat, PromptStep, Prompt):
+            cur.execute(f"VACUUM (FULL) {table._meta.db_table}")
         cur.execute("ANALYZE")
-    raw.commit()
 
 
 def _copy(cur: object, table: str, columns: list[str], rows: list[tuple], now: bool = False

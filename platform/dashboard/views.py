@@ -11,7 +11,6 @@ from typing import Any
 from django.conf import settings
 from django.contrib import messages
 from django.contrib.auth.decorators import login_required
-from django.core.exceptions import ValidationError
 from django.http import (
     Http404,
     HttpRequest,
@@ -207,8 +206,10 @@ def prompt_sets(request: HttpRequest) -> HttpResponse:
                 try:
                     ps = services.create_prompt_set_from_upload(
                         request.user, upload.cleaned_data["name"], f.read(), f.name)
-                except (services.UploadError, ValueError, ValidationError) as exc:
-                    upload.add_error("file", f"Rejected, nothing imported: {exc}")
+                except services.LaunchError as exc:
+                    target = "name" if exc.field == "name" else "file"
+                    prefix = "" if target == "name" else "Rejected, nothing imported: "
+                    upload.add_error(target, prefix + exc.reason)
                 else:
                     messages.success(request, f"Imported {ps.size} prompts into {ps.name}.")
                     return redirect("dashboard:prompt_set_detail", set_id=ps.pk)
@@ -216,11 +217,16 @@ def prompt_sets(request: HttpRequest) -> HttpResponse:
             builtin = BuiltinForm(request.POST, prefix="builtin")
             if builtin.is_valid():
                 d = builtin.cleaned_data
-                ps = services.create_builtin_prompt_set(
-                    request.user, d["name"], num_prompts=d["num_prompts"],
-                    min_digits=d["min_digits"], max_digits=d["max_digits"], seed=d["seed"])
-                messages.success(request, f"Generated {ps.size} prompts into {ps.name}.")
-                return redirect("dashboard:prompt_set_detail", set_id=ps.pk)
+                try:
+                    ps = services.create_builtin_prompt_set(
+                        request.user, d["name"], num_prompts=d["num_prompts"],
+                        min_digits=d["min_digits"], max_digits=d["max_digits"], seed=d["seed"])
+                except services.LaunchError as exc:
+                    builtin.add_error(exc.field if exc.field in builtin.fields else None,
+                                      exc.reason)
+                else:
+                    messages.success(request, f"Generated {ps.size} prompts into {ps.name}.")
+                    return redirect("dashboard:prompt_set_detail", set_id=ps.pk)
     return render(request, "dashboard/prompt_sets.html", {
         "sets": selectors.prompt_sets(), "upload": upload, "builtin": builtin,
         "max_mib": settings.PROMPT_UPLOAD_MAX_BYTES / 2**20})

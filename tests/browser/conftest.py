@@ -58,18 +58,18 @@ def page(browser: Any) -> Iterator[Any]:
     context.close()
 
 
+# SAVE_SCREENSHOTS=1 writes the pictures of docs/dashboard.md (and makes the test's runs larger,
+# for charts worth looking at); otherwise they go to the test's temporary folder, so a plain test
+# run leaves the work tree untouched.
+SAVE_SCREENSHOTS = os.environ.get("SAVE_SCREENSHOTS") == "1"
+
+
 @pytest.fixture
-def screenshot(page: Any) -> Callable[[str], None]:
-    SCREENSHOTS.mkdir(parents=True, exist_ok=True)
+def screenshot(page: Any, tmp_path: Path) -> Callable[..., None]:
+    folder = SCREENSHOTS if SAVE_SCREENSHOTS else tmp_path / "screenshots"
+    folder.mkdir(parents=True, exist_ok=True)
 
     def shot(name: str, full_page: bool = True) -> None:
-        page.screenshot(path=str(SCREENSHOTS / f"{name}.png"), full_page=full_page)
+        page.screenshot(path=str(folder / f"{name}.png"), full_page=full_page)
 
     return shot
-
-
-@pytest.fixture
-def run_executor(start_worker: Callable[..., Any]) -> Callable[[], Any]:
-    """Starts the platform's real Celery worker process (tests/fixtures/services.py) on the cpu
-    queue, pointed at the live server's test database."""
-    return lambda: start_worker(queues="cpu")

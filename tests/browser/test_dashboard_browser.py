@@ -1,6 +1,8 @@
 """The researcher's path through the dashboard in headless Chromium: sign in, upload a prompt set,
-launch a tiny run, watch it train without reloading, open a prompt's history from the heatmap,
-clone the run as GRPO and compare the two. Screenshots of every page go to docs/screenshots/."""
+generate the built-in arithmetic set, launch a run of the built-in tiny model (hf backend, a real
+Celery worker), watch it train without reloading, open a prompt's history from the heatmap, clone
+the run as GRPO and compare the two. With SAVE_SCREENSHOTS=1 the screenshots of every page go to
+docs/screenshots/."""
 
 from __future__ import annotations
 
@@ -14,13 +16,17 @@ import pytest
 from django.contrib.auth.models import User
 from experiments.models import PromptSet, Run
 
+from .conftest import SAVE_SCREENSHOTS
+
 pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]
 
-STEPS = 30
+# Small enough for 2 busy CPU cores (8 prompts a step, answers of at most 3 digits plus EOS);
+# the documentation's screenshots come from larger runs.
+STEPS, BATCH, MAX_NEW_TOKENS = (20, 16, 16) if SAVE_SCREENSHOTS else (12, 8, 6)
 
 
 def _prompt_file(tmp_path: Path, n: int = 48) -> Path:
-    # Two-digit sums with per-prompt pass rates for the simulated backend, spread over [0, 1].
+    # Two-digit sums in plain (not reversed) order, for the upload and its preview.
     path = tmp_path / "sums.jsonl"
     with path.open("w") as fh:
         for i in range(n):
@@ -42,9 +48,13 @@ def _sign_in(page: Any, base: str) -> None:
 def _launch(page: Any, base: str, name: str, prompt_set: PromptSet, **fields: str) -> Run:
     page.fill("#id_name", name)
     page.select_option("#id_prompt_set", str(prompt_set.pk))
-    page.select_option("#id_backend", "simulated")
+    page.fill("#id_model", "builtin:tiny")
+    page.select_option("#id_backend", "hf")
+    page.select_option("#id_device", "cpu")
+    page.fill("#id_lr", "0.0002")  # the tiny model's learning rate (DESIGN.md section 3)
     page.fill("#id_total_steps", str(STEPS))
-    page.fill("#id_batch_size", "16")
+    page.fill("#id_batch_size", str(BATCH))
+    page.fill("#id_max_new_tokens", str(MAX_NEW_TOKENS))
     page.fill("#id_save_every", "0")
     page.fill("#id_eval_every", "0")
     for selector, value in fields.items():
@@ -58,7 +68,10 @@ def _launch(page: Any, base: str, name: str, prompt_set: PromptSet, **fields: st
 
 
 def test_researcher_path(live_server: Any, page: Any, screenshot: Callable[..., None],
-                         run_executor: Callable[[], Any], tmp_path: Path) -> None:
+                         start_worker: Callable[..., Any], tiny_model_dir: Path,
+                         tmp_path: Path) -> None:
+    from trainer.model import MODEL_DIR_ENV
+
     base = live_server.url
     User.objects.create_user("alice", password="alice-password-1")
     _sign_in(page, base)
@@ -79,8 +92,17 @@ def test_researcher_path(live_server: Any, page: Any, screenshot: Callable[..., 
     page.wait_for_url(re.compile(r"/prompt-sets/\d+/$"))
     assert "10+10=" in page.content()
     screenshot("prompt-set-preview")
-    prompt_set = PromptSet.objects.get(name="sums-48")
-    assert prompt_set.size == 48
+    assert PromptSet.objects.get(name="sums-48").size == 48
+
+    # The built-in arithmetic set (the tiny model's task: answers' digits reversed).
+    page.goto(base + "/prompt-sets/")
+    page.fill("#id_builtin-name", "arith-64")
+    page.fill("#id_builtin-num_prompts", "64")
+    page.fill("#id_builtin-max_digits", "2")
+    page.click("#builtin-form button[type=submit]")
+    page.wait_for_url(re.compile(r"/prompt-sets/\d+/$"))
+    prompt_set = PromptSet.objects.get(name="arith-64")
+    assert prompt_set.size == 64
 
     # Launch from the form: an invalid value is reported next to its field first.
     page.goto(base + "/runs/new/")
@@ -99,13 +121,13 @@ def test_researcher_path(live_server: Any, page: Any, screenshot: Callable[..., 
     # counter advance while the mark (and so the page) survives.
     page.evaluate("window.__notReloaded = true")
     assert page.locator("#step-counter").inner_text() == "0"
-    run_executor()
+    start_worker(queues="cpu", env={MODEL_DIR_ENV: str(tiny_model_dir)})
     page.wait_for_function("Number(document.querySelector('#step-counter').textContent) > 0",
                            timeout=120_000)
     page.wait_for_function(
         f"document.querySelector('#run-status').dataset.status === 'succeeded'"
         f" && Number(document.querySelector('#step-counter').textContent) === {STEPS}",
-        timeout=180_000)
+        timeout=400_000)
     assert page.evaluate("window.__notReloaded") is True
     # Charts follow the status card: the reward chart has every step once the run is done.
     page.wait_for_function(
@@ -149,7 +171,7 @@ def test_researcher_path(live_server: Any, page: Any, screenshot: Callable[..., 
     grpo = Run.objects.get(name="grpo-tiny")
     assert grpo.cloned_from_id == run.pk and grpo.algorithm == "grpo"
     page.wait_for_function("document.querySelector('#run-status').dataset.status === 'succeeded'",
-                           timeout=180_000)
+                           timeout=400_000)
 
     # Runs list: select both and compare.
     page.goto(base + "/")
