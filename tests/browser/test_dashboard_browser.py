@@ -26,7 +26,7 @@ STEPS, BATCH, MAX_NEW_TOKENS = (20, 16, 16) if SAVE_SCREENSHOTS else (12, 8, 6)
 
 
 def _prompt_file(tmp_path: Path, n: int = 48) -> Path:
-    # Two-digit sums in plain (not reversed) order, for the upload and its preview.
+    # Two-digit sums, answers reversed as in the built-in task: the upload and its preview.
     path = tmp_path / "sums.jsonl"
     with path.open("w") as fh:
         for i in range(n):
