@@ -1,10 +1,13 @@
 """hf backend generation throughput on the tiny model against a bare ``model.generate`` call on
 the same batch (target: the backend reaches at least 0.9 of the bare call's responses/s).
 
-The backend does more than ``generate``: it tokenizes, records the old log-probs (one extra
-forward pass) and decodes. The figures show what that costs. Measures only; asserts nothing.
+The backend does more than ``generate``: it tokenizes, records the old log-probs and decodes.
+``hf_backend`` is the default (old log-probs from generate's raw logits for this vocabulary);
+``hf_backend_forward_logprobs`` recomputes them with an extra forward pass (the large-vocabulary
+path); ``hf_backend_no_logprobs`` records none (evaluation). Measures only; asserts nothing.
 
     python benchmarks/bench_generation.py [--model DIR] [--prompts 64] [--samples 8] [--repeats 5]
+        [--threads N]
 """
 
 from __future__ import annotations
@@ -60,6 +63,9 @@ def main() -> None:
                                                  args.max_new_tokens, s),
         "hf_backend": lambda s: HFBackend(model, tokenizer, max_new_tokens=args.max_new_tokens)
         .generate(prompts, [args.samples] * len(prompts), seed=s),
+        "hf_backend_forward_logprobs": lambda s: HFBackend(
+            model, tokenizer, max_new_tokens=args.max_new_tokens, logprobs_from="forward"
+        ).generate(prompts, [args.samples] * len(prompts), seed=s),
         "hf_backend_no_logprobs": lambda s: HFBackend(
             model, tokenizer, max_new_tokens=args.max_new_tokens, record_logprobs=False
         ).generate(prompts, [args.samples] * len(prompts), seed=s),

@@ -79,6 +79,9 @@ def resolve_device(device: str = "auto") -> torch.device:
     return torch.device(device)
 
 
+_explicit_threads = False
+
+
 def configure_threads(threads: int | None = None) -> None:
     """Use ``threads``, else ``TRAINER_NUM_THREADS``/``OMP_NUM_THREADS``, else the CPU cores the
     process may run on. torch's default counts every core of the host even inside a cgroup or
@@ -91,8 +94,13 @@ def configure_threads(threads: int | None = None) -> None:
         available = len(os.sched_getaffinity(0))
     except AttributeError:  # pragma: no cover - not Linux
         available = os.cpu_count() or 1
+    global _explicit_threads
     if threads is None:
+        if _explicit_threads:
+            return  # a caller chose a count; loading a model later must not undo it
         threads = int(env) if env and env.isdigit() and int(env) > 0 else available
+    else:
+        _explicit_threads = True
     if torch.get_num_threads() != threads:
         torch.set_num_threads(threads)
 

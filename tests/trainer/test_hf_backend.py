@@ -57,12 +57,13 @@ def test_sampling_is_seeded(backend: HFBackend) -> None:
     assert _ids(backend.generate(PROMPTS, [4] * 6, seed=43)) != _ids(a)
 
 
-def test_old_logprobs_match_recomputation(backend: HFBackend) -> None:
-    backend.temperature = 0.8
+@pytest.mark.parametrize("source", ["logits", "forward"])
+def test_old_logprobs_match_recomputation(backend: HFBackend, source: str) -> None:
+    backend.temperature, backend.top_p, backend.logprobs_from = 0.8, 0.9, source
     try:
         out = backend.generate(PROMPTS, [2] * 6, seed=1)
     finally:
-        backend.temperature = 1.0
+        backend.temperature, backend.top_p, backend.logprobs_from = 1.0, 1.0, "auto"
     gens = [g for group in out for g in group]
     with torch.no_grad():
         lp, _, mask = response_logprobs(backend.model, [g.prompt_token_ids for g in gens],
@@ -70,7 +71,21 @@ def test_old_logprobs_match_recomputation(backend: HFBackend) -> None:
                                         backend.pad_id, temperature=0.8)
     for i, g in enumerate(gens):
         n = int(mask[i].sum())
-        assert torch.allclose(torch.tensor(g.logprobs), lp[i, :n], atol=1e-5)
+        assert torch.allclose(torch.tensor(g.logprobs), lp[i, :n], atol=1e-4)
+
+
+def test_both_logprob_sources_give_the_same_samples(backend: HFBackend) -> None:
+    backend.logprobs_from = "forward"
+    try:
+        forward = backend.generate(PROMPTS, [3] * 6, seed=4)
+    finally:
+        backend.logprobs_from = "auto"
+    assert backend._logprobs_from_logits(18)  # the tiny vocabulary takes the logits path
+    via_logits = backend.generate(PROMPTS, [3] * 6, seed=4)
+    assert _ids(forward) == _ids(via_logits)
+    for a, b in zip(forward, via_logits, strict=True):
+        for x, y in zip(a, b, strict=True):
+            assert torch.allclose(torch.tensor(x.logprobs), torch.tensor(y.logprobs), atol=1e-4)
 
 
 def test_model_generation_defaults_do_not_leak_into_sampling() -> None:

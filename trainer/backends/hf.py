@@ -1,10 +1,18 @@
 """Generation with transformers ``generate``: all requested samples in one left-padded batch
 (chunked for memory), seeded, on CPU or CUDA.
 
-The "old" log-probabilities PPO needs are recorded here, at sampling time, with the same
-``policy.response_logprobs`` the update uses: one extra forward pass over the batch, so the
-importance ratio of the first PPO epoch is exactly 1 up to float noise, which is what the clip
-ranges assume.
+The "old" log-probabilities PPO needs are recorded here, at sampling time, as
+``log_softmax(raw_logits / T)[token]``: the distribution the sampler drew from, before top-p
+truncation, which is also what ``policy.response_logprobs`` computes in the update. Two ways:
+
+- ``logits``: from the raw logits ``generate`` returns with the samples (``output_logits``);
+  nearly free, but holds batch x new tokens x vocabulary floats, so only for small vocabularies;
+- ``forward``: one extra forward pass with ``policy.response_logprobs`` after generation.
+
+``auto`` takes ``logits`` when that array stays under 256 MB. For the tiny model on one thread the
+forward pass halved generation throughput; the logits path stayed within noise of a bare
+``generate`` (benchmarks/bench_generation.py, docs/bench-trainer-model.md).
+Both agree with the update's recomputation to float noise (tests/trainer/test_hf_backend.py).
 """
 
 from __future__ import annotations
@@ -38,7 +46,11 @@ class HFBackend:
 
     def __init__(self, model: Any, tokenizer: Any, *, temperature: float = 1.0,
                  top_p: float = 1.0, max_new_tokens: int = 16, max_batch_size: int = 1024,
-                 record_logprobs: bool = True) -> None:
+                 record_logprobs: bool = True, logprobs_from: str = "auto",
+                 logits_budget_bytes: int = 256 * 2**20) -> None:
+        if logprobs_from not in ("auto", "logits", "forward"):
+            raise ValueError(f"logprobs_from must be auto, logits or forward, got "
+                             f"{logprobs_from!r}")
         self.model = model
         self.tokenizer = tokenizer
         self.temperature = temperature
@@ -46,6 +58,8 @@ class HFBackend:
         self.max_new_tokens = max_new_tokens
         self.max_batch_size = max_batch_size
         self.record_logprobs = record_logprobs
+        self.logprobs_from = logprobs_from
+        self.logits_budget_bytes = logits_budget_bytes
         if tokenizer.pad_token_id is None:
             raise ValueError("the tokenizer needs a pad token for batched generation")
         self.pad_id: int = tokenizer.pad_token_id
@@ -76,9 +90,12 @@ class HFBackend:
             for chunk_index, start in enumerate(range(0, len(rows), self.max_batch_size)):
                 chunk = rows[start:start + self.max_batch_size]
                 prompt_ids = [encoded[i] for i in chunk]
-                responses = self._generate_ids(prompt_ids, seed + chunk_index, greedy)
-                logprobs = self._logprobs(prompt_ids, responses) if self.record_logprobs \
-                    else [None] * len(chunk)
+                use_logits = self.record_logprobs and self._logprobs_from_logits(len(chunk))
+                responses, logprobs = self._generate_ids(prompt_ids, seed + chunk_index, greedy,
+                                                         use_logits)
+                if logprobs is None:
+                    logprobs = self._logprobs(prompt_ids, responses) if self.record_logprobs \
+                        else [None] * len(chunk)
                 for i, p_ids, r_ids, lp in zip(chunk, prompt_ids, responses, logprobs,
                                                strict=True):
                     results[i].append(Generation(
@@ -89,8 +106,15 @@ class HFBackend:
             self.model.train(was_training)
         return results
 
-    def _generate_ids(self, prompt_ids: list[list[int]], seed: int, greedy: bool
-                      ) -> list[list[int]]:
+    def _logprobs_from_logits(self, batch: int) -> bool:
+        if self.logprobs_from != "auto":
+            return self.logprobs_from == "logits"
+        vocab = self.model.get_output_embeddings().weight.shape[0]
+        return batch * self.max_new_tokens * vocab * 4 <= self.logits_budget_bytes
+
+    def _generate_ids(self, prompt_ids: list[list[int]], seed: int, greedy: bool,
+                      with_logprobs: bool = False
+                      ) -> tuple[list[list[int]], list[list[float] | None] | None]:
         device = self.device
         width = max(len(p) for p in prompt_ids)
         input_ids = torch.full((len(prompt_ids), width), self.pad_id, dtype=torch.long)
@@ -109,9 +133,17 @@ class HFBackend:
             out = self.model.generate(
                 input_ids=input_ids.to(device), attention_mask=attention.to(device),
                 max_new_tokens=self.max_new_tokens, pad_token_id=self.pad_id,
-                eos_token_id=self.eos_ids, **kwargs)
-        new = out[:, width:].tolist()
-        return [_cut_at_eos(seq, self.eos_ids) for seq in new]
+                eos_token_id=self.eos_ids, output_logits=with_logprobs,
+                return_dict_in_generate=True, **kwargs)
+        new_ids = out.sequences[:, width:]
+        responses = [_cut_at_eos(seq, self.eos_ids) for seq in new_ids.tolist()]
+        if not with_logprobs:
+            return responses, None
+        # out.logits: one [batch, vocab] tensor per generated position, before any processor.
+        logits = torch.stack(out.logits, dim=1).float() / self.temperature
+        chosen = torch.log_softmax(logits, dim=-1).gather(-1, new_ids.unsqueeze(-1)).squeeze(-1)
+        rows = chosen.cpu().tolist()
+        return responses, [row[:len(r)] for row, r in zip(rows, responses, strict=True)]
 
     def _logprobs(self, prompt_ids: list[list[int]], responses: list[list[int]]
                   ) -> list[list[float] | None]:
