@@ -153,7 +153,10 @@ def cmd_run(args: argparse.Namespace) -> int:
     from trainer.loop import train
     from trainer.recorders import JsonlRecorder
 
-    backend = make_backend(config, prompts)
+    try:
+        backend = make_backend(config, prompts)
+    except FileNotFoundError as exc:  # e.g. builtin:tiny not warm-started yet
+        return _fail("model", str(exc))
     out.mkdir(parents=True, exist_ok=True)
     (out / "config.json").write_text(json.dumps(config.to_dict(), indent=2))
     stop = {"requested": False}

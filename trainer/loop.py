@@ -121,11 +121,16 @@ def step_records(batch: Sequence[Prompt], res: SamplerResult, outcome: RoundsOut
     for i, prompt in enumerate(batch):
         lo, hi = int(res.offsets[i]), int(res.offsets[i + 1])
         gens, errs = outcome.generations[i], outcome.errors[i]
-        tok = 0
+        tok = kept_pos = kept_neg = 0
         for j, k in enumerate(range(lo, hi)):
             g = gens[j]
             kept = bool(kept_mask[k])
             tok += len(g.response_token_ids)
+            if kept:
+                if res.positive[k]:
+                    kept_pos += 1
+                else:
+                    kept_neg += 1
             samples.append(SampleRecord(
                 prompt_id=prompt.id, round=int(res.sample_round[k]), index=j, response=g.text,
                 tokens=len(g.response_token_ids), reward=float(res.rewards[k]), kept=kept,
@@ -135,8 +140,9 @@ def step_records(batch: Sequence[Prompt], res: SamplerResult, outcome: RoundsOut
         prompts.append(PromptStepRecord(
             prompt_id=prompt.id, samples=int(res.samples[i]), positives=int(res.positives[i]),
             negatives=int(res.negatives[i]), rounds=int(res.rounds_used[i]),
-            exit_round=er if er > 0 else None, kept_positives=int(res.kept_positives[i]),
-            kept_negatives=int(res.kept_negatives[i]), baseline=float(res.baseline[i]),
+            # Counted from the mask the update used, so passive filtering's drops show as 0.
+            exit_round=er if er > 0 else None, kept_positives=kept_pos,
+            kept_negatives=kept_neg, baseline=float(res.baseline[i]),
             missing=res.missing[i], tokens=tok))
     return prompts, samples
 

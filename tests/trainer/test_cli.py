@@ -58,3 +58,16 @@ def test_simulated_run_writes_events_and_checkpoints(tmp_path, capsys) -> None:
     assert [e["step"] for e in events if e["type"] == "step"] == [1, 2]
     assert (out / "checkpoints" / "step-000002" / "trainer_state.json").is_file()
     assert json.loads((out / "config.json").read_text())["algorithm"] == "ada-pos"
+
+
+def test_missing_builtin_model_is_a_field_error(tmp_path, capsys, monkeypatch) -> None:
+    pytest.importorskip("trainer.model")
+    from trainer.model import MODEL_DIR_ENV
+
+    monkeypatch.setenv(MODEL_DIR_ENV, str(tmp_path / "not-warm-started"))
+    cfg = tmp_path / "run.toml"
+    cfg.write_text("task_num_prompts = 16\n")
+    out = tmp_path / "out"
+    assert main(["run", "--config", str(cfg), "--out", str(out)]) == 2
+    assert capsys.readouterr().err.startswith("error: model: ")
+    assert not out.exists()

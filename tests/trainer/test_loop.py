@@ -126,3 +126,17 @@ def test_jsonl_recorder_resume_drops_later_steps(tmp_path) -> None:
     events = read_events(tmp_path / "events.jsonl")
     assert [e["step"] for e in events if e["type"] == "step"] == [1, 2, 3, 4]
     assert [e["step"] for e in events if e["type"] == "checkpoint"] == [2, 4]
+
+
+def test_passive_filtering_drops_zero_advantage_groups(tmp_path) -> None:
+    ps = [Prompt("easy", "q", "1", {"pass_rate": 1.0}), Prompt("mixed", "q", "2",
+                                                               {"pass_rate": 0.5})]
+    rec = ListRecorder()
+    train(sim_config(algorithm="grpo", batch_size=2, total_steps=1, passive_filtering=True,
+                     group_size=8), ps, SimulatedBackend(), rec, out_dir=tmp_path)
+    step = rec.steps[0]
+    easy = next(p for p in step.prompts if p.prompt_id == "easy")
+    assert (easy.kept_positives, easy.kept_negatives) == (0, 0)
+    assert not any(s.kept for s in step.samples if s.prompt_id == "easy")
+    assert step.metrics["dropped_groups"] >= 1
+    assert step.metrics["kept_samples"] == sum(s.kept for s in step.samples)
