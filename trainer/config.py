@@ -45,7 +45,8 @@ class TrainConfig:
     # --- algorithm -----------------------------------------------------------------------------
     algorithm: str = _f("ada-balance", "grpo, ada-pos (stop at 1 positive) or ada-balance "
                         "(stop at n/2 positives and n/2 negatives).", "algorithm")
-    group_size: int = _f(4, "n: responses per prompt kept for the update.", "algorithm", "responses")
+    group_size: int = _f(4, "n: responses per prompt kept for the update.", "algorithm",
+                         "responses")
     samples_per_round: int = _f(8, "M: new responses drawn per active prompt and round (M >= n); "
                                 "ignored by GRPO.", "algorithm", "responses")
     max_rounds: int = _f(4, "N: sampling rounds at most; a prompt draws at most M*N responses.",
@@ -54,8 +55,8 @@ class TrainConfig:
                                    "algorithm")
     std_normalize: bool | None = _f(None, "Divide advantages by the std (empty: on for GRPO, off "
                                     "for Reinforce-Ada; off for GRPO is Dr.GRPO).", "algorithm")
-    passive_filtering: bool = _f(False, "Drop groups whose advantages are all zero from the update.",
-                                 "algorithm")
+    passive_filtering: bool = _f(False, "Drop groups whose advantages are all zero from the "
+                                 "update.", "algorithm")
     # --- data ----------------------------------------------------------------------------------
     prompts: str = _f(BUILTIN_TASK, "Training prompts: builtin:arithmetic or a JSONL/Parquet file "
                       "(prompt, answer; verl layout accepted).", "data")
@@ -63,7 +64,8 @@ class TrainConfig:
                            "built-in set when training on builtin:arithmetic, else none).", "data")
     task_min_digits: int = _f(1, "Built-in task: fewest digits of an operand.", "data", "digits")
     task_max_digits: int = _f(3, "Built-in task: most digits of an operand.", "data", "digits")
-    task_num_prompts: int = _f(2048, "Built-in task: training prompts generated.", "data", "prompts")
+    task_num_prompts: int = _f(2048, "Built-in task: training prompts generated.", "data",
+                               "prompts")
     eval_num_prompts: int = _f(200, "Built-in task: held-out prompts generated.", "data", "prompts")
     verifier: str = _f("auto", "auto (exact for the built-in task, math-verify otherwise), exact "
                        "or math.", "data")
@@ -89,6 +91,9 @@ class TrainConfig:
     ppo_epochs: int = _f(1, "Passes over each step's batch.", "optimisation", "epochs")
     ppo_mini_batch_size: int = _f(0, "Prompts per mini-batch (0: the whole batch, one update per "
                                   "epoch).", "optimisation", "prompts")
+    ppo_micro_batch_size: int = _f(0, "Responses per forward/backward pass; gradients accumulate "
+                                   "over a mini-batch (0: the whole mini-batch). Memory only: "
+                                   "the update is the same.", "optimisation", "responses")
     clip_eps_low: float = _f(0.2, "PPO clip range below 1 (ratio >= 1 - eps_low).", "optimisation")
     clip_eps_high: float = _f(0.28, "PPO clip range above 1 (clip-higher).", "optimisation")
     entropy_coef: float = _f(1e-4, "Entropy bonus coefficient (0: off).", "optimisation")
@@ -126,6 +131,7 @@ class TrainConfig:
                      "max_new_tokens", "ppo_epochs", "eval_k", "task_num_prompts"):
             _positive(name, getattr(self, name))
         for name in ("warmup_steps", "save_every", "eval_every", "ppo_mini_batch_size",
+                     "ppo_micro_batch_size",
                      "eval_num_prompts", "seed"):
             if getattr(self, name) < 0:
                 raise ConfigError(name, "must be >= 0")
@@ -155,7 +161,8 @@ class TrainConfig:
         if not 0.0 <= self.simulated_pass_rate <= 1.0:
             raise ConfigError("simulated_pass_rate", "must be within [0, 1]")
         if not 1 <= self.task_min_digits <= self.task_max_digits <= 9:
-            raise ConfigError("task_max_digits", "need 1 <= task_min_digits <= task_max_digits <= 9")
+            raise ConfigError("task_max_digits",
+                              "need 1 <= task_min_digits <= task_max_digits <= 9")
         if self.model != BUILTIN_MODEL and self.backend != "simulated":
             if not (Path(self.model) / "config.json").is_file():
                 raise ConfigError("model", f"no Hugging Face model directory (config.json) at "
@@ -218,7 +225,8 @@ def _check_type(name: str, value: Any, annotation: str) -> None:
     elif annotation == "int":
         ok = isinstance(value, int) and not isinstance(value, bool)
     elif annotation == "float":
-        ok = isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
+        ok = (isinstance(value, (int, float)) and not isinstance(value, bool)
+              and math.isfinite(value))
     elif annotation == "str":
         ok = isinstance(value, str)
     else:  # pragma: no cover - every field has one of the types above

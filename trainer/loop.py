@@ -295,7 +295,8 @@ def _update(model: Any, optimizer: Any, scheduler: Any, config: TrainConfig, res
         ub.groups.append(i)
         ub.old_logprobs.append(g.logprobs)
     metrics = update_policy(model, optimizer, scheduler, ub, config, pad_token_id=pad_id,
-                            ref_model=ref_model, seed=seed)
+                            ref_model=ref_model, seed=seed,
+                            micro_batch_size=config.ppo_micro_batch_size or None)
     if not math.isfinite(metrics["policy_loss"]):
         raise FloatingPointError(f"non-finite policy loss {metrics['policy_loss']}")
     return metrics
