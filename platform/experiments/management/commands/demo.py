@@ -179,10 +179,12 @@ class Command(BaseCommand):
             proc = procs[name]
             if proc.poll() is None:
                 proc.send_signal(sig)
-        for proc in procs.values():
+        t0 = time.monotonic()
+        for name, proc in procs.items():
             try:
-                proc.wait(30)
+                proc.wait(max(1.0, 30 - (time.monotonic() - t0)))
             except subprocess.TimeoutExpired:
                 proc.kill()
                 proc.wait()
+            self.stdout.write(f"== {name} stopped ({time.monotonic() - t0:.1f} s)")
         self.stdout.write("== stopped")
