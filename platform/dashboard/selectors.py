@@ -226,12 +226,13 @@ def _merge_heatmap_cells(run: Run, state: dict[str, Any], width: int, max_rows: 
     state["upto"] = last
 
 
-def _cached_for_finished(name: str, runs: list[Run], compute: Any) -> Any:
+def cached_for_finished(name: str, runs: list[Run], compute: Any) -> Any:
     """Cache what a set of finished runs yields: their rows no longer change. The key carries
     each run's status and last step, so a relaunched or resumed run is recomputed."""
     if not CACHE_FINISHED or any(r.status in Run.ACTIVE_STATUSES for r in runs):
         return compute()
-    key = "dash:" + name + ":" + ",".join(f"{r.pk}.{r.status}.{r.current_step}" for r in runs)
+    key = "dash:" + name + ":" + ",".join(f"{r.pk}.{r.attempts}.{r.status}.{r.current_step}"
+                                          for r in runs)
     value = cache.get(key)
     if value is None:
         value = compute()
@@ -318,7 +319,7 @@ def seed_group_key(run: Run) -> str:
 def per_prompt_pass_rates(run_a: Run, run_b: Run) -> dict[str, list[Any]]:
     """Pass rate of every prompt both runs sampled: positives / samples over the whole run.
     Cached once both runs are finished (two 300k-row aggregations at paper scale)."""
-    return _cached_for_finished("passrates", [run_a, run_b],
+    return cached_for_finished("passrates", [run_a, run_b],
                                 lambda: _per_prompt_pass_rates(run_a.pk, run_b.pk))
 
 

@@ -6,6 +6,7 @@ and relaunch to anyone but the run's owner or staff (PermissionDenied -> 403).
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 from django.conf import settings
@@ -121,11 +122,17 @@ def run_status(request: HttpRequest, run_id: int) -> HttpResponse:
 
 
 @login_required
-def run_chart(request: HttpRequest, run_id: int, name: str) -> JsonResponse:
+def run_chart(request: HttpRequest, run_id: int, name: str) -> HttpResponse:
     run = _run_or_404(run_id)
     if name not in charts.RUN_CHARTS:
         raise Http404("no such chart")
-    return JsonResponse(charts.run_chart(run, name, _max_points(request)))
+    points = _max_points(request)
+    # A finished run's figures are final: keep the encoded JSON (the heatmap's is 340 KiB at
+    # paper scale, and re-encoding it costs more than the rest of the request).
+    body = selectors.cached_for_finished(
+        f"chart.{name}.{points}", [run],
+        lambda: json.dumps(charts.run_chart(run, name, points)).encode())
+    return HttpResponse(body, content_type="application/json")
 
 
 @login_required
