@@ -91,10 +91,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def run_cli(args: argparse.Namespace) -> int:
     """Print the metrics as one JSON object on stdout."""
+    # trainer.model before torch (hf imports it): it sets OMP_WAIT_POLICY, read when torch loads.
+    from trainer.model import ModelNotFoundError, load_policy  # isort: skip
     from trainer.backends.hf import HFBackend
     from trainer.config import BUILTIN_TASK, ConfigError, TrainConfig
     from trainer.data import DataError, resolve_prompts
-    from trainer.model import ModelNotFoundError, load_policy
     from trainer.verifiers import make_verifier
 
     try:

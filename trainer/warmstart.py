@@ -52,10 +52,11 @@ def warmstart(out: str | Path, *, steps: int = DEFAULT_STEPS, batch_size: int = 
     slowed the early phase in a 300-step comparison). ``report_prompts=0`` skips the histogram.
     ``threads`` overrides torch's CPU thread count (see ``model.configure_threads``).
     """
+    # trainer.model before torch: it sets OMP_WAIT_POLICY, which torch reads when it loads.
+    from trainer.model import build_tiny_model, configure_threads, save_checkpoint  # isort: skip
     import torch
     from tqdm import tqdm
 
-    from trainer.model import build_tiny_model, configure_threads, save_checkpoint
     from trainer.policy import response_logprobs
     from trainer.tasks import arithmetic_prompts, format_prompt, reversed_sum, sample_operands
     from trainer.tokenizer import build_tokenizer

@@ -116,3 +116,14 @@ def test_make_backend_hf(tiny_model_dir) -> None:
     backend.sync_weights()
     (group,) = backend.generate(PROMPTS[:1], [2], seed=0)
     assert len(group) == 2
+
+
+def test_make_backend_simulated_needs_no_model(tmp_path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from trainer.model import MODEL_DIR_ENV
+
+    # No built-in checkpoint anywhere: the simulated backend must not try to load one.
+    monkeypatch.setenv(MODEL_DIR_ENV, str(tmp_path / "absent"))
+    backend = make_backend(TrainConfig(backend="simulated"), PROMPTS)
+    assert backend.model is None and backend.tokenizer is None
+    out = backend.generate(PROMPTS, [2] * len(PROMPTS), seed=0)
+    assert [len(g) for g in out] == [2] * len(PROMPTS)
