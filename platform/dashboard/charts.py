@@ -175,6 +175,22 @@ def metric_chart(run: Run, name: str, max_points: int = MAX_POINTS) -> Fig:
     return _empty_note({"data": data, "layout": layout}, s["step"])
 
 
+def evaluation(run: Run) -> Fig:
+    e = selectors.eval_series(run.pk)
+    names = {"greedy_accuracy": "greedy accuracy"}
+    data = [{"type": "scatter", "mode": "lines+markers", "name": names.get(k, k), "x": e["step"],
+             "y": e[k], "line": {"color": PALETTE[i % len(PALETTE)]}}
+            for i, k in enumerate(k for k in e if k != "step")]
+    layout = _layout("Held-out evaluation", "training step", "fraction of eval prompts (0-1)")
+    layout["yaxis"]["range"] = [0, 1.02]
+    fig = {"data": data, "layout": layout}
+    if not e["step"]:
+        fig["layout"]["annotations"] = [{
+            "text": "no evaluation yet (eval_every = 0, or before the first one)",
+            "showarrow": False, "xref": "paper", "yref": "paper", "x": 0.5, "y": 0.5}]
+    return fig
+
+
 def heatmap(run: Run) -> Fig:
     """Samples per prompt and step. The exit round per cell travels as a compact integer matrix
     (``exit_rounds``: 0 = unresolved, null = not sampled) that charts.js turns into hover text;
@@ -308,7 +324,7 @@ def _rgba(hex_color: str, alpha: float) -> str:
     return f"rgba({r},{g},{b},{alpha})"
 
 
-RUN_CHARTS = ("rewards", "funnel", "budget", *METRIC_CHARTS, "heatmap")
+RUN_CHARTS = ("rewards", "funnel", "budget", *METRIC_CHARTS, "eval", "heatmap")
 
 
 def run_chart(run: Run, name: str, max_points: int = MAX_POINTS) -> Fig:
@@ -320,6 +336,8 @@ def run_chart(run: Run, name: str, max_points: int = MAX_POINTS) -> Fig:
         return budget(run, max_points)
     if name == "heatmap":
         return heatmap(run)
+    if name == "eval":
+        return evaluation(run)
     if name in METRIC_CHARTS:
         return metric_chart(run, name, max_points)
     raise KeyError(name)

@@ -134,6 +134,19 @@ def step_series(run_id: int, metrics: tuple[str, ...] = ()) -> dict[str, list[An
     return cols
 
 
+def eval_series(run_id: int) -> dict[str, Any]:
+    """Held-out evaluations in step order: {"step": [...], metric: [...]} for the fractions
+    (greedy accuracy, avg@k, pass@k); counts such as ``prompts`` and ``k`` are left out."""
+    rows = list(EvalResult.objects.filter(run_id=run_id).order_by("step")
+                .values_list("step", "metrics"))
+    keys = sorted({k for _, m in rows for k in m
+                   if k == "greedy_accuracy" or k.startswith(("avg@", "pass@"))})
+    out: dict[str, Any] = {"step": [s for s, _ in rows]}
+    for k in keys:
+        out[k] = [m.get(k) for _, m in rows]
+    return out
+
+
 def round_series(run_id: int) -> dict[str, Any]:
     """Per step and round: prompts active in the round and prompts that exited after it."""
     rows = _fetch(

@@ -56,7 +56,10 @@ def _launch(page: Any, base: str, name: str, prompt_set: PromptSet, **fields: st
     page.fill("#id_batch_size", str(BATCH))
     page.fill("#id_max_new_tokens", str(MAX_NEW_TOKENS))
     page.fill("#id_save_every", "0")
-    page.fill("#id_eval_every", "0")
+    # Evaluation (built-in held-out set) only for the documentation's pictures: it costs time.
+    page.fill("#id_eval_every", "10" if SAVE_SCREENSHOTS else "0")
+    page.fill("#id_eval_num_prompts", "50")
+    page.fill("#id_eval_k", "4")
     for selector, value in fields.items():
         if page.locator(f"#id_{selector}").evaluate("e => e.tagName") == "SELECT":
             page.select_option(f"#id_{selector}", value)

@@ -190,3 +190,19 @@ def test_heatmap_of_a_live_run_adds_new_steps_to_the_cached_cells(tmp_path: Path
         assert later["exit_rounds"][row][col] == (ps.exit_round or 0)
     assert sum(v is not None for r in later["z"] for v in r) == PromptStep.objects.filter(
         run=run).count()
+
+
+def test_eval_chart_plots_recorded_evaluations(client_and_run: tuple[Client, Run]) -> None:
+    from experiments.models import EvalResult
+
+    c, run = client_and_run
+    empty = _chart(c, run, "eval")
+    assert empty["data"] == [] and "no evaluation yet" in empty["layout"]["annotations"][0]["text"]
+    for step, acc in ((4, 0.25), (8, 0.5)):
+        EvalResult.objects.create(run=run, step=step, metrics={
+            "prompts": 200, "k": 8, "greedy_accuracy": acc, "avg@8": acc / 2, "pass@8": acc * 1.5})
+    fig = _chart(c, run, "eval")
+    acc = _trace(fig, "greedy accuracy")
+    assert acc["x"] == [4, 8] and acc["y"] == [0.25, 0.5]
+    assert _trace(fig, "pass@8")["y"] == [0.375, 0.75]
+    assert {t["name"] for t in fig["data"]} == {"greedy accuracy", "avg@8", "pass@8"}
