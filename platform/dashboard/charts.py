@@ -183,11 +183,10 @@ def evaluation(run: Run) -> Fig:
             for i, k in enumerate(k for k in e if k != "step")]
     layout = _layout("Held-out evaluation", "training step", "fraction of eval prompts (0-1)")
     layout["yaxis"]["range"] = [0, 1.02]
-    fig = {"data": data, "layout": layout}
+    fig = _empty_note({"data": data, "layout": layout}, e["step"])
     if not e["step"]:
-        fig["layout"]["annotations"] = [{
-            "text": "no evaluation yet (eval_every = 0, or before the first one)",
-            "showarrow": False, "xref": "paper", "yref": "paper", "x": 0.5, "y": 0.5}]
+        fig["layout"]["annotations"][0]["text"] = (
+            "no evaluation yet (needs an eval set and eval_every > 0)")
     return fig
 
 

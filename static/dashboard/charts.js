@@ -50,13 +50,16 @@
 
   document.addEventListener("DOMContentLoaded", function () {
     loadAll();
-    let lastStep = null;
+    // Step and status: an evaluation is recorded after its step, and the final one after the
+    // last step, so a status change (running -> succeeded) refreshes the charts once more.
+    let lastState = null;
     const card = document.getElementById("run-status");
-    if (card) lastStep = card.dataset.step;
+    if (card) lastState = card.dataset.step + "/" + card.dataset.status;
     document.body.addEventListener("htmx:afterSettle", function () {
       const c = document.getElementById("run-status");
       if (!c) return;
-      if (c.dataset.step !== lastStep) { lastStep = c.dataset.step; loadAll(); }
+      const state = c.dataset.step + "/" + c.dataset.status;
+      if (state !== lastState) { lastState = state; loadAll(); }
     });
     // Compare page: re-plot when the x axis or metric changes.
     document.querySelectorAll("[data-chart-controls]").forEach(function (form) {

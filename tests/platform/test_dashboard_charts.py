@@ -197,7 +197,8 @@ def test_eval_chart_plots_recorded_evaluations(client_and_run: tuple[Client, Run
 
     c, run = client_and_run
     empty = _chart(c, run, "eval")
-    assert empty["data"] == [] and "no evaluation yet" in empty["layout"]["annotations"][0]["text"]
+    assert empty["data"] == []
+    assert "no evaluation yet" in empty["layout"]["annotations"][0]["text"]
     for step, acc in ((4, 0.25), (8, 0.5)):
         EvalResult.objects.create(run=run, step=step, metrics={
             "prompts": 200, "k": 8, "greedy_accuracy": acc, "avg@8": acc / 2, "pass@8": acc * 1.5})
