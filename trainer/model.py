@@ -144,9 +144,10 @@ def load_model_dir(path: str | Path, device: str = "auto"
     tokenizer.padding_side = "left"
     if tokenizer.pad_token_id is None:
         tokenizer.pad_token = tokenizer.eos_token
-    # fp32 on CPU (bf16 matmuls are slow there); bf16 on GPUs for large models.
-    dtype = torch.float32 if dev.type == "cpu" else torch.bfloat16
-    model = AutoModelForCausalLM.from_pretrained(path, dtype=dtype, local_files_only=True)
+    # fp32 weights on every device: this is the trained policy, and AdamW steps of lr ~1e-6 fall
+    # below bf16's resolution (8 mantissa bits) and would be rounded away. Fast low-precision
+    # sampling is the vllm backend's job, on its own copy of the weights.
+    model = AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32, local_files_only=True)
     model.to(dev)
     if model.generation_config.pad_token_id is None:
         model.generation_config.pad_token_id = tokenizer.pad_token_id

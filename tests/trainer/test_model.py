@@ -54,6 +54,7 @@ def test_load_policy_from_dir_and_builtin(tmp_path: Path, monkeypatch: pytest.Mo
     save_checkpoint(build_tiny_model(tok), tok, tmp_path / "m")
     model, loaded_tok = load_policy(TrainConfig(model=str(tmp_path / "m"), device="cpu"))
     assert model.device.type == "cpu" and loaded_tok.padding_side == "left"
+    assert model.dtype == torch.float32  # the trained policy keeps full-precision weights
     monkeypatch.setenv(MODEL_DIR_ENV, str(tmp_path / "m"))
     assert builtin_model_dir() == tmp_path / "m"
     model, _ = load_policy(TrainConfig(device="cpu"))

@@ -18,7 +18,6 @@ def test_vllm_generates_and_syncs_weights(tiny_model_dir: Path) -> None:
     from trainer.tasks import arithmetic_prompts
 
     model, tok = load_model_dir(tiny_model_dir, "cuda")
-    model.float()
     backend = VLLMBackend(model, tok, max_new_tokens=6)
     prompts = arithmetic_prompts(4, max_digits=2, seed=2)
     out = backend.generate(prompts, [3, 1, 0, 2], seed=0)

@@ -25,7 +25,8 @@ from trainer.types import Generation, Prompt
 class VLLMBackend:
     def __init__(self, model: Any, tokenizer: Any, *, temperature: float = 1.0, top_p: float = 1.0,
                  max_new_tokens: int = 16, gpu_memory_utilization: float = 0.3,
-                 record_logprobs: bool = True, logprob_batch_size: int = 256) -> None:
+                 record_logprobs: bool = True, logprob_batch_size: int = 256,
+                 dtype: str = "bfloat16") -> None:
         if not torch.cuda.is_available():
             raise RuntimeError("the vllm backend needs a CUDA device")
         # In-process engine: weight pushes then reach the model directly instead of being
@@ -45,7 +46,8 @@ class VLLMBackend:
         self._weights_dir = tempfile.TemporaryDirectory(prefix="trainer-vllm-")
         model.save_pretrained(self._weights_dir.name, safe_serialization=True)
         tokenizer.save_pretrained(self._weights_dir.name)
-        dtype = str(next(model.parameters()).dtype).removeprefix("torch.")
+        # The engine samples in bf16 from its own copy; the fp32 HF policy stays the reference
+        # for the old log-probs (recomputed below), as in verl.
         self.llm = LLM(model=self._weights_dir.name, dtype=dtype, seed=0,
                        gpu_memory_utilization=gpu_memory_utilization, enforce_eager=True,
                        max_model_len=getattr(model.config, "max_position_embeddings", None))
