@@ -13,6 +13,7 @@ from __future__ import annotations
 import importlib
 import logging
 import os
+import shutil
 import socket
 import threading
 import traceback
@@ -128,11 +129,10 @@ def execute(run_id: int) -> str:
             return "cancelled"
         status = _train(run, owner, heartbeat)
     except LeaseLost:
-        logger.warning("run %s: lease lost; another worker owns the run now", run_id)
-        return "lease lost"
+        return _lease_lost(run_id)
     except Exception as exc:
         if heartbeat.lost.is_set():
-            return "lease lost"
+            return _lease_lost(run_id)
         logger.exception("run %s failed", run_id)
         services.finish_run(run_id, owner, Run.Status.FAILED,
                             error=f"{type(exc).__name__}: {exc}"[:10_000],
@@ -142,6 +142,17 @@ def execute(run_id: int) -> str:
         heartbeat.stop()
     logger.info("run %s: %s", run_id, status)
     return status
+
+
+def _lease_lost(run_id: int) -> str:
+    if Run.objects.filter(pk=run_id).exists():
+        logger.warning("run %s: lease lost; another worker owns the run now", run_id)
+    else:
+        # Deleted while training: the trainer may have written a checkpoint after the delete
+        # removed the run's folder.
+        logger.warning("run %s: lease lost; the run was deleted", run_id)
+        shutil.rmtree(services.run_checkpoint_dir(run_id), ignore_errors=True)
+    return "lease lost"
 
 
 def _train(run: Run, owner: str, heartbeat: Heartbeat) -> str:

@@ -217,6 +217,11 @@ def delete_run(run: Run, user: User) -> None:
     _check_can_modify(run, user)
     run_id = run.pk
     with transaction.atomic():
+        # Lock the run row first: a worker's step transaction holds the same lock while it
+        # writes, so its rows are either written before this delete (and deleted by it) or
+        # refused after it (the row is gone). The record tables have no database-enforced
+        # foreign keys, so this ordering is what prevents orphans.
+        list(Run.objects.select_for_update().filter(pk=run_id).values_list("pk", flat=True))
         delete_run_records(run_id)
         Run.objects.filter(pk=run_id).delete()
     folder = run_checkpoint_dir(run_id)

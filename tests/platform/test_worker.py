@@ -192,6 +192,23 @@ def test_failure_is_stored_and_worker_stays_up(start_worker: Any, user: Any,
     assert worker.alive()
 
 
+def test_deleting_a_running_run_stops_its_execution(start_worker: Any, user: Any,
+                                                    prompt_set_factory: Any,
+                                                    settings: Any) -> None:
+    worker = start_worker("cpu", env=HOOK | {"RADA_TEST_GENERATE_SLEEP": "0.2"})
+    ps = prompt_set_factory(12, pass_rate=0.5)
+    run = services.launch_run(user, "doomed", SIM | {"total_steps": 200, "save_every": 1}, ps)
+    wait_step(run, 2)
+    run_id = run.pk
+    services.delete_run(run, user)
+    wait_for(lambda: f"run {run_id}: lease lost; the run was deleted" in worker.log(), 60,
+             what="the worker to notice the deletion")
+    assert not Step.objects.filter(run_id=run_id).exists()
+    assert not Sample.objects.filter(run_id=run_id).exists()
+    assert not (Path(settings.CHECKPOINT_ROOT) / f"run-{run_id}").exists()
+    assert worker.alive()
+
+
 def test_sigkill_mid_run_resumes_from_checkpoint_without_duplicates(
         start_worker: Any, user: Any, prompt_set_factory: Any, tmp_path: Path) -> None:
     first = start_worker("cpu", env=HOOK | {"RADA_TEST_GENERATE_SLEEP": "0.15"})
