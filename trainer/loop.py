@@ -50,19 +50,18 @@ class TrainResult:
 
 
 def batch_indices(num_prompts: int, batch_size: int, seed: int, step: int) -> list[int]:
-    """Prompt indices of ``step`` (1-based): the data stream is the concatenation of epochs, each a
-    permutation seeded by (seed, epoch); a function of (seed, step) only, so resume is free."""
+    """Prompt indices of ``step`` (1-based). Each epoch is a permutation seeded by (seed, epoch)
+    cut into ``num_prompts // batch_size`` batches; the remainder of the permutation is dropped
+    (a different remainder every epoch), as verl's ``drop_last`` does, so a batch never holds a
+    prompt twice (per-prompt records are keyed by (run, step, prompt)). A function of
+    (seed, step) only, so resume is free."""
     if num_prompts == 0:
         raise ValueError("no training prompts")
-    out = []
-    start = (step - 1) * batch_size
-    perms: dict[int, np.ndarray] = {}
-    for k in range(start, start + batch_size):
-        epoch, pos = divmod(k, num_prompts)
-        if epoch not in perms:
-            perms[epoch] = np.random.default_rng([seed, epoch, 7]).permutation(num_prompts)
-        out.append(int(perms[epoch][pos]))
-    return out
+    if batch_size > num_prompts:
+        raise ValueError(f"batch_size {batch_size} is larger than the {num_prompts} prompts")
+    epoch, k = divmod(step - 1, num_prompts // batch_size)
+    perm = np.random.default_rng([seed, epoch, 7]).permutation(num_prompts)
+    return perm[k * batch_size:(k + 1) * batch_size].tolist()
 
 
 def make_scorer(config: TrainConfig) -> Callable[[Prompt, list[str]],

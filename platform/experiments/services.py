@@ -156,12 +156,6 @@ def launch_run(owner: User, name: str, config_dict: dict[str, Any], prompt_set: 
         raise LaunchError("prompt_set", "choose a prompt set")
     if prompt_set.size < config.batch_size:
         raise LaunchError("batch_size", f"larger than the prompt set ({prompt_set.size} prompts)")
-    repeated = first_step_repeating_a_prompt(prompt_set.size, config)
-    if repeated is not None:
-        raise LaunchError("batch_size", (
-            f"step {repeated}'s batch spans two passes over the {prompt_set.size} prompts and "
-            "would hold a prompt twice, which per-prompt records cannot represent; choose a "
-            f"batch size that divides {prompt_set.size}, or fewer steps"))
     with transaction.atomic():
         run = Run.objects.create(
             owner=owner, name=name, algorithm=config.algorithm, config=config.to_dict(),
@@ -170,24 +164,6 @@ def launch_run(owner: User, name: str, config_dict: dict[str, Any], prompt_set: 
             cloned_from=cloned_from)
         _enqueue_on_commit(run)
     return run
-
-
-def first_step_repeating_a_prompt(num_prompts: int, config: TrainConfig) -> int | None:
-    """The first step whose batch would hold a prompt twice, or None. The trainer's data stream
-    is a concatenation of seeded permutations (``trainer.loop.batch_indices``), so only a batch
-    that straddles two of them can repeat a prompt; those steps are checked exactly."""
-    from trainer.loop import batch_indices  # numpy only: no torch in the web process
-
-    size = config.batch_size
-    if num_prompts % size == 0:
-        return None
-    for step in range(1, config.total_steps + 1):
-        first, last = (step - 1) * size, step * size - 1
-        if first // num_prompts != last // num_prompts:
-            indices = batch_indices(num_prompts, size, config.seed, step)
-            if len(set(indices)) != len(indices):
-                return step
-    return None
 
 
 def _enqueue_on_commit(run: Run) -> None:

@@ -192,22 +192,3 @@ def test_selectors_filter_runs(db: None, user: Any, prompt_set_factory: Any) -> 
     assert list(selectors.run_list(search="bet")) == [b]
     assert set(selectors.run_list(prompt_set_id=ps.pk)) == {a, b}
     assert selectors.run_progress(b.pk)["status"] == "queued"
-
-
-def test_launch_rejects_a_batch_that_would_repeat_a_prompt(db: None, user: Any,
-                                                           prompt_set_factory: Any) -> None:
-    from trainer.config import TrainConfig
-    from trainer.loop import batch_indices
-
-    ps = prompt_set_factory(10)  # B=4: step 3 takes the last 2 of one pass, 2 of the next
-    config = SIM | {"total_steps": 50}
-    bad = services.first_step_repeating_a_prompt(10, TrainConfig.from_dict(config))
-    assert bad is not None
-    indices = batch_indices(10, 4, 0, bad)
-    assert len(set(indices)) < len(indices)  # the trainer would really repeat one
-    with pytest.raises(LaunchError) as info:
-        services.launch_run(user, "dup", config, ps)
-    assert info.value.field == "batch_size" and f"step {bad}" in info.value.reason
-    # Fewer steps, or a batch size dividing the set, launch.
-    services.launch_run(user, "short", SIM | {"total_steps": bad - 1}, ps)
-    services.launch_run(user, "divides", SIM | {"batch_size": 5, "total_steps": 50}, ps)

@@ -20,8 +20,6 @@ from experiments.models import Checkpoint, PromptStep, RoundStat, Run, Sample, S
 from tests.fixtures.services import ROOT, wait_for
 
 HOOK = {"RADA_BACKEND_HOOK": "tests.platform.worker_hooks:paced"}
-# Prompt sets are a multiple of the batch size: a batch spanning an epoch boundary may hold a
-# prompt twice (trainer.loop.batch_indices), which per-prompt records cannot represent.
 SIM = {"backend": "simulated", "algorithm": "ada-balance", "batch_size": 6, "group_size": 4,
        "samples_per_round": 4, "max_rounds": 3, "eval_every": 0, "seed": 3}
 TERMINAL = (Run.Status.SUCCEEDED, Run.Status.FAILED, Run.Status.CANCELLED)

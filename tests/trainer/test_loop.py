@@ -101,6 +101,18 @@ def test_batch_order_is_seeded_and_reshuffled_per_epoch() -> None:
     assert batch_indices(6, 3, 1, 1) != steps[0] or batch_indices(6, 3, 1, 2) != steps[1]
 
 
+def test_batches_never_repeat_a_prompt_when_the_set_does_not_divide() -> None:
+    # 10 prompts, B=4: two batches per epoch, the 2 left over differ from epoch to epoch.
+    batches = [batch_indices(10, 4, 0, s) for s in range(1, 41)]
+    assert all(len(set(b)) == 4 for b in batches)
+    for e in range(20):
+        epoch = batches[2 * e] + batches[2 * e + 1]
+        assert len(set(epoch)) == 8  # no prompt twice within an epoch
+    assert set().union(*map(set, batches)) == set(range(10))  # every prompt gets its turn
+    with pytest.raises(ValueError, match="larger than"):
+        batch_indices(3, 4, 0, 1)
+
+
 def test_jsonl_recorder_writes_typed_events(tmp_path) -> None:
     with JsonlRecorder(tmp_path / "events.jsonl") as rec:
         train(sim_config(total_steps=2), prompts(), SimulatedBackend(), rec, out_dir=tmp_path)
