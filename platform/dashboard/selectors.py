@@ -185,26 +185,25 @@ def heatmap(run: Run, max_cols: int = 100, max_rows: int = 600) -> dict[str, Any
     width = max(1, -(-max(run.total_steps, last) // max_cols))  # steps per column, ceil
     ranked = run.prompt_set.size > max_rows
     # attempts: a resumed run rewrites steps after its checkpoint, so its cells start afresh.
-    key = f"dash:heatmap:{run.pk}:{run.attempts}:{width}"
+    key = f"dash:heatmap-cells:{run.pk}:{run.attempts}:{width}"
     state = cache.get(key) if CACHE_FINISHED and not ranked else None
     if state is None or state["upto"] > last:
-        state = {"upto": 0, "cells": {}}
+        state = {"upto": 0, "rows": {}}
     if last > state["upto"]:
         _merge_heatmap_cells(run, state, width, max_rows if ranked else None, last)
         if CACHE_FINISHED and not ranked:
             cache.set(key, state, timeout=6 * 3600)
-    cells: dict[tuple[int, int], tuple[int, int, int, int | None]] = state["cells"]
-    prompt_ids = sorted({pid for pid, _ in cells})
-    index_of = dict(Prompt.objects.filter(pk__in=prompt_ids).values_list("id", "index"))
-    prompt_ids.sort(key=lambda pid: index_of.get(pid, pid))
-    row_of = {pid: i for i, pid in enumerate(prompt_ids)}
+    rows: dict[int, list[list[Any]]] = state["rows"]
+    index_of = dict(Prompt.objects.filter(pk__in=list(rows)).values_list("id", "index"))
+    prompt_ids = sorted(rows, key=lambda pid: index_of.get(pid, pid))
     ncols = -(-last // width) if last else 0
-    z: list[list[int | None]] = [[None] * ncols for _ in prompt_ids]
-    exits: list[list[int | None]] = [[None] * ncols for _ in prompt_ids]
-    for (pid, col), (total, count, min_exit, max_exit) in cells.items():
-        i = row_of[pid]
-        z[i][col] = round(total / count)
-        exits[i][col] = 0 if min_exit == 0 else max_exit
+    z: list[list[int | None]] = []
+    exits: list[list[int | None]] = []
+    for pid in prompt_ids:
+        sums, counts, mins, maxs = (column[:ncols] for column in rows[pid])
+        z.append([round(t / c) if c else None for t, c in zip(sums, counts, strict=True)])
+        exits.append([None if not c else (0 if lo == 0 else hi)
+                      for c, lo, hi in zip(counts, mins, maxs, strict=True)])
     xs = [col * width + (width + 1) / 2 if width > 1 else col + 1 for col in range(ncols)]
     return {"x": xs, "z": z, "exit_rounds": exits, "prompt_ids": prompt_ids,
             "labels": [f"#{index_of.get(pid, pid)}" for pid in prompt_ids],
@@ -213,6 +212,8 @@ def heatmap(run: Run, max_cols: int = 100, max_rows: int = 600) -> dict[str, Any
 
 def _merge_heatmap_cells(run: Run, state: dict[str, Any], width: int, max_rows: int | None,
                          last: int) -> None:
+    """Add the prompt-steps recorded after ``state["upto"]`` to the per-prompt columns of sums,
+    counts, minimum exit rounds (0: unresolved) and maximum exit rounds."""
     ps = PromptStep._meta.db_table
     where, params = "ps.run_id = %s AND ps.step > %s AND ps.step <= %s", [
         run.pk, state["upto"], last]
@@ -224,18 +225,28 @@ def _merge_heatmap_cells(run: Run, state: dict[str, Any], width: int, max_rows: 
         # The hash aggregate over a long run's prompt-steps spills to disk at the default 4 MB.
         cur.execute("SET LOCAL work_mem = '32MB'")
         cur.execute(
-            f"SELECT ps.prompt_id, (ps.step - 1) / %s, SUM(ps.samples), COUNT(*), "
+            f"SELECT ps.prompt_id, (ps.step - 1) / %s, SUM(ps.samples)::int, COUNT(*)::int, "
             f"MIN(COALESCE(ps.exit_round, 0)), MAX(ps.exit_round) "
             f"FROM {ps} ps WHERE {where} GROUP BY 1, 2", [width, *params])
-        rows = cur.fetchall()
-    cells = state["cells"]
-    for pid, col, total, count, min_exit, max_exit in rows:
-        old = cells.get((pid, col))
-        if old is not None:
-            total, count = total + old[0], count + old[1]
-            min_exit = min(min_exit, old[2])
-            max_exit = max((m for m in (max_exit, old[3]) if m is not None), default=None)
-        cells[(pid, col)] = (int(total), int(count), int(min_exit), max_exit)
+        fetched = cur.fetchall()
+    ncols = -(-max(run.total_steps, last) // width)
+    rows = state["rows"]
+    for pid, col, total, count, min_exit, max_exit in fetched:
+        r = rows.get(pid)
+        if r is None:
+            r = rows[pid] = [[0] * ncols, [0] * ncols, [None] * ncols, [None] * ncols]
+        elif len(r[0]) < ncols:  # the run went past its planned length
+            for column, fill in zip(r, (0, 0, None, None), strict=True):
+                column.extend([fill] * (ncols - len(column)))
+        sums, counts, mins, maxs = r
+        if counts[col]:
+            sums[col] += total
+            counts[col] += count
+            mins[col] = min(mins[col], min_exit)
+            if max_exit is not None and (maxs[col] is None or max_exit > maxs[col]):
+                maxs[col] = max_exit
+        else:
+            sums[col], counts[col], mins[col], maxs[col] = total, count, min_exit, max_exit
     state["upto"] = last
 
 
