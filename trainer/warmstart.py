@@ -239,7 +239,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--batch-size", type=int, default=DEFAULT_BATCH_SIZE,
                         help=f"problems per step (default {DEFAULT_BATCH_SIZE})")
     parser.add_argument("--lr", type=float, default=DEFAULT_LR,
-                        help=f"peak AdamW learning rate (default {DEFAULT_LR})")
+                        help="AdamW learning rate, constant after a short warm-up "
+                             f"(default {DEFAULT_LR})")
     parser.add_argument("--seed", type=int, default=0, help="seed (default 0)")
     parser.add_argument("--report-prompts", type=int, default=64,
                         help="held-out prompts per difficulty in the pass-rate report (0: skip)")
