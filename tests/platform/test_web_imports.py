@@ -17,9 +17,8 @@ from django.urls import get_resolver
 for pattern in get_resolver().url_patterns:  # import every view module
     getattr(pattern, "url_patterns", None)
 import dashboard.views, experiments.admin, experiments.selectors, experiments.services  # noqa
-from experiments.services import first_step_repeating_a_prompt, validate_run_config
-config = validate_run_config({{"backend": "simulated", "batch_size": 4, "total_steps": 9}})
-first_step_repeating_a_prompt(10, config)
+from experiments.services import validate_run_config
+validate_run_config({{"backend": "simulated", "batch_size": 4, "total_steps": 9}})
 heavy = sorted(m for m in ("torch", "transformers", "vllm") if m in sys.modules)
 print("HEAVY", heavy)
 """
