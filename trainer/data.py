@@ -115,6 +115,9 @@ def _to_prompt(record: Any, source: str, location: str, used_ids: set[str]) -> P
         raise fail("empty answer")
     metadata = {k: v for k, v in record.items()
                 if k not in ("prompt", "answer", "id") and _jsonable(v)}
+    if isinstance(record["prompt"], list):
+        # Kept so that generation can apply the model's chat template to the whole chat.
+        metadata["chat"] = [{"role": m["role"], "content": m["content"]} for m in record["prompt"]]
     prompt_id = _prompt_id(record, text, answer, fail)
     if prompt_id in used_ids:
         if "id" in record:

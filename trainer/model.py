@@ -18,6 +18,7 @@ if TYPE_CHECKING:
     from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
     from trainer.config import TrainConfig
+    from trainer.types import Prompt
 
 # GNU OpenMP (torch's CPU threads) spin-waits between parallel regions by default. On cores shared
 # with other busy processes (web server, database, other workers, a test suite) that made a warm
@@ -157,6 +158,19 @@ def load_model_dir(path: str | Path, device: str = "auto"
 def load_policy(config: TrainConfig) -> tuple[PreTrainedModel, PreTrainedTokenizerBase]:
     """The trainable policy and its tokenizer for ``config.model`` on ``config.device``."""
     return load_model_dir(resolve_model_path(config.model), config.device)
+
+
+def encode_prompt(tokenizer: PreTrainedTokenizerBase, prompt: Prompt) -> list[int]:
+    """Token ids the policy is conditioned on. A prompt that came as a chat (verl layout: its
+    messages in ``metadata["chat"]``) goes through the tokenizer's chat template with the
+    generation prompt appended, as verl does, when the tokenizer has one; otherwise the text is
+    encoded as is (with the tokenizer's own special tokens, e.g. the tiny model's BOS)."""
+    chat = prompt.metadata.get("chat") if prompt.metadata else None
+    if chat and getattr(tokenizer, "chat_template", None):
+        text = tokenizer.apply_chat_template(chat, add_generation_prompt=True, tokenize=False)
+        # The template writes its own special tokens (BOS, role markers).
+        return list(tokenizer(text, add_special_tokens=False)["input_ids"])
+    return list(tokenizer(prompt.text)["input_ids"])
 
 
 def save_checkpoint(model: PreTrainedModel, tokenizer: PreTrainedTokenizerBase,

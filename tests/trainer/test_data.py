@@ -49,6 +49,7 @@ def test_verl_layout_jsonl_and_parquet(tmp_path: Path) -> None:
     (p,) = load_prompts(_jsonl(tmp_path / "v.jsonl", [VERL_ROW]))
     assert (p.text, p.answer) == ("What is 2+3?", "5")
     assert p.metadata["data_source"] == "openai/gsm8k"
+    assert p.metadata["chat"] == VERL_ROW["prompt"]  # for the model's chat template
     pq.write_table(pa.Table.from_pylist([VERL_ROW, VERL_ROW | {"extra_info": {"index": 1}}]),
                    tmp_path / "v.parquet")
     prompts = load_prompts(tmp_path / "v.parquet")

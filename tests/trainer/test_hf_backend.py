@@ -127,3 +127,18 @@ def test_make_backend_simulated_needs_no_model(tmp_path, monkeypatch: pytest.Mon
     assert backend.model is None and backend.tokenizer is None
     out = backend.generate(PROMPTS, [2] * len(PROMPTS), seed=0)
     assert [len(g) for g in out] == [2] * len(PROMPTS)
+
+
+def test_chat_prompts_go_through_the_chat_template() -> None:
+    from trainer.types import Prompt
+
+    tok = build_tokenizer()
+    # A template that keeps user turns and ends with "=" as the generation prompt.
+    tok.chat_template = ("{{ bos_token }}{% for m in messages %}{% if m['role'] == 'user' %}"
+                         "{{ m['content'] }}{% endif %}{% endfor %}"
+                         "{% if add_generation_prompt %}={% endif %}")
+    backend = HFBackend(build_tiny_model(tok), tok, max_new_tokens=3)
+    chat = [{"role": "system", "content": "9"}, {"role": "user", "content": "1+2"}]
+    prompts = [Prompt("c", "1+2", "3", {"chat": chat}), Prompt("p", "1+2=", "3")]
+    (with_chat,), (plain,) = backend.generate(prompts, [1, 1], seed=0)
+    assert with_chat.prompt_token_ids == plain.prompt_token_ids == tok("1+2=")["input_ids"]

@@ -22,6 +22,7 @@ from typing import Any
 
 import torch
 
+from trainer.model import encode_prompt
 from trainer.policy import response_logprobs
 from trainer.types import Generation, Prompt
 
@@ -73,7 +74,7 @@ class HFBackend:
         """The hf backend samples from the policy module itself: nothing to push."""
 
     def encode_prompts(self, prompts: Sequence[Prompt]) -> list[list[int]]:
-        return [list(self.tokenizer(p.text)["input_ids"]) for p in prompts]
+        return [encode_prompt(self.tokenizer, p) for p in prompts]
 
     @torch.no_grad()
     def generate(self, prompts: Sequence[Prompt], counts: Sequence[int], *, seed: int,

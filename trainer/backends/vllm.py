@@ -18,6 +18,7 @@ from typing import Any
 
 import torch
 
+from trainer.model import encode_prompt
 from trainer.policy import response_logprobs
 from trainer.types import Generation, Prompt
 
@@ -70,7 +71,7 @@ class VLLMBackend:
 
         if len(prompts) != len(counts):
             raise ValueError(f"{len(prompts)} prompts but {len(counts)} counts")
-        encoded = [list(self.tokenizer(p.text)["input_ids"]) for p in prompts]
+        encoded = [encode_prompt(self.tokenizer, p) for p in prompts]
         rows = [i for i, c in enumerate(counts) for _ in range(c)]
         requests = [TokensPrompt(prompt_token_ids=encoded[i]) for i in rows]
         params = [
