@@ -302,3 +302,23 @@ def test_compare_page_groups_seeds_and_diffs_config(owner: User, owner_client: C
 def test_compare_needs_two_runs(run: Run, owner_client: Client) -> None:
     resp = owner_client.get(reverse("dashboard:compare") + f"?runs={run.pk}")
     assert resp.status_code == 302
+
+
+def test_owner_relaunches_and_deletes(run: Run, owner_client: Client) -> None:
+    resp = owner_client.post(reverse("dashboard:run_relaunch", args=[run.pk]))
+    assert resp.status_code == 302
+    new = Run.objects.exclude(pk=run.pk).get()
+    assert new.cloned_from_id == run.pk and new.config == run.config
+    assert resp["Location"] == reverse("dashboard:run_detail", args=[new.pk])
+    Run.objects.filter(pk=run.pk).update(status=Run.Status.SUCCEEDED)
+    assert owner_client.post(reverse("dashboard:run_delete", args=[run.pk])).status_code == 302
+    assert not Run.objects.filter(pk=run.pk).exists()
+
+
+def test_runs_list_refreshes_rows_while_runs_are_active(run: Run, owner_client: Client) -> None:
+    page = owner_client.get("/").content.decode()
+    assert 'hx-trigger="every 5s"' in page  # a queued run keeps the table live
+    rows = owner_client.get("/", HTTP_HX_REQUEST="true").content.decode()
+    assert "<table" not in rows and "balance-0" in rows  # only the rows are swapped
+    Run.objects.filter(pk=run.pk).update(status=Run.Status.SUCCEEDED)
+    assert 'hx-trigger="every 5s"' not in owner_client.get("/").content.decode()
