@@ -20,12 +20,6 @@ if TYPE_CHECKING:
     from trainer.config import TrainConfig
     from trainer.types import Prompt
 
-# GNU OpenMP (torch's CPU threads) spin-waits between parallel regions by default. On cores shared
-# with other busy processes (web server, database, other workers, a test suite) that made a warm
-# start step 8x slower with 2 threads than with 1 (85.8 s vs 10.2 s for 20 steps with PASSIVE,
-# load average 4-6 on 2 cores). libgomp reads this once, when torch loads: it only takes effect
-# when this module is imported before torch; an explicit setting by the user wins.
-os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 MODEL_DIR_ENV = "TRAINER_BUILTIN_MODEL_DIR"
