@@ -56,8 +56,8 @@ class Command(BaseCommand):
         parser.add_argument("--backend", choices=("hf", "simulated"), default="hf",
                             help="hf: the built-in tiny model (warm-started first if missing); "
                                  "simulated: no model, for a quick look")
-        parser.add_argument("--steps", type=int, default=40, help="steps of each demo run")
-        parser.add_argument("--batch-size", type=int, default=16)
+        parser.add_argument("--steps", type=int, default=100, help="steps of each demo run")
+        parser.add_argument("--batch-size", type=int, default=32)
         parser.add_argument("--no-demo-runs", action="store_true",
                             help="do not launch the demo pair")
 
@@ -119,8 +119,6 @@ class Command(BaseCommand):
         sets = {ps.name: ps for ps in PromptSet.objects.filter(name__in=[TRAIN_SET, EVAL_SET])}
         if TRAIN_SET not in sets:
             self.stdout.write("== importing the built-in arithmetic prompt set")
-            # 2048 prompts: a multiple of every power-of-two batch size, so no batch spans an
-            # epoch boundary.
             sets[TRAIN_SET] = services.create_builtin_prompt_set(admin, TRAIN_SET, 2048, 1, 3, 0)
         if EVAL_SET not in sets:
             sets[EVAL_SET] = services.create_builtin_prompt_set(admin, EVAL_SET, 200, 2, 3, 12345)
@@ -149,7 +147,7 @@ class Command(BaseCommand):
             self.stdout.write("== demo runs already queued or running (they resume): "
                               + ", ".join(active.values_list("name", flat=True)))
             return
-        # Sized for 2 CPU cores: the built-in model, B=16, lr 2e-4 (DESIGN.md section 3). The
+        # Sized for 2 CPU cores: the built-in model, B=32, lr 2e-4 (DESIGN.md section 3). The
         # worker runs one at a time: GRPO first (fast), then Reinforce-Ada-balance.
         base = {"backend": opts["backend"], "batch_size": opts["batch_size"],
                 "total_steps": opts["steps"], "lr": 2e-4, "seed": 0, "save_every": 10,
