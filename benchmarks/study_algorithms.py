@@ -1,0 +1,255 @@
+"""GRPO vs Reinforce-Ada-pos vs Reinforce-Ada-balance on the built-in tiny model: run (or read)
+the three runs and summarise them as markdown tables.
+
+    python benchmarks/study_algorithms.py [--runs-dir var/study] [--configs configs]
+        [--steps K] [--seed S | --seeds 0,1,2] [--rerun] [--no-run] [--only grpo,ada-pos]
+
+For each algorithm it uses ``<configs>/tiny-<algorithm>.toml`` (identical but for ``algorithm``)
+and the run directory ``<runs-dir>/<algorithm>``. A run whose ``events.jsonl`` already holds every
+step of its config is read, not rerun (``--rerun`` forces a fresh run). Runs go one after another
+through ``python -m trainer run`` (one heavy job at a time on a shared machine); the wall time of
+each run is saved next to it (``study_wall.json``). ``--steps`` and ``--seed`` override
+``total_steps`` and ``seed`` (the overridden config is written to ``<runs-dir>/<algorithm>.toml``,
+which is what runs; use a different ``--runs-dir`` per seed).
+
+Summary per algorithm: zero-advantage group fraction (mean over steps), samples per step (mean)
+and in total, real reward (mean of each prompt's first n samples, comparable across algorithms)
+at start and end (means over the first and last ``--window`` steps, single steps are noisy),
+held-out eval at step 0 and at the last eval step, and wall time.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO))
+
+ALGORITHMS = ("grpo", "ada-pos", "ada-balance")
+
+
+def read_run(run_dir: Path) -> dict[str, Any]:
+    """Steps (metrics only) and evals of a run's events.jsonl, last record per step winning."""
+    steps: dict[int, dict[str, float]] = {}
+    evals: dict[int, dict[str, float]] = {}
+    path = run_dir / "events.jsonl"
+    if path.is_file():
+        with open(path, encoding="utf-8") as fh:
+            for line in fh:
+                if not line.strip():
+                    continue
+                try:
+                    ev = json.loads(line)
+                except json.JSONDecodeError:  # torn last line of a crashed run
+                    continue
+                if ev.get("type") == "step":
+                    steps[int(ev["step"])] = ev["metrics"]
+                elif ev.get("type") == "eval":
+                    evals[int(ev["step"])] = ev["metrics"]
+    wall = None
+    wall_file = run_dir / "study_wall.json"
+    if wall_file.is_file():
+        wall = json.loads(wall_file.read_text()).get("wall_s")
+    return {"steps": dict(sorted(steps.items())), "evals": dict(sorted(evals.items())),
+            "wall_s": wall}
+
+
+def run_config(config_path: Path, run_dir: Path, overrides: dict[str, int]) -> Path:
+    """The TOML that runs: the config itself, or a copy with ``overrides`` (top-level integer
+    keys such as ``total_steps`` or ``seed``) replacing the config's values."""
+    if not overrides:
+        return config_path
+    lines = [ln for ln in config_path.read_text().splitlines()
+             if ln.split("=")[0].strip() not in overrides]
+    out = run_dir.parent / f"{run_dir.name}.toml"
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text("\n".join(lines + [f"{k} = {v}" for k, v in overrides.items()]) + "\n")
+    return out
+
+
+def run_one(config_path: Path, run_dir: Path) -> float:
+    import shutil
+
+    if run_dir.exists():
+        shutil.rmtree(run_dir)
+    t0 = time.perf_counter()
+    subprocess.run([sys.executable, "-m", "trainer", "run", "--config", str(config_path),
+                    "--out", str(run_dir), "--no-progress"], cwd=REPO, check=True)
+    wall = time.perf_counter() - t0
+    (run_dir / "study_wall.json").write_text(json.dumps({"wall_s": wall}))
+    return wall
+
+
+def _mean(xs: list[float]) -> float:
+    return sum(xs) / len(xs) if xs else float("nan")
+
+
+def summarise(run: dict[str, Any], window: int) -> dict[str, Any]:
+    steps = list(run["steps"].values())
+    evals = run["evals"]
+    first_eval = evals.get(0)
+    last_step = max(evals) if evals else None
+    last_eval = evals[last_step] if last_step not in (None, 0) else None
+    wall = run["wall_s"]
+    return {
+        "steps": len(steps),
+        "zero_adv": _mean([m["zero_adv_frac"] for m in steps]),
+        "samples_step": _mean([m["samples"] for m in steps]),
+        "samples_total": sum(m["samples"] for m in steps),
+        "reward_start": _mean([m["real_reward"] for m in steps[:window]]),
+        "reward_end": _mean([m["real_reward"] for m in steps[-window:]]),
+        "eval0": first_eval,
+        "eval_last": last_eval,
+        "eval_last_step": last_step,
+        "wall_s": wall,
+        "wall_is_sum": wall is None,
+        "step_s": _mean([m["time_step"] for m in steps]),
+        "train_s": sum(m["time_step"] for m in steps),
+        "evals": evals,
+    }
+
+
+def _fmt_eval(e: dict[str, float] | None, k: int) -> str:
+    if not e:
+        return "– | – | –"
+    return f"{e['greedy_accuracy']:.3f} | {e[f'avg@{k}']:.3f} | {e[f'pass@{k}']:.3f}"
+
+
+def render(summaries: dict[str, dict[str, Any]], window: int, k: int) -> str:
+    base = summaries.get("grpo")
+    out = []
+    out.append(f"| algorithm | steps | zero-adv frac (mean) | samples/step | samples total "
+               f"| samples / grpo | real reward, first {window} steps | real reward, last "
+               f"{window} steps | wall s | s/step (train only) |")
+    out.append("| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |")
+    for a, s in summaries.items():
+        ratio = (f"{s['samples_total'] / base['samples_total']:.2f}x"
+                 if base and base["samples_total"] else "–")
+        wall = "–" if s["wall_s"] is None else f"{s['wall_s']:.0f}"
+        out.append(f"| {a} | {s['steps']} | {s['zero_adv']:.3f} | {s['samples_step']:.0f} | "
+                   f"{s['samples_total']:.0f} | {ratio} | {s['reward_start']:.3f} | "
+                   f"{s['reward_end']:.3f} | {wall} | {s['step_s']:.2f} |")
+    out.append("")
+    out.append(f"Held-out evaluation (greedy accuracy, avg@{k}, pass@{k}):")
+    out.append("")
+    out.append(f"| algorithm | step 0: greedy | avg@{k} | pass@{k} | last eval step "
+               f"| greedy | avg@{k} | pass@{k} |")
+    out.append("| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: |")
+    for a, s in summaries.items():
+        out.append(f"| {a} | {_fmt_eval(s['eval0'], k)} | {s['eval_last_step']} | "
+                   f"{_fmt_eval(s['eval_last'], k)} |")
+    out.append("")
+    out.append("Greedy accuracy at every eval step:")
+    out.append("")
+    eval_steps = sorted({st for s in summaries.values() for st in s["evals"]})
+    out.append("| algorithm | " + " | ".join(f"step {st}" for st in eval_steps) + " |")
+    out.append("| --- |" + " ---: |" * len(eval_steps))
+    for a, s in summaries.items():
+        cells = [f"{s['evals'][st]['greedy_accuracy']:.3f}" if st in s["evals"] else "–"
+                 for st in eval_steps]
+        out.append(f"| {a} | " + " | ".join(cells) + " |")
+    return "\n".join(out)
+
+
+def study(args: argparse.Namespace, runs_dir: Path, seed: int | None
+          ) -> tuple[dict[str, dict[str, Any]], int]:
+    """Run (when needed) and summarise each algorithm under ``runs_dir``; also return eval_k."""
+    from trainer.config import TrainConfig
+
+    summaries: dict[str, dict[str, Any]] = {}
+    eval_k = 8
+    for a in [x.strip() for x in args.only.split(",") if x.strip()]:
+        cfg_path = Path(args.configs) / f"tiny-{a}.toml"
+        run_dir = runs_dir / a
+        config = TrainConfig.from_toml(cfg_path)
+        overrides = {key: val for key, val in (("total_steps", args.steps), ("seed", seed))
+                     if val is not None}
+        effective = run_config(cfg_path, run_dir, overrides) if not args.no_run else cfg_path
+        total = args.steps or config.total_steps
+        eval_k = config.eval_k
+        run = read_run(run_dir)
+        complete = len(run["steps"]) >= total and run["wall_s"] is not None
+        if not args.no_run and (args.rerun or not complete):
+            print(f"running {a}: {effective} -> {run_dir}", file=sys.stderr)
+            run_one(effective, run_dir)
+            run = read_run(run_dir)
+        if not run["steps"]:
+            print(f"{a}: no steps under {run_dir}", file=sys.stderr)
+            continue
+        summaries[a] = summarise(run, args.window)
+    return summaries, eval_k
+
+
+def render_mean(per_seed: dict[int, dict[str, dict[str, Any]]], window: int, k: int) -> str:
+    """Means over seeds (min-max in brackets for the eval figures)."""
+    algos = [a for a in ALGORITHMS if all(a in s for s in per_seed.values())]
+    out = [f"| algorithm | seeds | zero-adv frac | samples total | real reward, first {window} "
+           f"| real reward, last {window} | greedy, step 0 | greedy, end [min-max] "
+           f"| avg@{k}, end | pass@{k}, end | wall s |",
+           "| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |"]
+    for a in algos:
+        rows = [s[a] for s in per_seed.values()]
+
+        def col(f: Any, rows: list[dict[str, Any]] = rows) -> list[float]:
+            return [f(r) for r in rows]
+
+        greedy_end = col(lambda r: (r["eval_last"] or {}).get("greedy_accuracy", float("nan")))
+        walls = [w for w in col(lambda r: r["wall_s"]) if w is not None]
+        out.append(
+            f"| {a} | {len(rows)} | {_mean(col(lambda r: r['zero_adv'])):.3f} | "
+            f"{_mean(col(lambda r: r['samples_total'])):.0f} | "
+            f"{_mean(col(lambda r: r['reward_start'])):.3f} | "
+            f"{_mean(col(lambda r: r['reward_end'])):.3f} | "
+            f"{_mean(col(lambda r: (r['eval0'] or {}).get('greedy_accuracy', float('nan')))):.3f}"
+            f" | {_mean(greedy_end):.3f} [{min(greedy_end):.3f}-{max(greedy_end):.3f}] | "
+            f"{_mean(col(lambda r: (r['eval_last'] or {}).get(f'avg@{k}', float('nan')))):.3f} | "
+            f"{_mean(col(lambda r: (r['eval_last'] or {}).get(f'pass@{k}', float('nan')))):.3f}"
+            f" | {_mean(walls):.0f} |")
+    return "\n".join(out)
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--runs-dir", default="var/study")
+    ap.add_argument("--configs", default="configs")
+    ap.add_argument("--steps", type=int, default=None, help="override total_steps")
+    ap.add_argument("--seed", type=int, default=None, help="override seed")
+    ap.add_argument("--seeds", default=None,
+                    help="comma-separated seeds: one study per seed under <runs-dir>/seed<S>, "
+                         "then a table of means over seeds")
+    ap.add_argument("--window", type=int, default=10,
+                    help="steps averaged for the start/end real reward (default 10)")
+    ap.add_argument("--only", default=",".join(ALGORITHMS),
+                    help="comma-separated algorithms (default all three)")
+    ap.add_argument("--rerun", action="store_true", help="rerun even when a run is complete")
+    ap.add_argument("--no-run", action="store_true", help="only read existing runs")
+    ap.add_argument("--json", default=None, help="also write the summaries to this JSON file")
+    args = ap.parse_args()
+    for a in args.only.split(","):
+        if a.strip() and a.strip() not in ALGORITHMS:
+            ap.error(f"unknown algorithm {a.strip()!r}")
+    runs_dir = Path(args.runs_dir)
+    if args.seeds is None:
+        summaries, k = study(args, runs_dir, args.seed)
+        if args.json:
+            Path(args.json).write_text(json.dumps(summaries, indent=2))
+        print(render(summaries, args.window, k))
+        return
+    per_seed: dict[int, dict[str, dict[str, Any]]] = {}
+    k = 8
+    for seed in [int(x) for x in args.seeds.split(",") if x.strip()]:
+        per_seed[seed], k = study(args, runs_dir / f"seed{seed}", seed)
+        print(f"### seed {seed}\n\n{render(per_seed[seed], args.window, k)}\n")
+    if args.json:
+        Path(args.json).write_text(json.dumps(per_seed, indent=2))
+    print(f"### mean over seeds {args.seeds}\n\n{render_mean(per_seed, args.window, k)}")
+
+
+if __name__ == "__main__":
+    main()
