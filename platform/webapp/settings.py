@@ -1,5 +1,6 @@
 """Settings of the Reinforce-Ada experiment platform. Configuration comes from the environment:
-DATABASE_URL (PostgreSQL only), CELERY_BROKER_URL (Redis), CHECKPOINT_ROOT, SECRET_KEY, DEBUG."""
+DATABASE_URL (PostgreSQL only), CELERY_BROKER_URL (Redis), CACHE_URL (default: the broker's Redis),
+CHECKPOINT_ROOT, SECRET_KEY, DEBUG."""
 
 from __future__ import annotations
 
@@ -86,6 +87,18 @@ STORAGES = {
 }
 
 CELERY_BROKER_URL = os.environ.get("CELERY_BROKER_URL", "redis://127.0.0.1:6379/0")
+# The dashboard caches finished runs' chart data and live runs' heatmap aggregates. A shared
+# cache (Redis) makes a run's first expensive aggregation happen once per deployment instead of
+# once per gunicorn worker. Keys are prefixed; nothing ever flushes the database, so the broker's
+# Redis database can hold them (CACHE_URL puts them elsewhere).
+CACHES = {
+    "default": {
+        "BACKEND": "django.core.cache.backends.redis.RedisCache",
+        "LOCATION": os.environ.get("CACHE_URL", CELERY_BROKER_URL),
+        "KEY_PREFIX": os.environ.get("CACHE_KEY_PREFIX", "rada"),
+        "TIMEOUT": 6 * 3600,
+    }
+}
 # A run is long: a worker takes one task at a time (prefetch 1) and acknowledges it only when the
 # run ends, so a worker that dies mid-run leaves the task to be redelivered.
 CELERY_TASK_ACKS_LATE = True
