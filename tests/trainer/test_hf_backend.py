@@ -1,3 +1,5 @@
+import logging
+
 import pytest
 import torch
 
@@ -100,6 +102,23 @@ def test_model_generation_defaults_do_not_leak_into_sampling() -> None:
     tweaked = HFBackend(model, tok, max_new_tokens=6)
     assert _ids(plain.generate(PROMPTS, [3] * 6, seed=9)) == \
         _ids(tweaked.generate(PROMPTS, [3] * 6, seed=9))
+
+
+def test_greedy_generation_logs_no_invalid_flag_warning(backend: HFBackend) -> None:
+    # Every evaluation is greedy; the sampling-neutral top_k=0 used to make generate() warn
+    # "generation flags are not valid and may be ignored: ['top_k']" in every run's log.
+    logging.Logger.warning_once.cache_clear()  # transformers' once-per-process cache
+    records: list[logging.LogRecord] = []
+    handler = logging.Handler()
+    handler.emit = records.append  # type: ignore[method-assign]
+    logger = logging.getLogger("transformers")
+    logger.addHandler(handler)
+    try:
+        backend.generate(PROMPTS, [1] * len(PROMPTS), seed=0, greedy=True)
+        backend.generate(PROMPTS, [2] * len(PROMPTS), seed=0)
+    finally:
+        logger.removeHandler(handler)
+    assert not [r for r in records if "not valid" in r.getMessage()]
 
 
 def test_responses_stop_at_eos(backend: HFBackend) -> None:

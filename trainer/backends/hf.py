@@ -124,7 +124,10 @@ class HFBackend:
             input_ids[row, width - len(ids):] = torch.as_tensor(ids)
             attention[row, width - len(ids):] = 1
         kwargs: dict[str, Any] = dict(_NEUTRAL_SAMPLING)
-        kwargs.update({"do_sample": False, "temperature": None, "top_p": None} if greedy else
+        # Greedy unsets the sampling-only flags (top_k=0 included): generate() warns about any
+        # that is set without do_sample, once per process, on every CLI run and worker.
+        kwargs.update({"do_sample": False, "temperature": None, "top_p": None, "top_k": None}
+                      if greedy else
                       {"do_sample": True, "temperature": self.temperature, "top_p": self.top_p})
         # generate() samples from the global RNG: seed a forked copy so that the caller's stream
         # (data order, down-sampling) is untouched and equal seeds give equal samples.
