@@ -305,13 +305,14 @@ def prompt_history(run: Run, prompt: Prompt, page_steps: int = 5,
     if shown_steps:
         for step, rnd, n, pos in _fetch(
                 f"SELECT step, round, COUNT(*), COUNT(*) FILTER (WHERE reward > %s) "
-                f"FROM {Sample._meta.db_table} WHERE run_id = %s AND prompt_id = %s "
-                f"AND step >= %s AND step <= %s GROUP BY step, round ORDER BY step, round",
-                [threshold, run.pk, prompt.pk, shown_steps[0], shown_steps[-1]]):
+                f"FROM {Sample._meta.db_table} WHERE run_id = %s AND step = ANY(%s) "
+                f"AND prompt_id = %s GROUP BY step, round ORDER BY step, round",
+                [threshold, run.pk, shown_steps, prompt.pk]):
             rounds[step].append({"round": rnd, "samples": n, "positives": pos,
                                  "negatives": n - pos})
-        for s in Sample.objects.filter(run=run, prompt=prompt, step__gte=shown_steps[0],
-                                       step__lte=shown_steps[-1]).order_by("step", "index"):
+        # step IN (...): one probe of the (run, step, prompt, index) key per shown step.
+        for s in Sample.objects.filter(run=run, step__in=shown_steps,
+                                       prompt=prompt).order_by("step", "index"):
             responses[s.step].append(s)
     history = [StepHistory(step=s[0], samples=s[1], positives=s[2], negatives=s[3],
                            rounds_used=s[4], exit_round=s[5], missing=s[6],

@@ -176,9 +176,14 @@ class Sample(models.Model):
     id and its second index), and the two foreign keys are not enforced by the database (a
     per-row trigger each, which cost the recorder most of its ingest rate). Integrity is kept by
     the application: runs are deleted through ``services.delete_run`` (records first), and a
-    prompt set in use by a run cannot be deleted (``Run.prompt_set`` is PROTECT)."""
+    prompt set in use by a run cannot be deleted (``Run.prompt_set`` is PROTECT).
 
-    pk = models.CompositePrimaryKey("run", "prompt", "step", "index")
+    The key leads with (run, step): a step's rows then append at the end of the index instead of
+    landing in one place per prompt, so ingest stays as fast at step 600 as at step 1 (COPY of
+    8,192 rows after 60 steps: 235k rows/s, against 183k with (run, prompt, step) first). A
+    prompt's history reads its few shown steps with one probe per step."""
+
+    pk = models.CompositePrimaryKey("run", "step", "prompt", "index")
     run = models.ForeignKey(Run, on_delete=models.CASCADE, related_name="samples", db_index=False,
                             db_constraint=False)
     step = models.PositiveIntegerField()
