@@ -11,7 +11,7 @@ truncation, which is also what ``policy.response_logprobs`` computes in the upda
 
 ``auto`` takes ``logits`` when that array stays under 256 MB. For the tiny model on one thread the
 forward pass halved generation throughput; the logits path stayed within noise of a bare
-``generate`` (benchmarks/bench_generation.py, docs/bench-trainer-model.md).
+``generate`` (benchmarks/bench_generation.py, docs/benchmarks.md).
 Both agree with the update's recomputation to float noise (tests/trainer/test_hf_backend.py).
 """
 
