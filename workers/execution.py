@@ -93,18 +93,9 @@ def trainer_prompts(prompt_set_id: int) -> list[Prompt]:
 
 
 def make_backend(config: TrainConfig, prompts: Sequence[Prompt]) -> Any:
-    try:
-        from trainer.backends import make_backend as trainer_make_backend
-    except ImportError:
-        trainer_make_backend = None
-    if trainer_make_backend is not None:
-        backend = trainer_make_backend(config, prompts)
-    elif config.backend == "simulated":
-        from trainer.backends.simulated import SimulatedBackend
+    from trainer.backends import make_backend as trainer_make_backend  # torch: worker only
 
-        backend = SimulatedBackend(config, prompts)
-    else:
-        raise RuntimeError(f"trainer.backends.make_backend is missing ({config.backend})")
+    backend = trainer_make_backend(config, prompts)
     hook = os.environ.get(BACKEND_HOOK_ENV)
     if hook:
         module, _, func = hook.partition(":")
