@@ -116,13 +116,3 @@ def run_cli(args: argparse.Namespace) -> int:
                        progress=True)
     print(json.dumps(metrics))
     return 0
-
-
-def main(argv: Sequence[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m trainer.evaluate", description=__doc__)
-    add_arguments(parser)
-    return run_cli(parser.parse_args(argv))
-
-
-if __name__ == "__main__":
-    raise SystemExit(main())

@@ -273,13 +273,3 @@ def run_cli(args: argparse.Namespace) -> int:
     print(json.dumps(report, indent=2))
     print(f"checkpoint written to {out}", file=sys.stderr)
     return 0
-
-
-def main(argv: Sequence[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m trainer.warmstart", description=__doc__)
-    add_arguments(parser)
-    return run_cli(parser.parse_args(argv))
-
-
-if __name__ == "__main__":
-    raise SystemExit(main())

@@ -141,26 +141,24 @@ class PostgresRecorder:
                     [step, run_id, finite_or_none(m.get("real_reward")), run_id])
 
     def on_checkpoint(self, record: CheckpointRecord) -> None:
-        with transaction.atomic():
-            self._lock_run()
-            with connection.cursor() as cursor:
-                cursor.execute(
-                    "INSERT INTO experiments_checkpoint (run_id, step, path, created_at) "
-                    "VALUES (%s, %s, %s, now()) ON CONFLICT (run_id, step) "
-                    "DO UPDATE SET path = EXCLUDED.path, created_at = EXCLUDED.created_at",
-                    [self.run_id, record.step, str(record.path)])
+        self._upsert_step_row("experiments_checkpoint", "path", record.step, str(record.path))
 
     def on_eval(self, record: EvalRecord) -> None:
+        self._upsert_step_row("experiments_evalresult", "metrics", record.step,
+                              json.dumps(clean_metrics(record.metrics)))
+
+    # --------------------------------------------------------------------------------------------
+    def _upsert_step_row(self, table: str, column: str, step: int, value: Any) -> None:
+        """One row per (run, step) of ``table``; a resumed run's repeat replaces it."""
         with transaction.atomic():
             self._lock_run()
             with connection.cursor() as cursor:
                 cursor.execute(
-                    "INSERT INTO experiments_evalresult (run_id, step, metrics, created_at) "
-                    "VALUES (%s, %s, %s, now()) ON CONFLICT (run_id, step) "
-                    "DO UPDATE SET metrics = EXCLUDED.metrics, created_at = EXCLUDED.created_at",
-                    [self.run_id, record.step, json.dumps(clean_metrics(record.metrics))])
+                    f"INSERT INTO {table} (run_id, step, {column}, created_at) "
+                    f"VALUES (%s, %s, %s, now()) ON CONFLICT (run_id, step) "
+                    f"DO UPDATE SET {column} = EXCLUDED.{column}, created_at = EXCLUDED.created_at",
+                    [self.run_id, step, value])
 
-    # --------------------------------------------------------------------------------------------
     def _lock_run(self) -> None:
         """Lock the run row for this transaction and check the lease: a worker that was declared
         dead and taken over must not write the new owner's steps."""

@@ -23,11 +23,12 @@ from django.shortcuts import get_object_or_404, redirect, render
 from django.urls import reverse
 from django.utils.html import format_html_join
 from django.views.decorators.http import require_POST
+from experiments import services
 from experiments.models import Prompt, PromptSet, Run
 
 from trainer.config import BUILTIN_MODEL, ConfigError
 
-from . import charts, selectors, services
+from . import charts, selectors
 from .forms import BuiltinForm, LaunchForm, UploadForm, clone_diff, initial_from_run
 
 POLL_SECONDS = 2
@@ -109,7 +110,7 @@ def run_detail(request: HttpRequest, run_id: int) -> HttpResponse:
 
 def _status_context(request: HttpRequest, run: Run) -> dict[str, Any]:
     return {"run": run, "eta": selectors.run_eta(run), "poll_seconds": POLL_SECONDS,
-            "can_manage": services.can_manage(request.user, run),
+            "can_manage": services.can_modify_run(run, request.user),
             "active": run.status in Run.ACTIVE_STATUSES,
             "algorithm_label": selectors.ALGORITHM_LABELS.get(run.algorithm, run.algorithm)}
 

@@ -40,18 +40,18 @@ def test_ensure_builtin_model_reuses_existing(tiny_model_dir: Path,
 
 
 def test_warmstart_cli_refuses_to_overwrite(tiny_model_dir: Path, capsys) -> None:
-    from trainer.warmstart import main
+    from trainer.cli import main
 
-    assert main(["--out", str(tiny_model_dir)]) == 1
+    assert main(["warmstart", "--out", str(tiny_model_dir)]) == 1
     assert "--force" in capsys.readouterr().err
 
 
 def test_cli_time_limit_still_writes_a_loadable_checkpoint(tmp_path: Path, capsys) -> None:
-    from trainer.warmstart import main
+    from trainer.cli import main
 
     out = tmp_path / "ws"
-    rc = main(["--out", str(out), "--steps", "50", "--batch-size", "8", "--max-seconds", "0",
-               "--report-prompts", "0", "--threads", "1"])
+    rc = main(["warmstart", "--out", str(out), "--steps", "50", "--batch-size", "8",
+               "--max-seconds", "0", "--report-prompts", "0", "--threads", "1"])
     assert rc == 0
     report = json.loads(capsys.readouterr().out)
     assert (report["steps"], report["stop_reason"]) == (1, "time limit")
