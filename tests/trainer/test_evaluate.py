@@ -4,7 +4,8 @@ from pathlib import Path
 import pytest
 
 from trainer.backends.hf import HFBackend
-from trainer.evaluate import evaluate, main, pass_at_k
+from trainer.cli import main
+from trainer.evaluate import evaluate, pass_at_k
 from trainer.model import load_model_dir
 from trainer.tasks import arithmetic_prompts
 from trainer.verifiers import exact_verifier
@@ -30,7 +31,7 @@ def test_evaluate_tiny_model(tiny_model_dir: Path) -> None:
 
 
 def test_eval_cli_prints_json(tiny_model_dir: Path, capsys) -> None:
-    rc = main(["--model", str(tiny_model_dir), "--num-prompts", "8", "-k", "2",
+    rc = main(["eval", "--model", str(tiny_model_dir), "--num-prompts", "8", "-k", "2",
                "--device", "cpu", "--max-new-tokens", "6"])
     assert rc == 0
     metrics = json.loads(capsys.readouterr().out)
@@ -38,5 +39,5 @@ def test_eval_cli_prints_json(tiny_model_dir: Path, capsys) -> None:
 
 
 def test_eval_cli_missing_model(tmp_path: Path, capsys) -> None:
-    assert main(["--model", str(tmp_path / "none")]) == 2
+    assert main(["eval", "--model", str(tmp_path / "none")]) == 2
     assert "model" in capsys.readouterr().err
