@@ -2,4 +2,4 @@
 trainer side) and services.py (PostgreSQL, Redis and Celery worker processes, owned by the
 platform side)."""
 
-pytest_plugins = ["tests.fixtures.model", "tests.fixtures.services"]
+pytest_plugins = ["tests.fixtures.model", "tests.fixtures.services", "tests.fixtures.vllm"]

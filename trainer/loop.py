@@ -25,6 +25,7 @@ from trainer.types import (
     STEP_METRICS,
     CheckpointRecord,
     EvalRecord,
+    Generation,
     Prompt,
     PromptStepRecord,
     Recorder,
@@ -106,7 +107,27 @@ def step_metrics(config: TrainConfig, res: SamplerResult, outcome: RoundsOutcome
         "verifier_errors": float(errors),
         "kept_samples": float(kept_mask.sum()),
         "dropped_groups": float(np.sum(has_kept & zero)) if config.passive_filtering else 0.0,
+        **rollout_mismatch(outcome.generations, res, kept_mask),
     }
+
+
+def rollout_mismatch(generations: Sequence[Sequence[Generation]], res: SamplerResult,
+                     kept_mask: np.ndarray) -> dict[str, float]:
+    """How far the sampling engine's log-probs are from the policy's, over the kept tokens:
+    mean and max of ``|logp_policy_old - logp_rollout|`` per token. Only where the backend
+    reports its own log-probs (vllm; in bf16 on a GPU this is the gap users watch): empty
+    otherwise, since for hf the rollout *is* the policy."""
+    diffs = []
+    for k in np.flatnonzero(kept_mask).tolist():
+        g = generations[int(res.sample_prompt[k])][int(res.sample_pool_index[k])]
+        if g.rollout_logprobs is None or g.logprobs is None or not g.response_token_ids:
+            continue
+        diffs.append(np.abs(np.asarray(g.logprobs) - np.asarray(g.rollout_logprobs)))
+    if not diffs:
+        return {}
+    d = np.concatenate(diffs)
+    return {"rollout_logprob_diff_mean": float(d.mean()),
+            "rollout_logprob_diff_max": float(d.max())}
 
 
 def _mean(x: np.ndarray) -> float:
@@ -254,7 +275,9 @@ def train(config: TrainConfig, prompts: Sequence[Prompt], backend: Any, recorder
                           pad_id=pad_id, ref_model=ref_model,
                           seed=derive_seed(config.seed, step, _UPDATE), tokenizer=tokenizer,
                           backend=backend)
+            t_sync = time.perf_counter()
             backend.sync_weights()
+            upd["time_sync"] = time.perf_counter() - t_sync
         else:
             from trainer.update import UPDATE_METRICS, warmup_factor
 
@@ -263,7 +286,9 @@ def train(config: TrainConfig, prompts: Sequence[Prompt], backend: Any, recorder
         metrics.update(upd)
         metrics["time_generation"] = outcome.time_generation
         metrics["time_scoring"] = outcome.time_scoring
-        metrics["time_update"] = time.perf_counter() - t_update
+        metrics.setdefault("time_sync", 0.0)
+        # The update alone: pushing the new weights into the engine is time_sync.
+        metrics["time_update"] = time.perf_counter() - t_update - metrics["time_sync"]
         metrics["time_step"] = time.perf_counter() - t_step
         missing = set(STEP_METRICS) - set(metrics)
         assert not missing, f"step metrics lack {missing}"
@@ -283,7 +308,7 @@ def _update(model: Any, optimizer: Any, scheduler: Any, config: TrainConfig, res
             ref_model: Any, seed: int, tokenizer: Any, backend: Any) -> dict[str, float]:
     from trainer.update import UpdateBatch, update_policy
 
-    ub = UpdateBatch([], [], [], [], [])
+    ub = UpdateBatch([], [], [], [], [], [])
     for k in np.flatnonzero(kept).tolist():
         i = int(res.sample_prompt[k])
         g = outcome.generations[i][int(res.sample_pool_index[k])]
@@ -293,6 +318,7 @@ def _update(model: Any, optimizer: Any, scheduler: Any, config: TrainConfig, res
         ub.advantages.append(float(res.advantages[k]))
         ub.groups.append(i)
         ub.old_logprobs.append(g.logprobs)
+        ub.rollout_logprobs.append(g.rollout_logprobs)
     metrics = update_policy(model, optimizer, scheduler, ub, config, pad_token_id=pad_id,
                             ref_model=ref_model, seed=seed,
                             micro_batch_size=config.ppo_micro_batch_size or None)

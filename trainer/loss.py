@@ -25,7 +25,7 @@ def token_mean(x: torch.Tensor, mask: torch.Tensor, denominator: float | None = 
 
 def ppo_clip_loss(logprobs: torch.Tensor, old_logprobs: torch.Tensor, advantages: torch.Tensor,
                   mask: torch.Tensor, eps_low: float = 0.2, eps_high: float = 0.28,
-                  denominator: float | None = None
+                  denominator: float | None = None, token_weights: torch.Tensor | None = None
                   ) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
     """PPO-clip with clip-higher (DAPO), token-mean aggregated.
 
@@ -34,6 +34,8 @@ def ppo_clip_loss(logprobs: torch.Tensor, old_logprobs: torch.Tensor, advantages
         loss   = token_mean(L)
 
     ``advantages`` is per sequence ``[batch]`` (broadcast over tokens) or per token.
+    ``token_weights`` (no gradient), where given, multiply each token's ``L_t`` before the mean:
+    the truncated importance weights of ``truncated_is_weights``.
     The clip fractions count tokens where the clipped branch is the one taken, i.e. whose
     gradient is cut: ``clip_frac_high`` where A > 0 and rho > 1 + eps_high, ``clip_frac_low``
     where A < 0 and rho < 1 - eps_low (token-means too).
@@ -43,7 +45,10 @@ def ppo_clip_loss(logprobs: torch.Tensor, old_logprobs: torch.Tensor, advantages
     ratio = torch.exp(log_ratio)
     unclipped = -adv * ratio
     clipped = -adv * torch.clamp(ratio, 1.0 - eps_low, 1.0 + eps_high)
-    loss = token_mean(torch.maximum(unclipped, clipped), mask, denominator)
+    per_token = torch.maximum(unclipped, clipped)
+    if token_weights is not None:
+        per_token = per_token * token_weights.detach()
+    loss = token_mean(per_token, mask, denominator)
     with torch.no_grad():
         high = ((adv > 0) & (ratio > 1.0 + eps_high)).to(logprobs.dtype)
         low = ((adv < 0) & (ratio < 1.0 - eps_low)).to(logprobs.dtype)
@@ -51,6 +56,23 @@ def ppo_clip_loss(logprobs: torch.Tensor, old_logprobs: torch.Tensor, advantages
                    "clip_frac_low": token_mean(low, mask, denominator),
                    "ratio_mean": token_mean(ratio, mask, denominator)}
     return loss, metrics
+
+
+def truncated_is_weights(old_logprobs: torch.Tensor, rollout_logprobs: torch.Tensor,
+                         cap: float) -> torch.Tensor:
+    """Truncated importance sampling for a sampler that is not exactly the policy (vLLM's
+    kernels, bf16): the rollout drew tokens from pi_rollout, the update's old policy is
+    pi_old, so each token's loss is re-weighted by their ratio, truncated at ``cap`` (C) to
+    bound the variance (Yao et al., 2025, "Your efficient RL framework secretly brings you
+    off-policy RL training"):
+
+        w_t = min(exp(logp_old_t - logp_rollout_t), C)
+
+    The log-ratio is clamped to [-20, 20] before ``exp`` so a degenerate token cannot
+    overflow. No gradient flows through the weights.
+    """
+    log_ratio = torch.clamp(old_logprobs - rollout_logprobs, -20.0, 20.0)
+    return torch.clamp(torch.exp(log_ratio), max=cap).detach()
 
 
 def entropy_bonus(entropy: torch.Tensor, mask: torch.Tensor, coef: float,

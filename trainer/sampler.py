@@ -26,6 +26,7 @@ Pure python/numpy: no torch here.
 
 from __future__ import annotations
 
+import hashlib
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -84,6 +85,21 @@ def derive_seed(*parts: int) -> int:
     would have drawn."""
     return int(np.random.SeedSequence([int(p) for p in parts]).generate_state(2, np.uint64)[0]
                >> np.uint64(1))
+
+
+def prompt_key(prompt_id: str) -> int:
+    """A 64-bit integer standing for a prompt id in seed derivations (a hash, stable across
+    processes, unlike ``hash()``)."""
+    return int.from_bytes(hashlib.blake2b(prompt_id.encode(), digest_size=8).digest(), "big")
+
+
+def request_seed(seed: int, prompt_id: str, sample: int) -> int:
+    """The seed of one sampling request: sample ``sample`` of prompt ``prompt_id`` in a
+    ``generate`` call seeded ``seed`` (itself ``derive_seed(run seed, step, stream, round)``).
+    A function of those alone, so a prompt's samples do not depend on which other prompts share
+    the call, and a resumed run or a per-prompt scheduler draws the same ones. 63 bits: torch
+    generators take signed 64-bit seeds (a seed >= 2**63 raises an overflow)."""
+    return derive_seed(seed, prompt_key(prompt_id), sample)
 
 
 @dataclass

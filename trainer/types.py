@@ -25,14 +25,19 @@ class Prompt:
 
 @dataclass
 class Generation:
-    """One sampled response. ``logprobs`` are the sampling policy's per-token log-probabilities
-    (the "old" log-probs of PPO); None where the backend has no model (simulated)."""
+    """One sampled response. ``logprobs`` are the policy's per-token log-probabilities at
+    sampling time (the "old" log-probs of PPO); None where the backend has no model
+    (simulated)."""
 
     prompt_id: str
     text: str
     prompt_token_ids: list[int]
     response_token_ids: list[int]
     logprobs: list[float] | None = None
+    # The engine's own log-probs of the sampled tokens, where the sampler is a separate engine
+    # (vllm): compared with ``logprobs`` (the policy's) to measure the rollout/policy mismatch.
+    # None where the sampler is the policy itself (hf) or there is no model (simulated).
+    rollout_logprobs: list[float] | None = None
 
 
 class GenerationBackend(Protocol):
@@ -45,7 +50,17 @@ class GenerationBackend(Protocol):
 
     def generate(self, prompts: Sequence[Prompt], counts: Sequence[int], *, seed: int,
                  greedy: bool = False) -> list[list[Generation]]:
-        """Draw ``counts[i]`` responses for ``prompts[i]``; returns one list per prompt."""
+        """Draw ``counts[i]`` responses for ``prompts[i]``; returns one list per prompt.
+
+        Callers pass ``seed = derive_seed(run seed, step, stream, round)``. The vllm and
+        simulated backends make the j-th response of ``prompts[i]`` a function of ``(seed,
+        prompts[i].id, j)`` alone (``sampler.request_seed``): independent of the other prompts
+        of the call. hf cannot (one batched generator): its samples depend on the whole call,
+        which a resumed run replays identically all the same."""
+        ...
+
+    def close(self) -> None:
+        """Release the engine (vllm); nothing to do for hf and simulated."""
         ...
 
     def sync_weights(self) -> None:
@@ -136,6 +151,15 @@ class Recorder(Protocol):
     def on_eval(self, record: EvalRecord) -> None: ...
 
 
+# Keys that only some steps carry: the rollout/policy mismatch exists where the backend samples
+# with an engine of its own (vllm), the truncated-importance-sampling figures where tis_cap > 0.
+OPTIONAL_STEP_METRICS: dict[str, str] = {
+    "rollout_logprob_diff_mean": "mean |policy old log-prob - engine log-prob| over kept tokens",
+    "rollout_logprob_diff_max": "max |policy old log-prob - engine log-prob| over kept tokens",
+    "tis_weight_mean": "mean truncated importance weight over kept tokens",
+    "tis_truncated_frac": "fraction of kept tokens whose importance weight hit the cap",
+}
+
 # Keys of StepRecord.metrics that every step carries (the dashboard and the benchmarks read them).
 # Units: rewards in [0, 1]; counts; fractions in [0, 1]; seconds; tokens.
 STEP_METRICS: dict[str, str] = {
@@ -162,5 +186,6 @@ STEP_METRICS: dict[str, str] = {
     "time_generation": "seconds generating",
     "time_scoring": "seconds verifying",
     "time_update": "seconds in the policy update",
+    "time_sync": "seconds pushing the updated weights into the generation engine (vllm)",
     "time_step": "seconds for the whole step",
 }

@@ -17,7 +17,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from trainer.loss import entropy_bonus, kl_penalty, ppo_clip_loss
+from trainer.loss import entropy_bonus, kl_penalty, ppo_clip_loss, truncated_is_weights
 
 UPDATE_METRICS = ("policy_loss", "entropy", "kl", "clip_frac_low", "clip_frac_high",
                   "grad_norm", "lr")
@@ -33,6 +33,8 @@ class UpdateBatch:
     advantages: list[float]
     groups: list[int]
     old_logprobs: list[list[float] | None] = field(default_factory=list)
+    # The sampling engine's own log-probs (vllm), for truncated importance sampling.
+    rollout_logprobs: list[list[float] | None] = field(default_factory=list)
 
     def __len__(self) -> int:
         return len(self.response_ids)
@@ -144,6 +146,9 @@ def update_policy(model: Any, optimizer: torch.optim.Optimizer, scheduler: Any,
     totals = dict.fromkeys(("policy_loss", "entropy", "kl", "clip_frac_low", "clip_frac_high",
                             "grad_norm"), 0.0)
     n_updates = 0
+    tis_cap = float(getattr(config, "tis_cap", 0.0) or 0.0)
+    rollout = _rollout_logprobs(batch) if tis_cap > 0 else None
+    tis_sum = tis_hit = tis_tokens = 0.0
     for epoch in range(config.ppo_epochs):
         order = np.random.default_rng([seed, epoch]).permutation(len(groups)).tolist()
         for start in range(0, len(groups), mb_prompts):
@@ -161,8 +166,16 @@ def update_policy(model: Any, optimizer: torch.optim.Optimizer, scheduler: Any,
                 old_lp = _pad([old[i] for i in part], width).to(lp.device)
                 adv = torch.tensor([batch.advantages[i] for i in part], dtype=lp.dtype,
                                    device=lp.device)
+                weights = None
+                if rollout is not None:
+                    roll_lp = _pad([rollout[i] for i in part], width).to(lp.device)
+                    weights = truncated_is_weights(old_lp, roll_lp, tis_cap)
+                    tis_sum += float((weights * mask).sum())
+                    tis_hit += float(((weights >= tis_cap) * mask).sum())
+                    tis_tokens += float(mask.sum())
                 pg, clip = ppo_clip_loss(lp, old_lp, adv, mask, config.clip_eps_low,
-                                         config.clip_eps_high, denominator=n_tokens)
+                                         config.clip_eps_high, denominator=n_tokens,
+                                         token_weights=weights)
                 ent_term, h = entropy_bonus(ent, mask, config.entropy_coef, denominator=n_tokens)
                 loss = pg + ent_term
                 if ref:
@@ -188,4 +201,19 @@ def update_policy(model: Any, optimizer: torch.optim.Optimizer, scheduler: Any,
     model.eval()
     for k, v in totals.items():
         metrics[k] = v / max(n_updates, 1)
+    if rollout is not None:
+        metrics["tis_weight_mean"] = tis_sum / max(tis_tokens, 1.0)
+        metrics["tis_truncated_frac"] = tis_hit / max(tis_tokens, 1.0)
     return metrics
+
+
+def _rollout_logprobs(batch: UpdateBatch) -> dict[int, list[float]] | None:
+    """The engine's log-probs per response, or None when any response lacks them (the hf and
+    simulated backends report none: their rollout is the policy, the weights would all be 1)."""
+    out: dict[int, list[float]] = {}
+    for i, r in enumerate(batch.response_ids):
+        rec = batch.rollout_logprobs[i] if i < len(batch.rollout_logprobs) else None
+        if rec is None or len(rec) != len(r):
+            return None
+        out[i] = list(rec)
+    return out

@@ -158,10 +158,18 @@ def _train(run: Run, owner: str, heartbeat: Heartbeat) -> str:
     eval_prompts = trainer_prompts(run.eval_set_id) if run.eval_set_id else None
     backend = make_backend(config, prompts)
     should_stop = StopCheck(run.pk, owner, heartbeat)
-    result = trainer.train(config, prompts, backend, PostgresRecorder(run.pk, lease_owner=owner),
-                           should_stop, out_dir=services.run_checkpoint_dir(run.pk),
-                           eval_prompts=eval_prompts,
-                           resume_from=checkpoint.path if checkpoint else None)
+    try:
+        result = trainer.train(config, prompts, backend,
+                               PostgresRecorder(run.pk, lease_owner=owner), should_stop,
+                               out_dir=services.run_checkpoint_dir(run.pk),
+                               eval_prompts=eval_prompts,
+                               resume_from=checkpoint.path if checkpoint else None)
+    finally:
+        # A worker process executes many runs: a vllm engine (and its KV cache) must not
+        # outlive its run.
+        close = getattr(backend, "close", None)
+        if close is not None:
+            close()
     if should_stop.lease_lost:
         raise LeaseLost(f"run {run.pk}: lease lost")
     status = Run.Status.CANCELLED if result.status == "cancelled" else Run.Status.SUCCEEDED

@@ -153,7 +153,17 @@ METRIC_CHARTS: dict[str, tuple[str, str, list[tuple[str, str]], bool]] = {
                [("response_length", "response length")], False),
     "timing": ("Step time", "seconds per step (s)", [
         ("time_generation", "generation"), ("time_scoring", "scoring"),
-        ("time_update", "update")], True),
+        ("time_update", "update"), ("time_sync", "weight sync")], True),
+    "rollout": ("Rollout vs policy log-probs (vllm engine vs trained policy)",
+                "|log-prob difference| per token (nats)", [
+                    ("rollout_logprob_diff_mean", "mean over kept tokens"),
+                    ("rollout_logprob_diff_max", "max over kept tokens")], False),
+}
+
+# Charts that only some runs can fill: the rollout/policy gap exists where a separate engine
+# samples (the vllm backend); elsewhere the rollout is the policy itself.
+CHART_APPLIES: dict[str, Any] = {
+    "rollout": lambda run: (run.config or {}).get("backend") == "vllm",
 }
 
 
@@ -172,7 +182,14 @@ def metric_chart(run: Run, name: str, max_points: int = MAX_POINTS) -> Fig:
         data.append(_line(label, s["step"], s[key], PALETTE[i], max_points, **extra))
     layout = _layout(title, "training step", ytitle)
     layout["yaxis"]["rangemode"] = "tozero"
-    return _empty_note({"data": data, "layout": layout}, s["step"])
+    fig = _empty_note({"data": data, "layout": layout}, s["step"])
+    if s["step"] and all(v is None for key, _ in keys for v in s[key]):
+        # Steps exist but none carries these metrics (e.g. the rollout gap of a run whose
+        # backend samples from the policy itself): say so instead of drawing empty axes.
+        fig["layout"]["annotations"] = [{
+            "text": "not recorded by this run's backend", "showarrow": False,
+            "xref": "paper", "yref": "paper", "x": 0.5, "y": 0.5}]
+    return fig
 
 
 def evaluation(run: Run) -> Fig:
@@ -324,6 +341,12 @@ def _rgba(hex_color: str, alpha: float) -> str:
 
 
 RUN_CHARTS = ("rewards", "funnel", "budget", *METRIC_CHARTS, "eval", "heatmap")
+
+
+def charts_for(run: Run) -> list[str]:
+    """The run page's charts (the heatmap has its own place) that this run can fill."""
+    return [c for c in RUN_CHARTS
+            if c != "heatmap" and CHART_APPLIES.get(c, lambda _run: True)(run)]
 
 
 def run_chart(run: Run, name: str, max_points: int = MAX_POINTS) -> Fig:

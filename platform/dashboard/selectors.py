@@ -35,7 +35,8 @@ METRIC_KEYS = (
     "zero_adv_frac", "first_round_all_correct", "first_round_all_wrong", "unresolved",
     "unresolved_missing_pos", "unresolved_missing_neg", "entropy", "clip_frac_low",
     "clip_frac_high", "response_length", "time_generation", "time_scoring", "time_update",
-    "time_step", "policy_loss", "grad_norm", "reward_all",
+    "time_step", "policy_loss", "grad_norm", "reward_all", "time_sync",
+    "rollout_logprob_diff_mean", "rollout_logprob_diff_max",
 )
 
 # DASHBOARD_CACHE=0 turns the cache of finished runs' aggregates off (the benchmark measures the

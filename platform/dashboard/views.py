@@ -103,7 +103,7 @@ def run_detail(request: HttpRequest, run_id: int) -> HttpResponse:
     run = _run_or_404(run_id)
     return render(request, "dashboard/run_detail.html", {
         **_status_context(request, run),
-        "charts": [c for c in charts.RUN_CHARTS if c != "heatmap"],
+        "charts": charts.charts_for(run),
         "config_rows": sorted((run.config or {}).items()),
     })
 

