@@ -1,7 +1,6 @@
 """The vllm backend against hf on the built-in tiny model, in one run (vLLM's CPU build here):
 
-1. generation throughput on the same batch (B=32 prompts x M=8 samples, 256 responses), with
-   the engine alone (no policy log-probs) to separate the engine from the recomputation;
+1. generation throughput on the same batch (B=32 prompts x M=8 samples, 256 responses);
 2. one training step's split (generation, scoring, weight sync, update) for grpo, ada-pos and
    ada-balance with each backend, and weight sync as a share of the step (target: <= 10%);
 3. the rollout/policy log-prob gap the vllm steps recorded.
@@ -40,17 +39,12 @@ def throughput(args: argparse.Namespace) -> list[tuple[str, float, float]]:
     engine = VLLMBackend(model, tok, max_new_tokens=args.max_new_tokens, dtype="float32",
                          kv_cache_gib=0.25)
     hf = HFBackend(model, tok, max_new_tokens=args.max_new_tokens)
-    # (backend, whether the vllm backend recomputes the policy's old log-probs)
-    variants = {
-        "hf": (hf, True),
-        "vllm (engine + policy log-probs)": (engine, True),
-        "vllm engine only (no policy log-probs)": (engine, False),
-    }
+    variants = {"hf (generate + old log-probs from its logits)": hf,
+                "vllm (engine, its own log-probs)": engine}
     seconds: dict[str, list[float]] = {k: [] for k in variants}
     tokens: dict[str, int] = {}
     for rounds in range(args.repeats + 1):  # round 0 warms up; interleaved against load drift
-        for name, (b, logprobs) in variants.items():
-            engine.record_logprobs = logprobs
+        for name, b in variants.items():
             t0 = time.perf_counter()
             out = b.generate(prompts, counts, seed=rounds)
             if rounds:

@@ -25,7 +25,6 @@ from trainer.types import (
     STEP_METRICS,
     CheckpointRecord,
     EvalRecord,
-    Generation,
     Prompt,
     PromptStepRecord,
     Recorder,
@@ -107,27 +106,7 @@ def step_metrics(config: TrainConfig, res: SamplerResult, outcome: RoundsOutcome
         "verifier_errors": float(errors),
         "kept_samples": float(kept_mask.sum()),
         "dropped_groups": float(np.sum(has_kept & zero)) if config.passive_filtering else 0.0,
-        **rollout_mismatch(outcome.generations, res, kept_mask),
     }
-
-
-def rollout_mismatch(generations: Sequence[Sequence[Generation]], res: SamplerResult,
-                     kept_mask: np.ndarray) -> dict[str, float]:
-    """How far the sampling engine's log-probs are from the policy's, over the kept tokens:
-    mean and max of ``|logp_policy_old - logp_rollout|`` per token. Only where the backend
-    reports its own log-probs (vllm; in bf16 on a GPU this is the gap users watch): empty
-    otherwise, since for hf the rollout *is* the policy."""
-    diffs = []
-    for k in np.flatnonzero(kept_mask).tolist():
-        g = generations[int(res.sample_prompt[k])][int(res.sample_pool_index[k])]
-        if g.rollout_logprobs is None or g.logprobs is None or not g.response_token_ids:
-            continue
-        diffs.append(np.abs(np.asarray(g.logprobs) - np.asarray(g.rollout_logprobs)))
-    if not diffs:
-        return {}
-    d = np.concatenate(diffs)
-    return {"rollout_logprob_diff_mean": float(d.mean()),
-            "rollout_logprob_diff_max": float(d.max())}
 
 
 def _mean(x: np.ndarray) -> float:

@@ -132,6 +132,9 @@ def update_policy(model: Any, optimizer: torch.optim.Optimizer, scheduler: Any,
     if missing:
         old.update(_logprobs_no_grad(model, batch, missing, pad_token_id, temperature,
                                      micro_batch_size))
+    rollout = _rollout_logprobs(batch)
+    if rollout is not None:
+        metrics.update(rollout_gap(old, rollout))
     ref: dict[int, list[float]] = {}
     if ref_model is not None and config.kl_coef > 0:
         ref = _logprobs_no_grad(ref_model, batch, all_idx, pad_token_id, temperature,
@@ -147,7 +150,7 @@ def update_policy(model: Any, optimizer: torch.optim.Optimizer, scheduler: Any,
                             "grad_norm"), 0.0)
     n_updates = 0
     tis_cap = float(getattr(config, "tis_cap", 0.0) or 0.0)
-    rollout = _rollout_logprobs(batch) if tis_cap > 0 else None
+    tis_on = tis_cap > 0 and rollout is not None
     tis_sum = tis_hit = tis_tokens = 0.0
     for epoch in range(config.ppo_epochs):
         order = np.random.default_rng([seed, epoch]).permutation(len(groups)).tolist()
@@ -167,7 +170,7 @@ def update_policy(model: Any, optimizer: torch.optim.Optimizer, scheduler: Any,
                 adv = torch.tensor([batch.advantages[i] for i in part], dtype=lp.dtype,
                                    device=lp.device)
                 weights = None
-                if rollout is not None:
+                if tis_on:
                     roll_lp = _pad([rollout[i] for i in part], width).to(lp.device)
                     weights = truncated_is_weights(old_lp, roll_lp, tis_cap)
                     tis_sum += float((weights * mask).sum())
@@ -201,15 +204,29 @@ def update_policy(model: Any, optimizer: torch.optim.Optimizer, scheduler: Any,
     model.eval()
     for k, v in totals.items():
         metrics[k] = v / max(n_updates, 1)
-    if rollout is not None:
+    if tis_on:
         metrics["tis_weight_mean"] = tis_sum / max(tis_tokens, 1.0)
         metrics["tis_truncated_frac"] = tis_hit / max(tis_tokens, 1.0)
     return metrics
 
 
+def rollout_gap(old: dict[int, list[float]], rollout: dict[int, list[float]]
+                ) -> dict[str, float]:
+    """How far the sampling engine's log-probs are from the policy's old ones over the kept
+    tokens: the mean and max of ``|logp_old_t - logp_rollout_t|``. Exists only where the backend
+    samples with an engine of its own (vllm); in bf16 on a GPU this is the gap users watch."""
+    keys = [i for i in old if old[i]]
+    if not keys:
+        return {}
+    diffs = np.abs(np.concatenate([old[i] for i in keys])
+                   - np.concatenate([rollout[i] for i in keys]))
+    return {"rollout_logprob_diff_mean": float(diffs.mean()),
+            "rollout_logprob_diff_max": float(diffs.max())}
+
+
 def _rollout_logprobs(batch: UpdateBatch) -> dict[int, list[float]] | None:
-    """The engine's log-probs per response, or None when any response lacks them (the hf and
-    simulated backends report none: their rollout is the policy, the weights would all be 1)."""
+    """The engine's log-probs per response, or None when any response lacks them (the hf backend
+    reports none: its rollout is the policy itself)."""
     out: dict[int, list[float]] = {}
     for i, r in enumerate(batch.response_ids):
         rec = batch.rollout_logprobs[i] if i < len(batch.rollout_logprobs) else None

@@ -153,29 +153,3 @@ def test_passive_filtering_drops_zero_advantage_groups(tmp_path) -> None:
     assert step.metrics["dropped_groups"] >= 1
     assert step.metrics["kept_samples"] == sum(s.kept for s in step.samples)
 
-
-def test_rollout_mismatch_over_kept_tokens_only() -> None:
-    """Mean and max of |policy - engine| log-prob over the tokens the update keeps; nothing
-    where the backend reports no engine log-probs (hf, simulated)."""
-    import numpy as np
-
-    from trainer.loop import rollout_mismatch
-    from trainer.sampler import AdaptiveSampler
-    from trainer.types import Generation
-
-    def gen(lp: list[float], roll: list[float] | None) -> Generation:
-        return Generation("p", "t", [1], [5] * len(lp), logprobs=lp, rollout_logprobs=roll)
-
-    sampler = AdaptiveSampler(1, exit_rule="grpo", group_size=2, samples_per_round=2,
-                              max_rounds=1)
-    sampler.observe_many([0, 0], [1.0, 0.0])
-    sampler.end_round()
-    res = sampler.finalize()
-    gens = [[gen([-1.0, -2.0], [-1.1, -1.7]), gen([-0.5], [-0.5])]]
-    m = rollout_mismatch(gens, res, res.kept)
-    assert m["rollout_logprob_diff_mean"] == pytest.approx((0.1 + 0.3 + 0.0) / 3)
-    assert m["rollout_logprob_diff_max"] == pytest.approx(0.3)
-    only_first = np.array([True, False])
-    assert rollout_mismatch(gens, res, only_first)["rollout_logprob_diff_mean"] == \
-        pytest.approx(0.2)
-    assert rollout_mismatch([[gen([-1.0], None), gen([-0.5], None)]], res, res.kept) == {}

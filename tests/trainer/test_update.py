@@ -116,3 +116,30 @@ def test_truncated_importance_sampling_reweights_the_update() -> None:
     unweighted = update_policy(model, opt, sched, b, plain, pad_token_id=0, seed=0)
     assert "tis_weight_mean" not in unweighted
     assert weighted["policy_loss"] == pytest.approx(2.0 * unweighted["policy_loss"], rel=1e-5)
+
+
+def test_rollout_gap_by_hand_and_in_the_update() -> None:
+    """Mean and max of |policy old - engine| log-prob over the kept tokens; the update reports
+    it where every response carries the engine's log-probs, and not otherwise (hf)."""
+    from trainer.update import rollout_gap
+
+    gap = rollout_gap({0: [-1.0, -2.0], 1: [-0.5]}, {0: [-1.1, -1.7], 1: [-0.5]})
+    assert gap["rollout_logprob_diff_mean"] == pytest.approx((0.1 + 0.3 + 0.0) / 3)
+    assert gap["rollout_logprob_diff_max"] == pytest.approx(0.3)
+    assert rollout_gap({}, {}) == {}
+
+    config = TrainConfig(lr=1e-3, batch_size=2, entropy_coef=0.0)
+    b = batch()  # old log-probs missing: the update recomputes them for the kept responses
+    model = tiny_qwen2()
+    with torch.no_grad():
+        lp, _, _ = response_logprobs(model, b.prompt_ids, b.response_ids, 0, 1.0)
+    exact = [row[:len(r)] for row, r in zip(lp.tolist(), b.response_ids, strict=True)]
+    b.rollout_logprobs = [[x + 0.25 for x in row] for row in exact]
+    opt, sched = make_optimizer(model, config)
+    m = update_policy(model, opt, sched, b, config, pad_token_id=0, seed=0)
+    assert m["rollout_logprob_diff_mean"] == pytest.approx(0.25, abs=1e-5)
+    assert m["rollout_logprob_diff_max"] == pytest.approx(0.25, abs=1e-5)
+    model = tiny_qwen2()
+    m = update_policy(model, *make_optimizer(model, config), batch(), config, pad_token_id=0,
+                      seed=0)
+    assert "rollout_logprob_diff_mean" not in m

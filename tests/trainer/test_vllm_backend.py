@@ -48,15 +48,27 @@ def test_generate_honours_counts_and_records_both_logprobs(vllm_backend: Any) ->
         for g in group:
             assert g.prompt_id == prompt.id
             assert g.response_token_ids, "a response has at least its EOS or one token"
-            assert len(g.logprobs) == len(g.rollout_logprobs) == len(g.response_token_ids)
+            assert len(g.rollout_logprobs) == len(g.response_token_ids)
+            # The update recomputes the policy's old log-probs for the kept responses only.
+            assert g.logprobs is None
             assert g.text == vllm_backend.tokenizer.decode(g.response_token_ids,
                                                            skip_special_tokens=True)
-    # fp32 engine and fp32 policy: the engine's sampled-token log-probs (after temperature)
-    # are the policy's to float noise, and both are the policy's own recomputation.
-    assert max_gap([g.logprobs for g in gens], [g.rollout_logprobs for g in gens]) < 1e-4
-    assert max_gap([g.logprobs for g in gens],
+    # fp32 engine and fp32 policy: the engine's sampled-token log-probs (after temperature) are
+    # the policy's to float noise.
+    assert max_gap([g.rollout_logprobs for g in gens],
                    policy_logprobs(vllm_backend, [g.prompt_token_ids for g in gens],
-                                   [g.response_token_ids for g in gens])) < 1e-5
+                                   [g.response_token_ids for g in gens])) < 1e-4
+    # At another temperature too: the engine reports log-probs after temperature scaling.
+    hot = vllm_backend.temperature
+    vllm_backend.temperature = 0.7
+    try:
+        cool = [g for group in vllm_backend.generate(PROMPTS[:3], [3] * 3, seed=4)
+                for g in group]
+    finally:
+        vllm_backend.temperature = hot
+    assert max_gap([g.rollout_logprobs for g in cool],
+                   policy_logprobs(vllm_backend, [g.prompt_token_ids for g in cool],
+                                   [g.response_token_ids for g in cool], temperature=0.7)) < 1e-4
 
 
 def test_greedy_matches_the_hf_policy(vllm_backend: Any) -> None:
@@ -111,7 +123,7 @@ def test_sync_after_a_policy_update_moves_the_engine(restore_policy: Any) -> Non
 
     optimizer, scheduler = make_optimizer(backend.model, config)
     batch = UpdateBatch(prompt_ids, responses, [1.0 if i % 2 else -1.0 for i in range(len(gens))],
-                        [i // 4 for i in range(len(gens))], [g.logprobs for g in gens])
+                        [i // 4 for i in range(len(gens))], [None] * len(gens))
     update_policy(backend.model, optimizer, scheduler, batch, config,
                   pad_token_id=backend.pad_id)
     updated = policy_logprobs(backend, prompt_ids, responses)

@@ -9,12 +9,13 @@ policy (the fp32 HF model that the update trains) lives on ``config.device``.
   other prompts share the batch, so a resumed run or a scheduler that submits prompts one at a
   time draws the same samples; and a streaming scheduler can abort exactly the in-flight
   samples of a prompt whose exit rule is met.
-- **Log-probs of two kinds.** ``Generation.logprobs`` are the "old" log-probs of PPO, recomputed
-  by the HF policy (``policy.response_logprobs``), so that the update's ratio compares numbers
-  of the same kind (as verl does). ``Generation.rollout_logprobs`` are the engine's own
-  sampled-token log-probs (``logprobs_mode="processed_logprobs"``: after temperature, i.e. the
-  distribution the engine drew from); the training loop records the gap between the two, and
-  truncated importance sampling can correct for it.
+- **Log-probs of two kinds.** ``Generation.rollout_logprobs`` are the engine's own sampled-token
+  log-probs (``logprobs_mode="processed_logprobs"``: after temperature, i.e. the distribution the
+  engine drew from). The "old" log-probs of PPO are the HF policy's, recomputed by the update for
+  the kept responses only (``Generation.logprobs`` stays None: recomputing every sample here
+  would cost a forward pass over up to M x N / n times more responses than the update keeps), so
+  that the ratio compares numbers of the same kind, as verl does. The update records the gap
+  between the two kinds and truncated importance sampling can correct for it.
 - **Weight sync** goes through the engine's ``reload_weights`` (the worker's in-place reload:
   it repacks linear weights on CPU, where the model's own ``load_weights`` fails), fed by an
   iterator over the policy's state dict; the engine runs in-process
@@ -27,6 +28,7 @@ vllm is imported inside the class: the CPU install of the project does not need 
 from __future__ import annotations
 
 import gc
+import logging
 import os
 import tempfile
 import time
@@ -36,7 +38,6 @@ from typing import Any
 import torch
 
 from trainer.model import REPO_ROOT, encode_prompt
-from trainer.policy import response_logprobs
 from trainer.sampler import request_seed
 from trainer.types import Generation, Prompt
 
@@ -58,7 +59,10 @@ def engine_environment() -> dict[str, str]:
         "VLLM_ENABLE_V1_MULTIPROCESSING": "0",
         "VLLM_CACHE_ROOT": str(REPO_ROOT / "var" / "vllm-cache"),
         "VLLM_CPU_OMP_THREADS_BIND": "nobind",
-        "VLLM_CONFIGURE_LOGGING": os.environ.get("VLLM_CONFIGURE_LOGGING", "1"),
+        # vLLM logs to stdout: its INFO and WARNING lines (dozens per engine, several per weight
+        # sync, advice on LD_PRELOAD and thread binding that does not apply here) would bury the
+        # run's own progress in worker logs and CLI output. Set it to INFO to debug the engine.
+        "VLLM_LOGGING_LEVEL": "ERROR",
     }
 
 
@@ -82,8 +86,7 @@ class VLLMBackend:
 
     def __init__(self, model: Any, tokenizer: Any, *, temperature: float = 1.0, top_p: float = 1.0,
                  max_new_tokens: int = 16, dtype: str = "auto", seed: int = 0,
-                 gpu_memory_utilization: float = 0.5, kv_cache_gib: float = 0.0,
-                 record_logprobs: bool = True, logprob_batch_size: int = 256) -> None:
+                 gpu_memory_utilization: float = 0.5, kv_cache_gib: float = 0.0) -> None:
         device = vllm_device()
         policy_device = next(model.parameters()).device.type
         if device == "cuda" and policy_device != "cuda":
@@ -95,14 +98,16 @@ class VLLMBackend:
                                "or set device = 'cpu'")
         from vllm import LLM
 
+        # Every reload warns "RotaryEmbedding: Failed to load weights": the rotary cache is a
+        # buffer the checkpoint never holds, and the reload correctly keeps the engine's own.
+        logging.getLogger("vllm.model_executor.model_loader.reload.layerwise").setLevel(
+            logging.ERROR)
         self.model = model
         self.tokenizer = tokenizer
         self.device = device
         self.temperature = temperature
         self.top_p = top_p
         self.max_new_tokens = max_new_tokens
-        self.record_logprobs = record_logprobs
-        self.logprob_batch_size = logprob_batch_size
         self.pad_id: int = tokenizer.pad_token_id
         self.sync_seconds: list[float] = []  # one entry per sync_weights() (benchmarks read it)
         if dtype == "auto":
@@ -166,13 +171,12 @@ class VLLMBackend:
                   for i, j in rows]
         outputs = self.llm.generate(requests, params, use_tqdm=False)
         completions = [o.outputs[0] for o in outputs]
-        responses = [list(c.token_ids) for c in completions]
-        logprobs = self._policy_logprobs([encoded[i] for i, _ in rows], responses)
         results: list[list[Generation]] = [[] for _ in prompts]
-        for (i, _), c, r_ids, lp in zip(rows, completions, responses, logprobs, strict=True):
+        for (i, _), c in zip(rows, completions, strict=True):
+            r_ids = list(c.token_ids)
             results[i].append(Generation(
                 prompt_id=prompts[i].id, text=c.text, prompt_token_ids=encoded[i],
-                response_token_ids=r_ids, logprobs=lp,
+                response_token_ids=r_ids, logprobs=None,
                 rollout_logprobs=sampled_logprobs(c.logprobs, r_ids)))
         return results
 
@@ -192,25 +196,6 @@ class VLLMBackend:
             full = list(p) + list(r)
             out.append([float(o.prompt_logprobs[k][full[k]].logprob)
                         for k in range(len(p), len(full))])
-        return out
-
-    @torch.no_grad()
-    def _policy_logprobs(self, prompt_ids: list[list[int]], responses: list[list[int]]
-                         ) -> list[list[float] | None]:
-        if not self.record_logprobs:
-            return [None] * len(responses)
-        out: list[list[float] | None] = []
-        was_training = self.model.training
-        self.model.eval()
-        try:
-            for s in range(0, len(responses), self.logprob_batch_size):
-                end = s + self.logprob_batch_size
-                p, r = prompt_ids[s:end], responses[s:end]
-                lp, _, mask = response_logprobs(self.model, p, r, self.pad_id, self.temperature)
-                rows = lp.float().cpu().tolist()
-                out.extend(row[:n] for row, n in zip(rows, mask.sum(-1).tolist(), strict=True))
-        finally:
-            self.model.train(was_training)
         return out
 
     # --- lifetime ------------------------------------------------------------------------------
