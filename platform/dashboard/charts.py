@@ -16,8 +16,19 @@ from experiments.models import Run
 from . import selectors
 from .downsample import bucket_mean, minmax
 
-MAX_POINTS = 1000
+# The most points a line keeps (min/max down-sampling). A request's ``points`` is rounded down to a
+# power of two within POINT_LEVELS: the chart cache holds one entry per value, so the values a
+# client can ask for must be few.
+POINT_LEVELS = tuple(2**k for k in range(2, 13))  # 4 ... 4096
+MAX_POINTS = 1024
 Fig = dict[str, Any]
+
+
+def points_level(requested: int | None) -> int:
+    """``requested`` rounded down to the nearest of POINT_LEVELS (MAX_POINTS when None)."""
+    if requested is None:
+        return MAX_POINTS
+    return max([lvl for lvl in POINT_LEVELS if lvl <= requested] or [POINT_LEVELS[0]])
 
 # Colour-blind-safe palette (Okabe-Ito), stable per trace name so charts agree with each other.
 PALETTE = ["#0072B2", "#D55E00", "#009E73", "#CC79A7", "#E69F00", "#56B4E9", "#F0E442",
@@ -341,6 +352,8 @@ def _rgba(hex_color: str, alpha: float) -> str:
 
 
 RUN_CHARTS = ("rewards", "funnel", "budget", *METRIC_CHARTS, "eval", "heatmap")
+# Charts drawn without down-sampling: ``points`` does not change them (nor their cache key).
+FULL_RESOLUTION_CHARTS = ("eval", "heatmap")
 
 
 def charts_for(run: Run) -> list[str]:

@@ -8,6 +8,7 @@ from typing import Any
 
 from django import forms
 from django.conf import settings
+from experiments import services
 from experiments.models import PromptSet, Run
 
 from trainer.config import (
@@ -112,8 +113,9 @@ def initial_from_run(run: Run) -> dict[str, Any]:
         initial["std_normalize"] = str(initial["std_normalize"]).lower()
     elif "std_normalize" in initial:
         initial["std_normalize"] = ""
-    initial.update(name=f"{run.name} (clone)", prompt_set=run.prompt_set_id,
-                   eval_set=run.eval_set_id, queue=run.queue, retention=run.retention)
+    initial.update(name=services.derived_run_name(run.name, " (clone)"),
+                   prompt_set=run.prompt_set_id, eval_set=run.eval_set_id, queue=run.queue,
+                   retention=run.retention)
     return initial
 
 

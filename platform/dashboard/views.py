@@ -28,13 +28,15 @@ from experiments.models import Prompt, PromptSet, Run
 
 from trainer.config import BUILTIN_MODEL, ConfigError
 
-from . import charts, selectors
+from . import charts, params, selectors
 from .forms import BuiltinForm, LaunchForm, UploadForm, clone_diff, initial_from_run
 
 POLL_SECONDS = 2
 
 
-def _run_or_404(run_id: int) -> Run:
+def _run_or_404(run_id: int | None) -> Run:
+    if run_id is None:
+        raise Http404("no such run")
     try:
         return selectors.run_detail(run_id)
     except Run.DoesNotExist as exc:
@@ -42,19 +44,18 @@ def _run_or_404(run_id: int) -> Run:
 
 
 def _max_points(request: HttpRequest) -> int:
-    try:
-        return max(4, min(5000, int(request.GET.get("points", charts.MAX_POINTS))))
-    except ValueError:
-        return charts.MAX_POINTS
+    return charts.points_level(params.get_int(request.GET, "points", min_value=1))
 
 
 # --- runs --------------------------------------------------------------------------------------
 
 @login_required
 def run_list(request: HttpRequest) -> HttpResponse:
+    prompt_set = params.get_id(request.GET, "prompt_set")
     filters = selectors.RunFilters(
-        status=request.GET.get("status", ""), algorithm=request.GET.get("algorithm", ""),
-        prompt_set=request.GET.get("prompt_set", ""), q=request.GET.get("q", "").strip())
+        status=params.get_choice(request.GET, "status", Run.Status.values),
+        algorithm=params.get_choice(request.GET, "algorithm", selectors.ALGORITHM_LABELS),
+        prompt_set=str(prompt_set) if prompt_set else "", q=params.get_text(request.GET, "q"))
     runs = list(selectors.run_list(filters)[:500])
     context = {"runs": runs, "filters": filters, "statuses": Run.Status.choices,
                "algorithms": selectors.ALGORITHM_LABELS, "prompt_sets": selectors.prompt_sets(),
@@ -67,9 +68,9 @@ def run_list(request: HttpRequest) -> HttpResponse:
 @login_required
 def run_launch(request: HttpRequest) -> HttpResponse:
     source: Run | None = None
-    clone_id = request.GET.get("clone") or request.POST.get("cloned_from")
-    if clone_id:
-        source = _run_or_404(int(clone_id))
+    clone = request.GET.get("clone") or request.POST.get("cloned_from")
+    if clone:
+        source = _run_or_404(params.parse_id(clone))
     diff: list[tuple[str, Any, Any]] | None = None
     if request.method == "POST":
         form = LaunchForm(request.POST)
@@ -90,8 +91,9 @@ def run_launch(request: HttpRequest) -> HttpResponse:
                     return redirect("dashboard:run_detail", run_id=run.pk)
     else:
         initial = initial_from_run(source) if source else {}
-        if request.GET.get("prompt_set", "").isdigit():
-            initial["prompt_set"] = int(request.GET["prompt_set"])
+        prompt_set = params.get_id(request.GET, "prompt_set")
+        if prompt_set:
+            initial["prompt_set"] = prompt_set
         form = LaunchForm(initial=initial)
     return render(request, "dashboard/run_launch.html", {
         "form": form, "source": source, "diff": diff, "builtin_model": BUILTIN_MODEL,
@@ -127,12 +129,16 @@ def run_chart(request: HttpRequest, run_id: int, name: str) -> HttpResponse:
     run = _run_or_404(run_id)
     if name not in charts.RUN_CHARTS:
         raise Http404("no such chart")
-    points = _max_points(request)
     # A finished run's figures are final: keep the encoded JSON (the heatmap's is 340 KiB at
-    # paper scale, and re-encoding it costs more than the rest of the request).
+    # paper scale, and re-encoding it costs more than the rest of the request). The key holds
+    # only what changes the figure, so a client cannot grow the cache by varying the query.
+    if name in charts.FULL_RESOLUTION_CHARTS:
+        key, points = f"chart.{name}", charts.MAX_POINTS
+    else:
+        points = _max_points(request)
+        key = f"chart.{name}.{points}"
     body = selectors.cached_for_finished(
-        f"chart.{name}.{points}", [run],
-        lambda: json.dumps(charts.run_chart(run, name, points)).encode())
+        key, [run], lambda: json.dumps(charts.run_chart(run, name, points)).encode())
     return HttpResponse(body, content_type="application/json")
 
 
@@ -160,7 +166,13 @@ def run_delete(request: HttpRequest, run_id: int) -> HttpResponse:
 @require_POST
 def run_relaunch(request: HttpRequest, run_id: int) -> HttpResponse:
     run = _run_or_404(run_id)
-    new = services.relaunch_run(run, request.user)
+    try:
+        new = services.relaunch_run(run, request.user)
+    except services.LaunchError as exc:
+        # The config no longer validates (bounds changed since, a model directory is gone...):
+        # the launch form shows it as a clone, where the field can be fixed.
+        messages.error(request, f"Cannot relaunch {run.name}: {exc}. Fix it below.")
+        return redirect(reverse("dashboard:run_launch") + f"?clone={run.pk}")
     messages.success(request, f"Relaunched as {new.name}.")
     return redirect("dashboard:run_detail", run_id=new.pk)
 
@@ -171,9 +183,8 @@ def run_relaunch(request: HttpRequest, run_id: int) -> HttpResponse:
 def prompt_history(request: HttpRequest, run_id: int, prompt_id: int) -> HttpResponse:
     run = _run_or_404(run_id)
     prompt = get_object_or_404(Prompt, pk=prompt_id)
-    try:
-        before = int(request.GET["before"]) if request.GET.get("before") else None
-    except ValueError:
+    before = params.get_int(request.GET, "before", min_value=0)
+    if before is None and request.GET.get("before"):
         return HttpResponseBadRequest("before must be a step number")
     history = selectors.prompt_history(run, prompt, before_step=before)
     return render(request, "dashboard/prompt_history.html",
@@ -250,12 +261,7 @@ def prompt_set_detail(request: HttpRequest, set_id: int) -> HttpResponse:
 # --- compare -----------------------------------------------------------------------------------
 
 def _compare_runs(request: HttpRequest) -> list[Run]:
-    ids: list[int] = []
-    for raw in request.GET.getlist("runs"):
-        for part in raw.split(","):
-            if part.strip().isdigit():
-                ids.append(int(part))
-    return selectors.runs_by_ids(list(dict.fromkeys(ids)))
+    return selectors.runs_by_ids(params.get_ids(request.GET, "runs"))
 
 
 @login_required

@@ -158,14 +158,33 @@ def launch_run(owner: User, name: str, config_dict: dict[str, Any], prompt_set: 
         raise LaunchError("prompt_set", "choose a prompt set")
     if prompt_set.size < config.batch_size:
         raise LaunchError("batch_size", f"larger than the prompt set ({prompt_set.size} prompts)")
+    run = Run(owner=owner, name=name, algorithm=config.algorithm, config=config.to_dict(),
+              prompt_set=prompt_set, eval_set=eval_set, model=config.model, seed=config.seed,
+              queue=queue, retention=retention, total_steps=config.total_steps,
+              cloned_from=cloned_from)
+    check_fits_columns(run)
     with transaction.atomic():
-        run = Run.objects.create(
-            owner=owner, name=name, algorithm=config.algorithm, config=config.to_dict(),
-            prompt_set=prompt_set, eval_set=eval_set, model=config.model, seed=config.seed,
-            queue=queue, retention=retention, total_steps=config.total_steps,
-            cloned_from=cloned_from)
+        run.save()
         _enqueue_on_commit(run)
     return run
+
+
+def check_fits_columns(obj: Any) -> None:
+    """Every value of ``obj`` (an unsaved model instance) fits its column: a run name of 201
+    characters or a number past the column's integer range is a ``LaunchError`` naming the
+    field, not a database error. Foreign keys are left out (the caller passes objects)."""
+    relations = {f.name for f in obj._meta.concrete_fields if f.is_relation}
+    try:
+        obj.clean_fields(exclude=relations)
+    except ValidationError as exc:
+        field, errors = next(iter(exc.message_dict.items()))
+        raise LaunchError(field, " ".join(errors)) from exc
+
+
+def derived_run_name(name: str, suffix: str) -> str:
+    """``name`` with ``suffix`` (" (relaunch)", " (clone)"), shortened to fit the column."""
+    limit = Run._meta.get_field("name").max_length
+    return name[:limit - len(suffix)].rstrip() + suffix
 
 
 def _enqueue_on_commit(run: Run) -> None:
@@ -209,9 +228,9 @@ def delete_run(run: Run, user: User) -> None:
 def relaunch_run(run: Run, user: User) -> Run:
     """A new run with the same config, prompt sets, queue and retention, cloned from ``run``."""
     _check_can_modify(run, user)
-    return launch_run(user, f"{run.name} (relaunch)", run.config, run.prompt_set,
-                      eval_set=run.eval_set, queue=run.queue, retention=run.retention,
-                      cloned_from=run)
+    return launch_run(user, derived_run_name(run.name, " (relaunch)"), run.config,
+                      run.prompt_set, eval_set=run.eval_set, queue=run.queue,
+                      retention=run.retention, cloned_from=run)
 
 
 def delete_run_records(run_id: int, *, after_step: int | None = None,
