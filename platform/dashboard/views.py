@@ -25,6 +25,7 @@ from django.utils.html import format_html_join
 from django.views.decorators.http import require_POST
 from experiments import services
 from experiments.models import Prompt, PromptSet, Run
+from webapp.uploads import accepts_files, rejected_files
 
 from trainer.config import BUILTIN_MODEL, ConfigError
 
@@ -87,8 +88,7 @@ def run_launch(request: HttpRequest) -> HttpResponse:
                 except (ConfigError, services.LaunchError) as exc:
                     form.add_config_error(exc)
                 else:
-                    messages.success(request, f"Run {run.name} queued on {run.queue}.")
-                    return redirect("dashboard:run_detail", run_id=run.pk)
+                    return _launched(request, run, "Launched")
     else:
         initial = initial_from_run(source) if source else {}
         prompt_set = params.get_id(request.GET, "prompt_set")
@@ -173,8 +173,18 @@ def run_relaunch(request: HttpRequest, run_id: int) -> HttpResponse:
         # the launch form shows it as a clone, where the field can be fixed.
         messages.error(request, f"Cannot relaunch {run.name}: {exc}. Fix it below.")
         return redirect(reverse("dashboard:run_launch") + f"?clone={run.pk}")
-    messages.success(request, f"Relaunched as {new.name}.")
-    return redirect("dashboard:run_detail", run_id=new.pk)
+    return _launched(request, new, "Relaunched as")
+
+
+def _launched(request: HttpRequest, run: Run, what: str) -> HttpResponse:
+    if run.enqueue_error:
+        messages.error(request, (
+            f"{what} {run.name}, but the broker (Redis) is unreachable, so no worker has the run "
+            f"yet ({run.enqueue_error}). It stays queued and starts when the broker is back: "
+            "workers enqueue queued runs again when they reconnect."))
+    else:
+        messages.success(request, f"{what} {run.name}: queued on {run.queue}.")
+    return redirect("dashboard:run_detail", run_id=run.pk)
 
 
 # --- prompts -----------------------------------------------------------------------------------
@@ -214,17 +224,21 @@ def prompt_chart(request: HttpRequest, run_id: int, prompt_id: int) -> JsonRespo
 
 
 @login_required
+@accepts_files("PROMPT_UPLOAD_MAX_BYTES")
 def prompt_sets(request: HttpRequest) -> HttpResponse:
     upload = UploadForm(prefix="upload")
     builtin = BuiltinForm(prefix="builtin")
     if request.method == "POST":
         if "upload-name" in request.POST:
             upload = UploadForm(request.POST, request.FILES, prefix="upload")
-            if upload.is_valid():
+            too_large = rejected_files(request).get(upload.add_prefix("file"))
+            if too_large:
+                upload.add_error("file", f"Rejected, nothing imported: {too_large}")
+            elif upload.is_valid():
                 f = upload.cleaned_data["file"]
                 try:
                     ps = services.create_prompt_set_from_upload(
-                        request.user, upload.cleaned_data["name"], f.read(), f.name)
+                        request.user, upload.cleaned_data["name"], f, f.name)
                 except services.LaunchError as exc:
                     target = "name" if exc.field == "name" else "file"
                     prefix = "" if target == "name" else "Rejected, nothing imported: "
@@ -248,7 +262,8 @@ def prompt_sets(request: HttpRequest) -> HttpResponse:
                     return redirect("dashboard:prompt_set_detail", set_id=ps.pk)
     return render(request, "dashboard/prompt_sets.html", {
         "sets": selectors.prompt_sets(), "upload": upload, "builtin": builtin,
-        "max_mib": settings.PROMPT_UPLOAD_MAX_BYTES / 2**20})
+        "max_mib": settings.PROMPT_UPLOAD_MAX_BYTES / 2**20,
+        "max_rows": f"{settings.PROMPT_UPLOAD_MAX_ROWS:,}"})
 
 
 @login_required

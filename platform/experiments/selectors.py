@@ -26,6 +26,12 @@ def run_list(*, status: str | None = None, algorithm: str | None = None,
     return qs
 
 
+def prompt_set_runs(prompt_set: PromptSet) -> list[Run]:
+    """Runs that train or evaluate on ``prompt_set``."""
+    return list(Run.objects.filter(Q(prompt_set=prompt_set) | Q(eval_set=prompt_set))
+                .only("pk", "name").order_by("pk"))
+
+
 def run_get(run_id: int) -> Run:
     return Run.objects.select_related("prompt_set", "eval_set", "owner", "cloned_from").get(
         pk=run_id)

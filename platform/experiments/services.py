@@ -7,11 +7,13 @@ out: configs are validated by ``trainer.config`` (no torch), prompt files are pa
 
 from __future__ import annotations
 
+import io
 import json
+import logging
 import shutil
 from collections.abc import Iterable, Sequence
 from pathlib import Path
-from typing import Any
+from typing import IO, Any
 
 from django.conf import settings
 from django.contrib.auth.models import AbstractBaseUser, AnonymousUser
@@ -20,10 +22,12 @@ from django.db import connection, transaction
 from django.db.models.functions import Now
 from django.utils import timezone
 
+from experiments import selectors
 from experiments.models import Checkpoint, PromptSet, Run
 from trainer.config import ConfigError, TrainConfig
 
 User = AbstractBaseUser | AnonymousUser
+logger = logging.getLogger("experiments.services")
 
 # Tables holding a run's per-step records, children first. Deleted with raw SQL: Django's
 # cascade would load millions of sample rows into memory to delete them one by one.
@@ -59,46 +63,60 @@ def _check_can_modify(run: Run, user: User) -> None:
 
 # --- prompt sets --------------------------------------------------------------------------------
 
-def import_prompt_set(*, owner: User | None, name: str, prompts: Sequence[Any],
+def import_prompt_set(*, owner: User | None, name: str, prompts: Iterable[Any],
                       source: str = PromptSet.Source.UPLOAD, description: str = "") -> PromptSet:
     """Store ``prompts`` (``trainer.types.Prompt``-like: text, answer, metadata) as a new prompt
-    set, whole or not at all: one transaction, rows streamed with ``COPY``."""
+    set, whole or not at all: one transaction, rows streamed with ``COPY`` as the iterable yields
+    them (an upload is never held in memory whole); an error the iterable raises midway rolls
+    back everything."""
     name = name.strip()
     if not name:
         raise LaunchError("name", "a prompt set needs a name")
-    if not prompts:
-        raise LaunchError("file", "no prompts")
+    prompt_set = PromptSet(name=name, source=source, description=description,
+                           owner=owner if owner is not None and owner.is_authenticated else None)
+    check_fits_columns(prompt_set)
     with transaction.atomic():
         if PromptSet.objects.filter(name=name).exists():
             raise LaunchError("name", f"a prompt set named {name!r} exists")
-        prompt_set = PromptSet.objects.create(
-            name=name, source=source, description=description, size=len(prompts),
-            owner=owner if owner is not None and owner.is_authenticated else None)
+        prompt_set.save()
+        size = 0
         with connection.cursor() as cursor, cursor.copy(
                 "COPY experiments_prompt (prompt_set_id, index, text, answer, metadata) "
                 "FROM STDIN") as copy:
             for i, p in enumerate(prompts):
                 copy.write_row((prompt_set.pk, i, p.text, p.answer,
                                 json.dumps(dict(p.metadata or {}))))
+                size = i + 1
+        if not size:
+            raise LaunchError("file", "no prompts")
+        prompt_set.size = size
+        prompt_set.save(update_fields=["size"])
     return prompt_set
 
 
-def create_prompt_set_from_upload(owner: User, name: str, uploaded_bytes: bytes,
+def create_prompt_set_from_upload(owner: User, name: str, upload: IO[bytes],
                                   filename: str) -> PromptSet:
     """Parse an uploaded JSONL/Parquet file with the trainer's loader (the CLI's rules) and import
-    it whole; a malformed file raises ``LaunchError("file", ...)`` naming the line and reason, and
-    nothing is stored."""
-    from trainer.data import DataError, load_prompts_from_bytes
+    it whole, streaming; a malformed file, or one past the upload limits (size, rows, Parquet's
+    declared uncompressed size), raises ``LaunchError("file", ...)`` naming the line and reason
+    or the limit and the value, and nothing is stored."""
+    from trainer.data import DataError, Limits, iter_prompts
 
     limit = settings.PROMPT_UPLOAD_MAX_BYTES
-    if len(uploaded_bytes) > limit:
-        raise LaunchError("file", f"file is {len(uploaded_bytes)} bytes; the limit is {limit}")
+    size = upload.seek(0, io.SEEK_END)
+    upload.seek(0)
+    if size > limit:
+        raise LaunchError("file", f"the file is {size / 2**20:.1f} MiB; the limit is "
+                          f"{limit / 2**20:.1f} MiB (PROMPT_UPLOAD_MAX_BYTES)")
+    limits = Limits(max_rows=settings.PROMPT_UPLOAD_MAX_ROWS,
+                    max_uncompressed_bytes=settings.PROMPT_UPLOAD_MAX_UNCOMPRESSED_BYTES)
     try:
-        prompts = load_prompts_from_bytes(uploaded_bytes, filename)
+        return import_prompt_set(owner=owner, name=name,
+                                 prompts=iter_prompts(upload, filename, limits=limits),
+                                 source=PromptSet.Source.UPLOAD,
+                                 description=f"uploaded {filename}")
     except DataError as exc:
         raise LaunchError("file", str(exc)) from exc
-    return import_prompt_set(owner=owner, name=name, prompts=prompts,
-                             source=PromptSet.Source.UPLOAD, description=f"uploaded {filename}")
 
 
 def create_builtin_prompt_set(owner: User | None, name: str, n: int | None = None,
@@ -123,6 +141,25 @@ def create_builtin_prompt_set(owner: User | None, name: str, n: int | None = Non
                     f"seed {seed}")
 
 
+def delete_prompt_set(prompt_set: PromptSet, user: User) -> None:
+    """Delete a prompt set and its prompts (raw SQL: Django's cascade would load a million
+    prompts to delete them one by one). Only its owner or staff may; refused while a run trains
+    or evaluates on it (its records point at the set's prompts): delete those runs first."""
+    if not (user.is_authenticated and (user.is_staff or prompt_set.owner_id == user.pk)):
+        raise PermissionDenied("only the prompt set's owner or staff may do this")
+    with transaction.atomic():
+        # Locked first: a launch that references the set waits, then fails on the foreign key.
+        list(PromptSet.objects.select_for_update().filter(pk=prompt_set.pk).values_list("pk"))
+        users = selectors.prompt_set_runs(prompt_set)
+        if users:
+            raise LaunchError("prompt_set", f"used by {len(users)} run(s) ("
+                              f"{', '.join(r.name for r in users[:3])}); delete them first")
+        with connection.cursor() as cursor:
+            cursor.execute("DELETE FROM experiments_prompt WHERE prompt_set_id = %s",
+                           [prompt_set.pk])
+        PromptSet.objects.filter(pk=prompt_set.pk).delete()
+
+
 # --- runs ---------------------------------------------------------------------------------------
 
 def validate_run_config(config_dict: dict[str, Any]) -> TrainConfig:
@@ -139,7 +176,9 @@ def launch_run(owner: User, name: str, config_dict: dict[str, Any], prompt_set: 
                eval_set: PromptSet | None = None, queue: str = "cpu", retention: str = "all",
                cloned_from: Run | None = None) -> Run:
     """Validate, store a queued run, and enqueue it on its queue once the transaction commits
-    (a worker must never see a run id whose row is not yet visible)."""
+    (a worker must never see a run id whose row is not yet visible). When the broker is down the
+    run is stored all the same and ``run.enqueue_error`` (else "") says so; it starts when the
+    broker is back (see ``_enqueue_on_commit``)."""
     config = validate_run_config(config_dict)
     name = (name or "").strip()
     if not name:
@@ -188,10 +227,22 @@ def derived_run_name(name: str, suffix: str) -> str:
 
 
 def _enqueue_on_commit(run: Run) -> None:
-    from webapp.celery import enqueue_run
+    """Enqueue the run once its row is committed. A broker that is down does not undo the
+    launch: the run stays queued, ``run.enqueue_error`` says why it is not on the queue yet, and
+    the workers' sweep (``requeue_orphaned_runs``) enqueues it when the broker is back."""
+    from webapp.celery import BrokerUnavailable, enqueue_run
 
     run_id, queue = run.pk, run.queue
-    transaction.on_commit(lambda: enqueue_run(run_id, queue))
+    run.enqueue_error = ""
+
+    def enqueue() -> None:
+        try:
+            enqueue_run(run_id, queue)
+        except BrokerUnavailable as exc:
+            logger.warning("run %s stays queued: the broker did not take it (%s)", run_id, exc)
+            run.enqueue_error = str(exc)
+
+    transaction.on_commit(enqueue)
 
 
 def request_cancel(run: Run, user: User) -> Run:

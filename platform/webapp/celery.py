@@ -11,6 +11,7 @@ from typing import Any
 import redis
 from celery import Celery
 from django.conf import settings
+from kombu.exceptions import OperationalError
 
 EXECUTE_RUN_TASK = "workers.execute_run"
 # Redis keys under which live workers publish themselves (workers/registry.py writes them).
@@ -24,8 +25,17 @@ def client() -> Celery:
     return app
 
 
+class BrokerUnavailable(Exception):
+    """The broker did not take the task (down, unreachable, refusing writes)."""
+
+
 def enqueue_run(run_id: int, queue: str) -> None:
-    client().send_task(EXECUTE_RUN_TASK, args=[run_id], queue=queue)
+    """Send ``execute_run(run_id)`` to ``queue``; ``BrokerUnavailable`` when the broker does not
+    take it (after Celery's own publish retries)."""
+    try:
+        client().send_task(EXECUTE_RUN_TASK, args=[run_id], queue=queue)
+    except (OperationalError, redis.RedisError, OSError) as exc:
+        raise BrokerUnavailable(f"{type(exc).__name__}: {exc}") from exc
 
 
 def live_workers(timeout: float = 2.0) -> list[dict[str, Any]]:

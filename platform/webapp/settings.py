@@ -1,18 +1,33 @@
 """Settings of the Reinforce-Ada experiment platform. Configuration comes from the environment:
-DATABASE_URL (PostgreSQL only), CELERY_BROKER_URL (Redis), CACHE_URL (default: the broker's Redis),
-CHECKPOINT_ROOT, SECRET_KEY, DEBUG."""
+DATABASE_URL (PostgreSQL only), CELERY_BROKER_URL (Redis), CACHE_URL (a Redis of its own, bounded
+by maxmemory with LRU eviction), CHECKPOINT_ROOT, SECRET_KEY, DEBUG, LOG_LEVEL.
+
+These settings serve the quick start and the tests (plain HTTP on 127.0.0.1);
+``webapp.settings_production`` adds what a deployment behind TLS needs (docker-compose uses it)."""
 
 from __future__ import annotations
 
+import datetime as dt
 import os
 from pathlib import Path
 
 import dj_database_url
+from django.core.exceptions import ImproperlyConfigured
 
 BASE_DIR = Path(__file__).resolve().parents[2]
 
-SECRET_KEY = os.environ.get("SECRET_KEY", "dev-only-insecure-key-change-me")
 DEBUG = os.environ.get("DEBUG", "0") == "1"
+# Keys published in this repository or Django's templates: anyone could sign sessions with them.
+PUBLISHED_SECRET_KEYS = frozenset({"", "dev-only-insecure-key-change-me",
+                                   "change-me-in-production"})
+SECRET_KEY = os.environ.get("SECRET_KEY", "")
+if SECRET_KEY in PUBLISHED_SECRET_KEYS or SECRET_KEY.startswith("django-insecure-"):
+    if not DEBUG:
+        raise ImproperlyConfigured(
+            "SECRET_KEY is unset or a published default: set SECRET_KEY to a long random "
+            "string (the quick start generates one into var/secret-key), or DEBUG=1 for a "
+            "development server")
+    SECRET_KEY = SECRET_KEY or "dev-only-insecure-key-change-me"
 ALLOWED_HOSTS = os.environ.get("ALLOWED_HOSTS", "localhost,127.0.0.1,[::1],testserver").split(",")
 
 INSTALLED_APPS = [
@@ -23,6 +38,7 @@ INSTALLED_APPS = [
     "django.contrib.messages",
     "django.contrib.staticfiles",
     "django_htmx",
+    "axes",
     "experiments",
     "dashboard",
 ]
@@ -37,6 +53,8 @@ MIDDLEWARE = [
     "django.contrib.messages.middleware.MessageMiddleware",
     "django.middleware.clickjacking.XFrameOptionsMiddleware",
     "django_htmx.middleware.HtmxMiddleware",
+    # Last, as django-axes requires: turns a locked-out sign-in into its lockout page.
+    "axes.middleware.AxesMiddleware",
 ]
 
 ROOT_URLCONF = "webapp.urls"
@@ -66,6 +84,20 @@ if not DATABASES["default"]["ENGINE"].endswith("postgresql"):
 
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
 
+# Login throttling (django-axes): AXES_FAILURE_LIMIT wrong passwords for one username from one
+# address lock that pair out for AXES_COOLOFF_MINUTES. Behind a proxy the address is the proxy's,
+# so the lock then holds per username.
+AUTHENTICATION_BACKENDS = [
+    "axes.backends.AxesStandaloneBackend",
+    "django.contrib.auth.backends.ModelBackend",
+]
+AXES_FAILURE_LIMIT = int(os.environ.get("AXES_FAILURE_LIMIT", 5))
+AXES_COOLOFF_TIME = dt.timedelta(minutes=float(os.environ.get("AXES_COOLOFF_MINUTES", 15)))
+AXES_LOCKOUT_PARAMETERS = [["username", "ip_address"]]
+AXES_RESET_ON_SUCCESS = True
+AXES_DISABLE_ACCESS_LOG = True  # failures are what throttling needs; a row per sign-in is not
+AXES_LOCKOUT_TEMPLATE = "registration/locked_out.html"
+
 AUTH_PASSWORD_VALIDATORS = [
     {"NAME": "django.contrib.auth.password_validation.MinimumLengthValidator"},
 ]
@@ -89,16 +121,19 @@ STORAGES = {
 CELERY_BROKER_URL = os.environ.get("CELERY_BROKER_URL", "redis://127.0.0.1:6379/0")
 # The dashboard caches finished runs' chart data and live runs' heatmap aggregates. A shared
 # cache (Redis) makes a run's first expensive aggregation happen once per deployment instead of
-# once per gunicorn worker. Keys are prefixed; nothing ever flushes the database, so the broker's
-# Redis database can hold them (CACHE_URL puts them elsewhere).
-CACHES = {
-    "default": {
-        "BACKEND": "django.core.cache.backends.redis.RedisCache",
-        "LOCATION": os.environ.get("CACHE_URL", CELERY_BROKER_URL),
-        "KEY_PREFIX": os.environ.get("CACHE_KEY_PREFIX", "rada"),
-        "TIMEOUT": 6 * 3600,
-    }
-}
+# once per gunicorn worker. It is a Redis of its own (CACHE_URL), bounded by maxmemory with LRU
+# eviction: the quick start (scripts/services.py) and docker-compose start it so. Never the
+# broker's: a full Redis either refuses writes (the broker's queues stop) or evicts (its queued
+# runs vanish). Without CACHE_URL each web process keeps a small cache in memory.
+CACHE_TIMEOUT = 6 * 3600
+if os.environ.get("CACHE_URL"):
+    CACHES = {"default": {"BACKEND": "django.core.cache.backends.redis.RedisCache",
+                          "LOCATION": os.environ["CACHE_URL"],
+                          "KEY_PREFIX": os.environ.get("CACHE_KEY_PREFIX", "rada"),
+                          "TIMEOUT": CACHE_TIMEOUT}}
+else:
+    CACHES = {"default": {"BACKEND": "django.core.cache.backends.locmem.LocMemCache",
+                          "TIMEOUT": CACHE_TIMEOUT, "OPTIONS": {"MAX_ENTRIES": 200}}}
 # A run is long: a worker takes one task at a time (prefetch 1) and acknowledges it only when the
 # run ends, so a worker that dies mid-run leaves the task to be redelivered.
 CELERY_TASK_ACKS_LATE = True
@@ -123,7 +158,29 @@ RUN_LEASE_TIMEOUT_SECONDS = float(os.environ.get("RUN_LEASE_TIMEOUT_SECONDS", 60
 RUN_HEARTBEAT_SECONDS = float(os.environ.get("RUN_HEARTBEAT_SECONDS",
                                              max(RUN_LEASE_TIMEOUT_SECONDS / 6, 0.5)))
 CHECKPOINT_ROOT = Path(os.environ.get("CHECKPOINT_ROOT", BASE_DIR / "var" / "checkpoints"))
-# Largest prompt file accepted by the upload form.
-PROMPT_UPLOAD_MAX_BYTES = int(os.environ.get("PROMPT_UPLOAD_MAX_BYTES", 50 * 1024 * 1024))
-DATA_UPLOAD_MAX_MEMORY_SIZE = PROMPT_UPLOAD_MAX_BYTES
+# Request bodies. Every endpoint keeps Django's default cap on non-file data
+# (DATA_UPLOAD_MAX_MEMORY_SIZE, 2.5 MiB): a form post is kilobytes. Files are accepted by the
+# prompt-set upload only, up to PROMPT_UPLOAD_MAX_BYTES, which webapp.uploads enforces while the
+# body streams in (nothing larger reaches memory or disk).
+FILE_UPLOAD_HANDLERS = ["webapp.uploads.FileSizeLimitHandler",
+                        "django.core.files.uploadhandler.MemoryFileUploadHandler",
+                        "django.core.files.uploadhandler.TemporaryFileUploadHandler"]
 FILE_UPLOAD_MAX_MEMORY_SIZE = 5 * 1024 * 1024
+# Prompt-set uploads: the file's size, its rows, and (Parquet) the uncompressed size its metadata
+# declares, checked before decompressing; JSONL is parsed line by line.
+PROMPT_UPLOAD_MAX_BYTES = int(os.environ.get("PROMPT_UPLOAD_MAX_BYTES", 50 * 2**20))
+PROMPT_UPLOAD_MAX_ROWS = int(os.environ.get("PROMPT_UPLOAD_MAX_ROWS", 1_000_000))
+PROMPT_UPLOAD_MAX_UNCOMPRESSED_BYTES = int(os.environ.get("PROMPT_UPLOAD_MAX_UNCOMPRESSED_BYTES",
+                                                          512 * 2**20))
+
+# Logs go to stderr (gunicorn's and Celery's log, `docker compose logs`): requests that fail
+# with their traceback (django.request), refused requests (django.security), the platform's own.
+LOGGING = {
+    "version": 1,
+    "disable_existing_loggers": False,
+    "formatters": {"plain": {"format": "%(asctime)s %(levelname)s %(name)s: %(message)s"}},
+    "handlers": {"stderr": {"class": "logging.StreamHandler", "formatter": "plain"}},
+    "root": {"handlers": ["stderr"], "level": os.environ.get("LOG_LEVEL", "INFO")},
+    # Django's own handlers (console only with DEBUG, mail to ADMINS) give way to the root's.
+    "loggers": {"django": {"handlers": [], "level": "INFO", "propagate": True}},
+}

@@ -13,7 +13,9 @@ from django.views.decorators.http import require_GET
 @require_GET
 def healthz(request: HttpRequest) -> JsonResponse:
     """Database, broker and live workers per queue, as JSON; 503 when the database or the broker
-    is down. No sign-in: load balancers and compose health checks call it."""
+    is down. No sign-in: load balancers and compose health checks call it. Worker hostnames and
+    error texts (which name hosts, ports and users) are for staff only; others get the status,
+    the ok flags and the worker counts."""
     from webapp.celery import live_workers
 
     body: dict[str, Any] = {}
@@ -37,4 +39,8 @@ def healthz(request: HttpRequest) -> JsonResponse:
     body["worker_names"] = sorted(w.get("hostname", "") for w in workers)
     ok = body["database"]["ok"] and body["broker"]["ok"]
     body["status"] = "ok" if ok else "error"
+    if not request.user.is_staff:
+        body.pop("worker_names")
+        for part in ("database", "broker"):
+            body[part].pop("error", None)
     return JsonResponse(body, status=200 if ok else 503)

@@ -80,7 +80,8 @@ def test_relaunch_and_clone_of_a_200_character_name(client: Client, owner: User)
 def test_numbers_past_the_database_columns_are_form_errors(client: Client, field: str,
                                                            value: int) -> None:
     ps = make_prompt_set()
-    resp = client.post(reverse("dashboard:run_launch"), _launch_data(ps, **{"batch_size": 4, field: value}))
+    data = _launch_data(ps, **{"batch_size": 4, field: value})
+    resp = client.post(reverse("dashboard:run_launch"), data)
     assert resp.status_code == 200
     assert resp.context["form"].errors.get(field), resp.context["form"].errors
     assert Run.objects.count() == 0

@@ -25,10 +25,10 @@ def command(service: dict[str, Any]) -> str:
 
 def test_services_and_images(compose: dict[str, Any]) -> None:
     services = compose["services"]
-    assert set(services) == {"db", "redis", "web", "worker-cpu", "worker-gpu"}
+    assert set(services) == {"db", "redis", "cache", "web", "worker-cpu", "worker-gpu"}
     assert services["db"]["image"] == "postgres:16"
-    assert services["redis"]["image"] == "redis:7"
-    for name in ("db", "redis", "web", "worker-cpu", "worker-gpu"):
+    assert services["redis"]["image"] == services["cache"]["image"] == "redis:7"
+    for name in ("db", "redis", "cache", "web", "worker-cpu", "worker-gpu"):
         assert "test" in services[name]["healthcheck"], name
 
 
@@ -52,7 +52,8 @@ def test_web_migrates_and_serves_with_gunicorn(compose: dict[str, Any]) -> None:
     assert "8000:8000" in web["ports"]
     assert "/healthz" in " ".join(web["healthcheck"]["test"])
     assert web["depends_on"] == {"db": {"condition": "service_healthy"},
-                                 "redis": {"condition": "service_healthy"}}
+                                 "redis": {"condition": "service_healthy"},
+                                 "cache": {"condition": "service_healthy"}}
     env = web["environment"]
     assert env["DATABASE_URL"].startswith("postgres://") and "@db:5432/" in env["DATABASE_URL"]
     assert env["CELERY_BROKER_URL"] == "redis://redis:6379/0"
@@ -87,3 +88,24 @@ def test_dockerfile_is_the_one_referenced(compose: dict[str, Any]) -> None:
     assert dockerfile.startswith("#") and "FROM python:3.11" in dockerfile
     assert "pip install -r requirements.txt" in dockerfile
     assert "ARG EXTRA_REQUIREMENTS" in dockerfile and "USER rada" in dockerfile
+
+
+def test_cache_is_a_bounded_redis_apart_from_the_broker(compose: dict[str, Any]) -> None:
+    """A full cache evicts its least recently used keys; the broker's Redis has no memory
+    limit, so eviction can never drop a queued run."""
+    cache = command(compose["services"]["cache"])
+    assert "--maxmemory 256mb" in cache and "--maxmemory-policy allkeys-lru" in cache
+    assert "maxmemory" not in command(compose["services"]["redis"])
+    for name in ("web", "worker-cpu", "worker-gpu"):
+        env = compose["services"][name]["environment"]
+        assert env["CACHE_URL"] == "redis://cache:6379/0" != env["CELERY_BROKER_URL"]
+
+
+def test_production_settings_and_required_secrets(compose: dict[str, Any]) -> None:
+    for name in ("web", "worker-cpu", "worker-gpu"):
+        env = compose["services"][name]["environment"]
+        assert env["DJANGO_SETTINGS_MODULE"] == "webapp.settings_production"
+        # Compose refuses to start without a SECRET_KEY (no published default).
+        assert env["SECRET_KEY"].startswith("${SECRET_KEY:?")
+        assert env["CSRF_TRUSTED_ORIGINS"].startswith("${CSRF_TRUSTED_ORIGINS")
+    assert (ROOT / "platform" / "webapp" / "settings_production.py").is_file()

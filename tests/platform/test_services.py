@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import base64
+import io
 import json
 import os
 from typing import Any
@@ -64,10 +65,11 @@ def test_upload_rejects_bad_file_whole(db: None, user: Any) -> None:
     good = b'{"prompt": "1+1=", "answer": "2"}\n'
     bad = good + b'{"prompt": "2+2="}\n'
     with pytest.raises(LaunchError) as info:
-        services.create_prompt_set_from_upload(user, "upload", bad, "p.jsonl")
+        services.create_prompt_set_from_upload(user, "upload", io.BytesIO(bad), "p.jsonl")
     assert info.value.field == "file" and "2" in info.value.reason
     assert not PromptSet.objects.exists() and not Prompt.objects.exists()
-    ps = services.create_prompt_set_from_upload(user, "upload", good * 3, "p.jsonl")
+    ps = services.create_prompt_set_from_upload(user, "upload", io.BytesIO(good * 3),
+                                              "p.jsonl")
     assert ps.size == 3 and ps.prompts.count() == 3
 
 

@@ -108,8 +108,12 @@ class Command(BaseCommand):
             password = secrets.token_urlsafe(12)
             admin = users.create_superuser("admin", "", password)
             secret.parent.mkdir(parents=True, exist_ok=True)
-            secret.write_text(password + "\n")
-            secret.chmod(0o600)
+            # Mode 600 from the start: created (or truncated) with it before the password is
+            # written, so no other user can read it in between.
+            fd = os.open(secret, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+            os.fchmod(fd, 0o600)  # a file that existed keeps its mode through O_CREAT
+            with os.fdopen(fd, "w") as f:
+                f.write(password + "\n")
             self.stdout.write(f"== created superuser admin (password in {secret})")
             return admin, password
         password = secret.read_text().strip() if secret.exists() else "(set earlier; unchanged)"
