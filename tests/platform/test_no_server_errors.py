@@ -51,13 +51,14 @@ ROUTES = sorted(_walk(get_resolver().url_patterns), key=lambda r: r[1])
 
 
 def _view_source_names() -> set[str]:
-    """Request parameter names the views read: ``request.GET.get("x")``, ``POST["x"]``, ..."""
+    """Request parameter names the views read: ``request.GET.get("x")``, ``POST["x"]``,
+    ``params.get_int(request.GET, "x")``..."""
     names: set[str] = set()
     modules = {inspect.getmodule(getattr(p.callback, "view_class", p.callback))
                for _, _, p in ROUTES}
     for module in modules - {None}:
         source = inspect.getsource(module)
-        names |= set(re.findall(r"""(?:GET|POST)(?:\.get|\.getlist)?[(\[]\s*["']([\w-]+)["']""",
+        names |= set(re.findall(r"""(?:GET|POST)(?:\.get|\.getlist)?[(\[,]\s*["']([\w-]+)["']""",
                                 source))
     return names
 

@@ -1,5 +1,6 @@
-"""The quick-start servers script starts a real PostgreSQL and a real Redis inside var/, hands
-their URLs to the command, and stops them afterwards."""
+"""The quick-start servers script starts a real PostgreSQL, a real Redis broker and a bounded
+Redis cache inside var/, hands their URLs and a generated SECRET_KEY to the command, and stops
+them afterwards."""
 
 from __future__ import annotations
 
@@ -20,9 +21,13 @@ import json, os, psycopg, redis
 db = psycopg.connect(os.environ["DATABASE_URL"]).execute("SELECT current_database(), version()")
 name, version = db.fetchone()
 pong = redis.Redis.from_url(os.environ["CELERY_BROKER_URL"]).ping()
-print(json.dumps({"db": name, "version": version, "pong": pong,
-                  "DATABASE_URL": os.environ["DATABASE_URL"],
-                  "CELERY_BROKER_URL": os.environ["CELERY_BROKER_URL"]}))
+config = {name: {key: redis.Redis.from_url(os.environ[name]).config_get(key)[key]
+                 for key in ("maxmemory", "maxmemory-policy")}
+          for name in ("CELERY_BROKER_URL", "CACHE_URL")}
+print(json.dumps({"db": name, "version": version, "pong": pong, "config": config,
+                  "SECRET_KEY": os.environ["SECRET_KEY"],
+                  **{k: os.environ[k] for k in ("DATABASE_URL", "CELERY_BROKER_URL",
+                                                "CACHE_URL")}}))
 """
 
 
@@ -40,11 +45,14 @@ def instance() -> Iterator[str]:
     shutil.rmtree(ROOT / "var" / name, ignore_errors=True)
 
 
-def test_exec_starts_and_stops_real_servers(instance: str) -> None:
+def test_exec_starts_and_stops_real_servers(instance: str, tmp_path: Path) -> None:
     import json
+    import stat
 
+    key_file = tmp_path / "secret-key"
     env = {k: v for k, v in os.environ.items()
-           if k not in ("DATABASE_URL", "CELERY_BROKER_URL")}
+           if k not in ("DATABASE_URL", "CELERY_BROKER_URL", "CACHE_URL", "SECRET_KEY")}
+    env["SECRET_KEY_FILE"] = str(key_file)
     out = subprocess.run([sys.executable, "scripts/services.py", "exec", "--instance", instance,
                           "--fast", "--", sys.executable, "-c", PROBE], cwd=ROOT, env=env,
                          capture_output=True, text=True, timeout=180)
@@ -52,8 +60,20 @@ def test_exec_starts_and_stops_real_servers(instance: str) -> None:
     info = json.loads(out.stdout.strip().splitlines()[-1])
     assert info["db"] == "rada" and info["version"].startswith("PostgreSQL") and info["pong"]
     assert (ROOT / "var" / instance / "pgdata" / "PG_VERSION").exists()
+    # The cache is a Redis of its own, bounded, evicting least recently used keys; the broker
+    # is unbounded and never evicts (a lost queue entry is a lost run).
+    assert info["CACHE_URL"] != info["CELERY_BROKER_URL"]
+    assert info["config"]["CACHE_URL"] == {"maxmemory": str(128 * 2**20),
+                                           "maxmemory-policy": "allkeys-lru"}
+    assert info["config"]["CELERY_BROKER_URL"] == {"maxmemory": "0",
+                                                   "maxmemory-policy": "noeviction"}
+    # A secret key of its own, generated once (mode 600) and kept for the next start.
+    assert key_file.read_text().strip() == info["SECRET_KEY"] and len(info["SECRET_KEY"]) >= 50
+    assert stat.S_IMODE(key_file.stat().st_mode) == 0o600
+    assert "SECRET_KEY=" not in out.stderr  # never printed
     # Stopped on exit: nothing listens any more, and the cluster has no live postmaster.
-    assert not _port_open(info["DATABASE_URL"]) and not _port_open(info["CELERY_BROKER_URL"])
+    for name in ("DATABASE_URL", "CELERY_BROKER_URL", "CACHE_URL"):
+        assert not _port_open(info[name]), name
     assert not (ROOT / "var" / instance / "pgdata" / "postmaster.pid").exists()
 
 
