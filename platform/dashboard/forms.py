@@ -139,6 +139,19 @@ class UploadForm(forms.Form):
     file = forms.FileField(help_text="JSONL or Parquet with 'prompt' and 'answer' per record "
                            "(verl layout with reward_model.ground_truth accepted).")
 
+    def __init__(self, *args: Any, rejected: str = "", **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.rejected = rejected
+
+    def clean(self) -> dict[str, Any]:
+        cleaned = super().clean()
+        if self.rejected:
+            # The file was dropped while it streamed in (webapp.uploads): say why, not that
+            # the field is empty.
+            self.errors.pop("file", None)
+            self.add_error("file", f"Rejected, nothing imported: {self.rejected}")
+        return cleaned
+
     def clean_file(self) -> Any:
         f = self.cleaned_data["file"]
         limit = settings.PROMPT_UPLOAD_MAX_BYTES

@@ -179,11 +179,11 @@ def run_relaunch(request: HttpRequest, run_id: int) -> HttpResponse:
 def _launched(request: HttpRequest, run: Run, what: str) -> HttpResponse:
     if run.enqueue_error:
         messages.error(request, (
-            f"{what} {run.name}, but the broker (Redis) is unreachable, so no worker has the run "
-            f"yet ({run.enqueue_error}). It stays queued and starts when the broker is back: "
-            "workers enqueue queued runs again when they reconnect."))
+            f"{what} “{run.name}”, but the broker (Redis) is unreachable, so no worker has the "
+            f"run yet ({run.enqueue_error.rstrip('.')}). It stays queued and starts when the "
+            "broker is back (workers put queued runs back on the queue)."))
     else:
-        messages.success(request, f"{what} {run.name}: queued on {run.queue}.")
+        messages.success(request, f"{what} “{run.name}”: queued on {run.queue}.")
     return redirect("dashboard:run_detail", run_id=run.pk)
 
 
@@ -230,11 +230,9 @@ def prompt_sets(request: HttpRequest) -> HttpResponse:
     builtin = BuiltinForm(prefix="builtin")
     if request.method == "POST":
         if "upload-name" in request.POST:
-            upload = UploadForm(request.POST, request.FILES, prefix="upload")
-            too_large = rejected_files(request).get(upload.add_prefix("file"))
-            if too_large:
-                upload.add_error("file", f"Rejected, nothing imported: {too_large}")
-            elif upload.is_valid():
+            upload = UploadForm(request.POST, request.FILES, prefix="upload",
+                                rejected=rejected_files(request).get("upload-file", ""))
+            if upload.is_valid():
                 f = upload.cleaned_data["file"]
                 try:
                     ps = services.create_prompt_set_from_upload(

@@ -1,3 +1,4 @@
+import io
 import json
 from pathlib import Path
 
@@ -6,7 +7,14 @@ import pyarrow.parquet as pq
 import pytest
 
 from trainer.config import TrainConfig
-from trainer.data import DataError, load_prompts, load_prompts_from_bytes, resolve_prompts
+from trainer.data import (
+    DataError,
+    Limits,
+    iter_prompts,
+    load_prompts,
+    load_prompts_from_bytes,
+    resolve_prompts,
+)
 
 
 def _jsonl(path: Path, rows: list) -> Path:
@@ -104,6 +112,56 @@ def test_unknown_suffix_and_empty_file(tmp_path: Path) -> None:
         load_prompts_from_bytes(b"", "data.csv")
     with pytest.raises(DataError, match="no prompts"):
         load_prompts_from_bytes(b"\n\n", "data.jsonl")
+
+
+class CountingStream(io.RawIOBase):
+    """A file that counts the bytes it handed out."""
+
+    def __init__(self, data: bytes) -> None:
+        self.inner, self.served = io.BytesIO(data), 0
+
+    def readable(self) -> bool:
+        return True
+
+    def readinto(self, buffer: bytearray) -> int:
+        n = self.inner.readinto(buffer)
+        self.served += n
+        return n
+
+
+def test_jsonl_streams_line_by_line() -> None:
+    data = b"".join(b'{"prompt": "%d+1=", "answer": "%d"}\n' % (i, i + 1) for i in range(50_000))
+    raw = CountingStream(data)
+    prompts = iter_prompts(io.BufferedReader(raw), "big.jsonl")
+    first = next(prompts)
+    assert first.text == "0+1=" and raw.served < len(data) // 10
+    assert sum(1 for _ in prompts) == 49_999
+
+
+def test_jsonl_lines_end_at_newlines_only() -> None:
+    # U+2028 is a line break to str.splitlines(), and legal inside a JSON string.
+    (p,) = load_prompts_from_bytes('{"prompt": "a\u2028b", "answer": "1"}\n'.encode(), "x.jsonl")
+    assert p.text == "a\u2028b"
+
+
+def test_row_limit_names_the_line_and_the_limit() -> None:
+    data = b'{"prompt": "1+1=", "answer": "2"}\n' * 4
+    assert len(load_prompts_from_bytes(data, "x.jsonl", limits=Limits(max_rows=4))) == 4
+    with pytest.raises(DataError) as exc:
+        load_prompts_from_bytes(data + data, "x.jsonl", limits=Limits(max_rows=4))
+    assert str(exc.value) == "x.jsonl, line 5: more than 4 prompts; the limit is 4"
+
+
+def test_parquet_limits_are_checked_on_the_metadata_first(tmp_path: Path) -> None:
+    rows = [{"prompt": "9" * 1000 + f"+{i}=", "answer": "1"} for i in range(500)]
+    pq.write_table(pa.Table.from_pylist(rows), tmp_path / "p.parquet", compression="zstd")
+    assert (tmp_path / "p.parquet").stat().st_size < 32_000  # about 0.5 MB uncompressed
+    with pytest.raises(DataError, match="metadata declares 500 rows; the limit is 499"):
+        load_prompts(tmp_path / "p.parquet", Limits(max_rows=499))
+    with pytest.raises(DataError, match=r"metadata declares 0\.\d MiB of data uncompressed; "
+                       r"the limit is 0\.1 MiB"):
+        load_prompts(tmp_path / "p.parquet", Limits(max_uncompressed_bytes=100_000))
+    assert len(load_prompts(tmp_path / "p.parquet", Limits(500, 2**20))) == 500
 
 
 def test_resolve_builtin_eval_is_disjoint_from_train() -> None:
