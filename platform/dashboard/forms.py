@@ -139,6 +139,8 @@ class UploadForm(forms.Form):
     file = forms.FileField(help_text="JSONL or Parquet with 'prompt' and 'answer' per record "
                            "(verl layout with reward_model.ground_truth accepted).")
 
+    REJECTED = "Rejected, nothing imported: "
+
     def __init__(self, *args: Any, rejected: str = "", **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         self.rejected = rejected
@@ -149,7 +151,7 @@ class UploadForm(forms.Form):
             # The file was dropped while it streamed in (webapp.uploads): say why, not that
             # the field is empty.
             self.errors.pop("file", None)
-            self.add_error("file", f"Rejected, nothing imported: {self.rejected}")
+            self.add_error("file", self.REJECTED + self.rejected)
         return cleaned
 
     def clean_file(self) -> Any:

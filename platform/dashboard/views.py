@@ -239,7 +239,7 @@ def prompt_sets(request: HttpRequest) -> HttpResponse:
                         request.user, upload.cleaned_data["name"], f, f.name)
                 except services.LaunchError as exc:
                     target = "name" if exc.field == "name" else "file"
-                    prefix = "" if target == "name" else "Rejected, nothing imported: "
+                    prefix = "" if target == "name" else UploadForm.REJECTED
                     upload.add_error(target, prefix + exc.reason)
                 else:
                     messages.success(request, f"Imported {ps.size} prompts into {ps.name}.")
