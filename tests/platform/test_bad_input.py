@@ -17,14 +17,9 @@ pytestmark = pytest.mark.django_db
 
 
 @pytest.fixture
-def owner() -> User:
-    return User.objects.create_user("owner", password="pw-owner-123")
-
-
-@pytest.fixture
-def client(owner: User) -> Client:
+def client(user: User) -> Client:  # user: tests/fixtures/services.py
     c = Client()
-    c.force_login(owner)
+    c.force_login(user)
     return c
 
 
@@ -34,10 +29,10 @@ def test_clone_of_no_run_is_404(client: Client, clone: str) -> None:
 
 
 @pytest.mark.parametrize("value", ["abc", "²", "٣", "2147483648", "-3", "1\x00"])
-def test_malformed_numbers_in_query_strings_are_ignored(client: Client, owner: User,
+def test_malformed_numbers_in_query_strings_are_ignored(client: Client, user: User,
                                                          value: str) -> None:
     ps = make_prompt_set()
-    run = make_run(owner, ps, name="listed")
+    run = make_run(user, ps, name="listed")
     listing = client.get(reverse("dashboard:run_list"), {"prompt_set": value, "q": value})
     assert listing.status_code == 200
     assert client.get(reverse("dashboard:run_launch"), {"prompt_set": value}).status_code == 200
@@ -51,8 +46,8 @@ def test_malformed_numbers_in_query_strings_are_ignored(client: Client, owner: U
     assert history.status_code in (200, 400)
 
 
-def test_relaunch_of_a_config_that_no_longer_validates(client: Client, owner: User) -> None:
-    run = make_run(owner, make_prompt_set(), name="old")
+def test_relaunch_of_a_config_that_no_longer_validates(client: Client, user: User) -> None:
+    run = make_run(user, make_prompt_set(), name="old")
     Run.objects.filter(pk=run.pk).update(config={**run.config, "samples_per_round": 1})
     resp = client.post(reverse("dashboard:run_relaunch", args=[run.pk]))
     # Back to the launch form as a clone of the run, where the field can be fixed.
@@ -65,8 +60,8 @@ def test_relaunch_of_a_config_that_no_longer_validates(client: Client, owner: Us
     assert page.status_code == 200 and "Cannot relaunch old" in page.content.decode()
 
 
-def test_relaunch_and_clone_of_a_200_character_name(client: Client, owner: User) -> None:
-    run = make_run(owner, make_prompt_set(), name="n" * 200)
+def test_relaunch_and_clone_of_a_200_character_name(client: Client, user: User) -> None:
+    run = make_run(user, make_prompt_set(), name="n" * 200)
     resp = client.post(reverse("dashboard:run_relaunch", args=[run.pk]))
     assert resp.status_code == 302
     new = Run.objects.exclude(pk=run.pk).get()
@@ -87,10 +82,10 @@ def test_numbers_past_the_database_columns_are_form_errors(client: Client, field
     assert Run.objects.count() == 0
 
 
-def test_run_name_longer_than_its_column_is_a_launch_error(owner: User) -> None:
+def test_run_name_longer_than_its_column_is_a_launch_error(user: User) -> None:
     from experiments.services import LaunchError, launch_run
 
     ps = make_prompt_set()
     with pytest.raises(LaunchError) as err:
-        launch_run(owner, "x" * 201, {"backend": "simulated", "batch_size": 4}, ps)
+        launch_run(user, "x" * 201, {"backend": "simulated", "batch_size": 4}, ps)
     assert err.value.field == "name" and "at most 200 characters" in err.value.reason
