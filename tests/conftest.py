@@ -3,3 +3,12 @@ trainer side) and services.py (PostgreSQL, Redis and Celery worker processes, ow
 platform side)."""
 
 pytest_plugins = ["tests.fixtures.model", "tests.fixtures.services", "tests.fixtures.vllm"]
+
+
+def pytest_configure(config: object) -> None:
+    """Hash test users' passwords with a fast hasher: PBKDF2's 1M iterations cost about a
+    second per ``create_user`` or sign-in on these shared 2-core machines, for no test's sake.
+    Production settings keep Django's default."""
+    from django.conf import settings
+
+    settings.PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]
