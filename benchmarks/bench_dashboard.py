@@ -254,6 +254,11 @@ def measure(args: argparse.Namespace) -> None:
         from dashboard.charts import RUN_CHARTS
 
         targets += [(f"chart: {c}", f"/runs/{main.pk}/charts/{c}.json") for c in RUN_CHARTS]
+        # The heatmap's other views: another order, a search, a zoomed row range.
+        heat = f"/runs/{main.pk}/charts/heatmap.json"
+        targets += [("chart: heatmap, sorted by pass rate", f"{heat}?sort=pass-rate"),
+                    ("chart: heatmap, search '12+'", f"{heat}?q=12%2B"),
+                    ("chart: heatmap, rows 1-64 zoomed", f"{heat}?rows=1-64")]
         targets += [("prompt history", f"/runs/{main.pk}/prompts/{prompt_id}/"),
                     ("prompt pass-rate chart", f"/runs/{main.pk}/prompts/{prompt_id}/chart.json"),
                     ("runs list", "/"),

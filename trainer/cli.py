@@ -14,7 +14,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from trainer.config import ConfigError, TrainConfig
+from trainer.config import ALGORITHMS, ConfigError, TrainConfig
 
 # Subcommands another module implements, exposing add_arguments(parser) and run_cli(args) -> int.
 DELEGATED = {
@@ -52,7 +52,7 @@ def build_parser(command: str | None = None) -> argparse.ArgumentParser:
                          "(Bernoulli rewards from per-prompt pass rates) and print one JSON "
                          "object: total_samples and per-prompt samples, rounds, kept counts and "
                          "advantages.")
-    sim.add_argument("--algorithm", required=True, choices=("grpo", "ada-pos", "ada-balance"))
+    sim.add_argument("--algorithm", required=True, choices=ALGORITHMS)
     sim.add_argument("--pass-rates", required=True, metavar="FILE",
                      help="one pass rate in [0, 1] per line, one prompt per line")
     sim.add_argument("--group-size", type=int, default=4, help="n (default 4)")
@@ -240,7 +240,7 @@ def simulate(algorithm: str, pass_rates: Sequence[float], *, group_size: int = 4
         advantages = [a for pos, a in kept if pos] + [a for pos, a in kept if not pos]
         out.append({"index": i, "pass_rate": rate, "samples": len(p.rewards),
                     "positives": p.positives, "negatives": p.negatives,
-                    "rounds": p.rounds_used, "resolved": p.resolved,
+                    "rounds": p.rounds_used, "resolved": p.resolved, "missing": p.missing,
                     "kept_positives": p.kept_positives, "kept_negatives": p.kept_negatives,
                     "advantages": advantages})
     return {"total_samples": int(res.samples.sum()), "prompts": out}

@@ -13,6 +13,7 @@ from __future__ import annotations
 import dataclasses
 import math
 import tomllib
+from collections.abc import Iterator
 from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any
@@ -24,6 +25,14 @@ DEVICES = ("auto", "cpu", "cuda")
 ROLLOUT_DTYPES = ("auto", "float32", "bfloat16", "float16")
 BUILTIN_MODEL = "builtin:tiny"
 BUILTIN_TASK = "builtin:arithmetic"
+# What the built-in tiny model trains with (DESIGN.md section 3). The ``lr`` default is the
+# paper's 1e-6 for 1.5B-7B models, at which the tiny model hardly moves.
+BUILTIN_MODEL_LR = 2e-4
+
+
+def recommended_lr(model: str) -> float:
+    """The learning rate to propose for ``model``: the tiny model's own, else the default."""
+    return BUILTIN_MODEL_LR if model == BUILTIN_MODEL else TrainConfig.lr
 
 
 class ConfigError(ValueError):
@@ -132,77 +141,103 @@ class TrainConfig:
         return self.samples_per_round * self.max_rounds if self.is_adaptive else self.group_size
 
     def validate(self) -> TrainConfig:
-        """Raise ``ConfigError`` naming the first invalid field; return self when valid."""
-        for f in fields(self):
-            _check_type(f.name, getattr(self, f.name), f.type)
-        _choice("algorithm", self.algorithm, ALGORITHMS)
-        _choice("backend", self.backend, BACKENDS)
-        _choice("verifier", self.verifier, VERIFIERS)
-        _choice("device", self.device, DEVICES)
-        _choice("rollout_dtype", self.rollout_dtype, ROLLOUT_DTYPES)
+        """Raise the first of ``errors()``; return self when valid."""
+        errors = self.errors()
+        if errors:
+            raise errors[0]
+        return self
+
+    def errors(self) -> list[ConfigError]:
+        """Every invalid field, each a ``ConfigError`` naming it, so that a form can show them
+        all at once. A value of the wrong type is reported once: the other checks run with that
+        field at its default (they compare values)."""
+        wrong_type = {f.name: e for f in fields(self)
+                      for e in _type_errors(f.name, getattr(self, f.name), f.type)}
+        checked = self
+        if wrong_type:
+            checked = dataclasses.replace(self, **{f.name: f.default for f in fields(self)
+                                                   if f.name in wrong_type})
+        return [*wrong_type.values(),
+                *(e for e in checked._value_errors() if e.field not in wrong_type)]
+
+    def _value_errors(self) -> Iterator[ConfigError]:
+        yield from _choice("algorithm", self.algorithm, ALGORITHMS)
+        yield from _choice("backend", self.backend, BACKENDS)
+        yield from _choice("verifier", self.verifier, VERIFIERS)
+        yield from _choice("device", self.device, DEVICES)
+        yield from _choice("rollout_dtype", self.rollout_dtype, ROLLOUT_DTYPES)
         for name in ("group_size", "samples_per_round", "max_rounds", "batch_size", "total_steps",
                      "max_new_tokens", "ppo_epochs", "eval_k", "task_num_prompts"):
-            _positive(name, getattr(self, name))
+            yield from _positive(name, getattr(self, name))
         for name in ("warmup_steps", "save_every", "eval_every", "ppo_mini_batch_size",
                      "ppo_micro_batch_size",
                      "eval_num_prompts", "seed"):
             if getattr(self, name) < 0:
-                raise ConfigError(name, "must be >= 0")
+                yield ConfigError(name, "must be >= 0")
         if self.group_size < 2:
-            raise ConfigError("group_size", "must be >= 2 (a group of one has no baseline)")
+            yield ConfigError("group_size", "must be >= 2 (a group of one has no baseline)")
         if self.is_adaptive and self.samples_per_round < self.group_size:
-            raise ConfigError("samples_per_round", f"must be >= group_size ({self.group_size}), "
+            yield ConfigError("samples_per_round", f"must be >= group_size ({self.group_size}), "
                               f"got {self.samples_per_round}")
         if not 0.0 <= self.positive_threshold <= 1.0:
-            raise ConfigError("positive_threshold", "must be within [0, 1]")
+            yield ConfigError("positive_threshold", "must be within [0, 1]")
         if not 0.0 < self.lr < 1.0:
-            raise ConfigError("lr", "must be within (0, 1)")
+            yield ConfigError("lr", "must be within (0, 1)")
         if self.temperature <= 0:
-            raise ConfigError("temperature", "must be > 0")
+            yield ConfigError("temperature", "must be > 0")
         if not 0.0 < self.top_p <= 1.0:
-            raise ConfigError("top_p", "must be within (0, 1]")
+            yield ConfigError("top_p", "must be within (0, 1]")
         for name in ("clip_eps_low", "clip_eps_high"):
             if not 0.0 < getattr(self, name) < 1.0:
-                raise ConfigError(name, "must be within (0, 1)")
+                yield ConfigError(name, "must be within (0, 1)")
         for name in ("weight_decay", "entropy_coef", "kl_coef", "tis_cap", "vllm_kv_cache_gib"):
             if getattr(self, name) < 0:
-                raise ConfigError(name, "must be >= 0")
+                yield ConfigError(name, "must be >= 0")
         if self.max_grad_norm <= 0:
-            raise ConfigError("max_grad_norm", "must be > 0")
+            yield ConfigError("max_grad_norm", "must be > 0")
         if self.ppo_mini_batch_size > self.batch_size:
-            raise ConfigError("ppo_mini_batch_size", f"must be <= batch_size ({self.batch_size})")
+            yield ConfigError("ppo_mini_batch_size", f"must be <= batch_size ({self.batch_size})")
         if not 0.0 <= self.simulated_pass_rate <= 1.0:
-            raise ConfigError("simulated_pass_rate", "must be within [0, 1]")
+            yield ConfigError("simulated_pass_rate", "must be within [0, 1]")
         if not 1 <= self.task_min_digits <= self.task_max_digits <= 9:
-            raise ConfigError("task_max_digits",
+            yield ConfigError("task_max_digits",
                               "need 1 <= task_min_digits <= task_max_digits <= 9")
         if self.model != BUILTIN_MODEL and self.backend != "simulated":
             if not (Path(self.model) / "config.json").is_file():
-                raise ConfigError("model", f"no Hugging Face model directory (config.json) at "
+                yield ConfigError("model", f"no Hugging Face model directory (config.json) at "
                                   f"{self.model!r}; use {BUILTIN_MODEL} or a local directory")
         for name in ("prompts", "eval_prompts"):
             value = getattr(self, name)
             if value and value != BUILTIN_TASK and not Path(value).is_file():
-                raise ConfigError(name, f"no such file: {value!r} (use {BUILTIN_TASK} or a "
+                yield ConfigError(name, f"no such file: {value!r} (use {BUILTIN_TASK} or a "
                                   "JSONL/Parquet file)")
         if self.tis_cap and self.tis_cap < 1.0:
-            raise ConfigError("tis_cap", "must be 0 (off) or >= 1 (a cap below 1 would shrink "
+            yield ConfigError("tis_cap", "must be 0 (off) or >= 1 (a cap below 1 would shrink "
                               "every token's weight)")
         if not 0.0 < self.vllm_gpu_memory_utilization <= 1.0:
-            raise ConfigError("vllm_gpu_memory_utilization", "must be within (0, 1]")
-        return self
+            yield ConfigError("vllm_gpu_memory_utilization", "must be within (0, 1]")
 
     # ------------------------------------------------------------------------------------------
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> TrainConfig:
         """Build and validate a config; unknown keys are errors (a typo must not be ignored)."""
+        errors = cls.dict_errors(data)
+        if errors:
+            raise errors[0]
+        return cls(**data)
+
+    @classmethod
+    def dict_errors(cls, data: dict[str, Any]) -> list[ConfigError]:
+        """Every error ``from_dict(data)`` would raise the first of: unknown keys, then
+        ``errors()`` of the known ones."""
         known = {f.name for f in fields(cls)}
+        unknown = []
         for key in data:
             if key not in known:
                 close = [k for k in known if _similar(k, key)]
                 hint = f" (did you mean {close[0]!r}?)" if close else ""
-                raise ConfigError(key, f"unknown key{hint}")
-        return cls(**data).validate()
+                unknown.append(ConfigError(key, f"unknown key{hint}"))
+        return unknown + cls(**{k: v for k, v in data.items() if k in known}).errors()
 
     @classmethod
     def from_toml(cls, path: str | Path) -> TrainConfig:
@@ -234,7 +269,7 @@ def field_specs() -> list[dict[str, Any]]:
     return out
 
 
-def _check_type(name: str, value: Any, annotation: str) -> None:
+def _type_errors(name: str, value: Any, annotation: str) -> Iterator[ConfigError]:
     # Annotations are strings under `from __future__ import annotations`.
     if annotation.startswith("bool"):
         ok = isinstance(value, bool) or (value is None and "None" in annotation)
@@ -248,17 +283,17 @@ def _check_type(name: str, value: Any, annotation: str) -> None:
     else:  # pragma: no cover - every field has one of the types above
         ok = True
     if not ok:
-        raise ConfigError(name, f"expected {annotation}, got {value!r}")
+        yield ConfigError(name, f"expected {annotation}, got {value!r}")
 
 
-def _choice(name: str, value: str, choices: tuple[str, ...]) -> None:
+def _choice(name: str, value: str, choices: tuple[str, ...]) -> Iterator[ConfigError]:
     if value not in choices:
-        raise ConfigError(name, f"unknown value {value!r}; choose one of {', '.join(choices)}")
+        yield ConfigError(name, f"unknown value {value!r}; choose one of {', '.join(choices)}")
 
 
-def _positive(name: str, value: int) -> None:
+def _positive(name: str, value: int) -> Iterator[ConfigError]:
     if value < 1:
-        raise ConfigError(name, f"must be >= 1, got {value}")
+        yield ConfigError(name, f"must be >= 1, got {value}")
 
 
 def _similar(a: str, b: str) -> bool:

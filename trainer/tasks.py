@@ -14,6 +14,9 @@ from collections.abc import Collection
 
 from trainer.types import Prompt
 
+# How the built-in task's answers are written, for pages that show them.
+ANSWER_FORMAT = "the sum's digits reversed (least significant first)"
+
 
 def reversed_sum(a: int, b: int) -> str:
     """The answer the model must write: ``a + b``, digits reversed (``57+68`` -> ``521``)."""

@@ -12,3 +12,11 @@ def execute_run(run_id: int) -> str:
     from workers.execution import execute
 
     return execute(run_id)
+
+
+@app.task(name="workers.estimate_pass_rates", acks_late=True, ignore_result=True)
+def estimate_pass_rates(estimate_id: int) -> str:
+    """Sample the pass rates of a launch preflight (``Estimate``); see workers.preflight."""
+    from workers.preflight import execute_estimate
+
+    return execute_estimate(estimate_id)

@@ -7,12 +7,17 @@ title, axis titles with units and a legend, which the endpoint tests check.
 
 from __future__ import annotations
 
+import dataclasses
+import html
 import statistics
 from collections import defaultdict
 from typing import Any
 
 from experiments.models import Run
 
+from trainer.config import TrainConfig
+
+from . import heatmap as heatmap_data
 from . import selectors
 from .downsample import bucket_mean, minmax
 
@@ -33,6 +38,44 @@ def points_level(requested: int | None) -> int:
 # Colour-blind-safe palette (Okabe-Ito), stable per trace name so charts agree with each other.
 PALETTE = ["#0072B2", "#D55E00", "#009E73", "#CC79A7", "#E69F00", "#56B4E9", "#F0E442",
            "#000000"]
+
+# The domain of every quantity a chart plots: (lowest, highest), None where unbounded. An axis
+# that plots only bounded quantities is pinned to their domain, so a flat series (every reward
+# 0) sits at 0 on a 0-1 axis instead of mid-way on an autoscaled -1..1; counts start at 0.
+FRACTION = (0.0, 1.0)
+COUNT = (0.0, None)
+METRIC_DOMAINS: dict[str, tuple[float | None, float | None]] = {
+    **dict.fromkeys(("real_reward", "kept_reward", "reward_all", "zero_adv_frac",
+                     "first_round_all_correct", "first_round_all_wrong", "clip_frac_low",
+                     "clip_frac_high", "pass_rate", "eval"), FRACTION),
+    **dict.fromkeys(("samples", "tokens", "cum_samples", "cum_tokens", "entropy",
+                     "response_length", "time_generation", "time_scoring", "time_update",
+                     "time_step", "time_sync", "rollout_logprob_diff_mean",
+                     "rollout_logprob_diff_max", "unresolved", "unresolved_missing_pos",
+                     "unresolved_missing_neg", "grad_norm", "active", "outcome", "step",
+                     "wall_seconds", "samples_per_step", "prompts"), COUNT),
+    "policy_loss": (None, None),
+}
+
+
+def pin_axis(axis: dict[str, Any], *metrics: str) -> dict[str, Any]:
+    """Fix ``axis`` to the domain its metrics share: a bounded one is the range (with 2% room so
+    a line at either end stays visible), one bounded below starts the axis there."""
+    domains = {METRIC_DOMAINS[m] for m in metrics}
+    lo, hi = domains.pop() if len(domains) == 1 else (None, None)
+    if lo is not None and hi is not None:
+        pad = 0.02 * (hi - lo)
+        axis.update(range=[lo - pad, hi + pad], autorange=False)
+    elif lo == 0:
+        axis["rangemode"] = "tozero"
+    return axis
+
+
+def plotly_text(value: object) -> str:
+    """A user's string (run name, prompt text) as Plotly text: Plotly renders a subset of HTML
+    in names, titles and hover text, so ``<b>`` in a run name would be drawn bold. Entities are
+    shown as the characters they stand for."""
+    return html.escape(str(value), quote=False)
 
 
 def _layout(title: str, xtitle: str, ytitle: str, **extra: Any) -> dict[str, Any]:
@@ -79,6 +122,7 @@ def rewards(run: Run, max_points: int = MAX_POINTS) -> Fig:
         _line("kept-batch reward", s["step"], s["kept_reward"], PALETTE[1], max_points),
     ]
     layout = _layout("Reward per step", "training step", "mean reward (0-1)")
+    pin_axis(layout["yaxis"], "real_reward", "kept_reward")
     return _empty_note({"data": data, "layout": layout}, s["step"])
 
 
@@ -114,8 +158,9 @@ def funnel(run: Run, max_points: int = MAX_POINTS) -> Fig:
     layout = _layout(f"Elimination funnel (batch B = {batch} prompts)", "training step",
                      "outcome (prompts)", barmode="stack", bargap=0)
     layout["yaxis"]["domain"] = [0, 0.45]
-    layout["yaxis2"] = {"title": {"text": "still active (prompts)"}, "domain": [0.55, 1],
-                        "anchor": "x"}
+    pin_axis(layout["yaxis"], "outcome")
+    layout["yaxis2"] = pin_axis({"title": {"text": "still active (prompts)"},
+                                 "domain": [0.55, 1], "anchor": "x"}, "active")
     layout["height"] = 520
     return _empty_note({"data": data, "layout": layout}, steps)
 
@@ -137,15 +182,16 @@ def budget(run: Run, max_points: int = MAX_POINTS) -> Fig:
               yaxis="y4", line={"color": PALETTE[1], "width": 2.5}),
     ]
     layout = _layout("Sampling budget", "training step", "samples per step")
-    layout["yaxis"].update(domain=[0, 0.45], rangemode="tozero")
     # Counts start at zero: a backend that reports no tokens draws a flat line at 0, not at an
     # arbitrary mid-axis.
-    layout["yaxis2"] = {"title": {"text": "cumulative samples"}, "domain": [0.55, 1],
-                        "anchor": "x", "rangemode": "tozero"}
-    layout["yaxis3"] = {"title": {"text": "tokens per step"}, "overlaying": "y",
-                        "side": "right", "anchor": "x", "showgrid": False, "rangemode": "tozero"}
-    layout["yaxis4"] = {"title": {"text": "cumulative tokens"}, "overlaying": "y2",
-                        "side": "right", "anchor": "x", "showgrid": False, "rangemode": "tozero"}
+    pin_axis(layout["yaxis"], "samples").update(domain=[0, 0.45])
+    layout["yaxis2"] = pin_axis({"title": {"text": "cumulative samples"}, "domain": [0.55, 1],
+                                 "anchor": "x"}, "cum_samples")
+    layout["yaxis3"] = pin_axis({"title": {"text": "tokens per step"}, "overlaying": "y",
+                                 "side": "right", "anchor": "x", "showgrid": False}, "tokens")
+    layout["yaxis4"] = pin_axis({"title": {"text": "cumulative tokens"}, "overlaying": "y2",
+                                 "side": "right", "anchor": "x", "showgrid": False},
+                                "cum_tokens")
     layout["height"] = 520
     return _empty_note({"data": data, "layout": layout}, steps)
 
@@ -192,7 +238,7 @@ def metric_chart(run: Run, name: str, max_points: int = MAX_POINTS) -> Fig:
             continue
         data.append(_line(label, s["step"], s[key], PALETTE[i], max_points, **extra))
     layout = _layout(title, "training step", ytitle)
-    layout["yaxis"]["rangemode"] = "tozero"
+    pin_axis(layout["yaxis"], *(k for k, _ in keys))
     fig = _empty_note({"data": data, "layout": layout}, s["step"])
     if s["step"] and all(v is None for key, _ in keys for v in s[key]):
         # Steps exist but none carries these metrics (e.g. the rollout gap of a run whose
@@ -206,11 +252,11 @@ def metric_chart(run: Run, name: str, max_points: int = MAX_POINTS) -> Fig:
 def evaluation(run: Run) -> Fig:
     e = selectors.eval_series(run.pk)
     names = {"greedy_accuracy": "greedy accuracy"}
-    data = [{"type": "scatter", "mode": "lines+markers", "name": names.get(k, k), "x": e["step"],
-             "y": e[k], "line": {"color": PALETTE[i % len(PALETTE)]}}
+    data = [{"type": "scatter", "mode": "lines+markers", "name": plotly_text(names.get(k, k)),
+             "x": e["step"], "y": e[k], "line": {"color": PALETTE[i % len(PALETTE)]}}
             for i, k in enumerate(k for k in e if k != "step")]
     layout = _layout("Held-out evaluation", "training step", "fraction of eval prompts (0-1)")
-    layout["yaxis"]["range"] = [0, 1.02]
+    pin_axis(layout["yaxis"], "eval")
     fig = _empty_note({"data": data, "layout": layout}, e["step"])
     if not e["step"]:
         fig["layout"]["annotations"][0]["text"] = (
@@ -218,29 +264,51 @@ def evaluation(run: Run) -> Fig:
     return fig
 
 
-def heatmap(run: Run) -> Fig:
-    """Samples per prompt and step. The exit round per cell travels as a compact integer matrix
-    (``exit_rounds``: 0 = unresolved, null = not sampled) that charts.js turns into hover text;
-    as strings it would triple a 512-prompt x 600-step payload."""
-    h = selectors.heatmap(run)
-    width = h["steps_per_column"]
+def heatmap(run: Run, *, sort: str = "samples", query: str = "",
+            rows: tuple[int, int] | None = None) -> Fig:
+    """Samples per prompt and step for every prompt the run sampled: rows are prompts (sorted by
+    ``sort``, filtered by ``query``, positions ``rows`` of that list) or, when they outnumber
+    the pixels, bins of consecutive rows (mean samples per appearance). The subtitle says which.
+
+    Per cell the hover needs the appearances, the unresolved ones and the latest exit round;
+    they travel as compact integer matrices that charts.js turns into hover text (as strings
+    they would triple the payload). ``row_ranges`` lets a click on a bin zoom into its rows."""
+    v = heatmap_data.view(run, sort=sort, query=query, rows=rows)
+    width = v.width
     xtitle = "training step" + (f" ({width} steps per column)" if width > 1 else "")
     step_hover = "step %{x}" if width == 1 else f"steps around %{{x}} ({width} per column)"
+    who = "prompt %{y}" if v.bin_size == 1 else f"prompts at rows %{{y}} ({v.bin_size} per bin)"
+    known = {f.name for f in dataclasses.fields(TrainConfig)}
+    most = TrainConfig(**{k: v for k, v in (run.config or {}).items()
+                          if k in known}).max_samples_per_prompt
     data = [{
-        "type": "heatmap", "name": "samples spent", "x": h["x"], "y": h["labels"], "z": h["z"],
-        "hovertemplate": f"prompt %{{y}}, {step_hover}<br>samples: %{{z}}<br>%{{text}}"
-                         "<extra></extra>",
-        "colorscale": "Viridis", "hoverongaps": False,
-        "colorbar": {"title": {"text": "samples per step"}},
+        "type": "heatmap", "name": "samples spent", "x": v.x, "y": v.labels, "z": v.z,
+        "hovertemplate": f"{who}, {step_hover}<br>%{{text}}<extra></extra>",
+        "colorscale": "Viridis", "hoverongaps": False, "xgap": 0, "ygap": 0,
+        # The colour scale spans what a prompt can spend in a step, so a run where every
+        # prompt spends the maximum reads "32 of 32", not an autoscaled 31.6-32.4.
+        "zmin": 0, "zmax": max(most, 1),
+        "colorbar": {"title": {"text": "samples per step" + (" (bin mean)"
+                                                             if v.bin_size > 1 else "")}},
     }]
-    layout = _layout("Samples spent per prompt and step (click a cell: prompt history)", xtitle,
-                     "prompt (index in set)", hovermode="closest")
-    layout["yaxis"]["type"] = "category"
-    layout["yaxis"]["autorange"] = "reversed"
-    layout["height"] = max(320, min(900, 14 * len(h["labels"]) + 140))
+    title = "Samples spent per prompt and step"
+    title += " (click a bin: zoom into its rows)" if v.bin_size > 1 else (
+        " (click a cell: prompt history)")
+    ylabel = ("prompt (index in set)" if v.bin_size == 1
+              else f"rows of prompts ({heatmap_data.SORTS.get(v.sort, v.sort)})")
+    layout = _layout(title, xtitle, ylabel, hovermode="closest")
+    layout["title"]["subtitle"] = {"text": plotly_text(heatmap_data.describe(v))}
+    # Room for the subtitle above and for row labels such as "1,993–2,000" on the left.
+    layout["margin"].update(t=80, l=110)
+    layout["yaxis"].update(type="category", autorange="reversed", fixedrange=True)
+    nrows = len(v.labels)
+    per_row = max(heatmap_data.MIN_ROW_PX, min(14, 900 // max(nrows, 1)))
+    layout["height"] = max(320, per_row * nrows + 170)
     # Heatmaps have no legend entries; the colour bar is their legend.
-    return {"data": data, "layout": layout, "prompt_ids": h["prompt_ids"],
-            "exit_rounds": h["exit_rounds"]}
+    return {"data": data, "layout": layout, "prompt_ids": v.prompt_ids,
+            "texts": [plotly_text(t[:80]) for t in v.texts], "counts": v.counts,
+            "unresolved": v.unresolved, "exit_rounds": v.exit_rounds,
+            "row_ranges": v.row_ranges, "bin_size": v.bin_size}
 
 
 def prompt_pass_rate(run: Run, prompt_id: int) -> Fig:
@@ -253,7 +321,7 @@ def prompt_pass_rate(run: Run, prompt_id: int) -> Fig:
              "line": {"color": PALETTE[0]}}]
     layout = _layout("Estimated pass rate of this prompt", "training step",
                      "positives / samples (0-1)", hovermode="closest")
-    layout["yaxis"]["range"] = [-0.05, 1.05]
+    pin_axis(layout["yaxis"], "pass_rate")
     return _empty_note({"data": data, "layout": layout}, p["step"])
 
 
@@ -270,14 +338,14 @@ COMPARE_METRICS = {"real_reward": "real reward (0-1)", "kept_reward": "kept-batc
 
 
 def _run_label(run: Run) -> str:
-    return f"{run.name} ({selectors.ALGORITHM_LABELS.get(run.algorithm, run.algorithm)})"
+    return plotly_text(f"{run.name} "
+                       f"({selectors.ALGORITHM_LABELS.get(run.algorithm, run.algorithm)})")
 
 
 def compare(runs: list[Run], x_axis: str = "step", metric: str = "real_reward",
             max_points: int = MAX_POINTS) -> Fig:
     """Overlay runs; runs that differ only by seed become one mean line with a min-max band."""
-    x_key, x_title = X_AXES.get(x_axis, X_AXES["step"])
-    metric = metric if metric in COMPARE_METRICS else "real_reward"
+    x_key, x_title = X_AXES[x_axis]
     json_metrics = tuple(m for m in (metric,) if m in selectors.METRIC_KEYS)
     series = {r.pk: selectors.step_series(r.pk, json_metrics) for r in runs}
     groups: dict[str, list[Run]] = defaultdict(list)
@@ -317,6 +385,8 @@ def compare(runs: list[Run], x_axis: str = "step", metric: str = "real_reward",
         data.append(_line(label, xs, mean, color, max_points, legendgroup=f"g{gi}"))
     layout = _layout(f"{COMPARE_METRICS[metric].split(' (')[0].capitalize()} vs {x_title}",
                      x_title, COMPARE_METRICS[metric])
+    pin_axis(layout["xaxis"], x_key)
+    pin_axis(layout["yaxis"], metric)
     layout["height"] = 460
     return {"data": data, "layout": layout}
 
@@ -332,10 +402,10 @@ def pass_rate_scatter(run_a: Run, run_b: Run) -> Fig:
         {"type": "scattergl", "mode": "lines", "name": "equal pass rate", "x": [0, 1],
          "y": [0, 1], "line": {"color": "#888888", "dash": "dash"}, "hoverinfo": "skip"},
     ]
-    layout = _layout("Per-prompt pass rate", f"pass rate in A: {run_a.name} (0-1)",
-                     f"pass rate in B: {run_b.name} (0-1)", hovermode="closest")
-    layout["xaxis"]["range"] = [-0.02, 1.02]
-    layout["yaxis"]["range"] = [-0.02, 1.02]
+    layout = _layout("Per-prompt pass rate", f"pass rate in A: {plotly_text(run_a.name)} (0-1)",
+                     f"pass rate in B: {plotly_text(run_b.name)} (0-1)", hovermode="closest")
+    pin_axis(layout["xaxis"], "pass_rate")
+    pin_axis(layout["yaxis"], "pass_rate")
     layout["height"] = 460
     fig = {"data": data, "layout": layout}
     if not p["a"]:
@@ -362,7 +432,8 @@ def charts_for(run: Run) -> list[str]:
             if c != "heatmap" and CHART_APPLIES.get(c, lambda _run: True)(run)]
 
 
-def run_chart(run: Run, name: str, max_points: int = MAX_POINTS) -> Fig:
+def run_chart(run: Run, name: str, max_points: int = MAX_POINTS, **options: Any) -> Fig:
+    """The figure ``name`` of RUN_CHARTS; ``options`` are the heatmap's (sort, query, rows)."""
     if name == "rewards":
         return rewards(run, max_points)
     if name == "funnel":
@@ -370,9 +441,56 @@ def run_chart(run: Run, name: str, max_points: int = MAX_POINTS) -> Fig:
     if name == "budget":
         return budget(run, max_points)
     if name == "heatmap":
-        return heatmap(run)
+        return heatmap(run, **options)
     if name == "eval":
         return evaluation(run)
     if name in METRIC_CHARTS:
         return metric_chart(run, name, max_points)
     raise KeyError(name)
+
+
+# --- launch preflight ----------------------------------------------------------------------------
+
+ESTIMATE_CHARTS = ("budget", "passrates")
+
+
+def estimate_chart(name: str, estimate: Any, context: dict[str, Any]) -> Fig:
+    """``budget``: expected samples per step of every algorithm against GRPO's B x n;
+    ``passrates``: the histogram of the measured pass rates. ``context`` is the estimate panel's
+    (predictions and summary for the requested run shape)."""
+    shape, rows = context["shape"], [r for r in context["predictions"] if not r["error"]]
+    if name == "budget":
+        bxn = context["bxn"]
+        labels = [r["label"] for r in rows]
+        # Horizontal bars: the algorithms' names read without rotation.
+        data = [
+            {"type": "bar", "orientation": "h", "name": "expected samples per step",
+             "y": labels, "x": [round(r["samples_per_step"], 1) for r in rows],
+             "text": [f"{r['multiple_of_grpo']:.2f}x" for r in rows], "textposition": "outside",
+             "cliponaxis": False, "marker": {"color": PALETTE[0]},
+             "hovertemplate": "%{y}: %{x:.0f} samples per step (%{text} B x n)<extra></extra>"},
+            {"type": "scatter", "mode": "lines", "name": f"GRPO budget B x n = {bxn} samples",
+             "y": labels, "x": [bxn] * len(rows),
+             "line": {"color": "#888888", "dash": "dash"}, "hoverinfo": "skip"},
+        ]
+        layout = _layout(f"Expected sampling budget (B = {shape['batch_size']}, "
+                         f"n = {shape['group_size']}, M = {shape['samples_per_round']}, "
+                         f"N = {shape['max_rounds']})", "samples per step", "algorithm",
+                         hovermode="closest")
+        pin_axis(layout["xaxis"], "samples_per_step")
+        # The margin grows to fit the algorithms' names and, beside them, the axis title.
+        layout["yaxis"].update(autorange="reversed", automargin=True)
+        layout["yaxis"]["title"]["standoff"] = 12
+        return {"data": data, "layout": layout}
+    rates = (context["summary"] or {}).get("pass_rates", [])
+    k = estimate.samples_per_prompt
+    data = [{"type": "histogram", "name": "sampled prompts", "x": rates,
+             "xbins": {"start": -0.5 / k, "end": 1 + 0.5 / k, "size": 1 / k},
+             "marker": {"color": PALETTE[2]},
+             "hovertemplate": "pass rate %{x:.2f}: %{y} prompts<extra></extra>"}]
+    layout = _layout(f"Measured pass rates ({len(rates)} prompts, k = {k} responses each)",
+                     "pass rate (0-1)", "prompts", hovermode="closest", bargap=0.05)
+    # The pass-rate domain widened by half a bin, so the bins at 0 and 1 are drawn whole.
+    layout["xaxis"].update(range=[-0.5 / k, 1 + 0.5 / k], autorange=False)
+    pin_axis(layout["yaxis"], "prompts")
+    return {"data": data, "layout": layout}

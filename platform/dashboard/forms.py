@@ -4,21 +4,23 @@ the browser without touching this file."""
 
 from __future__ import annotations
 
+import json
+from collections.abc import Sequence
 from typing import Any
 
 from django import forms
-from experiments import services
+from experiments import preflight, services
 from experiments.models import PromptSet, Run
 
 from trainer.config import (
     ALGORITHMS,
     BACKENDS,
     BUILTIN_MODEL,
+    BUILTIN_TASK,
     DEVICES,
     VERIFIERS,
-    ConfigError,
-    TrainConfig,
     field_specs,
+    recommended_lr,
 )
 
 from .selectors import ALGORITHM_LABELS
@@ -63,9 +65,21 @@ class LaunchForm(forms.Form):
                               help_text="Workers that may take the run.")
     retention = forms.ChoiceField(choices=Run.Retention.choices, initial=Run.Retention.ALL,
                                   help_text="Which response texts are stored.")
+    # The preflight (the Estimate button): not part of the run.
+    estimate_samples = forms.IntegerField(
+        required=False, min_value=1, max_value=preflight.MAX_K, initial=preflight.DEFAULT_K,
+        label="responses per prompt (k)",
+        help_text="Estimate: responses drawn per sampled prompt. Unit: responses.")
+    estimate_prompts = forms.IntegerField(
+        required=False, min_value=1, max_value=preflight.MAX_PROMPTS,
+        initial=preflight.DEFAULT_PROMPTS, label="prompts sampled",
+        help_text="Estimate: a seeded random subset of the prompt set. Unit: prompts.")
+    RUN_SHAPE = ("batch_size", "group_size", "samples_per_round", "max_rounds")
 
-    def __init__(self, *args: Any, **kwargs: Any) -> None:
+    def __init__(self, *args: Any, estimate: bool = False, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
+        # An estimate launches nothing: it needs no run name.
+        self.fields["name"].required = not estimate
         self.config_groups: dict[str, list[str]] = {}
         for spec in field_specs():
             if spec["name"] in SERVICE_OWNED:
@@ -75,6 +89,10 @@ class LaunchForm(forms.Form):
         self.fields["model"].widget.attrs["list"] = "model-choices"
         self.fields["model"].required = True
         self.fields["model"].initial = BUILTIN_MODEL
+        # The paper's lr default is for 1.5B-7B models; the built-in model wants its own.
+        self.fields["lr"].initial = recommended_lr(BUILTIN_MODEL)
+        self.fields["lr"].widget.attrs["data-lr-by-model"] = json.dumps(
+            {BUILTIN_MODEL: recommended_lr(BUILTIN_MODEL), "": recommended_lr("")})
 
     def grouped(self) -> list[tuple[str, list[forms.BoundField]]]:
         order = ["algorithm", "model", "optimisation", "data", "run"]
@@ -82,27 +100,36 @@ class LaunchForm(forms.Form):
         return [(GROUP_TITLES.get(g, g), [self[n] for n in self.config_groups[g]])
                 for g in groups]
 
+    def run_shape(self) -> dict[str, int]:
+        """B, n, M and N as entered (the defaults where a value did not parse)."""
+        data = getattr(self, "cleaned_data", {})
+        return {k: data.get(k) or self.fields[k].initial for k in self.RUN_SHAPE}
+
     def config_dict(self) -> dict[str, Any]:
+        """The config fields that passed the form's own checks (the others keep their
+        defaults, so the remaining fields can still be checked)."""
         return {name: self.cleaned_data[name] for names in self.config_groups.values()
-                for name in names}
+                for name in names if name in self.cleaned_data}
 
     def clean(self) -> dict[str, Any]:
         cleaned = super().clean()
-        if self.errors:
-            return cleaned
-        # Validate exactly as the CLI does; prompts are checked by the service against the set.
-        try:
-            TrainConfig.from_dict({**self.config_dict(), "prompts": "builtin:arithmetic",
-                                   "eval_prompts": ""})
-        except ConfigError as exc:
-            self.add_config_error(exc)
+        # Every field at once: the CLI's config checks and the launch service's own, on the
+        # values that passed the form's type checks; prompts come from the chosen set.
+        self.add_launch_errors(services.launch_errors(
+            {**self.config_dict(), "prompts": BUILTIN_TASK, "eval_prompts": ""},
+            name=cleaned.get("name") or "-", prompt_set=cleaned.get("prompt_set"),
+            queue=cleaned.get("queue", "cpu"), retention=cleaned.get("retention", "all")))
         return cleaned
 
-    def add_config_error(self, exc: Any) -> None:
-        """Attach a ConfigError / LaunchError (both carry ``field`` and ``reason``) to the field it
-        names, or to the form when the field is not on it."""
-        target = exc.field if exc.field in self.fields else None
-        self.add_error(target, exc.reason if target else f"{exc.field}: {exc.reason}")
+    def add_launch_errors(self, errors: Sequence[tuple[str, str]]) -> None:
+        """Attach (field, reason) pairs to their fields, or to the form when the field is not
+        on it; a field that already has an error from the form keeps just that one."""
+        had_error = set(self.errors)
+        for name, reason in errors:
+            if name in had_error:
+                continue
+            target = name if name in self.fields else None
+            self.add_error(target, reason if target else f"{name}: {reason}")
 
 
 def initial_from_run(run: Run) -> dict[str, Any]:

@@ -4,6 +4,11 @@ Django's form fields do the parsing, so every view treats odd input alike: ``str
 accepts "²", which ``int()`` refuses; numbers may exceed the database's integer columns;
 PostgreSQL refuses strings with NUL characters. A value that does not parse, or falls outside its
 range, counts as absent: views never see a malformed number or string.
+
+Except for what a page shows: a parameter that chooses the view itself (a chart's x axis or
+metric, the heatmap's order or row range) is read with the ``require_*`` functions, and a value
+that does not parse is a 400 naming the parameter and what it accepts (``BadParameter``), never
+a silent default: a shared URL shows what its author saw, or says why it cannot.
 """
 
 from __future__ import annotations
@@ -12,7 +17,7 @@ from collections.abc import Iterable, Mapping
 from typing import Any
 
 from django import forms
-from django.core.exceptions import ValidationError
+from django.core.exceptions import BadRequest, ValidationError
 from django.http import QueryDict
 
 # Primary keys are PostgreSQL bigints.
@@ -60,3 +65,33 @@ def get_choice(params: QueryDict | Mapping[str, Any], key: str, choices: Iterabl
     """One of ``choices``, or "" (no choice)."""
     value = params.get(key, "")
     return value if value in set(choices) else ""
+
+
+class BadParameter(BadRequest):
+    """A view-choosing parameter that does not parse; the message names it (a 400 page shows it,
+    ``webapp.views.bad_request``)."""
+
+
+def require_choice(params: QueryDict, key: str, choices: Iterable[str], default: str) -> str:
+    """One of ``choices`` (``default`` when the parameter is absent or empty); anything else is
+    a ``BadParameter``."""
+    value = params.get(key, "")
+    options = list(choices)
+    if value == "":
+        return default
+    if value not in options:
+        raise BadParameter(f"{key}: {value[:40]!r} is not one of {', '.join(options)}")
+    return value
+
+
+def require_range(params: QueryDict, key: str) -> tuple[int, int] | None:
+    """``FROM-TO`` (1-based, inclusive, FROM <= TO) or None when absent; else ``BadParameter``."""
+    raw = params.get(key, "")
+    if raw == "":
+        return None
+    lo, sep, hi = raw.partition("-")
+    bounds = [_clean(forms.IntegerField(min_value=1, max_value=MAX_ID), v) for v in (lo, hi)]
+    if not sep or None in bounds or bounds[0] > bounds[1]:
+        raise BadParameter(f"{key}: {raw[:40]!r} is not FROM-TO with 1 <= FROM <= TO "
+                           "(e.g. 1-64)")
+    return bounds[0], bounds[1]

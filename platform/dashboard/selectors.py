@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from django.core.cache import cache
-from django.db import connection, transaction
+from django.db import connection
 from django.db.models import Q, QuerySet
 from django.utils import timezone
 from experiments.models import (
@@ -45,6 +45,13 @@ CACHE_FINISHED = os.environ.get("DASHBOARD_CACHE", "1") != "0"
 
 ALGORITHM_LABELS = {"grpo": "GRPO", "ada-pos": "Reinforce-Ada-pos",
                     "ada-balance": "Reinforce-Ada-balance"}
+
+
+def algorithm_label(algorithm: str, group_size: int | None = None) -> str:
+    """How the dashboard names an algorithm; with ``group_size``, GRPO's ("GRPO n=16"): GRPO
+    with a larger group is another budget, the others keep n for the update only."""
+    label = ALGORITHM_LABELS.get(algorithm, algorithm)
+    return f"{label} n={group_size}" if group_size and algorithm == "grpo" else label
 
 
 def _fetch(sql: str, params: list[Any]) -> list[tuple[Any, ...]]:
@@ -88,6 +95,18 @@ def runs_by_ids(ids: list[int]) -> list[Run]:
 
 def prompt_sets() -> QuerySet[PromptSet]:
     return PromptSet.objects.order_by("-created_at")
+
+
+def answer_note(prompt_set: PromptSet, prompt: Prompt | None = None) -> str:
+    """Words on how the set's answers are written where it is not the obvious way: the built-in
+    task's answers are the sum's digits reversed ("749" answers 946+1=)."""
+    from trainer.tasks import ANSWER_FORMAT
+
+    if prompt_set.source != PromptSet.Source.BUILTIN:
+        return ""
+    if prompt is None:
+        return f"answers are {ANSWER_FORMAT}"
+    return f"{ANSWER_FORMAT}: {prompt.answer} is the sum {prompt.answer.strip()[::-1]}"
 
 
 def prompt_set_preview(prompt_set: PromptSet, limit: int = 20) -> list[Prompt]:
@@ -135,13 +154,18 @@ def step_series(run_id: int, metrics: tuple[str, ...] = ()) -> dict[str, list[An
     return cols
 
 
+def is_eval_fraction(key: str) -> bool:
+    """Whether an evaluation metric is a fraction of the eval prompts (greedy accuracy, avg@k,
+    pass@k); the others (prompts, k, verifier errors) are counts."""
+    return key == "greedy_accuracy" or key.startswith(("avg@", "pass@"))
+
+
 def eval_series(run_id: int) -> dict[str, Any]:
     """Held-out evaluations in step order: {"step": [...], metric: [...]} for the fractions
     (greedy accuracy, avg@k, pass@k); counts such as ``prompts`` and ``k`` are left out."""
     rows = list(EvalResult.objects.filter(run_id=run_id).order_by("step")
                 .values_list("step", "metrics"))
-    keys = sorted({k for _, m in rows for k in m
-                   if k == "greedy_accuracy" or k.startswith(("avg@", "pass@"))})
+    keys = sorted({k for _, m in rows for k in m if is_eval_fraction(k)})
     out: dict[str, Any] = {"step": [s for s, _ in rows]}
     for k in keys:
         out[k] = [m.get(k) for _, m in rows]
@@ -164,91 +188,6 @@ def round_series(run_id: int) -> dict[str, Any]:
         active[step, rnd] = act
         finished[step, rnd] = fin
     return {"steps": steps, "max_round": max_round, "active": active, "finished": finished}
-
-
-# --- heatmap -----------------------------------------------------------------------------------
-
-def heatmap(run: Run, max_cols: int = 100, max_rows: int = 600) -> dict[str, Any]:
-    """Prompt x step matrix of samples spent, with the exit round for the hover.
-
-    Steps are grouped into at most ``max_cols`` columns of a width fixed by the run's planned
-    length, so the matrix keeps its shape while the run trains. A cell holds the mean samples per
-    appearance and the exit round (the latest round an appearance exited at, 0 if one stayed
-    unresolved). Rows are the prompts the run sampled, in set order; when there are more than
-    ``max_rows``, the ones with most samples are kept, since those are where the budget went.
-
-    Cells are sums, counts, minima and maxima, which merge: the aggregate of the steps seen so far
-    is cached and each request adds only the steps recorded since, so a live 600-step run costs
-    one step's rows per refresh instead of 300k.
-    """
-    last = _fetch(f"SELECT COALESCE(MAX(step), 0) FROM {Step._meta.db_table} WHERE run_id = %s",
-                  [run.pk])[0][0]
-    width = max(1, -(-max(run.total_steps, last) // max_cols))  # steps per column, ceil
-    ranked = run.prompt_set.size > max_rows
-    # attempts: a resumed run rewrites steps after its checkpoint, so its cells start afresh.
-    key = f"dash:heatmap-cells:{run.pk}:{run.attempts}:{width}"
-    state = cache.get(key) if CACHE_FINISHED and not ranked else None
-    if state is None or state["upto"] > last:
-        state = {"upto": 0, "rows": {}}
-    if last > state["upto"]:
-        _merge_heatmap_cells(run, state, width, max_rows if ranked else None, last)
-        if CACHE_FINISHED and not ranked:
-            cache.set(key, state, timeout=6 * 3600)
-    rows: dict[int, list[list[Any]]] = state["rows"]
-    index_of = dict(Prompt.objects.filter(pk__in=list(rows)).values_list("id", "index"))
-    prompt_ids = sorted(rows, key=lambda pid: index_of.get(pid, pid))
-    ncols = -(-last // width) if last else 0
-    z: list[list[int | None]] = []
-    exits: list[list[int | None]] = []
-    for pid in prompt_ids:
-        sums, counts, mins, maxs = (column[:ncols] for column in rows[pid])
-        z.append([round(t / c) if c else None for t, c in zip(sums, counts, strict=True)])
-        exits.append([None if not c else (0 if lo == 0 else hi)
-                      for c, lo, hi in zip(counts, mins, maxs, strict=True)])
-    xs = [col * width + (width + 1) / 2 if width > 1 else col + 1 for col in range(ncols)]
-    return {"x": xs, "z": z, "exit_rounds": exits, "prompt_ids": prompt_ids,
-            "labels": [f"#{index_of.get(pid, pid)}" for pid in prompt_ids],
-            "steps_per_column": width, "last_step": last}
-
-
-def _merge_heatmap_cells(run: Run, state: dict[str, Any], width: int, max_rows: int | None,
-                         last: int) -> None:
-    """Add the prompt-steps recorded after ``state["upto"]`` to the per-prompt columns of sums,
-    counts, minimum exit rounds (0: unresolved) and maximum exit rounds."""
-    ps = PromptStep._meta.db_table
-    where, params = "ps.run_id = %s AND ps.step > %s AND ps.step <= %s", [
-        run.pk, state["upto"], last]
-    if max_rows is not None:
-        where += (f" AND ps.prompt_id IN (SELECT prompt_id FROM {ps} WHERE run_id = %s "
-                  f"GROUP BY prompt_id ORDER BY SUM(samples) DESC, prompt_id LIMIT %s)")
-        params += [run.pk, max_rows]
-    with transaction.atomic(), connection.cursor() as cur:
-        # The hash aggregate over a long run's prompt-steps spills to disk at the default 4 MB.
-        cur.execute("SET LOCAL work_mem = '32MB'")
-        cur.execute(
-            f"SELECT ps.prompt_id, (ps.step - 1) / %s, SUM(ps.samples)::int, COUNT(*)::int, "
-            f"MIN(COALESCE(ps.exit_round, 0)), MAX(ps.exit_round) "
-            f"FROM {ps} ps WHERE {where} GROUP BY 1, 2", [width, *params])
-        fetched = cur.fetchall()
-    ncols = -(-max(run.total_steps, last) // width)
-    rows = state["rows"]
-    for pid, col, total, count, min_exit, max_exit in fetched:
-        r = rows.get(pid)
-        if r is None:
-            r = rows[pid] = [[0] * ncols, [0] * ncols, [None] * ncols, [None] * ncols]
-        elif len(r[0]) < ncols:  # the run went past its planned length
-            for column, fill in zip(r, (0, 0, None, None), strict=True):
-                column.extend([fill] * (ncols - len(column)))
-        sums, counts, mins, maxs = r
-        if counts[col]:
-            sums[col] += total
-            counts[col] += count
-            mins[col] = min(mins[col], min_exit)
-            if max_exit is not None and (maxs[col] is None or max_exit > maxs[col]):
-                maxs[col] = max_exit
-        else:
-            sums[col], counts[col], mins[col], maxs[col] = total, count, min_exit, max_exit
-    state["upto"] = last
 
 
 def cached_for_finished(name: str, runs: list[Run], compute: Any) -> Any:

@@ -22,14 +22,15 @@ from django.http import (
 from django.shortcuts import get_object_or_404, redirect, render
 from django.urls import reverse
 from django.utils.html import format_html_join
+from django.utils.http import urlencode
 from django.views.decorators.http import require_POST
-from experiments import services
-from experiments.models import Prompt, PromptSet, Run
+from experiments import preflight, services
+from experiments.models import Estimate, Prompt, PromptSet, Run
 from webapp.uploads import accepts_files, rejected_files
 
-from trainer.config import BUILTIN_MODEL, ConfigError
+from trainer.config import BUILTIN_MODEL
 
-from . import charts, params, selectors
+from . import charts, heatmap, params, selectors
 from .forms import BuiltinForm, LaunchForm, UploadForm, clone_diff, initial_from_run
 
 POLL_SECONDS = 2
@@ -46,6 +47,19 @@ def _run_or_404(run_id: int | None) -> Run:
 
 def _max_points(request: HttpRequest) -> int:
     return charts.points_level(params.get_int(request.GET, "points", min_value=1))
+
+
+def _prompt_of_run_or_404(run: Run, prompt_id: int) -> Prompt:
+    """A prompt of the run's own prompt set: an id from another set is not this run's prompt."""
+    return get_object_or_404(Prompt, pk=prompt_id, prompt_set_id=run.prompt_set_id)
+
+
+def _heatmap_options(request: HttpRequest) -> dict[str, Any]:
+    """The heatmap's order, search and row range (``charts.heatmap`` keywords); an order or
+    range that does not parse is a 400."""
+    return {"sort": params.require_choice(request.GET, "sort", heatmap.SORTS, "samples"),
+            "query": params.get_text(request.GET, "q"),
+            "rows": params.require_range(request.GET, "rows")}
 
 
 # --- runs --------------------------------------------------------------------------------------
@@ -73,9 +87,14 @@ def run_launch(request: HttpRequest) -> HttpResponse:
     if clone:
         source = _run_or_404(params.parse_id(clone))
     diff: list[tuple[str, Any, Any]] | None = None
+    estimate = None
     if request.method == "POST":
-        form = LaunchForm(request.POST)
-        if form.is_valid():
+        action = request.POST.get("action", "launch")
+        form = LaunchForm(request.POST, estimate=action.startswith("estimate"))
+        if form.is_valid() and action.startswith("estimate"):
+            # The preflight: sample on a worker, shown under the form, which keeps its values.
+            estimate = _request_estimate(request, form)
+        elif form.is_valid():
             diff = clone_diff(form, source) if source else None
             # A clone is shown with its differences first and launched on confirmation.
             if source is None or request.POST.get("confirm") == "1":
@@ -85,8 +104,8 @@ def run_launch(request: HttpRequest) -> HttpResponse:
                         form.cleaned_data["prompt_set"], eval_set=form.cleaned_data["eval_set"],
                         queue=form.cleaned_data["queue"],
                         retention=form.cleaned_data["retention"], cloned_from=source)
-                except (ConfigError, services.LaunchError) as exc:
-                    form.add_config_error(exc)
+                except services.LaunchError as exc:
+                    form.add_launch_errors(exc.pairs)
                 else:
                     return _launched(request, run, "Launched")
     else:
@@ -97,16 +116,25 @@ def run_launch(request: HttpRequest) -> HttpResponse:
         form = LaunchForm(initial=initial)
     return render(request, "dashboard/run_launch.html", {
         "form": form, "source": source, "diff": diff, "builtin_model": BUILTIN_MODEL,
-        "has_prompt_sets": PromptSet.objects.exists()})
+        "has_prompt_sets": PromptSet.objects.exists(),
+        **(_estimate_context(request, estimate, form.run_shape()) if estimate else {})})
 
 
 @login_required
 def run_detail(request: HttpRequest, run_id: int) -> HttpResponse:
     run = _run_or_404(run_id)
+    # The heatmap's order, search and row range travel in the page URL, so a view is a link.
+    options = _heatmap_options(request)
+    rows = options["rows"]
+    shown = {"sort": request.GET.get("sort", ""), "q": options["query"],
+             "rows": f"{rows[0]}-{rows[1]}" if rows else ""}
     return render(request, "dashboard/run_detail.html", {
         **_status_context(request, run),
         "charts": charts.charts_for(run),
         "config_rows": sorted((run.config or {}).items()),
+        "heatmap_sorts": heatmap.SORTS,
+        "heatmap": {**options, "params": shown,
+                    "query_string": urlencode({k: v for k, v in shown.items() if v})},
     })
 
 
@@ -119,9 +147,10 @@ def _status_context(request: HttpRequest, run: Run) -> dict[str, Any]:
 
 @login_required
 def run_status(request: HttpRequest, run_id: int) -> HttpResponse:
-    """The live header of the run page; htmx polls it while the run is queued or running."""
+    """The live header of the run page; htmx polls it while the run is queued or running. The
+    run's actions come along out of band: Delete appears the moment a run finishes."""
     return render(request, "dashboard/_run_status.html",
-                  _status_context(request, _run_or_404(run_id)))
+                  {**_status_context(request, _run_or_404(run_id)), "oob": True})
 
 
 @login_required
@@ -129,16 +158,26 @@ def run_chart(request: HttpRequest, run_id: int, name: str) -> HttpResponse:
     run = _run_or_404(run_id)
     if name not in charts.RUN_CHARTS:
         raise Http404("no such chart")
-    # A finished run's figures are final: keep the encoded JSON (the heatmap's is 340 KiB at
+    # A finished run's figures are final: keep the encoded JSON (the heatmap's is 400 KiB at
     # paper scale, and re-encoding it costs more than the rest of the request). The key holds
-    # only what changes the figure, so a client cannot grow the cache by varying the query.
+    # only what changes the figure, so a client cannot grow the cache by varying the query: a
+    # searched or zoomed heatmap is not kept (it is built from the cached cells in tens of ms),
+    # its five orders are.
+    options = _heatmap_options(request) if name == "heatmap" else {}
     if name in charts.FULL_RESOLUTION_CHARTS:
         key, points = f"chart.{name}", charts.MAX_POINTS
     else:
         points = _max_points(request)
         key = f"chart.{name}.{points}"
-    body = selectors.cached_for_finished(
-        key, [run], lambda: json.dumps(charts.run_chart(run, name, points)).encode())
+
+    def figure() -> bytes:
+        return json.dumps(charts.run_chart(run, name, points, **options)).encode()
+
+    if options.get("query") or options.get("rows"):
+        return HttpResponse(figure(), content_type="application/json")
+    if options:
+        key += f".{options['sort']}"
+    body = selectors.cached_for_finished(key, [run], figure)
     return HttpResponse(body, content_type="application/json")
 
 
@@ -192,13 +231,14 @@ def _launched(request: HttpRequest, run: Run, what: str) -> HttpResponse:
 @login_required
 def prompt_history(request: HttpRequest, run_id: int, prompt_id: int) -> HttpResponse:
     run = _run_or_404(run_id)
-    prompt = get_object_or_404(Prompt, pk=prompt_id)
+    prompt = _prompt_of_run_or_404(run, prompt_id)
     before = params.get_int(request.GET, "before", min_value=0)
     if before is None and request.GET.get("before"):
         return HttpResponseBadRequest("before must be a step number")
     history = selectors.prompt_history(run, prompt, before_step=before)
     return render(request, "dashboard/prompt_history.html",
                   {"run": run, "prompt": prompt, **history,
+                   "answer_note": selectors.answer_note(run.prompt_set, prompt),
                    "summary_rows": _summary_rows(history["all_steps"])})
 
 
@@ -220,7 +260,8 @@ def _summary_rows(steps: list[tuple[Any, ...]]) -> str:
 @login_required
 def prompt_chart(request: HttpRequest, run_id: int, prompt_id: int) -> JsonResponse:
     run = _run_or_404(run_id)
-    return JsonResponse(charts.prompt_pass_rate(run, prompt_id))
+    prompt = _prompt_of_run_or_404(run, prompt_id)
+    return JsonResponse(charts.prompt_pass_rate(run, prompt.pk))
 
 
 @login_required
@@ -268,45 +309,184 @@ def prompt_sets(request: HttpRequest) -> HttpResponse:
 def prompt_set_detail(request: HttpRequest, set_id: int) -> HttpResponse:
     ps = get_object_or_404(PromptSet, pk=set_id)
     return render(request, "dashboard/prompt_set_detail.html",
-                  {"set": ps, "prompts": selectors.prompt_set_preview(ps)})
+                  {"set": ps, "prompts": selectors.prompt_set_preview(ps),
+                   "answer_note": selectors.answer_note(ps)})
 
 
 # --- compare -----------------------------------------------------------------------------------
 
-def _compare_runs(request: HttpRequest) -> list[Run]:
-    return selectors.runs_by_ids(params.get_ids(request.GET, "runs"))
+def _compare_runs(request: HttpRequest) -> tuple[list[Run], list[int]]:
+    """The runs the query names (in its order) and the ids that name no run."""
+    ids = params.get_ids(request.GET, "runs")
+    runs = selectors.runs_by_ids(ids)
+    found = {r.pk for r in runs}
+    return runs, [i for i in ids if i not in found]
+
+
+def _compare_view(request: HttpRequest) -> tuple[str, str]:
+    """The x axis and the metric (a value that names neither is a 400, not a silent default)."""
+    return (params.require_choice(request.GET, "x", charts.X_AXES, "step"),
+            params.require_choice(request.GET, "metric", charts.COMPARE_METRICS, "real_reward"))
+
+
+def _missing_note(missing: list[int]) -> str:
+    ids = ", ".join(str(i) for i in missing)
+    return (f"No run with id {ids}" if len(missing) == 1 else f"No runs with ids {ids}") + (
+        " (deleted, or a mistyped link).")
 
 
 @login_required
 def compare(request: HttpRequest) -> HttpResponse:
-    runs = _compare_runs(request)
+    runs, missing = _compare_runs(request)
+    x, metric = _compare_view(request)
+    if missing:
+        messages.warning(request, _missing_note(missing))
     if len(runs) < 2:
-        messages.warning(request, "Select two or more runs to compare.")
+        messages.warning(request, f"Compare needs two or more runs; {len(runs)} "
+                         f"{'was' if len(runs) == 1 else 'were'} found. Select them here.")
         return redirect("dashboard:run_list")
-    query = "&".join(f"runs={r.pk}" for r in runs)
+    runs_query = "&".join(f"runs={r.pk}" for r in runs)
     return render(request, "dashboard/compare.html", {
-        "runs": runs, "query": query, "final": selectors.final_metrics(runs),
+        "runs": runs, "query": runs_query, "final": selectors.final_metrics(runs),
         "diff": selectors.config_diff(runs), "x_axes": charts.X_AXES,
-        "metrics": charts.COMPARE_METRICS,
+        "metrics": charts.COMPARE_METRICS, "x": x, "metric": metric,
         "algorithm_labels": selectors.ALGORITHM_LABELS,
     })
 
 
+def _compare_runs_or_404(request: HttpRequest, least: int) -> list[Run]:
+    runs, missing = _compare_runs(request)
+    if missing:
+        raise Http404(_missing_note(missing))
+    if len(runs) < least:
+        raise Http404(f"need {least} or more runs")
+    return runs
+
+
 @login_required
 def compare_chart(request: HttpRequest) -> JsonResponse:
-    runs = _compare_runs(request)
-    if not runs:
-        raise Http404("no runs")
-    return JsonResponse(charts.compare(runs, request.GET.get("x", "step"),
-                                       request.GET.get("metric", "real_reward"),
-                                       _max_points(request)))
+    runs = _compare_runs_or_404(request, 1)
+    x, metric = _compare_view(request)
+    return JsonResponse(charts.compare(runs, x, metric, _max_points(request)))
 
 
 @login_required
 def compare_scatter(request: HttpRequest) -> JsonResponse:
-    runs = _compare_runs(request)
-    if len(runs) < 2:
-        raise Http404("need two runs")
+    runs = _compare_runs_or_404(request, 2)
     fig = charts.pass_rate_scatter(runs[0], runs[1])
     fig["prompt_url"] = reverse("dashboard:prompt_history", args=[runs[0].pk, 0])
     return JsonResponse(fig)
+
+
+# --- launch preflight (estimates) ---------------------------------------------------------------
+
+# The estimate service's parameters as the launch form names them.
+ESTIMATE_FIELDS = {"samples_per_prompt": "estimate_samples", "num_prompts": "estimate_prompts"}
+
+
+def _request_estimate(request: HttpRequest, form: LaunchForm) -> Estimate | None:
+    d = form.cleaned_data
+    try:
+        return preflight.request_estimate(
+            request.user, form.config_dict(), d["prompt_set"], queue=d["queue"],
+            samples_per_prompt=d["estimate_samples"] or preflight.DEFAULT_K,
+            num_prompts=d["estimate_prompts"] or preflight.DEFAULT_PROMPTS,
+            seed=d.get("seed") or 0, again=request.POST.get("action") == "estimate-again")
+    except services.LaunchError as exc:
+        form.add_launch_errors([(ESTIMATE_FIELDS.get(f, f), r) for f, r in exc.pairs])
+        return None
+
+
+def _run_shape(request: HttpRequest) -> dict[str, int | None]:
+    """B, n, M and N asked for in the query (those absent or malformed: the estimate's own)."""
+    return {name: params.get_int(request.GET, name, min_value=low, max_value=high)
+            for name, low, high in (("batch_size", 1, 1_000_000), ("group_size", 2, 1024),
+                                    ("samples_per_round", 1, 1024), ("max_rounds", 1, 64))}
+
+
+def _estimate_or_404(estimate_id: int) -> Estimate:
+    try:
+        return Estimate.objects.select_related("prompt_set", "owner").get(pk=estimate_id)
+    except Estimate.DoesNotExist as exc:
+        raise Http404("no such estimate") from exc
+
+
+def _estimate_context(request: HttpRequest, estimate: Estimate,
+                      shape: dict[str, Any] | None = None) -> dict[str, Any]:
+    """What the estimate panel shows: progress, or the measured pass rates, warnings and the
+    predictions for a run of ``shape`` (B, n, M, N; the requesting config's by default)."""
+    shape = preflight.run_shape(estimate, shape)
+    finished = estimate.status == Estimate.Status.SUCCEEDED
+    rows = preflight.estimate_predictions(estimate, shape) if finished else []
+    return {
+        "estimate": estimate, "shape": shape, "shape_query": urlencode(shape),
+        "estimate_active": estimate.status in Estimate.ACTIVE_STATUSES,
+        "can_cancel_estimate": services.can_modify_run(estimate, request.user),
+        "summary": preflight.estimate_summary(estimate) if finished else None,
+        "predictions": [{**r, "label": selectors.algorithm_label(r["algorithm"],
+                                                                 r["group_size"])}
+                        for r in rows],
+        "bxn": shape["batch_size"] * shape["group_size"], "poll_seconds": 1,
+    }
+
+
+@login_required
+def estimate_detail(request: HttpRequest, estimate_id: int) -> HttpResponse:
+    estimate = _estimate_or_404(estimate_id)
+    shape = _run_shape(request)
+    return render(request, "dashboard/estimate_detail.html",
+                  _estimate_context(request, estimate, shape))
+
+
+@login_required
+def estimate_panel(request: HttpRequest, estimate_id: int) -> HttpResponse:
+    """The live panel; htmx polls it while the sample is queued or running."""
+    estimate = _estimate_or_404(estimate_id)
+    shape = _run_shape(request)
+    return render(request, "dashboard/_estimate.html", _estimate_context(request, estimate, shape))
+
+
+@login_required
+def estimate_chart(request: HttpRequest, estimate_id: int, name: str) -> JsonResponse:
+    estimate = _estimate_or_404(estimate_id)
+    if name not in charts.ESTIMATE_CHARTS:
+        raise Http404("no such chart")
+    context = _estimate_context(request, estimate,
+                                _run_shape(request))
+    return JsonResponse(charts.estimate_chart(name, estimate, context))
+
+
+@login_required
+@require_POST
+def estimate_cancel(request: HttpRequest, estimate_id: int) -> HttpResponse:
+    estimate = preflight.cancel_estimate(_estimate_or_404(estimate_id), request.user)
+    if request.htmx:
+        return render(request, "dashboard/_estimate.html", _estimate_context(
+            request, estimate, _run_shape(request)))
+    return redirect("dashboard:estimate_detail", estimate_id=estimate.pk)
+
+
+@login_required
+@require_POST
+def estimate_again(request: HttpRequest, estimate_id: int) -> HttpResponse:
+    """Sample the same settings once more (the model may have changed since)."""
+    old = _estimate_or_404(estimate_id)
+    new = preflight.request_estimate(
+        request.user, old.config, old.prompt_set, queue=old.queue,
+        samples_per_prompt=old.samples_per_prompt, num_prompts=old.num_prompts, seed=old.seed,
+        again=True)
+    return redirect("dashboard:estimate_detail", estimate_id=new.pk)
+
+
+@login_required
+@require_POST
+def run_estimate(request: HttpRequest, run_id: int) -> HttpResponse:
+    """The preflight of a run's settings (for a run that finished: what would a rerun spend?)."""
+    run = _run_or_404(run_id)
+    try:
+        estimate = preflight.request_estimate(request.user, run.config, run.prompt_set,
+                                              queue=run.queue, seed=run.seed)
+    except services.LaunchError as exc:
+        messages.error(request, f"Cannot estimate this run: {exc}")
+        return redirect("dashboard:run_detail", run_id=run.pk)
+    return redirect("dashboard:estimate_detail", estimate_id=estimate.pk)

@@ -1,5 +1,5 @@
-"""Admin: list and filter runs, prompt sets and prompts. Per-step records are not registered:
-millions of rows per run make admin changelists useless; the dashboard shows them.
+"""Admin: list and filter runs, prompt sets, prompts and estimates. Per-step records are not
+registered: millions of rows per run make admin changelists useless; the dashboard shows them.
 
 Deleting a run or a prompt set goes through the same services as the dashboard (the run's lock,
 its records, its checkpoint folder; a set in use is refused). Django's own delete would walk the
@@ -15,7 +15,7 @@ from django.db.models import QuerySet
 from django.http import HttpRequest
 
 from experiments import selectors, services
-from experiments.models import Prompt, PromptSet, Run
+from experiments.models import Estimate, Prompt, PromptSet, Run
 
 
 class ServiceDeleteAdmin(admin.ModelAdmin):
@@ -108,3 +108,17 @@ class PromptAdmin(admin.ModelAdmin):
     @admin.display(description="text")
     def short_text(self, obj: Prompt) -> str:
         return obj.text[:80]
+
+
+@admin.register(Estimate)
+class EstimateAdmin(admin.ModelAdmin):
+    """Launch preflights: what was sampled and how it ended (the dashboard shows the figures)."""
+
+    list_display = ("id", "prompt_set", "model", "queue", "samples_per_prompt", "num_prompts",
+                    "status", "prompts_done", "owner", "created_at")
+    list_filter = ("status", "queue", "prompt_set", "owner")
+    search_fields = ("model", "error")
+    list_select_related = ("prompt_set", "owner")
+    readonly_fields = ("config", "key", "results", "predictions", "lease_owner", "heartbeat_at",
+                       "prompts_done", "tokens", "time_generation", "time_scoring", "error",
+                       "traceback", "created_at", "started_at", "finished_at")

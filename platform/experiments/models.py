@@ -222,3 +222,51 @@ class EvalResult(models.Model):
     class Meta:
         ordering = ["run", "step"]
         constraints = [models.UniqueConstraint(fields=["run", "step"], name="evalresult_unique")]
+
+
+class Estimate(models.Model):
+    """A launch preflight: pass rates of a sample of a prompt set under a model and generation
+    settings, measured on a worker, from which the dashboard predicts each algorithm's budget.
+
+    ``key`` identifies what was measured (prompt set, model, sampling settings), so that asking
+    again for the same thing returns this row instead of sampling twice."""
+
+    Status = Run.Status  # a run's lifecycle words: queued, running, and how it ended
+    ACTIVE_STATUSES = Run.ACTIVE_STATUSES
+
+    owner = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.CASCADE,
+                              related_name="estimates")
+    prompt_set = models.ForeignKey(PromptSet, on_delete=models.CASCADE, related_name="estimates")
+    model = models.CharField(max_length=500)
+    config = models.JSONField(help_text="The TrainConfig whose model, backend, generation "
+                              "settings and verifier the sample uses.")
+    key = models.CharField(max_length=64, db_index=True,
+                           help_text="Hash of the prompt set, model and sampling settings.")
+    queue = models.CharField(max_length=16, default="cpu")
+    samples_per_prompt = models.PositiveIntegerField(help_text="k: responses per prompt.")
+    num_prompts = models.PositiveIntegerField(help_text="Prompts sampled from the set.")
+    seed = models.IntegerField(default=0)
+    status = models.CharField(max_length=16, choices=Status.choices, default=Status.QUEUED,
+                              db_index=True)
+    prompts_done = models.PositiveIntegerField(default=0)
+    cancel_requested = models.BooleanField(default=False)
+    lease_owner = models.CharField(max_length=200, blank=True)
+    heartbeat_at = models.DateTimeField(null=True, blank=True)
+    # Per sampled prompt: {"prompt_id", "rewards": [k floats], "errors": verifier errors}.
+    results = models.JSONField(default=list, blank=True)
+    tokens = models.BigIntegerField(default=0)
+    time_generation = models.FloatField(default=0.0, help_text="Seconds generating.")
+    time_scoring = models.FloatField(default=0.0, help_text="Seconds verifying.")
+    # Predictions per (B, n, M, N): computed once per setting from the results.
+    predictions = models.JSONField(default=dict, blank=True)
+    error = models.TextField(blank=True)
+    traceback = models.TextField(blank=True)
+    created_at = models.DateTimeField(auto_now_add=True)
+    started_at = models.DateTimeField(null=True, blank=True)
+    finished_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        ordering = ["-created_at"]
+
+    def __str__(self) -> str:
+        return f"estimate {self.pk} of {self.prompt_set_id} with {self.model}"

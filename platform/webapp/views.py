@@ -1,13 +1,29 @@
-"""Project-level views: the health check."""
+"""Project-level views: the health check, the favicon, the 400 page."""
 
 from __future__ import annotations
 
 from typing import Any
 
 from django.conf import settings
+from django.core.exceptions import BadRequest
 from django.db import connection
-from django.http import HttpRequest, JsonResponse
+from django.http import HttpRequest, HttpResponse, HttpResponseRedirect, JsonResponse
+from django.shortcuts import render
+from django.templatetags.static import static
 from django.views.decorators.http import require_GET
+
+
+@require_GET
+def favicon(request: HttpRequest) -> HttpResponseRedirect:
+    """Browsers ask for /favicon.ico whatever the page's <link rel=icon> says."""
+    return HttpResponseRedirect(static("favicon.ico"))
+
+
+def bad_request(request: HttpRequest, exception: Exception | None = None) -> HttpResponse:
+    """400 with the reason when it is the user's to fix (``BadRequest``, e.g. a query parameter
+    that does not parse: ``dashboard.params.BadParameter``); suspicious requests get no detail."""
+    reason = str(exception) if isinstance(exception, BadRequest) else ""
+    return render(request, "400.html", {"reason": reason}, status=400)
 
 
 @require_GET

@@ -1,35 +1,62 @@
 // Loads Plotly figures from the dashboard's JSON endpoints and keeps them current while a run
 // trains: the htmx-polled status card carries the latest step, and charts are refetched only when
 // it changes (not on every poll), so a long run costs one set of chart requests per step.
+//
+// Chart controls (a form with data-chart-controls="id1 id2") re-plot the named charts with the
+// form's values as query parameters; with data-url-state the page URL keeps them too, so the
+// view can be shared as a link.
 (function () {
   "use strict";
   const config = { responsive: true, displaylogo: false };
 
+  function heatmapHover(fig) {
+    // Hover text from the compact per-cell matrices: appearances, unresolved ones, exit round.
+    const binned = fig.bin_size > 1;
+    return fig.counts.map(function (row, r) {
+      return row.map(function (n, c) {
+        if (!n) return "";
+        const u = fig.unresolved[r][c], z = fig.data[0].z[r][c];
+        if (binned) {
+          return "mean " + z + " samples per prompt and step over " + n +
+            (n === 1 ? " appearance" : " appearances") + "<br>" +
+            u + " unresolved (" + Math.round(100 * u / n) + "%)";
+        }
+        const head = (fig.texts[r] ? fig.texts[r] + "<br>" : "") + "samples: " + z +
+          (n > 1 ? " (mean of " + n + " steps)" : "") + "<br>";
+        if (u === 0) return head + "exit after round " + fig.exit_rounds[r][c];
+        return head + (n > 1 ? "unresolved in " + u + " of " + n + " steps" : "unresolved");
+      });
+    });
+  }
+
   async function load(div) {
     const url = div.dataset.chartUrl;
     const resp = await fetch(url, { credentials: "same-origin" });
-    if (!resp.ok) { div.textContent = "chart failed to load (" + resp.status + ")"; return; }
-    const fig = await resp.json();
-    if (fig.exit_rounds) {  // heatmap: hover text from the compact exit-round matrix
-      fig.data[0].text = fig.exit_rounds.map(function (row) {
-        return row.map(function (e) {
-          return e === null ? "" : (e === 0 ? "unresolved" : "exit after round " + e);
-        });
-      });
+    if (!resp.ok) {
+      const why = (await resp.text()).replace(/<[^>]*>/g, " ").replace(/\s+/g, " ").trim();
+      div.textContent = "chart failed to load (" + resp.status + "): " + why.slice(0, 300);
+      return;
     }
+    const fig = await resp.json();
+    if (fig.counts) fig.data[0].text = heatmapHover(fig);
     await Plotly.react(div, fig.data, fig.layout, config);
     div.dataset.loaded = "1";
-    if (fig.prompt_ids && div.dataset.promptUrl && !div.dataset.clickBound) {
+    div._fig = fig;
+    if (fig.row_ranges && !div.dataset.clickBound) {  // heatmap
       div.dataset.clickBound = "1";
       div.on("plotly_click", function (ev) {
         const p = ev.points && ev.points[0];
+        const f = div._fig;
         if (!p || p.z === null || p.z === undefined) return;
         const row = Array.isArray(p.pointIndex) ? p.pointIndex[0] : p.pointNumber[0];
-        const ids = div._promptIds || fig.prompt_ids;
-        window.location = div.dataset.promptUrl.replace(/\/0\/$/, "/" + ids[row] + "/");
+        if (f.bin_size > 1) {  // a bin: zoom into its rows at full resolution
+          const range = f.row_ranges[row];
+          zoomRows(div, range[0] + "-" + range[1]);
+        } else if (div.dataset.promptUrl) {
+          window.location = div.dataset.promptUrl.replace(/\/0\/$/, "/" + f.prompt_ids[row] + "/");
+        }
       });
     }
-    div._promptIds = fig.prompt_ids;
     if (fig.prompt_url && !div.dataset.clickBound) {  // compare scatter: open run A's history
       div.dataset.clickBound = "1";
       div.on("plotly_click", function (ev) {
@@ -41,12 +68,47 @@
     }
   }
 
-  function loadAll(root) {
+  function loadAll(root, onlyNew) {
     (root || document).querySelectorAll("[data-chart-url]").forEach(function (div) {
+      if (onlyNew && div.dataset.loaded) return;
       load(div).catch(function (err) { div.textContent = "chart error: " + err; });
     });
   }
   window.dashboardLoadCharts = loadAll;
+
+  function controlParams(form) {
+    const params = new URLSearchParams();
+    new FormData(form).forEach(function (value, key) { if (value !== "") params.set(key, value); });
+    return params;
+  }
+
+  function applyControls(form) {
+    const params = controlParams(form);
+    form.dataset.chartControls.split(/\s+/).forEach(function (id) {
+      const div = document.getElementById(id);
+      if (!div) return;
+      const url = new URL(div.dataset.baseUrl, window.location.href);
+      params.forEach(function (value, key) { url.searchParams.set(key, value); });
+      new URLSearchParams(div.dataset.fixedParams || "").forEach(function (value, key) {
+        url.searchParams.set(key, value);
+      });
+      div.dataset.chartUrl = url.pathname + url.search;
+      load(div).catch(function (err) { div.textContent = "chart error: " + err; });
+    });
+    if (form.hasAttribute("data-url-state")) {
+      const page = new URL(window.location.href);
+      Array.from(form.elements).forEach(function (el) { if (el.name) page.searchParams.delete(el.name); });
+      params.forEach(function (value, key) { page.searchParams.set(key, value); });
+      window.history.replaceState(null, "", page.pathname + page.search + page.hash);
+    }
+  }
+
+  function zoomRows(div, range) {
+    const form = document.querySelector("[data-chart-controls~='" + div.id + "']");
+    if (!form || !form.elements.rows) return;
+    form.elements.rows.value = range;
+    applyControls(form);
+  }
 
   document.addEventListener("DOMContentLoaded", function () {
     loadAll();
@@ -55,19 +117,24 @@
     let lastState = null;
     const card = document.getElementById("run-status");
     if (card) lastState = card.dataset.step + "/" + card.dataset.status;
-    document.body.addEventListener("htmx:afterSettle", function () {
+    document.body.addEventListener("htmx:afterSettle", function (ev) {
+      // Fragments swapped in (the estimate panel once it finishes) bring their own charts.
+      loadAll(ev.target, true);
       const c = document.getElementById("run-status");
       if (!c) return;
       const state = c.dataset.step + "/" + c.dataset.status;
       if (state !== lastState) { lastState = state; loadAll(); }
     });
-    // Compare page: re-plot when the x axis or metric changes.
     document.querySelectorAll("[data-chart-controls]").forEach(function (form) {
-      form.addEventListener("change", function () {
-        const div = document.getElementById(form.dataset.chartControls);
-        const params = new URLSearchParams(new FormData(form));
-        div.dataset.chartUrl = div.dataset.baseUrl + "&" + params.toString();
-        load(div);
+      form.addEventListener("change", function () { applyControls(form); });
+      form.addEventListener("submit", function (ev) { ev.preventDefault(); applyControls(form); });
+      form.querySelectorAll("[data-reset]").forEach(function (button) {
+        button.addEventListener("click", function () {
+          button.dataset.reset.split(/\s+/).forEach(function (name) {
+            if (form.elements[name]) form.elements[name].value = "";
+          });
+          applyControls(form);
+        });
       });
     });
   });

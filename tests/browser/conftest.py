@@ -69,7 +69,13 @@ def screenshot(page: Any, tmp_path: Path) -> Callable[..., None]:
     folder = SCREENSHOTS if SAVE_SCREENSHOTS else tmp_path / "screenshots"
     folder.mkdir(parents=True, exist_ok=True)
 
-    def shot(name: str, full_page: bool = True) -> None:
-        page.screenshot(path=str(folder / f"{name}.png"), full_page=full_page)
+    def shot(name: str, full_page: bool = True, element: str | None = None) -> None:
+        """The page (whole or the viewport), or the element matching the CSS selector
+        ``element`` (whole, however tall)."""
+        path = str(folder / f"{name}.png")
+        if element is not None:
+            page.locator(element).screenshot(path=path)
+        else:
+            page.screenshot(path=path, full_page=full_page)
 
     return shot

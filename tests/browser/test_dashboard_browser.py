@@ -1,8 +1,10 @@
 """The researcher's path through the dashboard in headless Chromium: sign in, upload a prompt set,
-generate the built-in arithmetic set, launch a run of the built-in tiny model (hf backend, a real
-Celery worker), watch it train without reloading, open a prompt's history from the heatmap, clone
-the run as GRPO and compare the two. With SAVE_SCREENSHOTS=1 the screenshots of every page go to
-docs/screenshots/."""
+generate the built-in arithmetic set, see every form error at once, estimate the sampling budget
+(the preflight, sampled by a real Celery worker with the built-in tiny model), launch a run of the
+tiny model (hf backend), watch it train without reloading, open a prompt's history from the
+heatmap, clone the run as GRPO, compare the two and share the comparison by its URL. A second
+test opens a large run's heatmap: bins, zoom, a prompt's history. With SAVE_SCREENSHOTS=1 the
+screenshots of every page go to docs/screenshots/."""
 
 from __future__ import annotations
 
@@ -109,31 +111,63 @@ def test_researcher_path(live_server: Any, page: Any, screenshot: Callable[..., 
     prompt_set = PromptSet.objects.get(name="arith-64")
     assert prompt_set.size == 64
 
-    # Launch from the form: an invalid value is reported next to its field first.
+    # Launch form: five bad values are reported at once, each next to its field, in one
+    # submission; the built-in model comes with its own learning rate.
     page.goto(base + "/runs/new/")
-    page.fill("#id_samples_per_round", "2")
-    run = None
-    page.fill("#id_name", "balance-tiny")
+    assert float(page.input_value("#id_lr")) == 2e-4
+    bad = {"samples_per_round": "2", "lr": "2", "top_p": "3", "temperature": "0"}
+    for name, value in bad.items():
+        page.fill(f"#id_{name}", value)
     page.select_option("#id_prompt_set", str(prompt_set.pk))
     page.click("#launch-button")
-    assert "must be >= group_size" in page.locator("#field-samples_per_round").inner_text()
+    for name in (*bad, "name"):
+        assert page.locator(f"#field-{name} .field-error").count() == 1, name
+    assert "5 fields to fix" in page.locator("#form-errors").inner_text()
     screenshot("launch-form-error")
-    page.fill("#id_samples_per_round", "8")
-    run = _launch(page, base, "balance-tiny", prompt_set, algorithm="ada-balance")
-    assert run.status == Run.Status.QUEUED
+    for name, value in {"samples_per_round": "8", "top_p": "1", "temperature": "1"}.items():
+        page.fill(f"#id_{name}", value)
 
-    # The run page updates itself: mark the window, start the worker, and watch the step
-    # counter advance while the mark (and so the page) survives.
-    page.evaluate("window.__notReloaded = true")
-    assert page.locator("#step-counter").inner_text() == "0"
+    # The preflight: k responses for a subset of the set on the worker, with the tiny model,
+    # then every algorithm's predicted budget. The panel updates itself (no reload) and the
+    # form keeps its values.
     start_worker(queues="cpu", env={MODEL_DIR_ENV: str(tiny_model_dir)})
-    page.wait_for_function("Number(document.querySelector('#step-counter').textContent) > 0",
-                           timeout=120_000)
+    page.fill("#id_lr", "0.0002")
+    page.select_option("#id_backend", "hf")
+    page.select_option("#id_device", "cpu")
+    page.fill("#id_batch_size", str(BATCH))
+    page.fill("#id_max_new_tokens", str(MAX_NEW_TOKENS))
+    page.fill("#id_estimate_prompts", "32" if SAVE_SCREENSHOTS else "16")
+    page.fill("#id_estimate_samples", "16" if SAVE_SCREENSHOTS else "8")
+    page.click("#estimate-button")
+    page.wait_for_selector("#estimate")
+    page.evaluate("window.__notReloaded = true")
+    assert page.locator("#estimate progress").count() == 1
+    page.wait_for_function("document.querySelector('#estimate').dataset.status === 'succeeded'",
+                           timeout=300_000)
+    page.wait_for_function(
+        "['budget', 'passrates'].every(n => (document.getElementById('chart-estimate-' + n)"
+        " || {dataset: {}}).dataset.loaded === '1')")
+    assert page.evaluate("window.__notReloaded") is True
+    table = page.locator("#estimate-table").inner_text()
+    for label in ("GRPO n=4", "GRPO n=8", "GRPO n=16", "Reinforce-Ada-pos",
+                  "Reinforce-Ada-balance"):
+        assert label in table, label
+    assert page.input_value("#id_batch_size") == str(BATCH)
+    screenshot("estimate", element="#preflight")
+
+    run = _launch(page, base, "balance-tiny", prompt_set, algorithm="ada-balance")
+
+    # The run page updates itself: mark the window and watch the step counter advance while
+    # the mark (and so the page) survives; Delete appears when the run finishes, unreloaded.
+    page.evaluate("window.__notReloaded = true")
+    assert int(page.locator("#step-counter").inner_text()) < STEPS
+    assert page.locator("#run-delete-button").count() == 0
     page.wait_for_function(
         f"document.querySelector('#run-status').dataset.status === 'succeeded'"
         f" && Number(document.querySelector('#step-counter').textContent) === {STEPS}",
         timeout=400_000)
     assert page.evaluate("window.__notReloaded") is True
+    page.wait_for_selector("#run-delete-button")
     # Charts follow the status card: the reward chart has every step once the run is done.
     page.wait_for_function(
         f"(() => {{ const d = document.getElementById('chart-rewards');"
@@ -142,19 +176,10 @@ def test_researcher_path(live_server: Any, page: Any, screenshot: Callable[..., 
     screenshot("run-page")
 
     # Click a heatmap cell that has data: the prompt's history opens.
-    page.locator("#chart-heatmap").scroll_into_view_if_needed()
-    target = page.evaluate("""() => {
-        const gd = document.getElementById('chart-heatmap');
-        const t = gd.data[0], L = gd._fullLayout, box = gd.getBoundingClientRect();
-        for (let r = 0; r < t.z.length; r++) for (let c = 0; c < t.z[r].length; c++) {
-            if (t.z[r][c] !== null) {
-                return {x: box.left + L._size.l + L.xaxis.d2p(t.x[c]),
-                        y: box.top + L._size.t + L.yaxis.d2p(t.y[r]),
-                        prompt: gd._promptIds[r]};
-            }
-        }
-        return null; }""")
+    target = page.evaluate(CELL, 0)
     assert target is not None
+    target["prompt"] = page.evaluate("document.getElementById('chart-heatmap')._fig.prompt_ids"
+                                     f"[{target['row']}]")
     page.mouse.click(target["x"], target["y"])
     page.wait_for_url(re.compile(rf"/runs/{run.pk}/prompts/{target['prompt']}/$"))
     assert page.locator(".step-block").count() >= 1
@@ -163,9 +188,10 @@ def test_researcher_path(live_server: Any, page: Any, screenshot: Callable[..., 
     # A prompt's page holds every response of its latest steps: the top of it is the picture.
     screenshot("prompt-history", full_page=False)
 
-    # Clone as GRPO: the differences are shown before launch.
+    # Clone as GRPO: the differences are shown before launch. Its name has markup, which
+    # charts must show as typed.
     page.goto(base + f"/runs/new/?clone={run.pk}")
-    page.fill("#id_name", "grpo-tiny")
+    page.fill("#id_name", "grpo <b>tiny</b>")
     page.select_option("#id_algorithm", "grpo")
     page.click("#launch-button")
     diff = page.locator("#clone-diff").inner_text()
@@ -173,13 +199,15 @@ def test_researcher_path(live_server: Any, page: Any, screenshot: Callable[..., 
     screenshot("clone-differences")
     page.click("#launch-button")
     page.wait_for_url(re.compile(r"/runs/\d+/$"))
-    grpo = Run.objects.get(name="grpo-tiny")
+    grpo = Run.objects.get(name="grpo <b>tiny</b>")
     assert grpo.cloned_from_id == run.pk and grpo.algorithm == "grpo"
     page.wait_for_function("document.querySelector('#run-status').dataset.status === 'succeeded'",
                            timeout=400_000)
 
-    # Runs list: select both and compare.
+    # Runs list: it fits 1,400 px (no sideways scroll); select both and compare.
     page.goto(base + "/")
+    assert page.evaluate("(() => { const w = document.querySelector('.tablewrap');"
+                         " return w.scrollWidth <= w.clientWidth; })()")
     screenshot("runs-list")
     page.check(f"#cmp-{run.pk}")
     page.check(f"#cmp-{grpo.pk}")
@@ -187,11 +215,87 @@ def test_researcher_path(live_server: Any, page: Any, screenshot: Callable[..., 
     page.wait_for_url(re.compile(r"/compare/\?"))
     page.wait_for_function("document.getElementById('chart-compare').dataset.loaded === '1'")
     page.wait_for_function("document.getElementById('chart-scatter').dataset.loaded === '1'")
-    names = page.evaluate("document.getElementById('chart-compare').data.map(t => t.name)")
-    assert any("balance-tiny" in n for n in names) and any("grpo-tiny" in n for n in names)
-    # Switch the x axis to cumulative samples: the chart is re-plotted in place.
-    page.select_option("form[data-chart-controls=chart-compare] select[name=x]", "samples")
-    page.wait_for_function("document.getElementById('chart-compare').layout.xaxis.title.text"
-                           " === 'cumulative samples'")
+    legend = page.evaluate("document.querySelector('#chart-compare .legend').textContent")
+    assert "balance-tiny" in legend and "grpo <b>tiny</b>" in legend  # as typed, not bold
+    # One x-axis control re-plots both charts in place and writes the choice into the URL.
+    page.select_option("#compare-controls select[name=x]", "samples")
+    page.select_option("#compare-controls select[name=metric]", "zero_adv_frac")
+    for chart in ("chart-compare", "chart-compare-samples"):
+        page.wait_for_function(f"document.getElementById('{chart}').layout.xaxis.title.text"
+                               " === 'cumulative samples'")
+    page.wait_for_function("document.getElementById('chart-compare').layout.yaxis.title.text"
+                           ".startsWith('zero-advantage')")
     assert "algorithm" in page.locator("#config-diff").inner_text()
     screenshot("compare")
+    shared = page.url
+    assert "x=samples" in shared and "metric=zero_adv_frac" in shared
+    # The shared URL opens the same view in a fresh page.
+    other = page.context.new_page()
+    other.goto(shared)
+    other.wait_for_function("document.getElementById('chart-compare').dataset.loaded === '1'")
+    assert other.evaluate("document.getElementById('chart-compare').layout.xaxis.title.text"
+                          ) == "cumulative samples"
+    assert other.input_value("#compare-controls select[name=metric]") == "zero_adv_frac"
+    other.close()
+    assert page.request.get(base + "/favicon.ico").status == 200
+
+
+# A heatmap cell, scrolled into view: its row's label, and where to point the mouse.
+CELL = """(row) => {
+    const gd = document.getElementById('chart-heatmap'), t = gd.data[0], L = gd._fullLayout;
+    for (let r = row; r < t.z.length; r++) for (let c = 0; c < t.z[r].length; c++) {
+        if (t.z[r][c] === null) continue;
+        const y = gd.getBoundingClientRect().top + L._size.t + L.yaxis.d2p(t.y[r]);
+        window.scrollBy(0, y - window.innerHeight / 2);
+        const box = gd.getBoundingClientRect();
+        return {x: box.left + L._size.l + L.xaxis.d2p(t.x[c]),
+                y: box.top + L._size.t + L.yaxis.d2p(t.y[r]), row: r, label: t.y[r]};
+    }
+    return null; }"""
+
+
+def test_large_run_heatmap_bins_zoom_and_history(live_server: Any, page: Any,
+                                                 screenshot: Callable[..., None]) -> None:
+    """A run of more prompts than the chart has pixels: binned rows, said so; a click on a bin
+    zooms into its rows at full resolution; a click on a prompt's cell opens its history."""
+    from tests.platform.dashboard_fixtures import make_prompt_set, make_run, record_run
+
+    base = live_server.url
+    owner = User.objects.create_user("alice", password="alice-password-1")
+    # The documentation's picture: the issue's 2,048 prompts over 100 steps of B = 32.
+    size, steps, batch = (2048, 100, 32) if SAVE_SCREENSHOTS else (600, 6, 100)
+    run = record_run(make_run(owner, make_prompt_set(f"rates-{size}", size),
+                              name="large (simulated)", total_steps=steps, batch_size=batch))
+    _sign_in(page, base)
+    page.goto(base + f"/runs/{run.pk}/")
+    page.wait_for_function("document.getElementById('chart-heatmap').dataset.loaded === '1'")
+    fig = page.evaluate("document.getElementById('chart-heatmap')._fig")
+    bins = -(-size // 256)
+    subtitle = page.evaluate("document.getElementById('chart-heatmap').layout.title.subtitle.text")
+    assert subtitle.startswith(f"{size:,} prompts in {-(-size // bins)} bins of {bins}")
+    assert fig["bin_size"] == bins
+    # Every row at least a few pixels tall, so hover and click reach each one.
+    rows_px = page.evaluate("(() => { const L = document.getElementById('chart-heatmap')"
+                            "._fullLayout; return L._size.h / L.yaxis._categories.length; })()")
+    assert rows_px >= 3.5
+    screenshot("heatmap-large", element="#heatmap-card")
+
+    # Click a bin: its rows at full resolution, the range in the controls and the page URL.
+    cell = page.evaluate(CELL, 2)
+    lo, hi = fig["row_ranges"][cell["row"]]
+    page.mouse.click(cell["x"], cell["y"])
+    page.wait_for_function("document.getElementById('chart-heatmap')._fig.bin_size === 1")
+    assert page.input_value("#heatmap-controls input[name=rows]") == f"{lo}-{hi}"
+    assert f"rows={lo}-{hi}" in page.url
+    zoomed = page.evaluate("document.getElementById('chart-heatmap')._fig")
+    assert len(zoomed["prompt_ids"]) == hi - lo + 1
+
+    # The zoomed URL is a link to the same view; a cell of one prompt opens its history.
+    page.goto(page.url)
+    page.wait_for_function("document.getElementById('chart-heatmap').dataset.loaded === '1'")
+    cell = page.evaluate(CELL, 0)
+    prompt_id = page.evaluate("document.getElementById('chart-heatmap')._fig.prompt_ids"
+                              f"[{cell['row']}]")
+    page.mouse.click(cell["x"], cell["y"])
+    page.wait_for_url(re.compile(rf"/runs/{run.pk}/prompts/{prompt_id}/$"))
+    assert page.locator(".step-block").count() >= 1

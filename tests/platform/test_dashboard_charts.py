@@ -5,12 +5,12 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from dashboard import selectors
+from dashboard import heatmap
 from dashboard.downsample import minmax
 from django.contrib.auth.models import User
 from django.test import Client
 from django.urls import reverse
-from experiments.models import PromptStep, RoundStat, Run, Step
+from experiments.models import Prompt, PromptStep, RoundStat, Run, Step
 
 from .dashboard_fixtures import (
     make_prompt_set,
@@ -173,24 +173,32 @@ def test_unknown_chart_is_404(client_and_run: tuple[Client, Run]) -> None:
     assert c.get(reverse("dashboard:run_chart", args=[run.pk, "nope"])).status_code == 404
 
 
-def test_heatmap_of_a_live_run_adds_new_steps_to_the_cached_cells(tmp_path: Path) -> None:
+def test_heatmap_of_a_live_run_adds_new_steps_to_the_cached_cells(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     owner = User.objects.create_user("live", password="x-123456")
     run = make_run(owner, make_prompt_set(size=12), name="live", total_steps=8, batch_size=4)
     records = trained_steps(run, tmp_path)
     for record in records[:3]:
         write_step(run, record)
-    first = selectors.heatmap(run)
-    assert first["last_step"] == 3 and len(first["x"]) == 3
+    first = heatmap.view(run, sort="index")
+    assert first.last_step == 3 and len(first.x) == 3
     for record in records[3:]:
         write_step(run, record)
-    later = selectors.heatmap(run)
-    assert later["last_step"] == 8
+    later = heatmap.view(run, sort="index")
+    assert later.last_step == 8
     for ps in PromptStep.objects.filter(run=run):
-        row, col = later["prompt_ids"].index(ps.prompt_id), ps.step - 1
-        assert later["z"][row][col] == ps.samples
-        assert later["exit_rounds"][row][col] == (ps.exit_round or 0)
-    assert sum(v is not None for r in later["z"] for v in r) == PromptStep.objects.filter(
+        row, col = later.prompt_ids.index(ps.prompt_id), ps.step - 1
+        assert later.z[row][col] == ps.samples
+        assert later.counts[row][col] == 1
+        assert later.unresolved[row][col] == (ps.exit_round is None)
+        assert later.exit_rounds[row][col] == (ps.exit_round or 0)
+    assert sum(v is not None for r in later.z for v in r) == PromptStep.objects.filter(
         run=run).count()
+    # What the merge cached is what a cold aggregation of all 8 steps gives.
+    monkeypatch.setattr(heatmap, "CACHE_FINISHED", False)
+    cold = heatmap.view(run, sort="index")
+    assert (cold.z, cold.counts, cold.unresolved, cold.prompt_ids) == (
+        later.z, later.counts, later.unresolved, later.prompt_ids)
 
 
 def test_eval_chart_plots_recorded_evaluations(client_and_run: tuple[Client, Run]) -> None:
@@ -237,3 +245,157 @@ def test_rollout_gap_chart_for_vllm_runs(client_and_run: tuple[Client, Run],
     assert _trace(fig, "max over kept tokens")["y"] == pytest.approx([1e-2, 2e-2, 3e-2])
     assert _trace(_chart(c, run, "timing"), "weight sync")["y"] == pytest.approx(
         [0.01, 0.02, 0.03])
+
+
+# --- heatmaps at any size, pinned axes, escaped names ------------------------------------------
+
+@pytest.fixture
+def large_run() -> tuple[Client, Run]:
+    """600 prompts sampled once each (B = 100, 6 steps): more rows than the chart draws."""
+    owner = User.objects.create_user("big", password="x-123456")
+    run = record_run(make_run(owner, make_prompt_set("big-600", size=600), name="big",
+                              total_steps=6, batch_size=100, seed=1))
+    c = Client()
+    c.force_login(owner)
+    return c, run
+
+
+def test_heatmap_bins_sorts_searches_and_zooms(large_run: tuple[Client, Run]) -> None:
+    c, run = large_run
+    fig = _chart(c, run, "heatmap")
+    rows = PromptStep.objects.filter(run=run)
+    assert fig["bin_size"] == 3 and len(fig["data"][0]["y"]) == 200  # 600 prompts / 256 rows
+    assert fig["layout"]["title"]["subtitle"]["text"].startswith(
+        "600 prompts in 200 bins of 3 · most samples first · 600 of 600 prompt-steps")
+    # Every prompt-step is counted in some cell, round-1 exits included.
+    assert sum(map(sum, fig["counts"])) == rows.count() == 600
+    assert min(v for r in fig["data"][0]["z"] for v in r if v is not None) == 8.0
+    # Sorted by samples: bin means never increase down the chart.
+    means = [sum(s for s in r if s) / max(1, sum(bool(s) for s in r))
+             for r in fig["data"][0]["z"]]
+    assert means == sorted(means, reverse=True)
+    # Every row is a click target of at least a few pixels.
+    plot_height = fig["layout"]["height"] - fig["layout"]["margin"]["t"] - fig["layout"][
+        "margin"]["b"]
+    assert plot_height / len(fig["data"][0]["y"]) >= 3.5
+    # A bin's rows, zoomed: full resolution, one prompt per row, in the same order.
+    first, last = fig["row_ranges"][0]
+    zoom = _chart(c, run, "heatmap", rows=f"{first}-{last}")
+    assert zoom["bin_size"] == 1 and len(zoom["prompt_ids"]) == 3
+    by_prompt = {ps.prompt_id: ps.samples for ps in rows}
+    top = sorted(by_prompt.values(), reverse=True)[:3]
+    assert [by_prompt[p] for p in zoom["prompt_ids"]] == top
+    assert "rows 1–3 of 600 prompts, one row each" in zoom["layout"]["title"]["subtitle"]["text"]
+
+    # Sort orders (checked at full resolution), then search by prompt text.
+    by_prompt = {ps.prompt_id: ps for ps in rows}
+    rate = _chart(c, run, "heatmap", sort="pass-rate", rows="1-600")
+    assert rate["bin_size"] == 3
+    ordered = _chart(c, run, "heatmap", sort="pass-rate", rows="1-250")
+    rates = [by_prompt[p].positives / by_prompt[p].samples for p in ordered["prompt_ids"]]
+    assert rates == sorted(rates) and len(rates) == 250
+    first = _chart(c, run, "heatmap", sort="first-seen", rows="1-250")
+    steps = [by_prompt[p].step for p in first["prompt_ids"]]
+    assert steps == sorted(steps)
+    unresolved = _chart(c, run, "heatmap", sort="unresolved", rows="1-250")
+    flags = [by_prompt[p].exit_round is None for p in unresolved["prompt_ids"]]
+    assert flags == sorted(flags, reverse=True) and any(flags)
+    # Search by prompt text: only the matching prompts, each its own row.
+    found = _chart(c, run, "heatmap", q="12+")
+    texts = dict(Prompt.objects.filter(pk__in=found["prompt_ids"]).values_list("id", "text"))
+    expected = Prompt.objects.filter(prompt_set=run.prompt_set, text__contains="12+").count()
+    assert len(found["prompt_ids"]) == expected > 0
+    assert all("12+" in t for t in texts.values())
+    assert f"{expected} of 600 prompts matching “12+”" in found["layout"]["title"]["subtitle"][
+        "text"]
+
+
+def test_flat_series_are_drawn_on_their_domain(tmp_path: Path) -> None:
+    """A run where nothing is ever solved: rewards all 0, every prompt spends M x N = 32."""
+    from dashboard.charts import COMPARE_METRICS, METRIC_DOMAINS, RUN_CHARTS
+
+    owner = User.objects.create_user("flat", password="x-123456")
+    ps = make_prompt_set("never", size=8)
+    Prompt.objects.filter(prompt_set=ps).update(metadata={"pass_rate": 0.0})
+    run = record_run(make_run(owner, ps, name="flat", total_steps=3, batch_size=4))
+    other = record_run(make_run(owner, ps, name="flat-2", total_steps=3, batch_size=4, seed=1))
+    c = Client()
+    c.force_login(owner)
+    rewards = _chart(c, run, "rewards")
+    assert set(_trace(rewards, "real reward (first n samples)")["y"]) == {0.0}
+    assert rewards["layout"]["yaxis"]["range"] == pytest.approx([-0.02, 1.02])
+    heat = _chart(c, run, "heatmap")
+    assert {v for r in heat["data"][0]["z"] for v in r if v is not None} == {32.0}
+    assert (heat["data"][0]["zmin"], heat["data"][0]["zmax"]) == (0, 32)
+    # Every axis titled as a fraction (0-1), on every chart, is pinned to [0, 1].
+    for name in RUN_CHARTS:
+        layout = _chart(c, run, name)["layout"]
+        for key, axis in layout.items():
+            if key.startswith(("xaxis", "yaxis")) and "(0-1)" in axis["title"]["text"]:
+                assert axis["range"] == pytest.approx([-0.02, 1.02]), (name, key)
+    for metric in COMPARE_METRICS:
+        assert metric in METRIC_DOMAINS
+        fig = c.get(reverse("dashboard:compare_chart"),
+                    {"runs": f"{run.pk},{other.pk}", "metric": metric}).json()
+        if "(0-1)" in fig["layout"]["yaxis"]["title"]["text"]:
+            assert fig["layout"]["yaxis"]["range"] == pytest.approx([-0.02, 1.02]), metric
+        else:
+            assert fig["layout"]["yaxis"]["rangemode"] == "tozero", metric
+
+
+def test_user_strings_reach_plotly_escaped(tmp_path: Path) -> None:
+    """Plotly renders a subset of HTML in names, titles and hover text: a run named <b>x</b>
+    must be drawn as written, not bold, on every chart that shows a name or a prompt."""
+    from dashboard.charts import RUN_CHARTS
+
+    owner = User.objects.create_user("esc", password="x-123456")
+    ps = make_prompt_set("escapes", size=8)
+    for p in Prompt.objects.filter(prompt_set=ps):
+        p.text = f"<i>{p.text}</i>"
+        p.save()
+    a = record_run(make_run(owner, ps, name="<b>bold</b> & co", total_steps=2, batch_size=4))
+    b = record_run(make_run(owner, ps, name="<sup>up</sup>", algorithm="grpo", total_steps=2,
+                            batch_size=4))
+    c = Client()
+    c.force_login(owner)
+    figures = [_chart(c, a, name) for name in RUN_CHARTS]
+    figures.append(_chart(c, a, "heatmap", rows="1-4"))  # single prompts: their texts
+    q = {"runs": f"{a.pk},{b.pk}"}
+    figures.append(c.get(reverse("dashboard:compare_chart"), q).json())
+    figures.append(c.get(reverse("dashboard:compare_scatter"), q).json())
+
+    def strings(value: object) -> list[str]:
+        if isinstance(value, str):
+            return [value]
+        if isinstance(value, dict):
+            return [s for v in value.values() for s in strings(v)]
+        if isinstance(value, list):
+            return [s for v in value for s in strings(v)]
+        return []
+
+    everything = [s for fig in figures for s in strings(fig)]
+    for raw in ("<b>", "<sup>", "<i>"):
+        assert not [s for s in everything if raw in s], raw
+    assert any("&lt;b&gt;bold&lt;/b&gt; &amp; co" in s for s in everything)
+    assert any("&lt;i&gt;" in s for s in strings(figures[-3]["texts"]))
+
+
+def test_heatmap_says_when_nothing_matches(client_and_run: tuple[Client, Run]) -> None:
+    c, run = client_and_run
+    none = _chart(c, run, "heatmap", q="no such prompt")
+    assert none["data"][0]["z"] == [] and none["layout"]["title"]["subtitle"]["text"] == (
+        f"none of the {len(set(PromptStep.objects.filter(run=run).values_list('prompt_id')))}"
+        " prompts matches “no such prompt”")
+    past = _chart(c, run, "heatmap", rows="500-600")
+    assert past["data"][0]["z"] == []
+    assert past["layout"]["title"]["subtitle"]["text"].startswith("no rows from 500 on")
+
+
+def test_every_plotted_metric_has_a_domain() -> None:
+    """pin_axis looks every plotted quantity up in METRIC_DOMAINS: a metric chart or compare
+    option added without a domain fails here, not as a 500 on the run page."""
+    from dashboard.charts import COMPARE_METRICS, METRIC_CHARTS, METRIC_DOMAINS, X_AXES
+
+    plotted = {k for _, _, keys, _ in METRIC_CHARTS.values() for k, _ in keys}
+    plotted |= set(COMPARE_METRICS) | {key for key, _ in X_AXES.values()}
+    assert plotted - set(METRIC_DOMAINS) == set()

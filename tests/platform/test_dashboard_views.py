@@ -322,3 +322,158 @@ def test_runs_list_refreshes_rows_while_runs_are_active(run: Run, owner_client: 
     assert "<table" not in rows and "balance-0" in rows  # only the rows are swapped
     Run.objects.filter(pk=run.pk).update(status=Run.Status.SUCCEEDED)
     assert 'hx-trigger="every 5s"' not in owner_client.get("/").content.decode()
+
+
+# --- second round: what a first-time user tripped over ----------------------------------------
+
+def test_launch_form_reports_every_error_at_once(owner_client: Client) -> None:
+    ps = make_prompt_set()
+    bad = {"name": "", "group_size": 1, "samples_per_round": 0, "lr": 2.0, "top_p": 3.0,
+           "temperature": -1, "batch_size": 500, "max_new_tokens": "many"}
+    resp = owner_client.post(reverse("dashboard:run_launch"), _launch_data(ps, **bad))
+    assert resp.status_code == 200 and Run.objects.count() == 0
+    errors = resp.context["form"].errors
+    assert set(errors) == set(bad)  # one submission, every field at fault
+    html = resp.content.decode()
+    for name in bad:
+        block = html[html.index(f'id="field-{name}"'):]
+        block = block[:block.index("</div>\n</div>") if "</div>\n</div>" in block else 600]
+        assert 'class="field-error"' in block, name
+    assert "larger than the prompt set (12 prompts)" in html  # the service's check, too
+    summary = html[html.index('id="form-errors"'):][:1500]
+    assert f"{len(bad)} fields to fix" in summary
+    assert all(f'href="#field-{name}"' in summary for name in bad)
+
+
+def test_launch_form_proposes_the_builtin_models_learning_rate(run: Run,
+                                                               owner_client: Client) -> None:
+    from trainer.config import BUILTIN_MODEL, TrainConfig, recommended_lr
+
+    form = owner_client.get(reverse("dashboard:run_launch")).context["form"]
+    assert form["model"].value() == BUILTIN_MODEL
+    assert form["lr"].value() == recommended_lr(BUILTIN_MODEL) == 2e-4 != TrainConfig.lr
+    # The page switches it with the model while the user has not typed their own.
+    assert json.loads(form.fields["lr"].widget.attrs["data-lr-by-model"]) == {
+        BUILTIN_MODEL: 2e-4, "": TrainConfig.lr}
+    # A clone keeps its run's learning rate.
+    clone = owner_client.get(reverse("dashboard:run_launch") + f"?clone={run.pk}")
+    assert clone.context["form"]["lr"].value() == run.config["lr"]
+
+
+def test_prompt_of_another_set_is_not_found(run: Run, owner_client: Client) -> None:
+    record_run(run, steps=1)
+    other = make_prompt_set(name="other-set")
+    foreign = Prompt.objects.filter(prompt_set=other).first()
+    own = Prompt.objects.filter(prompt_set=run.prompt_set).first()
+    for name in ("dashboard:prompt_history", "dashboard:prompt_chart"):
+        assert owner_client.get(reverse(name, args=[run.pk, foreign.pk])).status_code == 404
+        assert owner_client.get(reverse(name, args=[run.pk, own.pk])).status_code == 200
+
+
+def test_reversed_answers_are_explained_where_shown(run: Run, owner_client: Client) -> None:
+    prompt = Prompt.objects.filter(prompt_set=run.prompt_set).get(index=7)  # 7+8=, answer 51
+    html = owner_client.get(reverse("dashboard:prompt_history",
+                                    args=[run.pk, prompt.pk])).content.decode()
+    assert "digits reversed (least significant first): 51 is the sum 15" in html
+    preview = owner_client.get(reverse("dashboard:prompt_set_detail",
+                                       args=[run.prompt_set_id])).content.decode()
+    assert "answers are the sum&#x27;s digits reversed" in preview
+    uploaded = PromptSet.objects.create(name="up", source=PromptSet.Source.UPLOAD, size=0)
+    assert 'id="answer-note"' not in owner_client.get(reverse(
+        "dashboard:prompt_set_detail", args=[uploaded.pk])).content.decode()
+
+
+def test_bad_query_parameters_are_a_400_naming_them(run: Run, owner_client: Client) -> None:
+    runs = f"{run.pk},{make_run(run.owner, run.prompt_set, name='b').pk}"
+    prompt = Prompt.objects.filter(prompt_set=run.prompt_set).first()
+    chart = reverse("dashboard:run_chart", args=[run.pk, "rewards"])
+    heat = reverse("dashboard:run_chart", args=[run.pk, "heatmap"])
+    for path, params, named in [
+            (reverse("dashboard:compare"), {"runs": runs, "x": "bogus"}, "x"),
+            (reverse("dashboard:compare_chart"), {"runs": runs, "metric": "nope"}, "metric"),
+            (reverse("dashboard:compare"), {"runs": "1,two"}, "runs"),
+            (chart, {"points": "abc"}, "points"),
+            (chart, {"points": "2"}, "points"),
+            (heat, {"rows": "9-2"}, "rows"),
+            (heat, {"sort": "random"}, "sort"),
+            (reverse("dashboard:run_list"), {"status": "bogus"}, "status"),
+            (reverse("dashboard:run_list"), {"prompt_set": "x"}, "prompt_set"),
+            (reverse("dashboard:run_launch"), {"clone": "abc"}, "clone"),
+            (reverse("dashboard:prompt_history", args=[run.pk, prompt.pk]),
+             {"before": "yesterday"}, "before"),
+            (reverse("dashboard:run_detail", args=[run.pk]), {"rows": "a-b"}, "rows")]:
+        resp = owner_client.get(path, params)
+        assert resp.status_code == 400, (path, params)
+        assert f"{named}: " in resp.content.decode(), (path, params)
+
+
+def test_compare_url_keeps_the_view_and_names_missing_runs(owner: User,
+                                                           owner_client: Client) -> None:
+    ps = make_prompt_set()
+    a, b = (record_run(make_run(owner, ps, name=n, seed=s)) for n, s in (("a", 1), ("b", 2)))
+    url = reverse("dashboard:compare")
+    page = owner_client.get(url, {"runs": f"{a.pk},{b.pk}", "x": "samples",
+                                  "metric": "zero_adv_frac"}).content.decode()
+    # One x-axis control for the page, showing the URL's choice; both charts follow it.
+    assert page.count('name="x"') == 1 and page.count('name="metric"') == 1
+    assert '<option value="samples" selected>' in page
+    assert '<option value="zero_adv_frac" selected>' in page
+    assert "&x=samples&metric=zero_adv_frac\"" in page
+    assert "&x=samples&metric=samples\"" in page
+    assert "data-url-state" in page
+    # A shared link naming a deleted run: the others are compared and the missing one named.
+    resp = owner_client.get(url, {"runs": f"{a.pk},{b.pk},99999"})
+    assert resp.status_code == 200
+    assert "No run with id 99999" in resp.content.decode()
+    resp = owner_client.get(url, {"runs": f"{a.pk},99998,99999"}, follow=True)
+    html = resp.content.decode()
+    assert "No runs with ids 99998, 99999" in html and "1 was found" in html
+    assert owner_client.get(reverse("dashboard:compare_chart"),
+                            {"runs": f"{a.pk},99999"}).status_code == 404
+
+
+def test_compare_formats_the_last_evaluation(owner: User, owner_client: Client) -> None:
+    from experiments.models import EvalResult
+
+    ps = make_prompt_set()
+    a, b = (make_run(owner, ps, name=n) for n in ("a", "b"))
+    EvalResult.objects.create(run=a, step=40, metrics={
+        "prompts": 200.0, "k": 4.0, "greedy_accuracy": 0.47, "avg@4": 0.4125, "pass@4": 0.6,
+        "verifier_errors": 0.0})
+    html = owner_client.get(reverse("dashboard:compare"),
+                            {"runs": f"{a.pk},{b.pk}"}).content.decode()
+    assert ("step 40: avg@4 0.412 · greedy accuracy 0.470 · pass@4 0.600 (200 prompts, k = 4, "
+            "0 verifier errors)" in html)
+    assert "200.000" not in html and "k 4.000" not in html
+
+
+def test_delete_arrives_with_the_status_poll_when_the_run_finishes(run: Run,
+                                                                   owner_client: Client) -> None:
+    status_url = reverse("dashboard:run_status", args=[run.pk])
+    Run.objects.filter(pk=run.pk).update(status=Run.Status.RUNNING)
+    live = owner_client.get(status_url, HTTP_HX_REQUEST="true").content.decode()
+    assert 'id="run-actions" hx-swap-oob="true"' in live and "run-delete-button" not in live
+    Run.objects.filter(pk=run.pk).update(status=Run.Status.SUCCEEDED)
+    done = owner_client.get(status_url, HTTP_HX_REQUEST="true").content.decode()
+    assert 'id="run-actions" hx-swap-oob="true"' in done and 'id="run-delete-button"' in done
+    assert "hx-trigger" not in done  # and the polling stops
+
+
+def test_favicon(client: Client) -> None:
+    resp = client.get("/favicon.ico", follow=True)
+    assert resp.status_code == 200
+    body = b"".join(resp.streaming_content) if resp.streaming else resp.content
+    assert body[:4] == b"\x00\x00\x01\x00"  # an ICO
+    assert resp.redirect_chain[0][0].endswith(".ico")
+
+
+def test_runs_list_fits_its_shape_columns_and_keeps_symbol_case(run: Run,
+                                                                owner_client: Client) -> None:
+    from django.contrib.staticfiles import finders
+
+    html = owner_client.get("/").content.decode()
+    assert "<th title=\"B prompts per step · group size n" in html and ">B · n · M×N</th>" in html
+    assert ">4 · 4 · 8×4</td>" in html  # B, n, M x N of the run
+    css = open(finders.find("dashboard/app.css")).read()
+    th_rule = css[css.index("\nth {"):][:200].split("}")[0]
+    assert "text-transform" not in th_rule  # "n" and "N" stay two symbols

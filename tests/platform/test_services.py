@@ -96,8 +96,10 @@ def test_launch_validates_with_trainer_config(db: None, user: Any, prompt_set_fa
         TrainConfig.from_dict(config)
     with pytest.raises(ValidationError) as info:
         services.launch_run(user, "bad", config, ps)
-    # The same field and reason as the CLI, in a form-friendly error dict.
-    assert info.value.message_dict == {cli.value.field: [cli.value.reason]}
+    # The same field and reason as the CLI, first, in a form-friendly error dict (next to the
+    # platform's own: a batch of 32 from 8 prompts).
+    assert info.value.message_dict == {cli.value.field: [cli.value.reason],
+                                       "batch_size": ["larger than the prompt set (8 prompts)"]}
     assert info.value.field == field
     assert not Run.objects.exists()
 
@@ -111,6 +113,13 @@ def test_launch_checks_platform_fields(db: None, user: Any, prompt_set_factory: 
     with pytest.raises(LaunchError) as info:
         services.launch_run(user, "x", SIM, ps)  # batch of 4 from 2 prompts
     assert info.value.field == "batch_size"
+    # Every error at once, each on its field.
+    with pytest.raises(LaunchError) as info:
+        services.launch_run(user, " ", SIM | {"group_size": 1, "lr": 2.0}, ps, queue="tpu",
+                            retention="some")
+    assert set(info.value.message_dict) == {"group_size", "lr", "name", "queue", "retention",
+                                            "batch_size"}
+    assert not Run.objects.exists()
 
 
 def test_launch_stores_validated_config_and_enqueues_after_commit(

@@ -39,7 +39,7 @@ def test_simulate_shape_and_invariants() -> None:
     assert set(out) == {"total_samples", "prompts"}
     assert out["total_samples"] == sum(p["samples"] for p in out["prompts"])
     keys = {"index", "pass_rate", "samples", "positives", "negatives", "rounds", "resolved",
-            "kept_positives", "kept_negatives", "advantages"}
+            "missing", "kept_positives", "kept_negatives", "advantages"}
     for i, p in enumerate(out["prompts"]):
         assert set(p) == keys and p["index"] == i and p["pass_rate"] == rates[i]
         assert p["samples"] == p["positives"] + p["negatives"] == 8 * p["rounds"]
@@ -50,6 +50,8 @@ def test_simulate_shape_and_invariants() -> None:
     never, always = out["prompts"][2], out["prompts"][3]
     assert never["rounds"] == 4 and not never["resolved"] and never["advantages"] == [0.0] * 4
     assert always["rounds"] == 4 and not always["resolved"]
+    assert (never["missing"], always["missing"]) == ("positives", "negatives")
+    assert all(p["missing"] is None for p in out["prompts"] if p["resolved"])
     assert simulate("ada-balance", rates, seed=0) == out  # seeded
 
 

@@ -2,10 +2,40 @@ from typing import Any
 
 from django import template
 
-register = template.Library()
+from dashboard.selectors import is_eval_fraction
 
+register = template.Library()
 
 @register.filter
 def get(mapping: dict[str, Any], key: str) -> Any:
     """Look a key up in a dict (templates cannot subscript with a variable)."""
     return mapping.get(key, key)
+
+
+@register.filter
+def percent(value: float | None) -> str:
+    """A fraction in [0, 1] as a whole percentage ("41%"); a dash when missing."""
+    return "–" if value is None else f"{100 * value:.0f}%"
+
+
+@register.filter
+def eval_summary(metrics: dict[str, Any] | None) -> str:
+    """An evaluation row in words: fractions with three decimals, then counts as integers
+    ("step 40: avg@4 0.412 · greedy accuracy 0.470 · pass@4 0.600 (200 prompts, k = 4)")."""
+    if not metrics:
+        return "–"
+    counts = {"prompts": "{} prompts", "k": "k = {}", "verifier_errors": "{} verifier errors"}
+    values = {k: v for k, v in metrics.items() if k != "step" and isinstance(v, (int, float))}
+    fractions = [f"{'greedy accuracy' if k == 'greedy_accuracy' else k} {v:.3f}"
+                 for k, v in sorted(values.items()) if is_eval_fraction(k)]
+    others = sorted(k for k in values if not is_eval_fraction(k) and k not in counts)
+    whole = [counts.get(k, k + " {}").format(int(values[k]))
+             for k in [*(k for k in counts if k in values), *others]]
+    text = " · ".join(fractions) + (f" ({', '.join(whole)})" if whole else "")
+    return f"step {metrics['step']}: {text}" if "step" in metrics else text
+
+
+@register.filter
+def thousands(value: int | None) -> str:
+    """An integer with thousands separators ("1,234,567")."""
+    return "–" if value is None else f"{int(value):,}"

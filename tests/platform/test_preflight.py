@@ -1,0 +1,248 @@
+"""The launch preflight: estimates sampled by a real Celery worker (simulated backend, where the
+true pass rates are known, and the built-in tiny model), reused, cancelled, and shown with the
+simulator's predictions."""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+import redis
+from django.contrib.auth.models import User
+from django.core.exceptions import PermissionDenied
+from django.test import Client
+from django.urls import reverse
+from experiments import preflight, services
+from experiments.models import Estimate, PromptSet, Run
+
+from tests.fixtures.services import wait_for
+from trainer.preflight import predict
+
+from .dashboard_fixtures import make_prompt_set, make_run
+
+HOOK = {"RADA_BACKEND_HOOK": "tests.platform.worker_hooks:paced"}
+SIM = {"backend": "simulated", "algorithm": "ada-balance", "batch_size": 8}
+SHAPE = {"batch_size": 8, "group_size": 4, "samples_per_round": 8, "max_rounds": 4}
+
+
+def wait_estimate(estimate: Estimate, statuses: tuple[str, ...] = ("succeeded", "failed",
+                                                                     "cancelled"),
+                  timeout: float = 180) -> Estimate:
+    def done() -> Estimate | None:
+        estimate.refresh_from_db()
+        return estimate if estimate.status in statuses else None
+
+    return wait_for(done, timeout, what=f"estimate {estimate.pk} to reach {statuses}")
+
+
+def queued(queue: str = "cpu") -> list[dict[str, Any]]:
+    client = redis.Redis.from_url(os.environ["CELERY_BROKER_URL"])
+    return [json.loads(m) for m in client.lrange(queue, 0, -1)]
+
+
+def test_estimates_on_a_worker_simulated_and_tiny_model(
+        start_worker: Any, user: Any, tiny_model_dir: Path) -> None:
+    from trainer.model import MODEL_DIR_ENV
+
+    # Pacing makes the third estimate long enough to cancel while it runs.
+    start_worker("cpu", env={MODEL_DIR_ENV: str(tiny_model_dir), **HOOK,
+                             "RADA_TEST_GENERATE_SLEEP": "0.3"})
+
+    # 1. Simulated backend: the true pass rates are the prompts' metadata.
+    ps = make_prompt_set("rates-96", 96)
+    true_rate = {p.pk: p.metadata["pass_rate"] for p in ps.prompts.all()}
+    estimate = preflight.request_estimate(user, SIM, ps, samples_per_prompt=64, num_prompts=40)
+    estimate = wait_estimate(estimate)
+    assert estimate.status == Estimate.Status.SUCCEEDED, estimate.traceback
+    assert estimate.prompts_done == 40 and len(estimate.results) == 40
+    measured = preflight.estimate_summary(estimate)["pass_rates"]
+    truth = [true_rate[r["prompt_id"]] for r in estimate.results]
+    assert len(set(truth)) == 40  # distinct prompts of the set
+    assert all(len(r["rewards"]) == 64 for r in estimate.results)
+    assert np.mean(np.abs(np.array(measured) - truth)) < 0.06  # std of one rate <= 0.0625
+    # Predictions from the measured rates agree with the simulator fed the true ones.
+    rows = {(r["algorithm"], r["group_size"]): r
+            for r in preflight.estimate_predictions(estimate, SHAPE)}
+    exact = {(r["algorithm"], r["group_size"]): r for r in predict(truth, **SHAPE)}
+    assert set(rows) == set(exact)
+    for key, row in rows.items():
+        assert row["samples_per_step"] == pytest.approx(exact[key]["samples_per_step"], rel=0.1)
+        assert row["zero_adv_frac"] == pytest.approx(exact[key]["zero_adv_frac"], abs=0.1)
+    estimate.refresh_from_db()
+    assert list(estimate.predictions) == ["B8-n4-M8-N4"]  # kept for the next reader
+
+    # The same request is the same estimate; asking to sample again is a new one.
+    assert preflight.request_estimate(user, SIM, ps, samples_per_prompt=64,
+                                      num_prompts=40).pk == estimate.pk
+    # 2. The built-in tiny model (hf backend) on the built-in task, with its real verifier.
+    arith = services.create_builtin_prompt_set(user, "arith-40", 40, 1, 2, 0)
+    tiny = preflight.request_estimate(user, {"backend": "hf", "device": "cpu", "batch_size": 8,
+                                             "max_new_tokens": 6}, arith,
+                                      samples_per_prompt=8, num_prompts=16)
+    tiny = wait_estimate(tiny)
+    assert tiny.status == Estimate.Status.SUCCEEDED, tiny.traceback
+    summary = preflight.estimate_summary(tiny)
+    assert summary["samples"] == 128 and summary["verifier_errors"] == 0
+    assert tiny.tokens > 0 and tiny.time_generation > 0 and summary["samples_per_second"] > 0
+    # The short warm start solves some 1-2 digit sums.
+    assert 0.0 < np.mean(summary["pass_rates"]) and max(summary["pass_rates"]) <= 1.0
+    tiny_rows = preflight.estimate_predictions(tiny, SHAPE)
+    assert all(r["step_seconds"] > 0 for r in tiny_rows)
+
+    # 3. Cancel while it samples: it stops before its next chunk of prompts.
+    slow = preflight.request_estimate(user, SIM, ps, samples_per_prompt=4, num_prompts=96,
+                                      again=True)
+    assert slow.pk != estimate.pk
+    wait_for(lambda: Estimate.objects.get(pk=slow.pk).prompts_done >= 8, 60,
+             what="the estimate's first chunk")
+    preflight.cancel_estimate(slow, user)
+    slow = wait_estimate(slow)
+    assert slow.status == Estimate.Status.CANCELLED
+    assert 8 <= slow.prompts_done < 96 and len(slow.results) == slow.prompts_done
+    assert preflight.estimate_predictions(slow, SHAPE) == []
+
+
+def test_a_queued_estimate_is_cancelled_at_once_and_never_sampled(
+        transactional_db: None, user: Any, other_user: Any) -> None:
+    redis.Redis.from_url(os.environ["CELERY_BROKER_URL"]).delete("cpu")
+    ps = make_prompt_set("rates-12", 12)
+    estimate = preflight.request_estimate(user, SIM, ps)
+    messages = queued()
+    assert [m["headers"]["task"] for m in messages] == ["workers.estimate_pass_rates"]
+    with pytest.raises(PermissionDenied):
+        preflight.cancel_estimate(estimate, other_user)
+    assert preflight.cancel_estimate(estimate, user).status == Estimate.Status.CANCELLED
+    # The worker that gets the message later finds nothing to do.
+    assert preflight.acquire_estimate(estimate.pk, "late-worker") is None
+    # Cancelled is not reused: the next request samples afresh.
+    assert preflight.request_estimate(user, SIM, ps).pk != estimate.pk
+    redis.Redis.from_url(os.environ["CELERY_BROKER_URL"]).delete("cpu")
+
+
+def test_estimate_request_reports_every_bad_value(db: None, user: Any) -> None:
+    ps = make_prompt_set("rates-8", 8)
+    with pytest.raises(services.LaunchError) as info:
+        preflight.request_estimate(user, {"algorithm": "ppo", "device": "cuda",
+                                          "temperature": 0}, ps, queue="cpu",
+                                   samples_per_prompt=0, num_prompts=5000)
+    assert set(info.value.message_dict) == {"algorithm", "temperature", "queue",
+                                            "samples_per_prompt", "num_prompts"}
+    assert not Estimate.objects.exists()
+
+
+# --- the dashboard's side -----------------------------------------------------------------------
+
+@pytest.fixture
+def owner_client(user: Any) -> Client:
+    c = Client()
+    c.force_login(user)
+    return c
+
+
+def _finished(user: Any, ps: PromptSet, rates: list[float], k: int = 16,
+              errors: int = 0) -> Estimate:
+    """An estimate as a worker leaves it: results of k rewards per prompt."""
+    estimate = preflight.request_estimate(user, SIM, ps, samples_per_prompt=k,
+                                          num_prompts=len(rates))
+    assert preflight.acquire_estimate(estimate.pk, "w")
+    prompts = list(ps.prompts.order_by("index"))
+    results = [{"prompt_id": prompts[i].pk, "errors": errors,
+                "rewards": [1.0] * round(rate * k) + [0.0] * (k - round(rate * k))}
+               for i, rate in enumerate(rates)]
+    assert preflight.finish_estimate(estimate.pk, "w", Estimate.Status.SUCCEEDED,
+                                     results=results, time_generation=2.0, time_scoring=0.1,
+                                     tokens=1000)
+    estimate.refresh_from_db()
+    return estimate
+
+
+def _launch_post(ps: PromptSet, **overrides: object) -> dict[str, object]:
+    from .test_dashboard_views import _launch_data
+
+    return _launch_data(ps, **overrides)
+
+
+def test_estimate_button_keeps_the_form_and_shows_live_progress(
+        db: None, user: Any, owner_client: Client) -> None:
+    ps = make_prompt_set("rates-64", 64)
+    url = reverse("dashboard:run_launch")
+    data = _launch_post(ps, name="", batch_size=8, group_size=2, estimate_prompts=20,
+                        estimate_samples=8, action="estimate")
+    resp = owner_client.post(url, data)
+    assert resp.status_code == 200  # no run name needed: nothing is launched
+    estimate = Estimate.objects.get()
+    assert (estimate.samples_per_prompt, estimate.num_prompts, estimate.queue) == (8, 20, "cpu")
+    assert not Run.objects.exists()
+    html = resp.content.decode()
+    assert 'id="estimate"' in html and 'data-status="queued"' in html
+    panel = reverse("dashboard:estimate_panel", args=[estimate.pk])
+    assert f'hx-get="{panel}?batch_size=8&amp;group_size=2' in html  # polls while queued
+    assert resp.context["form"]["group_size"].value() == "2"  # the form keeps its values
+    # Asking again for the same sample is the same estimate; "Sample again" is a new one.
+    owner_client.post(url, data)
+    assert Estimate.objects.count() == 1
+    owner_client.post(url, {**data, "action": "estimate-again"})
+    assert Estimate.objects.count() == 2
+    # Progress, then cancel from the panel.
+    Estimate.objects.filter(pk=estimate.pk).update(status="running", prompts_done=8,
+                                                   lease_owner="w")
+    live = owner_client.get(panel, SHAPE).content.decode()
+    assert 'value="8"' in live and "8</strong> of 20 prompts" in live and "hx-trigger" in live
+    cancelled = owner_client.post(reverse("dashboard:estimate_cancel", args=[estimate.pk]),
+                                  HTTP_HX_REQUEST="true").content.decode()
+    assert "cancel requested" in cancelled
+    assert Estimate.objects.get(pk=estimate.pk).cancel_requested
+
+
+def test_finished_estimate_shows_predictions_chart_and_warnings(
+        db: None, user: Any, owner_client: Client) -> None:
+    ps = make_prompt_set("rates-32", 32)
+    good = _finished(user, ps, [i / 31 for i in range(32)])
+    page = owner_client.get(reverse("dashboard:estimate_detail", args=[good.pk]),
+                            SHAPE).content.decode()
+    for label in ("GRPO n=4", "GRPO n=8", "GRPO n=16", "Reinforce-Ada-pos",
+                  "Reinforce-Ada-balance"):
+        assert f"<td>{label}</td>" in page, label
+    assert 'class="alert"' not in page
+    assert "hx-trigger" not in page  # finished: no polling
+    budget = owner_client.get(reverse("dashboard:estimate_chart", args=[good.pk, "budget"]),
+                              SHAPE).json()
+    bars = budget["data"][0]
+    assert bars["y"][:3] == ["GRPO n=4", "GRPO n=8", "GRPO n=16"]
+    assert bars["x"][:3] == [32.0, 64.0, 128.0]  # B x n for B = 8
+    hist = owner_client.get(reverse("dashboard:estimate_chart", args=[good.pk, "passrates"]),
+                            SHAPE).json()
+    assert len(hist["data"][0]["x"]) == 32 and hist["layout"]["title"]["text"]
+    # Another run shape is predicted from the same sample, once.
+    owner_client.get(reverse("dashboard:estimate_panel", args=[good.pk]),
+                     {**SHAPE, "group_size": 8})
+    good.refresh_from_db()
+    assert sorted(good.predictions) == ["B8-n4-M8-N4", "B8-n8-M8-N4"]
+    assert owner_client.get(reverse("dashboard:estimate_panel", args=[good.pk]),
+                            {"group_size": "x"}).status_code == 400
+
+    # All prompts never solved: the no-signal warning; a verifier that raises: its warning.
+    other = make_prompt_set("rates-16", 16)
+    dead = _finished(user, other, [0.0] * 15 + [1.0], errors=4)
+    page = owner_client.get(reverse("dashboard:estimate_detail", args=[dead.pk])).content.decode()
+    assert page.count('class="alert"') == 2
+    assert "Rewards will carry no signal" in page and "15 were never solved" in page
+    assert "The verifier raised on 64 of 256 responses" in page
+
+
+def test_estimate_from_a_finished_run(db: None, user: Any, owner_client: Client) -> None:
+    ps = make_prompt_set("rates-24", 24)
+    run = make_run(user, ps, name="done", batch_size=8)
+    Run.objects.filter(pk=run.pk).update(status=Run.Status.SUCCEEDED)
+    page = owner_client.get(reverse("dashboard:run_detail", args=[run.pk])).content.decode()
+    assert 'id="run-estimate-button"' in page
+    resp = owner_client.post(reverse("dashboard:run_estimate", args=[run.pk]))
+    estimate = Estimate.objects.get()
+    assert resp["Location"] == reverse("dashboard:estimate_detail", args=[estimate.pk])
+    assert estimate.prompt_set == ps and estimate.config["backend"] == "simulated"
+    assert preflight.run_shape(estimate)["batch_size"] == 8
+    assert User.objects.filter(pk=estimate.owner_id).exists()

@@ -1,0 +1,112 @@
+"""The launch preflight's pure parts: sampling pass rates from a backend, predictions through the
+simulator, warnings."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from trainer import preflight
+from trainer.backends.simulated import SimulatedBackend
+from trainer.cli import simulate
+from trainer.config import TrainConfig
+from trainer.loop import make_scorer
+from trainer.types import Prompt
+
+SHAPE = {"batch_size": 32, "group_size": 4, "samples_per_round": 8, "max_rounds": 4}
+
+
+def _prompts(rates: list[float]) -> list[Prompt]:
+    return [Prompt(id=str(i), text=f"{i}+1=", answer=str(i + 1), metadata={"pass_rate": r})
+            for i, r in enumerate(rates)]
+
+
+def test_sample_pass_rates_measures_the_true_rates_and_reports_progress() -> None:
+    rates = [0.0, 1.0, 0.25, 0.5, 0.75] * 4
+    config = TrainConfig(backend="simulated", verifier="exact")
+    progress: list[int] = []
+    sample = preflight.sample_pass_rates(
+        SimulatedBackend(config), _prompts(rates), 400, make_scorer(config), seed=1,
+        chunk_size=3, on_progress=lambda done, s: progress.append(done))
+    assert progress == [3, 6, 9, 12, 15, 18, 20]
+    assert sample.prompt_ids == [str(i) for i in range(20)] and sample.samples == 8000
+    measured = preflight.pass_rates(sample.rewards)
+    assert measured[:2] == [0.0, 1.0]
+    assert np.allclose(measured, rates, atol=0.1)
+    assert sample.errors == [0] * 20 and not sample.cancelled
+    # Seeded: the same call draws the same rewards.
+    again = preflight.sample_pass_rates(SimulatedBackend(config), _prompts(rates), 400,
+                                        make_scorer(config), seed=1, chunk_size=3)
+    assert again.rewards == sample.rewards
+
+
+def test_sample_pass_rates_stops_between_chunks() -> None:
+    config = TrainConfig(backend="simulated", verifier="exact")
+    polls = iter([False, False, True])
+    sample = preflight.sample_pass_rates(SimulatedBackend(config), _prompts([0.5] * 10), 4,
+                                         make_scorer(config), seed=0, chunk_size=3,
+                                         should_stop=lambda: next(polls))
+    assert sample.cancelled and len(sample.rewards) == 6
+
+
+def test_predictions_are_the_simulators_figures() -> None:
+    rates = list(np.random.default_rng(3).random(40))
+    rows = {(r["algorithm"], r["group_size"]): r
+            for r in preflight.predict(rates, seconds_per_sample=0.01, **SHAPE)}
+    assert set(rows) == {("grpo", 4), ("grpo", 8), ("grpo", 16), ("ada-pos", 4),
+                         ("ada-balance", 4)}
+    for n in (4, 8, 16):  # GRPO spends exactly B x n, whatever the pass rates
+        assert rows["grpo", n]["samples_per_step"] == 32 * n
+        assert rows["grpo", n]["multiple_of_grpo"] == n / 4
+        assert rows["grpo", n]["unresolved_frac"] == 0.0
+    balance = rows["ada-balance", 4]
+    # The same code as `python -m trainer simulate`, averaged over seeds.
+    direct = [simulate("ada-balance", rates, seed=s)["total_samples"] for s in range(200)]
+    assert balance["samples_per_step"] == pytest.approx(32 * np.mean(direct) / 40, rel=0.05)
+    assert balance["step_seconds"] == pytest.approx(balance["samples_per_step"] * 0.01)
+    assert balance["unresolved_frac"] == pytest.approx(
+        balance["missing_pos_frac"] + balance["missing_neg_frac"])
+    # More samples for more signal: the ordering the paper reports.
+    assert rows["grpo", 4]["zero_adv_frac"] > rows["ada-pos", 4]["zero_adv_frac"]
+    assert rows["grpo", 4]["zero_adv_frac"] > balance["zero_adv_frac"]
+    assert rows["grpo", 4]["samples_per_step"] < rows["ada-pos", 4]["samples_per_step"]
+
+
+def test_never_solved_prompts_predict_no_signal_and_warn() -> None:
+    rows = {r["algorithm"]: r for r in preflight.predict([0.0] * 16, **SHAPE)
+            if r["group_size"] == 4}
+    assert rows["ada-pos"]["unresolved_frac"] == rows["ada-pos"]["missing_pos_frac"] == 1.0
+    assert rows["ada-pos"]["samples_per_step"] == 32 * 32  # every prompt draws M x N
+    assert all(r["zero_adv_frac"] == 1.0 for r in rows.values())
+    warnings = preflight.preflight_warnings([[0.0] * 16] * 10, [0] * 10)
+    assert len(warnings) == 1 and "no signal" in warnings[0] and "10 were never solved" in (
+        warnings[0])
+    # 9 of 10 prompts never or always solved is still no signal; 8 of 10 is not.
+    mixed = [[0.0] * 16] * 5 + [[1.0] * 16] * 4 + [[0.0, 1.0] * 8]
+    assert preflight.preflight_warnings(mixed, [0] * 10)
+    assert not preflight.preflight_warnings(mixed[:8] + [[0.0, 1.0] * 8] * 2, [0] * 10)
+
+
+def test_verifier_errors_warn_from_ten_percent() -> None:
+    rewards = [[0.0, 1.0] * 5] * 10  # 100 responses
+    assert not preflight.preflight_warnings(rewards, [0] * 9 + [9])
+    warning = preflight.preflight_warnings(rewards, [1] * 10)
+    assert len(warning) == 1 and "10 of 100 responses" in warning[0]
+
+
+def test_an_algorithm_the_simulator_rejects_is_reported_not_raised(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    # What a new algorithm looks like before its simulator support lands: listed, not predicted.
+    monkeypatch.setattr(preflight, "ALGORITHMS", (*preflight.ALGORITHMS, "future-algo"))
+    rows = preflight.predict([0.5] * 8, **SHAPE)
+    future = [r for r in rows if r["algorithm"] == "future-algo"]
+    assert len(future) == 1 and future[0]["error"]
+    assert all(r["error"] is None for r in rows if r["algorithm"] != "future-algo")
+
+
+def test_choose_prompts_is_a_seeded_subset() -> None:
+    chosen = preflight.choose_prompts(100, 10, seed=4)
+    assert len(set(chosen)) == 10 and all(0 <= i < 100 for i in chosen)
+    assert chosen == preflight.choose_prompts(100, 10, seed=4) != preflight.choose_prompts(
+        100, 10, seed=5)
+    assert preflight.choose_prompts(5, 10, seed=0) == [0, 1, 2, 3, 4]

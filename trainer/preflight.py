@@ -1,0 +1,178 @@
+"""Preflight: measure a policy's pass rates on a few prompts, then predict what each algorithm's
+sampling will cost and how much signal it will get, before a run is launched.
+
+1. ``sample_pass_rates``: ``k`` responses for each prompt of a seeded subset, scored with the
+   run's verifier (a worker does this with the run's model, backend and generation settings);
+2. ``predict``: those pass rates fed to the simulator, the code of ``python -m trainer simulate``
+   (``trainer.cli.simulate``), for every algorithm of ``trainer.config.ALGORITHMS`` at the run's
+   B, n, M and N (and GRPO at larger n, the sample-matched baseline);
+3. ``preflight_warnings``: pass rates that carry no signal, or a verifier that raises.
+
+A prompt never solved in ``k`` samples is simulated as never solved: with k = 16 a prompt of
+pass rate below about 1/16 may look like one. Pure python/numpy: the web process computes
+predictions; only sampling needs a backend.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from trainer.config import ALGORITHMS, ConfigError
+from trainer.types import Prompt
+
+# GRPO's group sizes the preflight predicts besides the run's own n: a larger group is GRPO's
+# answer to signal collapse, at a budget comparable to Reinforce-Ada's.
+GRPO_GROUP_SIZES = (4, 8, 16)
+# Warn when at least this fraction of the sampled prompts was never or always solved...
+NO_SIGNAL_FRACTION = 0.9
+# ... or when the verifier raised on at least this fraction of the responses.
+VERIFIER_ERROR_FRACTION = 0.1
+# Prompt draws simulated per prediction (the measured prompts repeated with fresh seeds), so that
+# the expectation does not depend on one Bernoulli draw per prompt.
+SIMULATED_DRAWS = 512
+
+Scorer = Callable[[Prompt, list[str]], tuple[list[float], list[str | None]]]
+
+
+def choose_prompts(num_available: int, count: int, seed: int) -> list[int]:
+    """Indices of a seeded uniform subset of ``count`` prompts (all of them when fewer)."""
+    rng = np.random.default_rng([seed, 11])
+    if count >= num_available:
+        return list(range(num_available))
+    return sorted(rng.choice(num_available, size=count, replace=False).tolist())
+
+
+@dataclass
+class PassRateSample:
+    """``rewards[i]``: the k rewards of ``prompt_ids[i]``; ``errors[i]``: how many of its
+    responses the verifier raised on (scored 0)."""
+
+    prompt_ids: list[str] = field(default_factory=list)
+    rewards: list[list[float]] = field(default_factory=list)
+    errors: list[int] = field(default_factory=list)
+    tokens: int = 0
+    time_generation: float = 0.0
+    time_scoring: float = 0.0
+    cancelled: bool = False
+
+    @property
+    def samples(self) -> int:
+        return sum(len(r) for r in self.rewards)
+
+
+def sample_pass_rates(backend: Any, prompts: Sequence[Prompt], k: int, score: Scorer, *,
+                      seed: int, chunk_size: int = 8,
+                      on_progress: Callable[[int, PassRateSample], None] | None = None,
+                      should_stop: Callable[[], bool] | None = None) -> PassRateSample:
+    """Draw ``k`` responses per prompt, ``chunk_size`` prompts per ``backend.generate`` call,
+    and score them. ``on_progress(prompts done, sample so far)`` follows every chunk;
+    ``should_stop`` is polled before each one (a cancelled sample keeps what it has)."""
+    from trainer.sampler import derive_seed
+
+    out = PassRateSample()
+    for start in range(0, len(prompts), chunk_size):
+        if should_stop is not None and should_stop():
+            out.cancelled = True
+            break
+        chunk = list(prompts[start:start + chunk_size])
+        t0 = time.perf_counter()
+        drawn = backend.generate(chunk, [k] * len(chunk), seed=derive_seed(seed, start))
+        t1 = time.perf_counter()
+        for prompt, gens in zip(chunk, drawn, strict=True):
+            rewards, errors = score(prompt, [g.text for g in gens])
+            out.prompt_ids.append(prompt.id)
+            out.rewards.append([float(r) for r in rewards])
+            out.errors.append(sum(e is not None for e in errors))
+            out.tokens += sum(len(g.response_token_ids) for g in gens)
+        out.time_generation += t1 - t0
+        out.time_scoring += time.perf_counter() - t1
+        if on_progress is not None:
+            on_progress(len(out.rewards), out)
+    return out
+
+
+def pass_rates(rewards: Sequence[Sequence[float]], threshold: float = 0.5) -> list[float]:
+    """Per prompt: the fraction of its responses whose reward exceeds ``threshold``."""
+    return [sum(r > threshold for r in rs) / len(rs) if rs else 0.0 for rs in rewards]
+
+
+def preflight_warnings(rewards: Sequence[Sequence[float]], errors: Sequence[int],
+                       threshold: float = 0.5) -> list[str]:
+    """What makes a launch pointless, in words: prompts whose k samples were all negative or all
+    positive (no gradient signal for any algorithm's groups), or a verifier that raises."""
+    out: list[str] = []
+    measured = [rs for rs in rewards if rs]
+    if measured:
+        never = sum(all(r <= threshold for r in rs) for rs in measured)
+        always = sum(all(r > threshold for r in rs) for rs in measured)
+        if never + always >= NO_SIGNAL_FRACTION * len(measured):
+            k = max(len(rs) for rs in measured)
+            out.append(f"Rewards will carry no signal: of {len(measured)} sampled prompts, "
+                       f"{never} were never solved and {always} always solved in {k} samples "
+                       f"each. Check the model, the prompt set and the answer format first.")
+    total = sum(len(rs) for rs in rewards)
+    failed = sum(errors)
+    if total and failed >= VERIFIER_ERROR_FRACTION * total:
+        out.append(f"The verifier raised on {failed} of {total} responses "
+                   f"({failed / total:.0%}); they score 0. Check the verifier and the answers.")
+    return out
+
+
+def variants(group_size: int) -> list[tuple[str, int]]:
+    """The (algorithm, n) pairs a preflight predicts: GRPO at the run's n and at
+    ``GRPO_GROUP_SIZES``, every other algorithm of ``ALGORITHMS`` at the run's n."""
+    grpo = sorted({group_size, *GRPO_GROUP_SIZES})
+    return [("grpo", n) for n in grpo] + [(a, group_size) for a in ALGORITHMS if a != "grpo"]
+
+
+def predict(rates: Sequence[float], *, batch_size: int, group_size: int,
+            samples_per_round: int, max_rounds: int, seconds_per_sample: float | None = None,
+            seed: int = 0, draws: int = SIMULATED_DRAWS) -> list[dict[str, Any]]:
+    """Expected per-step figures of every variant on prompts of pass rates ``rates``.
+
+    Per row: ``samples_per_step`` (B x the mean samples per prompt), ``multiple_of_grpo`` (of
+    B x n at the run's n), ``zero_adv_frac`` (kept groups whose advantages are all zero),
+    ``unresolved_frac`` split into ``missing_pos_frac`` / ``missing_neg_frac``, and
+    ``step_seconds`` (samples x measured generation and scoring seconds per sample; the policy
+    update is not included) when ``seconds_per_sample`` is given. A variant the simulator
+    rejects comes back with ``error`` set instead.
+    """
+    from trainer.cli import simulate
+    from trainer.sampler import derive_seed
+
+    if not rates:
+        return []
+    repeats = max(1, -(-draws // len(rates)))
+    rows: list[dict[str, Any]] = []
+    for algorithm, n in variants(group_size):
+        row: dict[str, Any] = {"algorithm": algorithm, "group_size": n, "error": None}
+        try:
+            results = [simulate(algorithm, rates, group_size=n,
+                                samples_per_round=max(samples_per_round, n),
+                                max_rounds=max_rounds, seed=derive_seed(seed, r))
+                       for r in range(repeats)]
+        except (ConfigError, ValueError) as exc:  # e.g. an algorithm without simulator support
+            row["error"] = str(exc)
+            rows.append(row)
+            continue
+        drawn = [p for res in results for p in res["prompts"]]
+        samples = float(np.mean([p["samples"] for p in drawn]))
+        kept = [p for p in drawn if p["advantages"]]
+        row.update(
+            samples_per_prompt=samples,
+            samples_per_step=batch_size * samples,
+            multiple_of_grpo=samples / group_size,
+            zero_adv_frac=(sum(all(abs(a) <= 1e-12 for a in p["advantages"]) for p in kept)
+                           / len(kept)) if kept else 0.0,
+            unresolved_frac=sum(not p["resolved"] for p in drawn) / len(drawn),
+            missing_pos_frac=sum(p["missing"] == "positives" for p in drawn) / len(drawn),
+            missing_neg_frac=sum(p["missing"] == "negatives" for p in drawn) / len(drawn),
+            step_seconds=(batch_size * samples * seconds_per_sample
+                          if seconds_per_sample is not None else None))
+        rows.append(row)
+    return rows

@@ -1,0 +1,66 @@
+"""Sampling a launch preflight on a worker: the estimate's model, backend, generation settings and
+verifier (those a run with its config would use), ``k`` responses for each prompt of a seeded
+subset of its prompt set. Progress goes to the estimate row after every chunk of prompts; a
+cancel request stops it before the next chunk.
+"""
+
+from __future__ import annotations
+
+import logging
+import traceback
+from typing import Any
+
+from experiments import preflight as services
+from experiments.models import Estimate
+
+from trainer.config import TrainConfig
+from trainer.preflight import PassRateSample, choose_prompts, sample_pass_rates
+from workers.execution import make_backend, new_lease_owner, trainer_prompts
+
+logger = logging.getLogger("workers.preflight")
+
+
+def execute_estimate(estimate_id: int) -> str:
+    """Sample estimate ``estimate_id``; returns what happened, for the worker's log."""
+    from trainer.loop import make_scorer  # the run's verifier, as the training loop scores
+
+    owner = new_lease_owner()
+    estimate = services.acquire_estimate(estimate_id, owner)
+    if estimate is None:
+        logger.info("estimate %s: skipped (finished, cancelled, gone or taken)", estimate_id)
+        return "skipped"
+    state = {"cancel": False, "lost": False}
+
+    def on_progress(done: int, sample: PassRateSample) -> None:
+        state["cancel"], state["lost"] = services.record_estimate_progress(
+            estimate_id, owner, done)
+
+    try:
+        config = TrainConfig.from_dict(estimate.config)
+        prompts = trainer_prompts(estimate.prompt_set_id)
+        chosen = [prompts[i] for i in choose_prompts(len(prompts), estimate.num_prompts,
+                                                     estimate.seed)]
+        backend = make_backend(config, chosen)
+        sample = sample_pass_rates(backend, chosen, estimate.samples_per_prompt,
+                                   make_scorer(config), seed=estimate.seed,
+                                   on_progress=on_progress,
+                                   should_stop=lambda: state["cancel"] or state["lost"])
+    except Exception as exc:
+        logger.exception("estimate %s failed", estimate_id)
+        services.finish_estimate(estimate_id, owner, Estimate.Status.FAILED,
+                                 error=f"{type(exc).__name__}: {exc}"[:2000],
+                                 traceback=traceback.format_exc()[-20_000:])
+        return "failed"
+    if state["lost"]:
+        return "lease lost"
+    status = Estimate.Status.CANCELLED if sample.cancelled else Estimate.Status.SUCCEEDED
+    results: list[dict[str, Any]] = [
+        {"prompt_id": int(pid), "rewards": rewards, "errors": errors}
+        for pid, rewards, errors in zip(sample.prompt_ids, sample.rewards, sample.errors,
+                                        strict=True)]
+    services.finish_estimate(estimate_id, owner, status, results=results, tokens=sample.tokens,
+                             time_generation=sample.time_generation,
+                             time_scoring=sample.time_scoring)
+    logger.info("estimate %s: %s (%s prompts, %.1f s generating)", estimate_id, status,
+                len(results), sample.time_generation)
+    return status
