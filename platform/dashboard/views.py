@@ -451,8 +451,7 @@ def estimate_chart(request: HttpRequest, estimate_id: int, name: str) -> JsonRes
     estimate = _estimate_or_404(estimate_id)
     if name not in charts.ESTIMATE_CHARTS:
         raise Http404("no such chart")
-    context = _estimate_context(request, estimate,
-                                _run_shape(request))
+    context = _estimate_context(request, estimate, _run_shape(request))
     return JsonResponse(charts.estimate_chart(name, estimate, context))
 
 
@@ -466,16 +465,27 @@ def estimate_cancel(request: HttpRequest, estimate_id: int) -> HttpResponse:
     return redirect("dashboard:estimate_detail", estimate_id=estimate.pk)
 
 
+def _show_estimate(request: HttpRequest, back: str, config: dict[str, Any],
+                   prompt_set: PromptSet, **options: Any) -> HttpResponse:
+    """Request an estimate and open its page; settings that no longer validate (a model
+    directory gone, bounds changed) go back to ``back`` with the reason."""
+    try:
+        estimate = preflight.request_estimate(request.user, config, prompt_set, **options)
+    except services.LaunchError as exc:
+        messages.error(request, f"Cannot estimate: {exc}")
+        return redirect(back)
+    return redirect("dashboard:estimate_detail", estimate_id=estimate.pk)
+
+
 @login_required
 @require_POST
 def estimate_again(request: HttpRequest, estimate_id: int) -> HttpResponse:
     """Sample the same settings once more (the model may have changed since)."""
     old = _estimate_or_404(estimate_id)
-    new = preflight.request_estimate(
-        request.user, old.config, old.prompt_set, queue=old.queue,
-        samples_per_prompt=old.samples_per_prompt, num_prompts=old.num_prompts, seed=old.seed,
-        again=True)
-    return redirect("dashboard:estimate_detail", estimate_id=new.pk)
+    return _show_estimate(request, reverse("dashboard:estimate_detail", args=[old.pk]),
+                          old.config, old.prompt_set, queue=old.queue,
+                          samples_per_prompt=old.samples_per_prompt,
+                          num_prompts=old.num_prompts, seed=old.seed, again=True)
 
 
 @login_required
@@ -483,10 +493,5 @@ def estimate_again(request: HttpRequest, estimate_id: int) -> HttpResponse:
 def run_estimate(request: HttpRequest, run_id: int) -> HttpResponse:
     """The preflight of a run's settings (for a run that finished: what would a rerun spend?)."""
     run = _run_or_404(run_id)
-    try:
-        estimate = preflight.request_estimate(request.user, run.config, run.prompt_set,
-                                              queue=run.queue, seed=run.seed)
-    except services.LaunchError as exc:
-        messages.error(request, f"Cannot estimate this run: {exc}")
-        return redirect("dashboard:run_detail", run_id=run.pk)
-    return redirect("dashboard:estimate_detail", estimate_id=estimate.pk)
+    return _show_estimate(request, reverse("dashboard:run_detail", args=[run.pk]), run.config,
+                          run.prompt_set, queue=run.queue, seed=run.seed)

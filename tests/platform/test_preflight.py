@@ -227,6 +227,12 @@ def test_finished_estimate_shows_predictions_chart_and_warnings(
                            {**SHAPE, "group_size": "x"})
     assert odd.status_code == 200 and "n = 4" in odd.content.decode()
 
+    # "Sample again" draws a new sample of the same settings.
+    again = owner_client.post(reverse("dashboard:estimate_again", args=[good.pk]))
+    new = Estimate.objects.latest("created_at")
+    assert new.pk != good.pk and new.key == good.key
+    assert again["Location"] == reverse("dashboard:estimate_detail", args=[new.pk])
+
     # All prompts never solved: the no-signal warning; a verifier that raises: its warning.
     other = make_prompt_set("rates-16", 16)
     dead = _finished(user, other, [0.0] * 15 + [1.0], errors=4)
@@ -248,3 +254,15 @@ def test_estimate_from_a_finished_run(db: None, user: Any, owner_client: Client)
     assert estimate.prompt_set == ps and estimate.config["backend"] == "simulated"
     assert preflight.run_shape(estimate)["batch_size"] == 8
     assert User.objects.filter(pk=estimate.owner_id).exists()
+
+
+def test_estimate_of_settings_that_no_longer_validate_goes_back_with_the_reason(
+        db: None, user: Any, owner_client: Client) -> None:
+    ps = make_prompt_set("rates-10", 10)
+    run = make_run(user, ps, name="old", batch_size=8)
+    Run.objects.filter(pk=run.pk).update(config={**run.config, "samples_per_round": 1})
+    resp = owner_client.post(reverse("dashboard:run_estimate", args=[run.pk]), follow=True)
+    assert resp.redirect_chain[-1][0] == reverse("dashboard:run_detail", args=[run.pk])
+    assert "Cannot estimate: samples_per_round: must be &gt;= group_size" in (
+        resp.content.decode())
+    assert not Estimate.objects.exists()
