@@ -33,8 +33,11 @@ NO_SIGNAL_FRACTION = 0.9
 # ... or when the verifier raised on at least this fraction of the responses.
 VERIFIER_ERROR_FRACTION = 0.1
 # Prompt draws simulated per prediction (the measured prompts repeated with fresh seeds), so that
-# the expectation does not depend on one Bernoulli draw per prompt.
+# the expectation does not depend on one Bernoulli draw per prompt...
 SIMULATED_DRAWS = 512
+# ... and at most this many simulated responses per algorithm, so that a prediction for a large
+# M x N stays a fraction of a second (fewer draws, each still a whole pass over the prompts).
+SIMULATED_RESPONSES = 1 << 17
 
 Scorer = Callable[[Prompt, list[str]], tuple[list[float], list[str | None]]]
 
@@ -140,22 +143,29 @@ def predict(rates: Sequence[float], *, batch_size: int, group_size: int,
     ``unresolved_frac`` split into ``missing_pos_frac`` / ``missing_neg_frac``, and
     ``step_seconds`` (samples x measured generation and scoring seconds per sample; the policy
     update is not included) when ``seconds_per_sample`` is given. A variant the simulator
-    rejects comes back with ``error`` set instead.
+    rejects comes back with ``error`` set instead. The expectation is over ``draws`` simulated
+    prompt draws, fewer when M x N is large (at most ``SIMULATED_RESPONSES`` responses).
     """
     from trainer.cli import simulate
     from trainer.sampler import derive_seed
 
     if not rates:
         return []
-    repeats = max(1, -(-draws // len(rates)))
+    # Whole passes over the prompts while the response budget allows; past it, one pass over a
+    # seeded random subset (still an unbiased estimate of the per-prompt mean, just noisier).
+    draws = max(1, min(draws, SIMULATED_RESPONSES // max(samples_per_round * max_rounds, 16)))
+    passes = [list(rates)] * max(1, -(-draws // len(rates)))
+    if draws < len(rates):
+        rng = np.random.default_rng([seed, 13])
+        passes = [[rates[i] for i in rng.choice(len(rates), size=draws, replace=False)]]
     rows: list[dict[str, Any]] = []
     for algorithm, n in variants(group_size):
         row: dict[str, Any] = {"algorithm": algorithm, "group_size": n, "error": None}
         try:
-            results = [simulate(algorithm, rates, group_size=n,
+            results = [simulate(algorithm, chosen, group_size=n,
                                 samples_per_round=max(samples_per_round, n),
                                 max_rounds=max_rounds, seed=derive_seed(seed, r))
-                       for r in range(repeats)]
+                       for r, chosen in enumerate(passes)]
         except (ConfigError, ValueError) as exc:  # e.g. an algorithm without simulator support
             row["error"] = str(exc)
             rows.append(row)

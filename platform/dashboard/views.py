@@ -400,8 +400,8 @@ def _request_estimate(request: HttpRequest, form: LaunchForm) -> Estimate | None
 def _run_shape(request: HttpRequest) -> dict[str, int | None]:
     """B, n, M and N asked for in the query (those absent or malformed: the estimate's own)."""
     return {name: params.get_int(request.GET, name, min_value=low, max_value=high)
-            for name, low, high in (("batch_size", 1, 1_000_000), ("group_size", 2, 1024),
-                                    ("samples_per_round", 1, 1024), ("max_rounds", 1, 64))}
+            for name, low, high in (("batch_size", 1, 1_000_000), ("group_size", 2, 256),
+                                    ("samples_per_round", 1, 256), ("max_rounds", 1, 64))}
 
 
 def _estimate_or_404(estimate_id: int) -> Estimate:

@@ -34,6 +34,8 @@ DEFAULT_K = 16
 DEFAULT_PROMPTS = 64
 MAX_K = 256
 MAX_PROMPTS = 1024
+# Run shapes whose predictions an estimate keeps (each is a fraction of a second to recompute).
+MAX_SHAPES = 16
 
 
 def estimate_key(config: TrainConfig, prompt_set: PromptSet, k: int, num_prompts: int,
@@ -160,6 +162,10 @@ def run_shape(estimate: Estimate, overrides: dict[str, Any] | None = None) -> di
     return shape
 
 
+def _shape_key(shape: dict[str, int]) -> str:
+    return "B{batch_size}-n{group_size}-M{samples_per_round}-N{max_rounds}".format(**shape)
+
+
 def estimate_summary(estimate: Estimate) -> dict[str, Any]:
     """Measured pass rates, warnings and throughput of a sample (empty before it finishes)."""
     threshold = float((estimate.config or {}).get("positive_threshold", 0.5))
@@ -185,7 +191,7 @@ def estimate_predictions(estimate: Estimate, shape: dict[str, int]) -> list[dict
     ``trainer.preflight.predict``), computed once per shape and kept with the estimate."""
     if estimate.status != Estimate.Status.SUCCEEDED or not estimate.results:
         return []
-    key = "B{batch_size}-n{group_size}-M{samples_per_round}-N{max_rounds}".format(**shape)
+    key = _shape_key(shape)
     stored = (estimate.predictions or {}).get(key)
     if stored is not None:
         return stored
@@ -194,7 +200,11 @@ def estimate_predictions(estimate: Estimate, shape: dict[str, int]) -> list[dict
                    seed=estimate.seed, **shape)
     with transaction.atomic():
         locked = Estimate.objects.select_for_update().get(pk=estimate.pk)
-        locked.predictions = {**(locked.predictions or {}), key: rows}
+        kept = dict(locked.predictions or {})
+        if len(kept) >= MAX_SHAPES:  # bounded: the requesting config's shape stays
+            own = _shape_key(run_shape(estimate))
+            kept = {k: v for k, v in kept.items() if k == own}
+        locked.predictions = {**kept, key: rows}
         locked.save(update_fields=["predictions"])
     estimate.predictions = locked.predictions
     return rows

@@ -266,3 +266,17 @@ def test_estimate_of_settings_that_no_longer_validate_goes_back_with_the_reason(
     assert "Cannot estimate: samples_per_round: must be &gt;= group_size" in (
         resp.content.decode())
     assert not Estimate.objects.exists()
+
+
+def test_an_estimate_keeps_a_bounded_number_of_shapes(db: None, user: Any,
+                                                     monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(preflight, "MAX_SHAPES", 2)
+    estimate = _finished(user, make_prompt_set("rates-6", 6), [0.5] * 6)
+    own = preflight.run_shape(estimate)
+    for n in (4, 6, 8, 10):
+        rows = preflight.estimate_predictions(estimate, {**own, "group_size": n,
+                                                         "samples_per_round": 16})
+        assert rows and all(r["error"] is None for r in rows)
+    estimate.refresh_from_db()
+    assert len(estimate.predictions) <= 2
+    assert "B8-n10-M16-N4" in estimate.predictions

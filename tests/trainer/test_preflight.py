@@ -77,6 +77,11 @@ def test_never_solved_prompts_predict_no_signal_and_warn() -> None:
             if r["group_size"] == 4}
     assert rows["ada-pos"]["unresolved_frac"] == rows["ada-pos"]["missing_pos_frac"] == 1.0
     assert rows["ada-pos"]["samples_per_step"] == 32 * 32  # every prompt draws M x N
+    # A large M x N is simulated with fewer draws (bounded work), the same figures.
+    large = {r["algorithm"]: r for r in preflight.predict(
+        [0.0] * 16, batch_size=32, group_size=4, samples_per_round=256, max_rounds=64)}
+    assert large["ada-balance"]["samples_per_prompt"] == 256 * 64
+    assert large["ada-balance"]["unresolved_frac"] == 1.0
     assert all(r["zero_adv_frac"] == 1.0 for r in rows.values())
     warnings = preflight.preflight_warnings([[0.0] * 16] * 10, [0] * 10)
     assert len(warnings) == 1 and "no signal" in warnings[0] and "10 were never solved" in (
