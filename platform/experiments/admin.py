@@ -15,7 +15,7 @@ from django.db.models import QuerySet
 from django.http import HttpRequest
 
 from experiments import selectors, services
-from experiments.models import Estimate, Prompt, PromptSet, Run
+from experiments.models import Estimate, Prompt, PromptSet, Run, Sweep
 
 
 class ServiceDeleteAdmin(admin.ModelAdmin):
@@ -59,10 +59,21 @@ class RunAdmin(ServiceDeleteAdmin):
     readonly_fields = ("config", "lease_owner", "heartbeat_at", "attempts", "current_step",
                        "current_round", "samples_spent", "latest_real_reward", "error",
                        "traceback", "created_at", "started_at", "finished_at")
-    raw_id_fields = ("cloned_from",)
+    raw_id_fields = ("cloned_from", "sweep")
 
     def delete_service(self, obj: Run, user: Any) -> None:
         services.delete_run(obj, user)
+
+
+@admin.register(Sweep)
+class SweepAdmin(admin.ModelAdmin):
+    """Deleting a sweep keeps its runs (``Run.sweep`` is SET_NULL: one UPDATE)."""
+
+    list_display = ("id", "name", "owner", "created_at")
+    list_filter = ("owner",)
+    search_fields = ("name",)
+    list_select_related = ("owner",)
+    readonly_fields = ("grid", "base_config", "created_at")
 
 
 class PromptInline(admin.TabularInline):

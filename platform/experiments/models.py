@@ -48,6 +48,32 @@ class Prompt(models.Model):
         return self.text[:60]
 
 
+class Sweep(models.Model):
+    """A named group of runs launched together: the product of a grid of config values over one
+    base config (e.g. algorithm x seed). The runs carry their full configs; the sweep remembers
+    how they were made, for its aggregate status, cancel-all and its report."""
+
+    owner = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.CASCADE,
+                              related_name="sweeps")
+    name = models.CharField(max_length=200)
+    # A list, not a mapping: jsonb does not keep key order, and the axes' order is the order the
+    # grid expands in (and the order run names list their values).
+    grid = models.JSONField(help_text='The axes, in order: [{"field": ..., "values": [...]}].')
+    base_config = models.JSONField(help_text="The config fields every run starts from; each run "
+                                   "overrides the swept ones.")
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        ordering = ["-created_at"]
+
+    def __str__(self) -> str:
+        return self.name
+
+    @property
+    def fields(self) -> list[str]:
+        return [axis["field"] for axis in self.grid]
+
+
 class Run(models.Model):
     class Status(models.TextChoices):
         QUEUED = "queued"
@@ -92,6 +118,10 @@ class Run(models.Model):
     traceback = models.TextField(blank=True)
     cloned_from = models.ForeignKey("self", null=True, blank=True, on_delete=models.SET_NULL,
                                     related_name="clones")
+    # SET_NULL: runs are deleted through services.delete_run (their records first), never by a
+    # cascade from elsewhere.
+    sweep = models.ForeignKey(Sweep, null=True, blank=True, on_delete=models.SET_NULL,
+                              related_name="runs")
     created_at = models.DateTimeField(auto_now_add=True)
     started_at = models.DateTimeField(null=True, blank=True)
     finished_at = models.DateTimeField(null=True, blank=True)

@@ -3,9 +3,11 @@ Chart series live with the dashboard; these are the run-lifecycle and prompt-set
 
 from __future__ import annotations
 
-from django.db.models import Q, QuerySet
+from dataclasses import dataclass, field
 
-from experiments.models import Checkpoint, Prompt, PromptSet, Run
+from django.db.models import Count, Q, QuerySet
+
+from experiments.models import Checkpoint, Prompt, PromptSet, Run, Sweep
 
 
 def run_list(*, status: str | None = None, algorithm: str | None = None,
@@ -66,3 +68,68 @@ def prompt_set_preview(prompt_set: PromptSet, limit: int = 20) -> QuerySet[Promp
 def prompt_set_prompts(prompt_set_id: int) -> QuerySet[Prompt]:
     """All prompts of a set in file order (what a worker hands to the trainer)."""
     return Prompt.objects.filter(prompt_set_id=prompt_set_id).order_by("index")
+
+
+# --- sweeps -------------------------------------------------------------------------------------
+
+# The order a sweep's status line lists its runs in: what needs attention first.
+SWEEP_STATUS_ORDER = (Run.Status.RUNNING, Run.Status.QUEUED, Run.Status.FAILED,
+                      Run.Status.CANCELLED, Run.Status.SUCCEEDED)
+
+
+@dataclass
+class SweepStatus:
+    """How many of a sweep's runs are in each status, and what that adds up to."""
+
+    counts: dict[str, int] = field(default_factory=dict)
+
+    @property
+    def total(self) -> int:
+        return sum(self.counts.values())
+
+    @property
+    def active(self) -> int:
+        return sum(self.counts.get(s, 0) for s in Run.ACTIVE_STATUSES)
+
+    @property
+    def summary(self) -> str:
+        """E.g. "3 running, 5 queued, 1 failed"."""
+        return ", ".join(f"{self.counts[s]} {s}" for s in SWEEP_STATUS_ORDER
+                         if self.counts.get(s)) or "no runs"
+
+    @property
+    def status(self) -> str:
+        """running while any run runs, else queued while any waits; once all are finished,
+        failed if any failed, cancelled if any was cancelled, else succeeded."""
+        for s in SWEEP_STATUS_ORDER[:4]:
+            if self.counts.get(s):
+                return s
+        return Run.Status.SUCCEEDED if self.total else "empty"
+
+
+def sweep_statuses(sweep_ids: list[int]) -> dict[int, SweepStatus]:
+    """Each sweep's run counts per status, in one grouped query."""
+    out = {sid: SweepStatus() for sid in sweep_ids}
+    for sid, status, n in (Run.objects.filter(sweep_id__in=sweep_ids)
+                           .values_list("sweep_id", "status").annotate(n=Count("id"))
+                           .order_by()):
+        out[sid].counts[status] = n
+    return out
+
+
+def sweep_list(*, owner_id: int | None = None) -> QuerySet[Sweep]:
+    """Sweeps, newest first, with their run count."""
+    qs = Sweep.objects.select_related("owner").annotate(run_count=Count("runs"))
+    if owner_id:
+        qs = qs.filter(owner_id=owner_id)
+    return qs.order_by("-created_at")
+
+
+def sweep_get(sweep_id: int) -> Sweep:
+    return Sweep.objects.select_related("owner").get(pk=sweep_id)
+
+
+def sweep_runs(sweep_id: int) -> QuerySet[Run]:
+    """A sweep's runs in the order the grid expanded them."""
+    return (Run.objects.filter(sweep_id=sweep_id).select_related("prompt_set", "owner")
+            .defer("traceback").order_by("pk"))

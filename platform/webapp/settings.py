@@ -151,6 +151,8 @@ CELERY_BROKER_TRANSPORT_OPTIONS = {
     "unacked_restore_throttle": int(os.environ.get("CELERY_UNACKED_RESTORE_THROTTLE", 10)),
 }
 RUN_QUEUES = ("cpu", "gpu")
+# Most runs one sweep may launch (the product of its grid).
+SWEEP_MAX_RUNS = int(os.environ.get("SWEEP_MAX_RUNS", 100))
 # The run lease: a worker executing a run refreshes heartbeat_at every RUN_HEARTBEAT_SECONDS; a
 # lease whose heartbeat is older than RUN_LEASE_TIMEOUT_SECONDS belongs to a dead worker and may be
 # taken over. The timeout must exceed the longest stall of a live worker's heartbeat thread.
