@@ -10,7 +10,9 @@ Two steps, each its own command (seeding takes minutes and is done once):
 ``seed`` creates (or recreates) four runs of 600 steps x 512 prompts: round statistics and
 per-prompt-step rows for all four, and sample rows (8 to 32 per prompt and step, about 5M) for the
 first one only, with response texts kept for its last 50 steps (retention "kept last 50"). Rows go
-in with psycopg ``COPY``, as the recorder writes them.
+in with psycopg ``COPY``, as the recorder writes them. ``seed --no-samples`` leaves the sample rows
+out (the report reads none; seeding then takes a fraction of the time). Each run gets a held-out
+evaluation at its last step (pass@j and all_correct@j for j <= 32) for the report.
 
 ``measure`` runs ``collectstatic`` and gunicorn (DEBUG off, whitenoise, the manifest storage), signs
 in, and times each page and chart endpoint sequentially. It prints a Markdown table of median,
@@ -53,9 +55,19 @@ def seed(args: argparse.Namespace) -> None:
     from django.contrib.auth.models import User
     from django.core.management import call_command
     from django.db import connection
-    from experiments.models import Prompt, PromptSet, PromptStep, RoundStat, Run, Sample, Step
+    from experiments.models import (
+        EvalResult,
+        Prompt,
+        PromptSet,
+        PromptStep,
+        RoundStat,
+        Run,
+        Sample,
+        Step,
+    )
 
     from trainer.config import TrainConfig
+    from trainer.types import PASS_RATE_METRICS, PASS_RATE_THRESHOLDS
 
     call_command("migrate", verbosity=0)
     user, _ = User.objects.get_or_create(username=USER)
@@ -95,6 +107,7 @@ def seed(args: argparse.Namespace) -> None:
                 pos_per_round = [0, 0, 0, 0]
                 step_samples = 0
                 unresolved_pos = unresolved_neg = 0
+                first_pass_rates: list[float] = []
                 for j, pid in enumerate(prompt_ids):
                     p = min(0.98, base[j] + drift)
                     pool: list[tuple[int, float]] = []
@@ -123,12 +136,13 @@ def seed(args: argparse.Namespace) -> None:
                             unresolved_pos += 1
                         else:
                             unresolved_neg += 1
+                    first_pass_rates.append(sum(r > 0.5 for _, r in pool[:4]) / 4)
                     baseline = sum(r for _, r in pool) / len(pool)
                     step_samples += len(pool)
                     ps_rows.append((run.pk, step, pid, len(pool), pos, len(pool) - pos,
                                     pool[-1][0], exit_round, missing, min(2, pos),
                                     4 - min(2, pos), baseline, len(pool) * 4))
-                    if with_samples:
+                    if with_samples and not args.no_samples:
                         keep_text = step > STEPS - TEXT_STEPS
                         for i, (rnd, r) in enumerate(pool):
                             kept = i < 4
@@ -148,6 +162,8 @@ def seed(args: argparse.Namespace) -> None:
                     "clip_frac_low": 0.01, "clip_frac_high": 0.02, "response_length": 4.0,
                     "time_generation": 1.0, "time_scoring": 0.1, "time_update": 0.5,
                     "time_step": 1.6, "policy_loss": 0.0, "grad_norm": 1.0,
+                    **{key: sum(r <= t for r in first_pass_rates) / PROMPTS
+                       for key, t in zip(PASS_RATE_METRICS, PASS_RATE_THRESHOLDS, strict=True)},
                 }
                 samples_spent += step_samples
                 n_samples += len(sample_rows)
@@ -173,6 +189,9 @@ def seed(args: argparse.Namespace) -> None:
                     _copy(cur, Sample._meta.db_table, [
                         "run_id", "step", "prompt_id", "index", "round", "response", "tokens",
                         "reward", "kept", "advantage", "verifier_error"], sample_rows)
+                if step == STEPS:
+                    _copy(cur, EvalResult._meta.db_table, ["run_id", "step", "metrics"],
+                          [(run.pk, step, json.dumps(_eval_metrics(rng)))], now=True)
                 if step % 50 == 0:
                     raw.commit()
                     print(f"  {name}: step {step}/{STEPS}, {n_samples} sample rows", flush=True)
@@ -186,6 +205,19 @@ def seed(args: argparse.Namespace) -> None:
         for table in (Step, RoundStat, PromptStep, Prompt):
             cur.execute(f"VACUUM (FULL) {table._meta.db_table}")
         cur.execute("ANALYZE")
+
+
+def _eval_metrics(rng: random.Random, k: int = 32, prompts: int = 200) -> dict[str, float]:
+    """What ``trainer.evaluate`` records, from random per-prompt counts of correct samples."""
+    from trainer.evaluate import all_correct_at_k, pass_at_k
+
+    correct = [rng.randint(0, k) for _ in range(prompts)]
+    out = {"prompts": float(prompts), "k": float(k), "greedy_accuracy": rng.random(),
+           f"avg@{k}": sum(correct) / (k * prompts), "verifier_errors": 0.0}
+    for j in range(1, k + 1):
+        out[f"pass@{j}"] = sum(pass_at_k(k, c, j) for c in correct) / prompts
+        out[f"all_correct@{j}"] = sum(all_correct_at_k(k, c, j) for c in correct) / prompts
+    return out
 
 
 def _copy(cur: object, table: str, columns: list[str], rows: list[tuple], now: bool = False
@@ -264,7 +296,13 @@ def measure(args: argparse.Namespace) -> None:
                     ("runs list", "/"),
                     ("compare page (4 runs)", f"/compare/?{q}"),
                     ("compare chart (4 runs, x = samples)", f"/compare/chart.json?{q}&x=samples"),
-                    ("compare scatter (runs 1 vs 2)", f"/compare/scatter.json?{q}")]
+                    ("compare scatter (runs 1 vs 2)", f"/compare/scatter.json?{q}"),
+                    ("report page (4 runs)", f"/report/?{q}")]
+        from dashboard.reports import FIGURES
+
+        targets += [(f"report figure: {f}", f"/report/{f}.json?{q}") for f in FIGURES]
+        targets += [("report CSV: hard-prompts", f"/report/hard-prompts.csv?{q}")]
+        targets = [t for t in targets if args.only in t[0]]
         rows = []
         print(f"gunicorn workers: {args.workers}; cache of finished runs: "
               f"{'off' if args.no_cache else 'on'}; {args.requests} timed requests each")
@@ -299,11 +337,13 @@ def measure(args: argparse.Namespace) -> None:
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     sub = ap.add_subparsers(dest="cmd", required=True)
-    sub.add_parser("seed")
+    s = sub.add_parser("seed")
+    s.add_argument("--no-samples", action="store_true", help="leave the sample rows out")
     m = sub.add_parser("measure")
     m.add_argument("--requests", type=int, default=40, help="timed requests per endpoint")
     m.add_argument("--workers", type=int, default=2, help="gunicorn workers")
     m.add_argument("--port", type=int, default=8799)
+    m.add_argument("--only", default="", help="time only the endpoints whose label contains this")
     m.add_argument("--no-cache", action="store_true",
                    help="turn off the cache of finished runs' heatmap and pass rates "
                         "(every request takes the path a live run takes)")

@@ -4,12 +4,18 @@
 sampling temperature); ``pass@k`` the fraction of prompts with at least one correct sample among
 k. With exactly k samples drawn, the unbiased estimator ``1 - C(n-c, k)/C(n, k)`` (Chen et al.,
 2021) reduces to that indicator.
+
+The same k samples also give the curves of the paper's Fig. 2 for every j <= k, from the unbiased
+estimators over the n = k drawn: ``pass@j`` and ``all_correct@j = C(c, j)/C(n, j)``, the
+probability that j responses are all correct (the prompt gives GRPO with group size j no signal
+from positives alone).
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import math
 import sys
 from collections.abc import Sequence
 from typing import Any
@@ -30,18 +36,29 @@ def pass_at_k(n: int, c: int, k: int) -> float:
     return 1.0 - prob_all_wrong
 
 
+def all_correct_at_k(n: int, c: int, k: int) -> float:
+    """Unbiased probability that ``k`` of ``n`` samples (``c`` correct) are all correct:
+    ``C(c, k) / C(n, k)``."""
+    if n < k:
+        raise ValueError(f"need at least k={k} samples, got {n}")
+    return math.comb(c, k) / math.comb(n, k)
+
+
 def evaluate(backend: GenerationBackend, prompts: Sequence[Prompt], verifier: Verifier,
              k: int = 8, seed: int = 0, batch_prompts: int = 64, progress: bool = False
              ) -> dict[str, Any]:
     """Greedy accuracy (one deterministic response per prompt) and avg@k / pass@k from ``k``
-    samples per prompt at the backend's temperature. Prompts go in chunks of ``batch_prompts``
-    to bound memory and drive the progress bar."""
+    samples per prompt at the backend's temperature, with ``pass@j`` and ``all_correct@j`` for
+    every j <= k from the same samples. Prompts go in chunks of ``batch_prompts`` to bound memory
+    and drive the progress bar."""
     from tqdm import tqdm
 
     if k < 1:
         raise ValueError("k must be >= 1")
     greedy_correct = 0.0
-    avg_sum = pass_sum = 0.0
+    avg_sum = 0.0
+    pass_sums = [0.0] * (k + 1)  # index j: pass@j summed over prompts
+    all_correct_sums = [0.0] * (k + 1)
     errors = 0
     bar = tqdm(total=len(prompts), desc="eval", unit="prompt", disable=not progress,
                file=sys.stderr)
@@ -57,7 +74,10 @@ def evaluate(backend: GenerationBackend, prompts: Sequence[Prompt], verifier: Ve
             errors += sum(e is not None for e in g_errors + s_errors)
             greedy_correct += g_rewards[0] > 0.5
             avg_sum += sum(rewards) / k
-            pass_sum += pass_at_k(k, sum(r > 0.5 for r in rewards), k)
+            correct = sum(r > 0.5 for r in rewards)
+            for j in range(1, k + 1):
+                pass_sums[j] += pass_at_k(k, correct, j)
+                all_correct_sums[j] += all_correct_at_k(k, correct, j)
         bar.update(len(chunk))
     bar.close()
     n = max(len(prompts), 1)
@@ -66,7 +86,8 @@ def evaluate(backend: GenerationBackend, prompts: Sequence[Prompt], verifier: Ve
         "k": k,
         "greedy_accuracy": greedy_correct / n,
         f"avg@{k}": avg_sum / n,
-        f"pass@{k}": pass_sum / n,
+        **{f"pass@{j}": pass_sums[j] / n for j in range(1, k + 1)},
+        **{f"all_correct@{j}": all_correct_sums[j] / n for j in range(1, k + 1)},
         "verifier_errors": errors,
     }
 

@@ -22,6 +22,8 @@ from trainer.advantages import passive_filter, zero_advantage_groups
 from trainer.config import TrainConfig
 from trainer.sampler import RoundsOutcome, SamplerResult, derive_seed, make_sampler, run_rounds
 from trainer.types import (
+    PASS_RATE_METRICS,
+    PASS_RATE_THRESHOLDS,
     STEP_METRICS,
     CheckpointRecord,
     EvalRecord,
@@ -106,7 +108,21 @@ def step_metrics(config: TrainConfig, res: SamplerResult, outcome: RoundsOutcome
         "verifier_errors": float(errors),
         "kept_samples": float(kept_mask.sum()),
         "dropped_groups": float(np.sum(has_kept & zero)) if config.passive_filtering else 0.0,
+        **low_pass_rate_fractions(res, n),
     }
+
+
+def low_pass_rate_fractions(res: SamplerResult, n: int) -> dict[str, float]:
+    """``pass_rate_le_<t>``: the fraction of the batch whose pass rate is at most t, each
+    prompt's pass rate taken over its first n samples (i.i.d. under every algorithm, as for the
+    real reward: a Reinforce-Ada pool is larger and stops adaptively, GRPO's is n)."""
+    P = res.num_prompts
+    first = res.sample_pool_index < n
+    positives = np.bincount(res.sample_prompt[first], weights=res.positive[first], minlength=P)
+    drawn = np.bincount(res.sample_prompt[first], minlength=P)
+    rate = positives / np.maximum(drawn, 1)
+    return {key: float(np.mean(rate <= t)) if P else 0.0
+            for key, t in zip(PASS_RATE_METRICS, PASS_RATE_THRESHOLDS, strict=True)}
 
 
 def _mean(x: np.ndarray) -> float:

@@ -160,6 +160,12 @@ OPTIONAL_STEP_METRICS: dict[str, str] = {
     "tis_truncated_frac": "fraction of kept tokens whose importance weight hit the cap",
 }
 
+# Pass-rate thresholds of the step metrics pass_rate_le_<t> (the paper's Fig. 5 type: the share of
+# the batch's prompts below a pass rate over training): all wrong, at most a quarter right, at most
+# half right.
+PASS_RATE_THRESHOLDS = (0.0, 0.25, 0.5)
+PASS_RATE_METRICS = tuple(f"pass_rate_le_{t:g}" for t in PASS_RATE_THRESHOLDS)
+
 # Keys of StepRecord.metrics that every step carries (the dashboard and the benchmarks read them).
 # Units: rewards in [0, 1]; counts; fractions in [0, 1]; seconds; tokens.
 STEP_METRICS: dict[str, str] = {
@@ -188,4 +194,6 @@ STEP_METRICS: dict[str, str] = {
     "time_update": "seconds in the policy update",
     "time_sync": "seconds pushing the updated weights into the generation engine (vllm)",
     "time_step": "seconds for the whole step",
+    **{key: f"fraction of prompts whose pass rate over their first n samples is at most {t:g}"
+       for key, t in zip(PASS_RATE_METRICS, PASS_RATE_THRESHOLDS, strict=True)},
 }

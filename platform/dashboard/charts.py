@@ -373,16 +373,7 @@ def compare(runs: list[Run], x_axis: str = "step", metric: str = "real_reward",
             hi.append(max(vals) if vals else None)
         seeds = ", ".join(str(m.seed) for m in members)
         label = f"{_run_label(members[0])} mean of {len(members)} seeds ({seeds})"
-        bx_hi, by_hi = bucket_mean(xs, hi, max_points)
-        bx_lo, by_lo = bucket_mean(xs, lo, max_points)
-        data.append({"type": "scatter", "mode": "lines", "x": bx_hi, "y": by_hi,
-                     "line": {"width": 0, "color": color}, "showlegend": False,
-                     "hoverinfo": "skip", "legendgroup": f"g{gi}", "name": "max"})
-        data.append({"type": "scatter", "mode": "lines", "x": bx_lo, "y": by_lo,
-                     "fill": "tonexty", "fillcolor": _rgba(color, 0.2),
-                     "line": {"width": 0, "color": color}, "legendgroup": f"g{gi}",
-                     "name": "min-max across seeds"})
-        data.append(_line(label, xs, mean, color, max_points, legendgroup=f"g{gi}"))
+        data.extend(band_traces(label, xs, mean, lo, hi, color, max_points, group=f"g{gi}"))
     layout = _layout(f"{COMPARE_METRICS[metric].split(' (')[0].capitalize()} vs {x_title}",
                      x_title, COMPARE_METRICS[metric])
     pin_axis(layout["xaxis"], x_key)
@@ -413,6 +404,24 @@ def pass_rate_scatter(run_a: Run, run_b: Run) -> Fig:
                                          "showarrow": False, "xref": "paper", "yref": "paper",
                                          "x": 0.5, "y": 0.5}]
     return fig
+
+
+def band_traces(label: str, xs: list[Any], mean: list[Any], lo: list[Any], hi: list[Any],
+                color: str, max_points: int, *, group: str, band_legend: bool = True,
+                **axes: Any) -> list[dict[str, Any]]:
+    """A mean line over a shaded band from ``lo`` to ``hi`` (the spread across seeds): the band's
+    upper edge, its lower edge filled up to it, then the line. ``axes`` (xaxis="x2", ...) place
+    all three on a subplot."""
+    bx, by_hi = bucket_mean(xs, hi, max_points)
+    _, by_lo = bucket_mean(xs, lo, max_points)
+    edge = {"type": "scatter", "mode": "lines", "x": bx, "line": {"width": 0, "color": color},
+            "legendgroup": group, **axes}
+    return [
+        {**edge, "y": by_hi, "showlegend": False, "hoverinfo": "skip", "name": "max"},
+        {**edge, "y": by_lo, "fill": "tonexty", "fillcolor": _rgba(color, 0.2),
+         "name": "min-max across seeds", "showlegend": band_legend},
+        _line(label, xs, mean, color, max_points, legendgroup=group, **axes),
+    ]
 
 
 def _rgba(hex_color: str, alpha: float) -> str:

@@ -75,6 +75,13 @@ class LaunchForm(forms.Form):
         initial=preflight.DEFAULT_PROMPTS, label="prompts sampled",
         help_text="Estimate: a seeded random subset of the prompt set. Unit: prompts.")
     RUN_SHAPE = ("batch_size", "group_size", "samples_per_round", "max_rounds")
+    sweep = forms.CharField(
+        required=False, label="sweep over", max_length=2000,
+        widget=forms.TextInput(attrs={"placeholder": "e.g. algorithm=grpo,ada-pos,ada-balance; "
+                                                     "seed=0,1,2"}),
+        help_text="Optional: launch a sweep, one run per combination of these values over the "
+                  "settings below (fields separated by ';', values by ','; an integer range as "
+                  "0..4). The name above names the sweep.")
 
     def __init__(self, *args: Any, estimate: bool = False, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
@@ -111,14 +118,33 @@ class LaunchForm(forms.Form):
         return {name: self.cleaned_data[name] for names in self.config_groups.values()
                 for name in names if name in self.cleaned_data}
 
+    def clean_sweep(self) -> services.Grid | None:
+        """The grid of a sweep (None: launch one run)."""
+        text = self.cleaned_data["sweep"].strip()
+        if not text:
+            return None
+        try:
+            return services.parse_sweep_spec(text)
+        except services.LaunchError as exc:
+            raise forms.ValidationError(exc.reason) from exc
+
     def clean(self) -> dict[str, Any]:
         cleaned = super().clean()
         # Every field at once: the CLI's config checks and the launch service's own, on the
         # values that passed the form's type checks; prompts come from the chosen set.
-        self.add_launch_errors(services.launch_errors(
-            {**self.config_dict(), "prompts": BUILTIN_TASK, "eval_prompts": ""},
-            name=cleaned.get("name") or "-", prompt_set=cleaned.get("prompt_set"),
-            queue=cleaned.get("queue", "cpu"), retention=cleaned.get("retention", "all")))
+        config = {**self.config_dict(), "prompts": BUILTIN_TASK, "eval_prompts": ""}
+        checks = {"prompt_set": cleaned.get("prompt_set"), "queue": cleaned.get("queue", "cpu"),
+                  "retention": cleaned.get("retention", "all")}
+        if cleaned.get("sweep"):
+            # Every run of the sweep, checked as one run is.
+            try:
+                services.expand_sweep(cleaned.get("name") or "-", config, cleaned["sweep"],
+                                      **checks)
+            except services.LaunchError as exc:
+                self.add_launch_errors(exc.pairs)
+        else:
+            self.add_launch_errors(services.launch_errors(
+                config, name=cleaned.get("name") or "-", **checks))
         return cleaned
 
     def add_launch_errors(self, errors: Sequence[tuple[str, str]]) -> None:

@@ -9,6 +9,7 @@ millions of samples, so nothing here loads rows into Python that it does not ret
 from __future__ import annotations
 
 import datetime as dt
+import hashlib
 import json
 import os
 from collections import defaultdict
@@ -28,7 +29,11 @@ from experiments.models import (
     Run,
     Sample,
     Step,
+    Sweep,
 )
+from experiments.selectors import SweepStatus, sweep_statuses
+
+from trainer.types import PASS_RATE_METRICS
 
 # Step.metrics keys the charts read; values are cast in SQL so Python never parses the JSON.
 METRIC_KEYS = (
@@ -37,6 +42,7 @@ METRIC_KEYS = (
     "clip_frac_high", "response_length", "time_generation", "time_scoring", "time_update",
     "time_step", "policy_loss", "grad_norm", "reward_all", "time_sync",
     "rollout_logprob_diff_mean", "rollout_logprob_diff_max",
+    *PASS_RATE_METRICS,
 )
 
 # DASHBOARD_CACHE=0 turns the cache of finished runs' aggregates off (the benchmark measures the
@@ -68,10 +74,11 @@ class RunFilters:
     algorithm: str = ""
     prompt_set: str = ""
     q: str = ""
+    sweep: str = ""
 
 
 def run_list(filters: RunFilters) -> QuerySet[Run]:
-    qs = Run.objects.select_related("prompt_set", "owner").defer("traceback")
+    qs = Run.objects.select_related("prompt_set", "owner", "sweep").defer("traceback")
     if filters.status:
         qs = qs.filter(status=filters.status)
     if filters.algorithm:
@@ -80,16 +87,50 @@ def run_list(filters: RunFilters) -> QuerySet[Run]:
         qs = qs.filter(prompt_set_id=filters.prompt_set)
     if filters.q:
         qs = qs.filter(Q(name__icontains=filters.q) | Q(model__icontains=filters.q))
+    if filters.sweep:
+        qs = qs.filter(sweep_id=filters.sweep)
     return qs.order_by("-created_at")
 
 
+@dataclass
+class SweepGroup:
+    """A sweep's rows in the runs list: the sweep, the status of all its runs (not only the
+    ones the filters show) and the shown runs."""
+
+    sweep: Sweep
+    status: SweepStatus
+    runs: list[Run]
+    can_manage: bool = False  # set by the view: may the user cancel it?
+    is_sweep: bool = True
+
+
+def group_sweeps(runs: list[Run]) -> list[Run | SweepGroup]:
+    """The runs in list order, with each sweep's runs gathered under one group at the place of
+    its first run in the list (runs are ordered by the grid within it)."""
+    items: list[Run | SweepGroup] = []
+    groups: dict[int, SweepGroup] = {}
+    for run in runs:
+        if run.sweep_id is None:
+            items.append(run)
+        elif run.sweep_id in groups:
+            groups[run.sweep_id].runs.append(run)
+        else:
+            groups[run.sweep_id] = SweepGroup(run.sweep, SweepStatus(), [run])
+            items.append(groups[run.sweep_id])
+    for sid, status in sweep_statuses(list(groups)).items():
+        groups[sid].status = status
+        groups[sid].runs.sort(key=lambda r: r.pk)
+    return items
+
+
 def run_detail(run_id: int) -> Run:
-    return Run.objects.select_related("prompt_set", "eval_set", "owner", "cloned_from").get(
-        pk=run_id)
+    return Run.objects.select_related("prompt_set", "eval_set", "owner", "cloned_from",
+                                      "sweep").get(pk=run_id)
 
 
 def runs_by_ids(ids: list[int]) -> list[Run]:
-    by_id = {r.pk: r for r in Run.objects.select_related("prompt_set").filter(pk__in=ids)}
+    by_id = {r.pk: r for r in Run.objects.select_related("prompt_set", "sweep").filter(
+        pk__in=ids)}
     return [by_id[i] for i in ids if i in by_id]
 
 
@@ -160,11 +201,26 @@ def is_eval_fraction(key: str) -> bool:
     return key == "greedy_accuracy" or key.startswith(("avg@", "pass@"))
 
 
+def eval_headline(metrics: dict[str, Any]) -> dict[str, Any]:
+    """An evaluation without its per-j curves: greedy accuracy, avg@k and pass@k at the run's k
+    (``eval_k``) and the counts; ``pass@j`` (j < k) and ``all_correct@j`` stay for the report's
+    pass@k figure."""
+    k = metrics.get("k")
+    # Recorded metrics are floats (k arrives as 8.0); the keys spell k as an integer.
+    headline = f"pass@{int(k)}" if isinstance(k, (int, float)) else None
+
+    def curve(key: str) -> bool:
+        return key.startswith("all_correct@") or (
+            headline is not None and key.startswith("pass@") and key != headline)
+
+    return {m: v for m, v in metrics.items() if not curve(m)}
+
+
 def eval_series(run_id: int) -> dict[str, Any]:
-    """Held-out evaluations in step order: {"step": [...], metric: [...]} for the fractions
-    (greedy accuracy, avg@k, pass@k); counts such as ``prompts`` and ``k`` are left out."""
-    rows = list(EvalResult.objects.filter(run_id=run_id).order_by("step")
-                .values_list("step", "metrics"))
+    """Held-out evaluations in step order: {"step": [...], metric: [...]} for the headline
+    fractions (``eval_headline``); counts such as ``prompts`` and ``k`` are left out."""
+    rows = [(step, eval_headline(m)) for step, m in EvalResult.objects.filter(run_id=run_id)
+            .order_by("step").values_list("step", "metrics")]
     keys = sorted({k for _, m in rows for k in m if is_eval_fraction(k)})
     out: dict[str, Any] = {"step": [s for s, _ in rows]}
     for k in keys:
@@ -195,8 +251,10 @@ def cached_for_finished(name: str, runs: list[Run], compute: Any) -> Any:
     each run's status and last step, so a relaunched or resumed run is recomputed."""
     if not CACHE_FINISHED or any(r.status in Run.ACTIVE_STATUSES for r in runs):
         return compute()
-    key = "dash:" + name + ":" + ",".join(f"{r.pk}.{r.attempts}.{r.status}.{r.current_step}"
-                                          for r in runs)
+    state = ",".join(f"{r.pk}.{r.attempts}.{r.status}.{r.current_step}" for r in runs)
+    if len(state) > 120:  # a sweep's report: cache keys beyond 250 characters draw warnings
+        state = hashlib.sha256(state.encode()).hexdigest()
+    key = f"dash:{name}:{state}"
     value = cache.get(key)
     if value is None:
         value = compute()
@@ -326,12 +384,8 @@ def final_metrics(runs: list[Run], last_k: int = 10) -> list[dict[str, Any]]:
         GROUP BY run_id
         """, [last_k, last_k, last_k, [r.pk for r in runs]])
     by_run = {r[0]: r for r in rows}
-    evals: dict[int, dict[str, Any]] = {}
-    for run_id, step, metrics in _fetch(
-            f"SELECT DISTINCT ON (run_id) run_id, step, metrics FROM {EvalResult._meta.db_table} "
-            "WHERE run_id = ANY(%s) ORDER BY run_id, step DESC", [[r.pk for r in runs]]):
-        evals[run_id] = {"step": step, **(metrics if isinstance(metrics, dict)
-                                          else json.loads(metrics))}
+    evals = {run_id: {"step": step, **eval_headline(metrics)}
+             for run_id, (step, metrics) in last_evals([r.pk for r in runs]).items()}
     out = []
     for run in runs:
         r = by_run.get(run.pk)
@@ -342,6 +396,15 @@ def final_metrics(runs: list[Run], last_k: int = 10) -> list[dict[str, Any]]:
             "zero_adv_frac": r[7] if r else None, "eval": evals.get(run.pk),
         })
     return out
+
+
+def last_evals(run_ids: list[int]) -> dict[int, tuple[int, dict[str, Any]]]:
+    """Each run's latest evaluation: {run id: (step, metrics)}."""
+    return {run_id: (step, metrics if isinstance(metrics, dict) else json.loads(metrics))
+            for run_id, step, metrics in _fetch(
+                f"SELECT DISTINCT ON (run_id) run_id, step, metrics "
+                f"FROM {EvalResult._meta.db_table} WHERE run_id = ANY(%s) "
+                "ORDER BY run_id, step DESC", [run_ids])}
 
 
 def config_diff(runs: list[Run]) -> list[tuple[str, list[Any]]]:
@@ -357,3 +420,44 @@ def config_diff(runs: list[Run]) -> list[tuple[str, list[Any]]]:
         if any(v != values[0] for v in values[1:]):
             out.append((k, values))
     return out
+
+
+# --- reports -----------------------------------------------------------------------------------
+
+def low_pass_rate_fractions(run: Run, thresholds: tuple[float, ...]) -> dict[str, list[Any]]:
+    """Per step, the fraction of the batch's prompts whose pass rate is at most each threshold:
+    {"step": [...], "fractions": [[...] per threshold]}, from the sample rows, for runs recorded
+    before the trainer computed it (the ``pass_rate_le_<t>`` step metrics).
+
+    A prompt's pass rate in a step is estimated from its first n samples (``index < n``), as the
+    real reward is: they are i.i.d. draws of the current policy under every algorithm, where the
+    whole pool is not (Reinforce-Ada's pool is larger and stops adaptively, so pool rates are not
+    comparable with GRPO's n samples).
+
+    That reads a quarter of a paper-scale run's sample rows (about 1 s for 5M rows on 2 busy
+    cores), so the per-step fractions are cached and each request adds only the steps recorded
+    since (a recorded step never changes; a resumed run, whose ``attempts`` grows, starts
+    afresh)."""
+    cfg = run.config or {}
+    n = int(cfg.get("group_size", 0))
+    key = f"dash:low-pass-rate:{run.pk}:{run.attempts}:{n}:{','.join(map(str, thresholds))}"
+    state = cache.get(key) if CACHE_FINISHED else None
+    if state is None or state["upto"] > run.current_step:
+        state = {"upto": 0, "step": [], "fractions": [[] for _ in thresholds]}
+    if run.current_step > state["upto"]:
+        filters = "".join(", COUNT(*) FILTER (WHERE pos <= %s * cnt)::float / COUNT(*)"
+                          for _ in thresholds)
+        rows = _fetch(
+            f"SELECT step{filters} FROM ("
+            f"  SELECT step, prompt_id, COUNT(*) AS cnt, COUNT(*) FILTER (WHERE reward > %s) pos"
+            f"  FROM {Sample._meta.db_table} WHERE run_id = %s AND step > %s AND step <= %s"
+            f"  AND index < %s GROUP BY step, prompt_id) t GROUP BY step ORDER BY step",
+            [*thresholds, float(cfg.get("positive_threshold", 0.5)), run.pk, state["upto"],
+             run.current_step, n])
+        state["step"] += [r[0] for r in rows]
+        for i, column in enumerate(state["fractions"], start=1):
+            column += [r[i] for r in rows]
+        state["upto"] = run.current_step
+        if CACHE_FINISHED:
+            cache.set(key, state, timeout=6 * 3600)
+    return {"step": state["step"], "fractions": state["fractions"]}

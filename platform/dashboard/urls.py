@@ -22,6 +22,7 @@ urlpatterns = [
          name="prompt_history"),
     path("runs/<int:run_id>/prompts/<int:prompt_id>/chart.json", views.prompt_chart,
          name="prompt_chart"),
+    path("sweeps/<int:sweep_id>/cancel/", views.sweep_cancel, name="sweep_cancel"),
     path("prompt-sets/", views.prompt_sets, name="prompt_sets"),
     path("prompt-sets/<int:set_id>/", views.prompt_set_detail, name="prompt_set_detail"),
     path("estimates/<int:estimate_id>/", views.estimate_detail, name="estimate_detail"),
@@ -33,4 +34,7 @@ urlpatterns = [
     path("compare/", views.compare, name="compare"),
     path("compare/chart.json", views.compare_chart, name="compare_chart"),
     path("compare/scatter.json", views.compare_scatter, name="compare_scatter"),
+    path("report/", views.report, name="report"),
+    path("report/<slug:name>.json", views.report_figure, name="report_figure"),
+    path("report/<slug:name>.csv", views.report_csv, name="report_csv"),
 ]

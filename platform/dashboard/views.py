@@ -25,12 +25,13 @@ from django.utils.html import format_html_join
 from django.utils.http import urlencode
 from django.views.decorators.http import require_POST
 from experiments import preflight, services
-from experiments.models import Estimate, Prompt, PromptSet, Run
+from experiments import selectors as experiment_selectors
+from experiments.models import Estimate, Prompt, PromptSet, Run, Sweep
 from webapp.uploads import accepts_files, rejected_files
 
 from trainer.config import BUILTIN_MODEL
 
-from . import charts, heatmap, params, selectors
+from . import charts, heatmap, params, reports, selectors
 from .forms import BuiltinForm, LaunchForm, UploadForm, clone_diff, initial_from_run
 
 POLL_SECONDS = 2
@@ -67,13 +68,20 @@ def _heatmap_options(request: HttpRequest) -> dict[str, Any]:
 @login_required
 def run_list(request: HttpRequest) -> HttpResponse:
     prompt_set = params.get_id(request.GET, "prompt_set")
+    sweep = params.get_id(request.GET, "sweep")
     filters = selectors.RunFilters(
         status=params.get_choice(request.GET, "status", Run.Status.values),
         algorithm=params.get_choice(request.GET, "algorithm", selectors.ALGORITHM_LABELS),
-        prompt_set=str(prompt_set) if prompt_set else "", q=params.get_text(request.GET, "q"))
+        prompt_set=str(prompt_set) if prompt_set else "", q=params.get_text(request.GET, "q"),
+        sweep=str(sweep) if sweep else "")
     runs = list(selectors.run_list(filters)[:500])
-    context = {"runs": runs, "filters": filters, "statuses": Run.Status.choices,
-               "algorithms": selectors.ALGORITHM_LABELS, "prompt_sets": selectors.prompt_sets(),
+    rows = selectors.group_sweeps(runs)
+    for item in rows:
+        if isinstance(item, selectors.SweepGroup):
+            item.can_manage = services.can_modify_sweep(item.sweep, request.user)
+    context = {"runs": runs, "rows": rows, "filters": filters,
+               "statuses": Run.Status.choices, "algorithms": selectors.ALGORITHM_LABELS,
+               "prompt_sets": selectors.prompt_sets(),
                "any_active": any(r.status in Run.ACTIVE_STATUSES for r in runs)}
     if request.htmx:
         return render(request, "dashboard/_run_rows.html", context)
@@ -99,15 +107,9 @@ def run_launch(request: HttpRequest) -> HttpResponse:
             # A clone is shown with its differences first and launched on confirmation.
             if source is None or request.POST.get("confirm") == "1":
                 try:
-                    run = services.launch_run(
-                        request.user, form.cleaned_data["name"], form.config_dict(),
-                        form.cleaned_data["prompt_set"], eval_set=form.cleaned_data["eval_set"],
-                        queue=form.cleaned_data["queue"],
-                        retention=form.cleaned_data["retention"], cloned_from=source)
+                    return _launch(request, form, source)
                 except services.LaunchError as exc:
                     form.add_launch_errors(exc.pairs)
-                else:
-                    return _launched(request, run, "Launched")
     else:
         initial = initial_from_run(source) if source else {}
         prompt_set = params.get_id(request.GET, "prompt_set")
@@ -118,6 +120,28 @@ def run_launch(request: HttpRequest) -> HttpResponse:
         "form": form, "source": source, "diff": diff, "builtin_model": BUILTIN_MODEL,
         "has_prompt_sets": PromptSet.objects.exists(),
         **(_estimate_context(request, estimate, form.run_shape()) if estimate else {})})
+
+
+def _launch(request: HttpRequest, form: LaunchForm, source: Run | None) -> HttpResponse:
+    """Launch the valid form's run, or its sweep when "sweep over" holds a grid."""
+    d = form.cleaned_data
+    common = {"eval_set": d["eval_set"], "queue": d["queue"], "retention": d["retention"]}
+    if not d["sweep"]:
+        run = services.launch_run(request.user, d["name"], form.config_dict(), d["prompt_set"],
+                                  cloned_from=source, **common)
+        return _launched(request, run, "Launched")
+    sweep = services.launch_sweep(request.user, d["name"], form.config_dict(), d["sweep"],
+                                  d["prompt_set"], **common)
+    errors = [r.enqueue_error for r in sweep.launched_runs if r.enqueue_error]
+    if errors:
+        messages.error(request, (
+            f"Launched sweep “{sweep.name}” ({len(sweep.launched_runs)} runs), but the broker "
+            f"(Redis) is unreachable, so no worker has its runs yet ({errors[0].rstrip('.')}). "
+            "They stay queued and start when the broker is back."))
+    else:
+        messages.success(request, f"Sweep “{sweep.name}”: {len(sweep.launched_runs)} runs "
+                                  f"queued on {d['queue']}.")
+    return redirect(reverse("dashboard:run_list") + f"?sweep={sweep.pk}")
 
 
 @login_required
@@ -226,6 +250,22 @@ def _launched(request: HttpRequest, run: Run, what: str) -> HttpResponse:
     return redirect("dashboard:run_detail", run_id=run.pk)
 
 
+@login_required
+@require_POST
+def sweep_cancel(request: HttpRequest, sweep_id: int) -> HttpResponse:
+    """Cancel-all. From the runs list (htmx) the page reloads to show the new statuses."""
+    try:
+        sweep = experiment_selectors.sweep_get(sweep_id)
+    except Sweep.DoesNotExist as exc:
+        raise Http404("no such sweep") from exc
+    n = services.cancel_sweep(sweep, request.user)
+    messages.info(request, f"Sweep {sweep.name}: cancel requested for {n} unfinished runs "
+                           "(queued ones stop at once, running ones after their current round).")
+    if request.htmx:
+        return HttpResponse(status=204, headers={"HX-Refresh": "true"})
+    return redirect(reverse("dashboard:run_list") + f"?sweep={sweep.pk}")
+
+
 # --- prompts -----------------------------------------------------------------------------------
 
 @login_required
@@ -316,8 +356,12 @@ def prompt_set_detail(request: HttpRequest, set_id: int) -> HttpResponse:
 # --- compare -----------------------------------------------------------------------------------
 
 def _compare_runs(request: HttpRequest) -> tuple[list[Run], list[int]]:
-    """The runs the query names (in its order) and the ids that name no run."""
+    """The runs the query names (``runs`` in order, then each ``sweep``'s runs) and the ids
+    that name no run."""
     ids = params.get_ids(request.GET, "runs")
+    for sweep_id in params.get_ids(request.GET, "sweep"):
+        ids.extend(experiment_selectors.sweep_runs(sweep_id).values_list("pk", flat=True))
+    ids = list(dict.fromkeys(ids))
     runs = selectors.runs_by_ids(ids)
     found = {r.pk for r in runs}
     return runs, [i for i in ids if i not in found]
@@ -495,3 +539,63 @@ def run_estimate(request: HttpRequest, run_id: int) -> HttpResponse:
     run = _run_or_404(run_id)
     return _show_estimate(request, reverse("dashboard:run_detail", args=[run.pk]), run.config,
                           run.prompt_set, queue=run.queue, seed=run.seed)
+
+
+# --- reports -----------------------------------------------------------------------------------
+
+def _report_query(request: HttpRequest) -> str:
+    """The run selection of a report URL (``sweep`` and ``runs``), for its figure and CSV
+    links."""
+    return urlencode([(k, v) for k in ("sweep", "runs") for v in request.GET.getlist(k)])
+
+
+def _report_name(request: HttpRequest, runs: list[Run]) -> tuple[str, str]:
+    """(title, file-name stem) of a report: the sweep's name for one sweep, else the runs'."""
+    if (len(request.GET.getlist("sweep")) == 1 and not request.GET.getlist("runs")
+            and runs[0].sweep_id):
+        return f"sweep {runs[0].sweep.name}", f"report-sweep-{runs[0].sweep_id}"
+    return f"{len(runs)} runs", "report-runs-" + "-".join(str(r.pk) for r in runs[:8])
+
+
+@login_required
+def report(request: HttpRequest) -> HttpResponse:
+    runs, _ = _compare_runs(request)
+    if not runs:
+        messages.warning(request, "Choose a sweep, or select runs, for a report.")
+        return redirect("dashboard:run_list")
+    data = reports.cached_report(runs)
+    by_id = {r.pk: r for r in runs}
+    title, stem = _report_name(request, runs)
+    return render(request, "dashboard/report.html", {
+        "title": title, "stem": stem, "query": _report_query(request),
+        "groups": [(g, [by_id[i] for i in g["runs"]]) for g in data["groups"]],
+        "figures": [(n, reports.SECTIONS[n]) for n in reports.FIGURES],
+        "tables": [(n, reports.SECTIONS[n], data["rows"][n]) for n in reports.TABLES],
+        "any_active": any(r.status in Run.ACTIVE_STATUSES for r in runs),
+    })
+
+
+def _report_data(request: HttpRequest, name: str, names: tuple[str, ...]
+                 ) -> tuple[dict[str, Any], list[Run]]:
+    if name not in names:
+        raise Http404("no such figure or table")
+    runs, _ = _compare_runs(request)
+    if not runs:
+        raise Http404("no runs")
+    return reports.cached_report(runs), runs
+
+
+@login_required
+def report_figure(request: HttpRequest, name: str) -> JsonResponse:
+    data, _ = _report_data(request, name, reports.FIGURES)
+    return JsonResponse(reports.figure(data, name))
+
+
+@login_required
+def report_csv(request: HttpRequest, name: str) -> HttpResponse:
+    """A figure's or table's numbers, as the report computed them."""
+    data, runs = _report_data(request, name, tuple(reports.SECTIONS))
+    _, stem = _report_name(request, runs)
+    return HttpResponse(reports.to_csv(data, name), content_type="text/csv; charset=utf-8",
+                        headers={"Content-Disposition":
+                                 f'attachment; filename="{stem}-{name}.csv"'})

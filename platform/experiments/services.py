@@ -503,6 +503,8 @@ def launch_sweep(owner: User, name: str, base_config: dict[str, Any], grid: Any,
             run.owner, run.eval_set, run.sweep = owner, eval_set, sweep
             run.save()
             _enqueue_on_commit(run)
+    # As run.enqueue_error after launch_run: each run says whether the broker took it.
+    sweep.launched_runs = [run for _, run in runs]
     return sweep
 
 

@@ -125,6 +125,17 @@
       const state = c.dataset.step + "/" + c.dataset.status;
       if (state !== lastState) { lastState = state; loadAll(); }
     });
+    // Report page: PNG and SVG downloads drawn by plotly in the browser (works offline).
+    document.querySelectorAll("[data-download-chart]").forEach(function (button) {
+      button.addEventListener("click", function () {
+        const div = document.getElementById(button.dataset.downloadChart);
+        if (!div || !div.dataset.loaded) return;
+        Plotly.downloadImage(div, { format: button.dataset.format, filename: button.dataset.filename,
+                                    width: div.clientWidth || 900, height: div.clientHeight || 440,
+                                    scale: button.dataset.format === "png" ? 2 : 1 });
+      });
+    });
+    // Chart controls (compare, heatmap): re-plot when a control changes.
     document.querySelectorAll("[data-chart-controls]").forEach(function (form) {
       form.addEventListener("change", function () { applyControls(form); });
       form.addEventListener("submit", function (ev) { ev.preventDefault(); applyControls(form); });

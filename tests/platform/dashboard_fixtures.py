@@ -76,3 +76,29 @@ def record_run(run: Run, steps: int | None = None, response: str | None = None) 
         write_step(run, record)
     run.refresh_from_db()
     return run
+
+
+def record_run_with_evals(run: Run, eval_prompts: list[Any]) -> Run:
+    """Train the run with the simulated backend, evaluations included (its ``eval_every`` and
+    ``eval_k`` on ``eval_prompts``), and record steps and evaluations as the worker does."""
+    from trainer import train
+    from trainer.backends.simulated import SimulatedBackend
+    from trainer.recorders import ListRecorder
+    from trainer.types import Prompt as TrainerPrompt
+    from workers.recorder import PostgresRecorder
+
+    config = TrainConfig.from_dict({**run.config, "backend": "simulated", "save_every": 0})
+    prompts = [TrainerPrompt(id=str(p.pk), text=p.text, answer=p.answer, metadata=p.metadata)
+               for p in Prompt.objects.filter(prompt_set=run.prompt_set).order_by("index")]
+    recorder = ListRecorder()
+    with tempfile.TemporaryDirectory() as tmp:
+        train(config, prompts, SimulatedBackend(config), recorder, out_dir=Path(tmp),
+              eval_prompts=eval_prompts)
+    postgres = PostgresRecorder(run.pk)
+    for kind, _, record in recorder.events:
+        if kind == "step":
+            postgres.on_step(record)
+        elif kind == "eval":
+            postgres.on_eval(record)
+    run.refresh_from_db()
+    return run

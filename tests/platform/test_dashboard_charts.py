@@ -209,8 +209,11 @@ def test_eval_chart_plots_recorded_evaluations(client_and_run: tuple[Client, Run
     assert empty["data"] == []
     assert "no evaluation yet" in empty["layout"]["annotations"][0]["text"]
     for step, acc in ((4, 0.25), (8, 0.5)):
+        # As recorded (every value a float), with the curves for j < k (the report's pass@k
+        # figure), which stay off this chart.
         EvalResult.objects.create(run=run, step=step, metrics={
-            "prompts": 200, "k": 8, "greedy_accuracy": acc, "avg@8": acc / 2, "pass@8": acc * 1.5})
+            "prompts": 200.0, "k": 8.0, "greedy_accuracy": acc, "avg@8": acc / 2,
+            "pass@8": acc * 1.5, "pass@1": acc / 2, "pass@4": acc, "all_correct@8": acc / 4})
     fig = _chart(c, run, "eval")
     acc = _trace(fig, "greedy accuracy")
     assert acc["x"] == [4, 8] and acc["y"] == [0.25, 0.5]

@@ -160,3 +160,112 @@ def test_deleting_a_run_keeps_its_sweep(db: None, user: Any, prompt_set_factory:
     services.delete_run(selectors.sweep_runs(sweep.pk).first(), user)
     assert selectors.sweep_statuses([sweep.pk])[sweep.pk].total == 1
 
+
+# --- the dashboard: launch form, runs list, cancel-all, compare ---------------------------------
+
+@pytest.fixture
+def owner_client(user: Any) -> Any:
+    from django.test import Client
+
+    c = Client()
+    c.force_login(user)
+    return c
+
+
+def _form(ps: Any, **overrides: Any) -> dict[str, Any]:
+    from .test_dashboard_views import _launch_data
+
+    return _launch_data(ps, total_steps=3, batch_size=4, **overrides)
+
+
+def test_launch_form_launches_a_sweep(db: None, owner_client: Any, user: Any) -> None:
+    from django.urls import reverse
+
+    from .dashboard_fixtures import make_prompt_set
+
+    ps = make_prompt_set()
+    resp = owner_client.post(reverse("dashboard:run_launch"), _form(
+        ps, name="grid", sweep="algorithm=grpo,ada-balance; seed=0..1", lr="0.0002"))
+    assert resp.status_code == 302, resp.content.decode()[:3000]
+    sweep = Sweep.objects.get()
+    assert resp["Location"] == reverse("dashboard:run_list") + f"?sweep={sweep.pk}"
+    runs = list(selectors.sweep_runs(sweep.pk))
+    assert [(r.algorithm, r.seed, r.config["lr"]) for r in runs] == [
+        ("grpo", 0, 2e-4), ("grpo", 1, 2e-4), ("ada-balance", 0, 2e-4), ("ada-balance", 1, 2e-4)]
+    assert sweep.owner == user and sweep.name == "grid"
+
+
+@pytest.mark.parametrize("spec, message", [
+    ("sed=0,1", "sed: no such config field (did you mean &#x27;seed&#x27;?)"),
+    ("group_size=2,16", "the run group_size=16: samples_per_round: must be &gt;= group_size"),
+    ("batch_size=4,64", "batch_size=64: larger than the prompt set (12 prompts)"),
+])
+def test_bad_sweep_is_shown_on_its_field_and_launches_nothing(db: None, owner_client: Any,
+                                                              spec: str, message: str) -> None:
+    from django.urls import reverse
+
+    from .dashboard_fixtures import make_prompt_set
+
+    resp = owner_client.post(reverse("dashboard:run_launch"),
+                             _form(make_prompt_set(), sweep=spec))
+    assert resp.status_code == 200
+    html = resp.content.decode()
+    block = html[html.index('id="field-sweep"'):]
+    assert message in block[:block.index('id="field-', 10)], block[:1500]
+    assert not Sweep.objects.exists() and not Run.objects.exists()
+
+
+def test_runs_list_groups_a_sweep_with_status_and_cancel_all(
+        db: None, owner_client: Any, other_user: Any, user: Any) -> None:
+    from django.test import Client
+    from django.urls import reverse
+
+    from .dashboard_fixtures import make_prompt_set
+
+    ps = make_prompt_set()
+    sweep = services.launch_sweep(user, "grid", SIM, {"seed": [0, 1, 2]}, ps)
+    single = services.launch_run(user, "lonely", SIM, ps)
+    first, second, third = selectors.sweep_runs(sweep.pk)
+    Run.objects.filter(pk=first.pk).update(status="running")
+    Run.objects.filter(pk=second.pk).update(status="failed")
+    html = owner_client.get(reverse("dashboard:run_list")).content.decode()
+    head = html[html.index(f'id="sweep-{sweep.pk}"'):]
+    assert "1 running, 1 queued, 1 failed" in head[:3000] and "Cancel all" in head[:3000]
+    assert "over seed: 3 runs" in head[:3000]
+    # The members follow their sweep's row, in grid order; the single run is outside it.
+    positions = [html.index(f'id="cmp-{r.pk}"') for r in (first, second, third)]
+    assert html.index(f'id="sweep-{sweep.pk}"') < positions[0] < positions[1] < positions[2]
+    assert html.count('class="sweep-member"') == 3
+    assert f'href="/runs/{single.pk}/"' in html
+    only = owner_client.get(reverse("dashboard:run_list") + f"?sweep={sweep.pk}")
+    assert f'id="cmp-{single.pk}"' not in only.content.decode()
+    # A member's page links back to its sweep and the sweep's report.
+    member = owner_client.get(reverse("dashboard:run_detail", args=[first.pk])).content.decode()
+    assert f'href="/report/?sweep={sweep.pk}"' in member and f'?sweep={sweep.pk}"' in member
+
+    url = reverse("dashboard:sweep_cancel", args=[sweep.pk])
+    stranger = Client()
+    stranger.force_login(other_user)
+    assert "Cancel all" not in stranger.get(reverse("dashboard:run_list")).content.decode()
+    assert stranger.post(url).status_code == 403
+    resp = owner_client.post(url, HTTP_HX_REQUEST="true")
+    assert resp.status_code == 204 and resp["HX-Refresh"] == "true"
+    assert [(r.status, r.cancel_requested) for r in selectors.sweep_runs(sweep.pk)] == [
+        ("running", True), ("failed", False), ("cancelled", True)]
+    assert Run.objects.get(pk=single.pk).status == "queued"
+    assert owner_client.post(reverse("dashboard:sweep_cancel", args=[99999])).status_code == 404
+
+
+def test_compare_opens_a_sweep(db: None, owner_client: Any, user: Any) -> None:
+    from django.urls import reverse
+
+    from .dashboard_fixtures import make_prompt_set
+
+    sweep = services.launch_sweep(user, "grid", SIM, {"seed": [0, 1, 2]}, make_prompt_set())
+    page = owner_client.get(reverse("dashboard:compare") + f"?sweep={sweep.pk}")
+    assert page.status_code == 200
+    assert [r.pk for r in page.context["runs"]] == [
+        r.pk for r in selectors.sweep_runs(sweep.pk)]
+    fig = owner_client.get(reverse("dashboard:compare_chart") + f"?sweep={sweep.pk}").json()
+    # Seeds of one setting: one mean line over a min-max band.
+    assert [t["name"] for t in fig["data"]][-1].endswith("mean of 3 seeds (0, 1, 2)")

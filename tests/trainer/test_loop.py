@@ -12,7 +12,7 @@ from trainer.checkpoint import latest_checkpoint, read_state
 from trainer.config import TrainConfig
 from trainer.loop import batch_indices
 from trainer.recorders import JsonlRecorder, ListRecorder, read_events
-from trainer.types import STEP_METRICS, Prompt
+from trainer.types import PASS_RATE_THRESHOLDS, STEP_METRICS, Prompt
 
 
 def prompts(n: int = 12) -> list[Prompt]:
@@ -45,6 +45,11 @@ def test_simulated_run_emits_complete_records(tmp_path, algorithm) -> None:
         assert s.metrics["unresolved"] == sum(p.exit_round is None for p in s.prompts)
         first = [x.reward for x in s.samples if x.index < 4]
         assert s.metrics["real_reward"] == pytest.approx(sum(first) / len(first))
+        # Pass rate over each prompt's first n = 4 samples, against the thresholds.
+        rates = [sum(x.reward > 0.5 for x in s.samples if x.prompt_id == p.prompt_id
+                     and x.index < 4) / 4 for p in s.prompts]
+        for t in PASS_RATE_THRESHOLDS:
+            assert s.metrics[f"pass_rate_le_{t:g}"] == sum(r <= t for r in rates) / 4
     rounds = rec.of_type("round")
     assert len(rounds) == sum(len(s.rounds) for s in steps)
     assert [c.step for c in rec.of_type("checkpoint")] == [2, 3]

@@ -39,3 +39,14 @@ def eval_summary(metrics: dict[str, Any] | None) -> str:
 def thousands(value: int | None) -> str:
     """An integer with thousands separators ("1,234,567")."""
     return "–" if value is None else f"{int(value):,}"
+
+
+@register.simple_tag
+def mean_ci(row: dict[str, Any], column: str, digits: int = 3) -> str:
+    """``row[column] ± row[column_ci95]`` with ``digits`` decimals ("–" when unknown); the
+    half-width is left out when there is none (a single seed)."""
+    mean, half = row.get(column), row.get(f"{column}_ci95")
+    if mean is None:
+        return "–"
+    text = f"{mean:.{digits}f}"
+    return text + (f" ± {half:.{digits}f}" if half is not None else "")

@@ -1,0 +1,404 @@
+"""Reports: the figure and table types of the Reinforce-Ada paper drawn from the platform's own
+runs (a sweep, or any chosen set of runs).
+
+Runs are grouped as on the compare page: runs whose settings differ only by seed form one group,
+labelled by its algorithm (and by the settings that tell it from the other groups, e.g. ``lr``
+in a sweep over learning rates). Figures draw each group's mean over its seeds with a min-max
+band; tables give the mean ± the half-width of a 95% confidence interval over seeds (Student t).
+
+Every figure and table is first a list of tidy rows, which are exactly its CSV, and the figure is
+drawn from those rows: what the CSV says is what the picture shows. A report is plain data
+(``build_report``), cached once its runs are finished, and what the API serves.
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+import math
+import statistics
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+from typing import Any
+
+from experiments.models import Run
+
+from trainer.config import ALGORITHMS
+from trainer.types import PASS_RATE_METRICS, PASS_RATE_THRESHOLDS
+
+from . import selectors
+from .charts import MAX_POINTS, PALETTE, Fig, _layout, band_traces
+from .downsample import bucket_mean
+
+# Fig. 4 (entropy against reward) draws at most this many points per group: per-step values are
+# noisy, and a trajectory of bucket means reads better than a scribble.
+TRAJECTORY_POINTS = 15
+
+
+@dataclass(frozen=True)
+class Section:
+    kind: str      # "figure" or "table"
+    paper: str     # the paper's figure or table it follows
+    title: str     # what it shows
+    caption: str   # how it is computed from the recorded rows
+    columns: tuple[str, ...]  # of the CSV
+
+
+SPREAD = ("mean", "min", "max", "seeds")
+SECTIONS: dict[str, Section] = {
+    "pass-at-k": Section(
+        "figure", "Fig. 2 type", "Held-out pass@k and all-correct ratio against k",
+        "From each run's last evaluation on its eval set: pass@k (some of k samples correct) "
+        "and the all-correct ratio (all k correct), unbiased estimates from the eval_k samples "
+        "drawn per prompt, for k = 1 .. eval_k. Mean over seeds, band: min-max.",
+        ("group", "metric", "k", *SPREAD, "eval_steps")),
+    "reward": Section(
+        "figure", "Fig. 3 type", "Training reward against step",
+        "Real reward per step: mean reward of the first n samples of each prompt (comparable "
+        "across algorithms). Mean over seeds, band: min-max.",
+        ("group", "step", *SPREAD)),
+    "entropy-reward": Section(
+        "figure", "Fig. 4 type", "Policy entropy against training reward",
+        "Per step, mean token entropy against real reward, both averaged over seeds; drawn as "
+        f"a trajectory of at most {TRAJECTORY_POINTS} bucket means in step order (markers grow "
+        "with the step).",
+        ("group", "step", "reward", "entropy", "seeds")),
+    "extra-samples": Section(
+        "figure", "Fig. 5 type", "Extra samples per step",
+        "Samples generated per step minus GRPO's B x n for the same batch size and group size. "
+        "Mean over seeds, band: min-max.",
+        ("group", "step", *SPREAD)),
+    "hard-prompts": Section(
+        "figure", "Fig. 5 type", "Prompts below pass-rate thresholds over training",
+        "Fraction of the step's batch whose pass rate in that step is at most each threshold, "
+        "estimated from each prompt's first n samples (i.i.d. under every algorithm, as for "
+        "the real reward). Mean over seeds, band: min-max.",
+        ("group", "threshold", "step", *SPREAD)),
+    "table-eval": Section(
+        "table", "Table 1 type", "Held-out accuracy per group",
+        "From each run's last evaluation: greedy accuracy, avg@k and pass@k (k = eval_k); mean "
+        "± half-width of the 95% confidence interval over seeds (Student t; none for 1 seed).",
+        ("group", "seeds", "eval_steps", "k", "greedy_accuracy", "greedy_accuracy_ci95",
+         "avg_at_k", "avg_at_k_ci95", "pass_at_k", "pass_at_k_ci95")),
+    "table-cost": Section(
+        "table", "Table 2 type", "Step time and samples per step, with ratios to GRPO",
+        "Per run, the mean over its steps of the step time (generation, scoring and update) and "
+        "of samples and tokens per step; then mean ± 95% CI over seeds. Ratios divide by the "
+        "first GRPO group's means.",
+        ("group", "seeds", "steps", "step_seconds", "step_seconds_ci95", "samples_per_step",
+         "samples_per_step_ci95", "tokens_per_step", "step_seconds_vs_grpo",
+         "samples_vs_grpo")),
+}
+FIGURES = tuple(n for n, s in SECTIONS.items() if s.kind == "figure")
+TABLES = tuple(n for n, s in SECTIONS.items() if s.kind == "table")
+
+Report = dict[str, Any]
+Rows = list[dict[str, Any]]
+
+
+# --- groups ------------------------------------------------------------------------------------
+
+def group_runs(runs: list[Run]) -> list[list[Run]]:
+    """Runs whose settings differ only by seed, together: in ``ALGORITHMS`` order (GRPO first),
+    then in launch order; each group's runs by seed."""
+    by_key: dict[str, list[Run]] = {}
+    for run in runs:
+        by_key.setdefault(selectors.seed_group_key(run), []).append(run)
+    order = {a: i for i, a in enumerate(ALGORITHMS)}
+    groups = sorted(by_key.values(), key=lambda g: (order.get(g[0].algorithm, len(order)),
+                                                    min(r.pk for r in g)))
+    return [sorted(g, key=lambda r: (r.seed, r.pk)) for g in groups]
+
+
+def group_labels(groups: list[list[Run]]) -> list[str]:
+    """The algorithm's label, plus the settings (other than the algorithm and the seed) whose
+    values tell this group from the others."""
+    firsts = [g[0] for g in groups]
+    settings: dict[str, list[Any]] = {
+        "prompt set": [r.prompt_set.name for r in firsts], "queue": [r.queue for r in firsts]}
+    keys = sorted({k for r in firsts for k in (r.config or {})} - {"algorithm", "seed"})
+    settings.update({k: [(r.config or {}).get(k) for r in firsts] for k in keys})
+    differing = [k for k, values in settings.items() if len({repr(v) for v in values}) > 1]
+    labels = []
+    for i, run in enumerate(firsts):
+        # GRPO's group size is its budget, so its label names it ("GRPO n=16").
+        grpo_n = (run.config or {}).get("group_size") if run.algorithm == "grpo" else None
+        label = selectors.algorithm_label(run.algorithm, grpo_n)
+        extra = ", ".join(f"{k}={settings[k][i]}" for k in differing
+                          if not (grpo_n and k == "group_size"))
+        labels.append(f"{label} ({extra})" if extra else label)
+    # Groups equal in every shown setting still need distinct names in a legend.
+    for label in {x for x in labels if labels.count(x) > 1}:
+        for n, i in enumerate(i for i, x in enumerate(labels) if x == label):
+            labels[i] = f"{label} #{n + 1}"
+    return labels
+
+
+# --- what one run contributes ------------------------------------------------------------------
+
+def run_records(run: Run) -> dict[str, Any]:
+    """The per-run reads a report needs, cached once the run has finished."""
+    def compute() -> dict[str, Any]:
+        steps = selectors.step_series(run.pk, ("entropy", "time_step", *PASS_RATE_METRICS))
+        if any(v is not None for v in steps[PASS_RATE_METRICS[0]]):
+            hard = {"step": steps["step"], "fractions": [steps[k] for k in PASS_RATE_METRICS]}
+        else:  # recorded before the trainer computed them: from the sample rows
+            hard = selectors.low_pass_rate_fractions(run, PASS_RATE_THRESHOLDS)
+        return {"steps": steps, "eval": selectors.last_evals([run.pk]).get(run.pk),
+                "hard": hard, "bxn": selectors.group_bxn(run)}
+
+    return selectors.cached_for_finished("report-run", [run], compute)
+
+
+def _by_step(steps: list[int], values: Iterable[Any]) -> dict[int, float]:
+    return {s: v for s, v in zip(steps, values, strict=True) if v is not None}
+
+
+# --- numbers -----------------------------------------------------------------------------------
+
+def spread(values: list[float]) -> dict[str, Any]:
+    return {"mean": statistics.fmean(values), "min": min(values), "max": max(values),
+            "seeds": len(values)}
+
+
+def ci95(values: list[float]) -> tuple[float | None, float | None]:
+    """(mean, half-width of the two-sided 95% Student-t interval); no width for one value."""
+    if not values:
+        return None, None
+    mean = statistics.fmean(values)
+    if len(values) < 2:
+        return mean, None
+    from scipy.special import stdtrit  # the t quantile; scipy.special loads fast, stats not
+
+    t = float(stdtrit(len(values) - 1, 0.975))
+    return mean, t * statistics.stdev(values) / math.sqrt(len(values))
+
+
+def _per_step_rows(label: str, per_run: list[dict[int, float]], **extra: Any) -> Rows:
+    steps = sorted(set().union(*per_run)) if per_run else []
+    return [{"group": label, **extra, "step": st,
+             **spread([v[st] for v in per_run if st in v])} for st in steps]
+
+
+def _eval_steps(evals: list[tuple[int, dict[str, Any]]]) -> str:
+    """The steps the evaluations were made at, e.g. "80" (or "40/80" for an unfinished seed)."""
+    return "/".join(str(s) for s in sorted({s for s, _ in evals}))
+
+
+def _eval_rows(label: str, evals: list[tuple[int, dict[str, Any]]]) -> Rows:
+    rows: Rows = []
+    steps = _eval_steps(evals)
+    for prefix, metric in (("pass@", "pass@k"), ("all_correct@", "all-correct ratio")):
+        ks = sorted({int(key[len(prefix):]) for _, m in evals for key in m
+                     if key.startswith(prefix) and key[len(prefix):].isdigit()})
+        for k in ks:
+            values = [m[f"{prefix}{k}"] for _, m in evals if m.get(f"{prefix}{k}") is not None]
+            rows.append({"group": label, "metric": metric, "k": k, **spread(values),
+                         "eval_steps": steps})
+    return rows
+
+
+def _table_eval_row(label: str, evals: list[tuple[int, dict[str, Any]]]) -> dict[str, Any]:
+    ks = sorted({int(m["k"]) for _, m in evals if isinstance(m.get("k"), (int, float))})
+    k = ks[-1] if ks else None
+    row: dict[str, Any] = {"group": label, "seeds": len(evals), "eval_steps": _eval_steps(evals),
+                           "k": k}
+    for key, col in (("greedy_accuracy", "greedy_accuracy"), (f"avg@{k}", "avg_at_k"),
+                     (f"pass@{k}", "pass_at_k")):
+        row[col], row[f"{col}_ci95"] = ci95([m[key] for _, m in evals
+                                             if m.get(key) is not None])
+    return row
+
+
+def _mean_or_none(values: Iterable[Any]) -> float | None:
+    vals = [v for v in values if v is not None]
+    return statistics.fmean(vals) if vals else None
+
+
+def _table_cost_rows(labels: list[str], groups: list[list[Run]],
+                     recs: dict[int, dict[str, Any]]) -> Rows:
+    rows: Rows = []
+    for label, runs in zip(labels, groups, strict=True):
+        per_run = [recs[r.pk]["steps"] for r in runs if recs[r.pk]["steps"]["step"]]
+        row: dict[str, Any] = {"group": label, "seeds": len(per_run),
+                               "steps": sum(len(s["step"]) for s in per_run)}
+        for key, col in (("time_step", "step_seconds"), ("samples", "samples_per_step")):
+            row[col], row[f"{col}_ci95"] = ci95(
+                [m for s in per_run if (m := _mean_or_none(s[key])) is not None])
+        row["tokens_per_step"] = _mean_or_none(_mean_or_none(s["tokens"]) for s in per_run)
+        rows.append(row)
+    base = next((row for row, g in zip(rows, groups, strict=True)
+                 if g[0].algorithm == "grpo" and row["seeds"]), None)
+    for row in rows:
+        for col, ratio in (("step_seconds", "step_seconds_vs_grpo"),
+                           ("samples_per_step", "samples_vs_grpo")):
+            ok = base is not None and row[col] is not None and base[col]
+            row[ratio] = row[col] / base[col] if ok else None
+    return rows
+
+
+def build_report(runs: list[Run]) -> Report:
+    """Groups and the tidy rows of every figure and table (plain data: cached, served as JSON
+    by the API)."""
+    groups = group_runs(runs)
+    labels = group_labels(groups)
+    recs = {r.pk: run_records(r) for r in runs}
+    rows: dict[str, Rows] = {name: [] for name in SECTIONS}
+
+    def series(run: Run, column: str, transform: Callable[[float], float] = float
+               ) -> dict[int, float]:
+        s = recs[run.pk]["steps"]
+        return {st: transform(v) for st, v in _by_step(s["step"], s[column]).items()}
+
+    for label, members in zip(labels, groups, strict=True):
+        evals = [recs[r.pk]["eval"] for r in members if recs[r.pk]["eval"]]
+        rows["pass-at-k"] += _eval_rows(label, evals)
+        if evals:
+            rows["table-eval"].append(_table_eval_row(label, evals))
+        rows["reward"] += _per_step_rows(label, [series(r, "real_reward") for r in members])
+        rows["extra-samples"] += _per_step_rows(label, [
+            series(r, "samples", lambda v, bxn=recs[r.pk]["bxn"]: v - bxn) for r in members])
+        for i, t in enumerate(PASS_RATE_THRESHOLDS):
+            rows["hard-prompts"] += _per_step_rows(label, [
+                _by_step(recs[r.pk]["hard"]["step"], recs[r.pk]["hard"]["fractions"][i])
+                for r in members], threshold=t)
+        rewards = [series(r, "real_reward") for r in members]
+        entropies = [series(r, "entropy") for r in members]
+        for st in sorted(set().union(*rewards)):
+            both = [(rw[st], en[st]) for rw, en in zip(rewards, entropies, strict=True)
+                    if st in rw and st in en]
+            if both:
+                rows["entropy-reward"].append({
+                    "group": label, "step": st, "reward": statistics.fmean(b[0] for b in both),
+                    "entropy": statistics.fmean(b[1] for b in both), "seeds": len(both)})
+    rows["table-cost"] = _table_cost_rows(labels, groups, recs)
+    return {
+        "groups": [{"label": label, "algorithm": g[0].algorithm, "runs": [r.pk for r in g],
+                    "seeds": [r.seed for r in g]} for label, g in zip(labels, groups, strict=True)],
+        "rows": rows,
+    }
+
+
+def cached_report(runs: list[Run]) -> Report:
+    return selectors.cached_for_finished("report", runs, lambda: build_report(runs))
+
+
+def to_csv(report: Report, name: str) -> str:
+    out = io.StringIO()
+    writer = csv.DictWriter(out, fieldnames=SECTIONS[name].columns, lineterminator="\n")
+    writer.writeheader()
+    writer.writerows(report["rows"][name])
+    return out.getvalue()
+
+
+# --- figures -----------------------------------------------------------------------------------
+
+def _color(i: int) -> str:
+    return PALETTE[i % len(PALETTE)]
+
+
+def _columns(rows: Rows, *names: str) -> list[list[Any]]:
+    return [[r[n] for r in rows] for n in names]
+
+
+def _note(fig: Fig, text: str) -> Fig:
+    fig["layout"]["annotations"] = [*fig["layout"].get("annotations", []), {
+        "text": text, "showarrow": False, "xref": "paper", "yref": "paper", "x": 0.5,
+        "y": 0.5}]
+    return fig
+
+
+def _panels(layout: dict[str, Any], n: int, xtitle: str, ytitle: str,
+            subtitles: list[str]) -> None:
+    """``n`` side-by-side subplots sharing a y range, with a title above each."""
+    gap = 0.06
+    width = (1 - gap * (n - 1)) / n
+    annotations = []
+    for i in range(n):
+        suffix = "" if i == 0 else str(i + 1)
+        lo = i * (width + gap)
+        layout[f"xaxis{suffix}"] = {"title": {"text": xtitle}, "domain": [lo, lo + width],
+                                    "anchor": f"y{suffix}"}
+        layout[f"yaxis{suffix}"] = {"title": {"text": ytitle if i == 0 else ""},
+                                    "anchor": f"x{suffix}", "range": [-0.02, 1.02]}
+        if i:
+            layout[f"yaxis{suffix}"]["matches"] = "y"
+        annotations.append({"text": subtitles[i], "showarrow": False, "xref": "paper",
+                            "yref": "paper", "x": lo + width / 2, "y": 1.0, "yanchor": "bottom",
+                            "font": {"size": 13}})
+    layout["annotations"] = annotations
+
+
+def _bands(by_group: list[tuple[int, str, Rows]], x: str, max_points: int,
+           panels: tuple[str, tuple[Any, ...]] | None = None, **line: Any) -> list[Fig]:
+    """Each group's mean line over its min-max band, against ``x``; with ``panels`` (a column
+    and its values) one subplot per value, the legend entry on the first."""
+    column, values = panels or ("", (None,))
+    data: list[Fig] = []
+    for i, label, rows in by_group:
+        for p, value in enumerate(values):
+            sub = [r for r in rows if not column or r[column] == value]
+            if not sub:
+                continue
+            axes = {"xaxis": f"x{p + 1}", "yaxis": f"y{p + 1}"} if p else {}
+            xs, mean, lo, hi = _columns(sub, x, "mean", "min", "max")
+            traces = band_traces(label, xs, mean, lo, hi, _color(i), max_points, group=label,
+                                 band_legend=False, **axes)
+            traces[-1].update(showlegend=p == 0, **line)
+            data += traces
+    return data
+
+
+def figure(report: Report, name: str, max_points: int = MAX_POINTS) -> Fig:
+    """The plotly figure of ``name`` (one of ``FIGURES``) drawn from the report's rows."""
+    section = SECTIONS[name]
+    rows = report["rows"][name]
+    data: list[dict[str, Any]] = []
+    by_group = [(i, g["label"], [r for r in rows if r["group"] == g["label"]])
+                for i, g in enumerate(report["groups"])]
+    title = section.title
+    if name in ("reward", "extra-samples"):
+        ytitle = ("real reward (0-1)" if name == "reward"
+                  else "samples per step above B x n (samples)")
+        data = _bands(by_group, "step", max_points)
+        layout = _layout(f"{title} (mean over seeds, band: min-max)", "training step", ytitle)
+    elif name == "entropy-reward":
+        for i, label, g in by_group:
+            if g:
+                steps, reward, entropy = _columns(g, "step", "reward", "entropy")
+                bx, by = bucket_mean(steps, reward, TRAJECTORY_POINTS)
+                _, be = bucket_mean(steps, entropy, TRAJECTORY_POINTS)
+                # Markers grow with the step, so the direction of travel reads at a glance.
+                sizes = [4 + 8 * k / max(1, len(bx) - 1) for k in range(len(bx))]
+                data.append({"type": "scatter", "mode": "lines+markers", "name": label,
+                             "x": by, "y": be, "text": [f"steps around {round(s)}" for s in bx],
+                             "hovertemplate": "%{text}: reward %{x:.3f}, entropy %{y:.3f}"
+                                              "<extra></extra>",
+                             "line": {"color": _color(i), "width": 1.5},
+                             "marker": {"size": sizes}})
+        layout = _layout(f"{title} (mean over seeds, in step order)",
+                         "real reward (0-1)", "mean token entropy (nats)", hovermode="closest")
+    elif name == "pass-at-k":
+        layout = _layout(f"{title} (last evaluation; mean over seeds, band: min-max)", "", "",
+                         hovermode="closest")
+        metrics = ("pass@k", "all-correct ratio")
+        _panels(layout, 2, "k (samples per prompt)", "fraction of eval prompts (0-1)",
+                ["held-out pass@k", "all-correct ratio"])
+        data = _bands(by_group, "k", max_points, ("metric", metrics), mode="lines+markers")
+        for axis in ("xaxis", "xaxis2"):
+            layout[axis].update(type="log", tickvals=[1, 2, 4, 8, 16, 32, 64, 128])
+    elif name == "hard-prompts":
+        layout = _layout(f"{title} (mean over seeds, band: min-max)", "", "")
+        subtitles = ["pass rate = 0" if t == 0 else f"pass rate ≤ {t:g}"
+                     for t in PASS_RATE_THRESHOLDS]
+        _panels(layout, len(PASS_RATE_THRESHOLDS), "training step",
+                "fraction of the batch (0-1)", subtitles)
+        data = _bands(by_group, "step", max_points, ("threshold", PASS_RATE_THRESHOLDS))
+    else:
+        raise KeyError(name)
+    layout["height"] = 440
+    fig = {"data": data, "layout": layout}
+    if not rows:
+        _note(fig, "no held-out evaluation recorded (needs an eval set and eval_every > 0)"
+              if name == "pass-at-k" else "no steps recorded yet")
+    return fig

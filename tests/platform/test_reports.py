@@ -1,0 +1,301 @@
+"""Reports on PostgreSQL: a sweep of simulated runs (3 algorithms x 2 seeds) recorded through the
+worker's recorder, and every figure's and table's numbers checked against the recorded rows,
+computed here independently with the ORM, numpy and scipy.stats."""
+
+from __future__ import annotations
+
+import csv
+import io
+import statistics
+from collections import defaultdict
+from typing import Any
+
+import numpy as np
+import pytest
+from dashboard import reports, selectors
+from django.contrib.auth.models import User
+from django.test import Client
+from django.urls import reverse
+from experiments import services
+from experiments.models import EvalResult, Run, Sample, Step, Sweep
+from scipy import stats
+
+from trainer.types import Prompt as TrainerPrompt
+
+from .dashboard_fixtures import make_prompt_set, record_run_with_evals
+
+pytestmark = pytest.mark.django_db
+
+BASE = {"backend": "simulated", "batch_size": 4, "total_steps": 6, "eval_every": 3,
+        "eval_k": 8, "save_every": 0}
+LABELS = ["GRPO", "Reinforce-Ada-pos", "Reinforce-Ada-balance"]
+
+
+@pytest.fixture
+def owner() -> User:
+    return User.objects.create_user("owner", password="pw-owner-123")
+
+
+@pytest.fixture
+def sweep(owner: User) -> Sweep:
+    """Six recorded runs: algorithms x seeds, evaluated at steps 0, 3 and 6."""
+    ps = make_prompt_set(size=12)
+    sweep = services.launch_sweep(owner, "study", BASE, {
+        "algorithm": ["ada-balance", "grpo", "ada-pos"], "seed": [0, 1]}, ps)
+    eval_prompts = [TrainerPrompt(id=f"e{i}", text=f"{i}+0=", answer=str(i)[::-1],
+                                  metadata={"pass_rate": i / 10}) for i in range(10)]
+    for run in sweep.runs.all():
+        record_run_with_evals(run, eval_prompts)
+    Run.objects.filter(sweep=sweep).update(status=Run.Status.SUCCEEDED)
+    return sweep
+
+
+def _runs(sweep: Sweep) -> list[Run]:
+    return list(Run.objects.filter(sweep=sweep).select_related("prompt_set", "sweep"))
+
+
+def _rows(report: dict[str, Any], name: str, group: str, **match: Any) -> list[dict[str, Any]]:
+    return [r for r in report["rows"][name] if r["group"] == group
+            and all(r[k] == v for k, v in match.items())]
+
+
+def _check_spread(row: dict[str, Any], values: list[float]) -> None:
+    assert row["mean"] == pytest.approx(statistics.fmean(values))
+    assert (row["min"], row["max"], row["seeds"]) == (min(values), max(values), len(values))
+
+
+def _ci(values: list[float]) -> float:
+    return stats.t.ppf(0.975, len(values) - 1) * np.std(values, ddof=1) / np.sqrt(len(values))
+
+
+def test_report_numbers_match_the_recorded_rows(sweep: Sweep) -> None:
+    report = reports.build_report(_runs(sweep))
+    groups = report["groups"]
+    assert [g["label"] for g in groups] == LABELS  # GRPO first, by ALGORITHMS order
+    assert all(g["seeds"] == [0, 1] for g in groups)
+    for g in groups:
+        label = g["label"]
+        steps = list(Step.objects.filter(run_id__in=g["runs"]))
+        by_step: dict[int, list[Step]] = defaultdict(list)
+        for s in steps:
+            by_step[s.step].append(s)
+        assert sorted(by_step) == [1, 2, 3, 4, 5, 6] and all(len(v) == 2 for v in by_step.values())
+
+        # Fig. 3: real reward; Fig. 5: samples above B x n.
+        for name, value in (("reward", lambda s: s.real_reward),
+                            ("extra-samples", lambda s: s.samples - 4 * 4)):  # B x n
+            rows = _rows(report, name, label)
+            assert [r["step"] for r in rows] == sorted(by_step)
+            for r in rows:
+                _check_spread(r, [value(s) for s in by_step[r["step"]]])
+        # Fig. 4: entropy against reward, both averaged over seeds per step.
+        for r in _rows(report, "entropy-reward", label):
+            members = by_step[r["step"]]
+            assert r["reward"] == pytest.approx(statistics.fmean(s.real_reward for s in members))
+            assert r["entropy"] == pytest.approx(
+                statistics.fmean(s.metrics["entropy"] for s in members))
+
+        # Fig. 5: fraction of each step's batch at or below a pass rate, estimated from each
+        # prompt's first n = 4 samples.
+        fractions: dict[tuple[int, int, float], float] = {}
+        for run_id in g["runs"]:
+            for st in by_step:
+                first: dict[int, list[float]] = defaultdict(list)
+                for sample in Sample.objects.filter(run_id=run_id, step=st, index__lt=4):
+                    first[sample.prompt_id].append(sample.reward)
+                assert len(first) == 4 and all(len(r) == 4 for r in first.values())
+                for t in reports.PASS_RATE_THRESHOLDS:
+                    fractions[run_id, st, t] = sum(
+                        sum(r > 0.5 for r in rewards) / 4 <= t
+                        for rewards in first.values()) / len(first)
+        for t in reports.PASS_RATE_THRESHOLDS:
+            rows = _rows(report, "hard-prompts", label, threshold=t)
+            assert [r["step"] for r in rows] == sorted(by_step)
+            for r in rows:
+                _check_spread(r, [fractions[rid, r["step"], t] for rid in g["runs"]])
+        # The trainer's step metrics (what the report reads) and the SQL over the sample rows
+        # (for runs recorded before the trainer computed them) agree.
+        for run in Run.objects.filter(pk__in=g["runs"]):
+            sql = selectors.low_pass_rate_fractions(run, reports.PASS_RATE_THRESHOLDS)
+            assert sql["fractions"] == [[fractions[run.pk, st, t] for st in sql["step"]]
+                                        for t in reports.PASS_RATE_THRESHOLDS]
+
+        # Fig. 2 and Table 1: each run's last evaluation (step 6).
+        evals = [EvalResult.objects.filter(run_id=rid).latest("step") for rid in g["runs"]]
+        assert {e.step for e in evals} == {6}
+        for metric, prefix in (("pass@k", "pass@"), ("all-correct ratio", "all_correct@")):
+            rows = _rows(report, "pass-at-k", label, metric=metric)
+            assert [r["k"] for r in rows] == list(range(1, 9))
+            for r in rows:
+                _check_spread(r, [e.metrics[f"{prefix}{r['k']}"] for e in evals])
+                assert r["eval_steps"] == "6"
+        (t1,) = _rows(report, "table-eval", label)
+        assert (t1["seeds"], t1["k"], t1["eval_steps"]) == (2, 8, "6")
+        for key, col in (("greedy_accuracy", "greedy_accuracy"), ("avg@8", "avg_at_k"),
+                         ("pass@8", "pass_at_k")):
+            values = [e.metrics[key] for e in evals]
+            assert t1[col] == pytest.approx(statistics.fmean(values))
+            assert t1[f"{col}_ci95"] == pytest.approx(_ci(values))
+
+        # Table 2: per-run means over steps, then across seeds.
+        (t2,) = _rows(report, "table-cost", label)
+        per_run_time = [statistics.fmean(s.metrics["time_step"] for s in steps
+                                         if s.run_id == rid) for rid in g["runs"]]
+        per_run_samples = [statistics.fmean(s.samples for s in steps if s.run_id == rid)
+                           for rid in g["runs"]]
+        assert (t2["seeds"], t2["steps"]) == (2, 12)
+        assert t2["step_seconds"] == pytest.approx(statistics.fmean(per_run_time))
+        assert t2["step_seconds_ci95"] == pytest.approx(_ci(per_run_time))
+        assert t2["samples_per_step"] == pytest.approx(statistics.fmean(per_run_samples))
+    grpo, pos, balance = report["rows"]["table-cost"]
+    assert grpo["samples_per_step"] == 16 and grpo["samples_vs_grpo"] == 1.0
+    for row in (pos, balance):
+        assert row["samples_vs_grpo"] == pytest.approx(row["samples_per_step"] / 16)
+        assert row["step_seconds_vs_grpo"] == pytest.approx(
+            row["step_seconds"] / grpo["step_seconds"])
+    # Reinforce-Ada spends more than GRPO's B x n; GRPO exactly that.
+    assert all(r["mean"] == 0 for r in _rows(report, "extra-samples", "GRPO"))
+    assert any(r["mean"] > 0 for r in _rows(report, "extra-samples", "Reinforce-Ada-balance"))
+
+
+def test_figures_and_csv_serve_the_report_numbers(sweep: Sweep, owner: User) -> None:
+    c = Client()
+    c.force_login(owner)
+    query = f"?sweep={sweep.pk}"
+    report = reports.build_report(_runs(sweep))
+    for name in reports.FIGURES:
+        fig = c.get(reverse("dashboard:report_figure", args=[name]) + query).json()
+        layout = fig["layout"]
+        assert layout["title"]["text"] and layout["showlegend"]
+        assert layout["xaxis"]["title"]["text"] and layout["yaxis"]["title"]["text"]
+        legend = {t["name"] for t in fig["data"] if t.get("showlegend", True)}
+        assert set(LABELS) <= legend, name
+        resp = c.get(reverse("dashboard:report_csv", args=[name]) + query)
+        assert resp["Content-Type"].startswith("text/csv")
+        assert f'filename="report-sweep-{sweep.pk}-{name}.csv"' in resp["Content-Disposition"]
+        rows = list(csv.DictReader(io.StringIO(resp.content.decode())))
+        assert len(rows) == len(report["rows"][name]) > 0
+        assert list(rows[0]) == list(reports.SECTIONS[name].columns)
+        for got, want in zip(rows, report["rows"][name], strict=True):
+            for col in ("mean", "reward"):
+                if col in want:
+                    assert float(got[col]) == pytest.approx(want[col])
+    # The drawn lines are the rows' means: GRPO's reward line, step by step.
+    fig = c.get(reverse("dashboard:report_figure", args=["reward"]) + query).json()
+    (line,) = [t for t in fig["data"] if t["name"] == "GRPO"]
+    assert line["y"] == [r["mean"] for r in _rows(report, "reward", "GRPO")]
+    for name in reports.TABLES:
+        text = c.get(reverse("dashboard:report_csv", args=[name]) + query).content.decode()
+        assert len(list(csv.DictReader(io.StringIO(text)))) == 3
+
+
+def test_report_page_of_a_sweep_and_of_chosen_runs(sweep: Sweep, owner: User) -> None:
+    c = Client()
+    c.force_login(owner)
+    page = c.get(reverse("dashboard:report") + f"?sweep={sweep.pk}")
+    assert page.status_code == 200
+    html = page.content.decode()
+    assert "Report: sweep study" in html
+    for label in LABELS:
+        assert label in html
+    for name in reports.FIGURES:
+        assert f'id="fig-{name}"' in html
+        assert f'data-filename="report-sweep-{sweep.pk}-{name}"' in html
+    assert 'data-format="png"' in html and 'data-format="svg"' in html
+    assert " ± " in html  # Table 1 and 2: mean ± 95% CI over two seeds
+    # Compare sums each last evaluation up by its headline numbers, not the 16 curve points.
+    final = c.get(reverse("dashboard:compare") + f"?sweep={sweep.pk}").content.decode()
+    final = final[final.index('id="final-metrics"'):final.index("</table>", final.index(
+        'id="final-metrics"'))]
+    assert "avg@8" in final and "pass@8" in final
+    assert "pass@1 " not in final and "all_correct@" not in final
+    # Any chosen runs: two GRPO seeds and one balance run form two groups.
+    runs = {(r.algorithm, r.seed): r for r in _runs(sweep)}
+    chosen = [runs["grpo", 0], runs["grpo", 1], runs["ada-balance", 1]]
+    page = c.get(reverse("dashboard:report") + "?runs=" + ",".join(str(r.pk) for r in chosen))
+    assert page.status_code == 200 and "Report: 3 runs" in page.content.decode()
+    assert [g.get("label") for g, _ in page.context["groups"]] == [
+        "GRPO", "Reinforce-Ada-balance"]
+
+
+def test_report_bad_requests(sweep: Sweep, owner: User) -> None:
+    c = Client()
+    assert c.get(reverse("dashboard:report") + f"?sweep={sweep.pk}").status_code == 302
+    c.force_login(owner)
+    assert c.get(reverse("dashboard:report")).status_code == 302  # nothing chosen
+    # Ids that are no ids find nothing, whatever they look like (never an HTTP 500).
+    for query in ("?runs=999999", "?runs=%C2%B2", "?runs=99999999999999999999999",
+                  "?sweep=99999999999999999999999", "?sweep=-1", "?runs=1e3"):
+        assert c.get(reverse("dashboard:report") + query).status_code == 302, query
+    assert c.get(reverse("dashboard:run_list") + "?sweep=99999999999999999999999"
+                 ).status_code == 200
+    for url in (reverse("dashboard:report_figure", args=["nope"]) + f"?sweep={sweep.pk}",
+                reverse("dashboard:report_figure", args=["table-eval"]) + f"?sweep={sweep.pk}",
+                reverse("dashboard:report_csv", args=["nope"]) + f"?sweep={sweep.pk}",
+                reverse("dashboard:report_figure", args=["reward"]) + "?sweep=x"):
+        assert c.get(url).status_code == 404, url
+
+
+def test_labels_name_what_tells_groups_apart(owner: User) -> None:
+    ps = make_prompt_set(size=12)
+    sweep = services.launch_sweep(owner, "lr", BASE, {"lr": [1e-4, 2e-4], "seed": [0, 1]}, ps)
+    report = reports.build_report(_runs(sweep))
+    assert [g["label"] for g in report["groups"]] == [
+        "Reinforce-Ada-balance (lr=0.0001)", "Reinforce-Ada-balance (lr=0.0002)"]
+    # Nothing recorded yet: empty rows, figures say so instead of drawing nothing silently.
+    assert all(report["rows"][n] == [] for n in reports.FIGURES)
+    fig = reports.figure(report, "reward")
+    assert "no steps recorded yet" in fig["layout"]["annotations"][-1]["text"]
+
+
+def test_pass_rate_fractions_of_a_live_run_add_only_new_steps(owner: User,
+                                                              tmp_path: Any) -> None:
+    from .dashboard_fixtures import make_run, trained_steps, write_step
+
+    run = make_run(owner, make_prompt_set(size=12), total_steps=6)
+    Run.objects.filter(pk=run.pk).update(status=Run.Status.RUNNING)
+    records = trained_steps(run, tmp_path)
+    thresholds = reports.PASS_RATE_THRESHOLDS
+
+    def expected() -> list[list[float]]:
+        out = []
+        for t in thresholds:
+            column = []
+            for st in range(1, run.current_step + 1):
+                first: dict[int, int] = defaultdict(int)
+                for s in Sample.objects.filter(run=run, step=st, index__lt=4):
+                    first[s.prompt_id] += s.reward > 0.5
+                column.append(sum(pos / 4 <= t for pos in first.values()) / len(first))
+            out.append(column)
+        return out
+
+    for record in records[:3]:
+        write_step(run, record)
+    early = selectors.low_pass_rate_fractions(run, thresholds)
+    assert early["step"] == [1, 2, 3] and early["fractions"] == expected()
+    for record in records[3:]:
+        write_step(run, record)
+    # Steps 1-3 come from the cache: change a recorded sample of step 1 and it stays unseen.
+    Sample.objects.filter(run=run, step=1).update(reward=0.0)
+    later = selectors.low_pass_rate_fractions(run, thresholds)
+    assert later["step"] == [1, 2, 3, 4, 5, 6]
+    assert [c[1:] for c in later["fractions"]] == [c[1:] for c in expected()]
+    assert [c[0] for c in later["fractions"]] == [c[0] for c in early["fractions"]]
+    # A resumed run (a new attempt) is read afresh.
+    Run.objects.filter(pk=run.pk).update(attempts=run.attempts + 1)
+    run.refresh_from_db()
+    assert selectors.low_pass_rate_fractions(run, thresholds)["fractions"] == expected()
+
+
+def test_report_of_a_large_finished_sweep_is_cached_under_a_valid_key(owner: User) -> None:
+    import warnings
+
+    sweep = services.launch_sweep(owner, "big", BASE, {"seed": ["0..39"]}, make_prompt_set())
+    Run.objects.filter(sweep=sweep).update(status=Run.Status.SUCCEEDED)
+    runs = _runs(sweep)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # a CacheKeyWarning (key over 250 characters) fails
+        first = reports.cached_report(runs)
+        calls = []
+        assert selectors.cached_for_finished("report", runs, lambda: calls.append(1)) == first
+    assert calls == [] and len(first["groups"][0]["runs"]) == 40
