@@ -26,7 +26,7 @@ from .conftest import SAVE_SCREENSHOTS
 
 pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]
 
-ALGORITHMS = ["GRPO", "Reinforce-Ada-pos", "Reinforce-Ada-balance"]
+ALGORITHMS = ["GRPO n=4", "Reinforce-Ada-pos", "Reinforce-Ada-balance"]
 # Small for the suite; the pictures want curves.
 STEPS, BATCH, SEEDS, EVAL_K = (30, 16, [0, 1, 2], 32) if SAVE_SCREENSHOTS else (8, 8, [0, 1], 16)
 

@@ -28,7 +28,7 @@ pytestmark = pytest.mark.django_db
 
 BASE = {"backend": "simulated", "batch_size": 4, "total_steps": 6, "eval_every": 3,
         "eval_k": 8, "save_every": 0}
-LABELS = ["GRPO", "Reinforce-Ada-pos", "Reinforce-Ada-balance"]
+LABELS = ["GRPO n=4", "Reinforce-Ada-pos", "Reinforce-Ada-balance"]
 
 
 @pytest.fixture
@@ -154,7 +154,7 @@ def test_report_numbers_match_the_recorded_rows(sweep: Sweep) -> None:
         assert row["step_seconds_vs_grpo"] == pytest.approx(
             row["step_seconds"] / grpo["step_seconds"])
     # Reinforce-Ada spends more than GRPO's B x n; GRPO exactly that.
-    assert all(r["mean"] == 0 for r in _rows(report, "extra-samples", "GRPO"))
+    assert all(r["mean"] == 0 for r in _rows(report, "extra-samples", "GRPO n=4"))
     assert any(r["mean"] > 0 for r in _rows(report, "extra-samples", "Reinforce-Ada-balance"))
 
 
@@ -182,8 +182,8 @@ def test_figures_and_csv_serve_the_report_numbers(sweep: Sweep, owner: User) -> 
                     assert float(got[col]) == pytest.approx(want[col])
     # The drawn lines are the rows' means: GRPO's reward line, step by step.
     fig = c.get(reverse("dashboard:report_figure", args=["reward"]) + query).json()
-    (line,) = [t for t in fig["data"] if t["name"] == "GRPO"]
-    assert line["y"] == [r["mean"] for r in _rows(report, "reward", "GRPO")]
+    (line,) = [t for t in fig["data"] if t["name"] == "GRPO n=4"]
+    assert line["y"] == [r["mean"] for r in _rows(report, "reward", "GRPO n=4")]
     for name in reports.TABLES:
         text = c.get(reverse("dashboard:report_csv", args=[name]) + query).content.decode()
         assert len(list(csv.DictReader(io.StringIO(text)))) == 3
@@ -215,7 +215,7 @@ def test_report_page_of_a_sweep_and_of_chosen_runs(sweep: Sweep, owner: User) ->
     page = c.get(reverse("dashboard:report") + "?runs=" + ",".join(str(r.pk) for r in chosen))
     assert page.status_code == 200 and "Report: 3 runs" in page.content.decode()
     assert [g.get("label") for g, _ in page.context["groups"]] == [
-        "GRPO", "Reinforce-Ada-balance"]
+        "GRPO n=4", "Reinforce-Ada-balance"]
 
 
 def test_report_bad_requests(sweep: Sweep, owner: User) -> None:
@@ -242,6 +242,11 @@ def test_labels_name_what_tells_groups_apart(owner: User) -> None:
     report = reports.build_report(_runs(sweep))
     assert [g["label"] for g in report["groups"]] == [
         "Reinforce-Ada-balance (lr=0.0001)", "Reinforce-Ada-balance (lr=0.0002)"]
+    # GRPO's group size is its budget: its label names it, as the rest of the dashboard does.
+    grpo = services.launch_sweep(owner, "n", BASE | {"algorithm": "grpo"},
+                                 {"group_size": [4, 8]}, make_prompt_set(name="n-set"))
+    assert [g["label"] for g in reports.build_report(_runs(grpo))["groups"]] == [
+        "GRPO n=4", "GRPO n=8"]
     # Nothing recorded yet: empty rows, figures say so instead of drawing nothing silently.
     assert all(report["rows"][n] == [] for n in reports.FIGURES)
     fig = reports.figure(report, "reward")
