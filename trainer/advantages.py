@@ -69,14 +69,38 @@ def group_advantages(rewards: np.ndarray, groups: np.ndarray, kept: np.ndarray, 
     return np.where(kept, adv, 0.0)
 
 
+def hybrid_advantages(rewards: np.ndarray, groups: np.ndarray, kept: np.ndarray,
+                      num_groups: int, *, std_normalize: bool = False,
+                      eps: float = EPS) -> np.ndarray:
+    """Reinforce-Ada-Est (v3): the global baseline times the hybrid's residual weight.
+
+        A_i = (r_i - rbar_x) / sqrt(rbar_x + eps)
+
+    rbar_x is the mean reward of the prompt's pool this step (Est keeps the whole pool). The log
+    objective weighs a prompt by 1/p; Est realises 1/sqrt(p) of it through the samples it
+    allocates (``trainer.allocation``) and the other 1/sqrt(p) here, with the step's own pass
+    rate in place of p. A prompt whose samples all agree has A = 0 whatever the weight. With
+    std normalisation the centred reward is divided by (std + 1e-6) before the weight.
+    """
+    mean, std, _ = _group_mean_std(rewards, groups, num_groups)
+    adv = rewards - mean[groups]
+    if std_normalize:
+        adv = _safe_div(adv, std[groups] + EPS)
+    # Rewards are pass/fail in [0, 1]; the clamp only keeps a custom reward below 0 from a NaN.
+    # An all-wrong group with eps = 0 is 0 / 0: its advantage is 0.
+    adv = _safe_div(adv, np.sqrt(np.maximum(mean[groups], 0.0) + eps))
+    return np.where(kept, adv, 0.0)
+
+
 ADVANTAGE_ESTIMATORS: dict[str, AdvantageEstimator] = {
     "global": global_baseline_advantages,
     "group": group_advantages,
+    "hybrid": hybrid_advantages,
 }
 
 # Which estimator each algorithm uses (DESIGN.md section 3).
 ALGORITHM_ESTIMATOR: dict[str, str] = {"grpo": "group", "ada-pos": "global",
-                                       "ada-balance": "global"}
+                                       "ada-balance": "global", "ada-est": "hybrid"}
 
 
 def zero_advantage_groups(advantages: np.ndarray, groups: np.ndarray, kept: np.ndarray,

@@ -47,17 +47,23 @@ def build_parser(command: str | None = None) -> argparse.ArgumentParser:
                      help="continue from the latest checkpoint in DIR")
     run.add_argument("--no-progress", action="store_true", help="no progress bar")
 
-    sim = sub.add_parser("simulate", help="One sampling step with the simulated backend; prints "
-                         "JSON.", description="Run one sampling step with the simulated backend "
-                         "(Bernoulli rewards from per-prompt pass rates) and print one JSON "
-                         "object: total_samples and per-prompt samples, rounds, kept counts and "
-                         "advantages.")
+    sim = sub.add_parser("simulate", help="Sampling steps with the simulated backend; prints "
+                         "JSON.", description="Run sampling steps with the simulated backend "
+                         "(Bernoulli rewards from per-prompt pass rates, which stay fixed: no "
+                         "policy update) and print one JSON object: total_samples and per-prompt "
+                         "samples, rounds, kept counts and advantages (ada-est: also p_hat and "
+                         "allocated). With --steps K > 1 the object holds a list of K steps.")
     sim.add_argument("--algorithm", required=True, choices=ALGORITHMS)
     sim.add_argument("--pass-rates", required=True, metavar="FILE",
                      help="one pass rate in [0, 1] per line, one prompt per line")
     sim.add_argument("--group-size", type=int, default=4, help="n (default 4)")
     sim.add_argument("--samples-per-round", type=int, default=8, help="M (default 8)")
     sim.add_argument("--max-rounds", type=int, default=4, help="N (default 4)")
+    sim.add_argument("--steps", type=int, default=1,
+                     help="steps to simulate (default 1); ada-est's estimator carries over")
+    sim.add_argument("--set", action="append", default=[], metavar="FIELD=VALUE",
+                     help="any other TrainConfig field, e.g. --set K_pos=16 or --set "
+                     "budget_per_prompt=16 (repeatable; values are TOML: 0.9, true, 'inv')")
     sim.add_argument("--seed", type=int, default=0)
 
     for name, (module, help_text) in DELEGATED.items():
@@ -215,35 +221,79 @@ def read_pass_rates(path: str | Path) -> list[float]:
     return rates
 
 
+def parse_overrides(items: Sequence[str]) -> dict[str, Any]:
+    """``FIELD=VALUE`` pairs; a value is read as TOML (numbers, booleans, quoted strings) and
+    taken as a plain string when it is not TOML (``est_weight=inv``)."""
+    import tomllib
+
+    out: dict[str, Any] = {}
+    for item in items:
+        key, sep, raw = item.partition("=")
+        if not sep or not key.strip():
+            raise ConfigError("set", f"{item!r} is not FIELD=VALUE")
+        try:
+            value = tomllib.loads(f"v = {raw.strip()}")["v"]
+        except tomllib.TOMLDecodeError:
+            value = raw.strip()
+        out[key.strip()] = value
+    return out
+
+
 def simulate(algorithm: str, pass_rates: Sequence[float], *, group_size: int = 4,
-             samples_per_round: int = 8, max_rounds: int = 4, seed: int = 0) -> dict[str, Any]:
-    """One sampling step on the simulated backend, as the stable ``simulate`` JSON object."""
+             samples_per_round: int = 8, max_rounds: int = 4, seed: int = 0, steps: int = 1,
+             overrides: dict[str, Any] | None = None) -> dict[str, Any]:
+    """Sampling steps on the simulated backend, as the stable ``simulate`` JSON object.
+
+    Every step samples all prompts; their pass rates stay fixed (there is no policy to update),
+    so Est's estimator converges towards them over the steps. One step gives
+    ``{"total_samples", "prompts": [...]}``; several give ``{"total_samples": over all steps,
+    "steps": [{"step", "total_samples", "prompts"}, ...]}``. An Est prompt also carries
+    ``p_hat`` (the estimate before the step's sampling) and ``allocated``.
+    """
     from trainer.backends.simulated import SimulatedBackend
-    from trainer.loop import _DOWNSAMPLE, _GEN, make_scorer
-    from trainer.sampler import derive_seed, make_sampler, run_rounds
+    from trainer.loop import make_estimator, make_scorer, sample_step
     from trainer.types import Prompt
 
-    config = TrainConfig(algorithm=algorithm, group_size=group_size,
-                         samples_per_round=samples_per_round, max_rounds=max_rounds, seed=seed,
-                         backend="simulated", verifier="exact").validate()
+    if steps < 1:
+        raise ConfigError("steps", f"must be >= 1, got {steps}")
+    config = TrainConfig.from_dict({
+        "algorithm": algorithm, "group_size": group_size, "samples_per_round": samples_per_round,
+        "max_rounds": max_rounds, "seed": seed, "backend": "simulated", "verifier": "exact",
+        "batch_size": max(1, len(pass_rates)), **(overrides or {})})
     prompts = [Prompt(id=str(i), text=f"simulated prompt {i}", answer="1",
                       metadata={"pass_rate": rate}) for i, rate in enumerate(pass_rates)]
-    sampler = make_sampler(config, len(prompts), derive_seed(seed, 1, _DOWNSAMPLE))
-    run_rounds(sampler, prompts, SimulatedBackend(config), make_scorer(config),
-               seed=derive_seed(seed, 1, _GEN))
-    res = sampler.finalize()
+    backend, scorer, estimator = SimulatedBackend(config), make_scorer(config), \
+        make_estimator(config)
+    out = []
+    for step in range(1, steps + 1):
+        sampled = sample_step(config, prompts, backend, scorer, step, estimator)
+        out.append({"step": step, **_simulated_step(config, pass_rates, sampled)})
+    if steps == 1:
+        return {k: v for k, v in out[0].items() if k != "step"}
+    return {"total_samples": sum(s["total_samples"] for s in out), "steps": out}
+
+
+def _simulated_step(config: TrainConfig, pass_rates: Sequence[float],
+                    sampled: Any) -> dict[str, Any]:
+    res, allocation = sampled.result, sampled.allocation
     out = []
     for i, rate in enumerate(pass_rates):
         p = res.prompt(i)
         kept = [(r > config.positive_threshold, a)
                 for r, k, a in zip(p.rewards, p.kept, p.advantages, strict=True) if k]
         advantages = [a for pos, a in kept if pos] + [a for pos, a in kept if not pos]
-        out.append({"index": i, "pass_rate": rate, "samples": len(p.rewards),
-                    "positives": p.positives, "negatives": p.negatives,
-                    "rounds": p.rounds_used, "resolved": p.resolved, "missing": p.missing,
-                    "kept_positives": p.kept_positives, "kept_negatives": p.kept_negatives,
-                    "advantages": advantages})
+        row = {"index": i, "pass_rate": rate, "samples": len(p.rewards),
+               "positives": p.positives, "negatives": p.negatives,
+               "rounds": p.rounds_used, "resolved": p.resolved, "missing": p.missing,
+               "kept_positives": p.kept_positives, "kept_negatives": p.kept_negatives,
+               "advantages": advantages}
+        if allocation is not None:
+            row |= {"p_hat": float(allocation.p_hat[i]), "allocated": int(allocation.counts[i])}
+        out.append(row)
     return {"total_samples": int(res.samples.sum()), "prompts": out}
+
+
+SIMULATE_FLAGS = ("--group-size", "--samples-per-round", "--max-rounds", "--seed", "--steps")
 
 
 def cmd_simulate(args: argparse.Namespace) -> int:
@@ -251,8 +301,10 @@ def cmd_simulate(args: argparse.Namespace) -> int:
         rates = read_pass_rates(args.pass_rates)
         result = simulate(args.algorithm, rates, group_size=args.group_size,
                           samples_per_round=args.samples_per_round, max_rounds=args.max_rounds,
-                          seed=args.seed)
+                          seed=args.seed, steps=args.steps, overrides=parse_overrides(args.set))
     except ConfigError as exc:
-        return _fail(exc.field.replace("_", "-"), exc.reason)
+        # Fields with a flag of their own are named as the flag; the rest as given to --set.
+        flag = exc.field.replace("_", "-")
+        return _fail(flag if f"--{flag}" in SIMULATE_FLAGS else exc.field, exc.reason)
     print(json.dumps(result))
     return 0

@@ -18,7 +18,12 @@ from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
-ALGORITHMS = ("grpo", "ada-pos", "ada-balance")
+# GRPO; Reinforce-Ada's sequential variants (v3 "Seq": sample in rounds until K_pos positives and
+# K_neg negatives; v1/v2 called them ada-pos and ada-balance) and its estimation-based one
+# (v3 "Est": one round, samples allocated per prompt from a persistent pass-rate estimate).
+ALGORITHMS = ("grpo", "ada-pos", "ada-balance", "ada-est")
+SEQ_ALGORITHMS = ("ada-pos", "ada-balance")
+EST_WEIGHTS = ("inv-sqrt", "inv")
 BACKENDS = ("hf", "vllm", "simulated")
 VERIFIERS = ("auto", "exact", "math")
 DEVICES = ("auto", "cpu", "cuda")
@@ -53,14 +58,43 @@ def _f(default: Any, help: str, group: str, unit: str = "") -> Any:
 @dataclass
 class TrainConfig:
     # --- algorithm -----------------------------------------------------------------------------
-    algorithm: str = _f("ada-balance", "grpo, ada-pos (stop at 1 positive) or ada-balance "
-                        "(stop at n/2 positives and n/2 negatives).", "algorithm")
+    algorithm: str = _f("ada-balance", "grpo; ada-pos (Seq-pos: sample in rounds until K_pos "
+                        "positives); ada-balance (Seq-balance: until K_pos positives and K_neg "
+                        "negatives); ada-est (Est: one round, samples allocated per prompt from a "
+                        "persistent pass-rate estimate).", "algorithm")
     group_size: int = _f(4, "n: responses per prompt kept for the update.", "algorithm",
                          "responses")
     samples_per_round: int = _f(8, "M: new responses drawn per active prompt and round (M >= n); "
                                 "ignored by GRPO.", "algorithm", "responses")
     max_rounds: int = _f(4, "N: sampling rounds at most; a prompt draws at most M*N responses.",
                          "algorithm", "rounds")
+    K_pos: int | None = _f(None, "Seq exit rule: stop sampling a prompt once it has at least "
+                           "K_pos positives (empty: 1 for ada-pos, n//2 for ada-balance).",
+                           "algorithm", "responses")
+    K_neg: int | None = _f(None, "Seq exit rule: a prompt also needs at least K_neg negatives to "
+                           "stop (empty: 0 for ada-pos, n - n//2 for ada-balance).", "algorithm",
+                           "responses")
+    budget_per_prompt: int = _f(8, "Est: samples per prompt on average; a step draws exactly "
+                                "budget_per_prompt x B (default 8: the budget of GRPO n=8).",
+                                "est", "responses")
+    est_min_samples: int = _f(2, "Est: N_min, fewest samples a prompt gets (2: the smallest "
+                              "group with a baseline).", "est", "responses")
+    est_max_samples: int = _f(32, "Est: N_max, most samples a prompt gets (32: the Seq "
+                              "variants' cap M x N at the defaults).", "est", "responses")
+    est_weight: str = _f("inv-sqrt", "Est: allocation weight w(p), inv-sqrt = 1/sqrt(p + eps) "
+                         "(the paper's hybrid for the log objective) or inv = 1/(p + eps) (the "
+                         "paper's ablation; the authors' experimental code).", "est")
+    est_residual_weight: bool = _f(True, "Est: multiply advantages by 1/sqrt(mean reward + eps), "
+                                   "the hybrid's residual weight (off: plain r - mean).",
+                                   "est")
+    est_alpha: float = _f(1.0, "Est: alpha of the Beta(alpha, beta) prior of the pass-rate "
+                          "estimate (authors' code: 1).", "est", "pseudo-positives")
+    est_beta: float = _f(16.0, "Est: beta of the Beta(alpha, beta) prior (authors' code: 16).",
+                         "est", "pseudo-negatives")
+    est_lambda: float = _f(0.9, "Est: decay of the estimator's counts before each update "
+                           "(authors' code: 0.9; 1: never forget).", "est")
+    est_eps: float = _f(1e-6, "Est: eps in 1/sqrt(p + eps) and 1/sqrt(mean reward + eps).",
+                        "est")
     positive_threshold: float = _f(0.5, "A response is positive when its reward exceeds this.",
                                    "algorithm")
     std_normalize: bool | None = _f(None, "Divide advantages by the std (empty: on for GRPO, off "
@@ -131,6 +165,18 @@ class TrainConfig:
         return self.algorithm != "grpo"
 
     @property
+    def is_seq(self) -> bool:
+        """Sampling in rounds with an exit rule (v3 "Seq": ada-pos, ada-balance)."""
+        return self.algorithm in SEQ_ALGORITHMS
+
+    @property
+    def exit_counts(self) -> tuple[int, int]:
+        """(K_pos, K_neg) of the Seq exit rule; empty fields take the v1/v2 rules' values."""
+        k_pos, k_neg = default_exit_counts(self.algorithm, self.group_size)
+        return (k_pos if self.K_pos is None else self.K_pos,
+                k_neg if self.K_neg is None else self.K_neg)
+
+    @property
     def use_std_normalization(self) -> bool:
         if self.std_normalize is None:
             return self.algorithm == "grpo"
@@ -138,6 +184,8 @@ class TrainConfig:
 
     @property
     def max_samples_per_prompt(self) -> int:
+        if self.algorithm == "ada-est":
+            return self.est_max_samples
         return self.samples_per_round * self.max_rounds if self.is_adaptive else self.group_size
 
     def validate(self) -> TrainConfig:
@@ -166,8 +214,10 @@ class TrainConfig:
         yield from _choice("verifier", self.verifier, VERIFIERS)
         yield from _choice("device", self.device, DEVICES)
         yield from _choice("rollout_dtype", self.rollout_dtype, ROLLOUT_DTYPES)
+        yield from _choice("est_weight", self.est_weight, EST_WEIGHTS)
         for name in ("group_size", "samples_per_round", "max_rounds", "batch_size", "total_steps",
-                     "max_new_tokens", "ppo_epochs", "eval_k", "task_num_prompts"):
+                     "max_new_tokens", "ppo_epochs", "eval_k", "task_num_prompts",
+                     "budget_per_prompt", "est_min_samples", "est_max_samples"):
             yield from _positive(name, getattr(self, name))
         for name in ("warmup_steps", "save_every", "eval_every", "ppo_mini_batch_size",
                      "ppo_micro_batch_size",
@@ -176,9 +226,11 @@ class TrainConfig:
                 yield ConfigError(name, "must be >= 0")
         if self.group_size < 2:
             yield ConfigError("group_size", "must be >= 2 (a group of one has no baseline)")
-        if self.is_adaptive and self.samples_per_round < self.group_size:
+        if self.is_seq and self.samples_per_round < self.group_size:
             yield ConfigError("samples_per_round", f"must be >= group_size ({self.group_size}), "
                               f"got {self.samples_per_round}")
+        yield from self._exit_count_errors()
+        yield from self._est_errors()
         if not 0.0 <= self.positive_threshold <= 1.0:
             yield ConfigError("positive_threshold", "must be within [0, 1]")
         if not 0.0 < self.lr < 1.0:
@@ -216,6 +268,41 @@ class TrainConfig:
                               "every token's weight)")
         if not 0.0 < self.vllm_gpu_memory_utilization <= 1.0:
             yield ConfigError("vllm_gpu_memory_utilization", "must be within (0, 1]")
+
+    def _exit_count_errors(self) -> Iterator[ConfigError]:
+        for name in ("K_pos", "K_neg"):
+            value = getattr(self, name)
+            if value is not None and value < 0:
+                yield ConfigError(name, f"must be >= 0, got {value}")
+        if not self.is_seq or any(v is not None and v < 0 for v in (self.K_pos, self.K_neg)):
+            return
+        k_pos, k_neg = self.exit_counts
+        if k_pos + k_neg < 1:
+            yield ConfigError("K_pos", "K_pos + K_neg must be >= 1 (with 0 and 0 every prompt "
+                              "would stop before it was sampled)")
+        cap = self.samples_per_round * self.max_rounds
+        if k_pos + k_neg > cap:
+            yield ConfigError("K_pos", f"K_pos + K_neg = {k_pos + k_neg} can never be met within "
+                              f"samples_per_round x max_rounds = {cap} samples")
+
+    def _est_errors(self) -> Iterator[ConfigError]:
+        if not self.est_min_samples <= self.est_max_samples:
+            yield ConfigError("est_max_samples", f"must be >= est_min_samples "
+                              f"({self.est_min_samples}), got {self.est_max_samples}")
+        elif not self.est_min_samples <= self.budget_per_prompt <= self.est_max_samples:
+            # Otherwise no allocation within [N_min, N_max] sums to the budget.
+            yield ConfigError("budget_per_prompt", f"must be within [est_min_samples, "
+                              f"est_max_samples] = [{self.est_min_samples}, "
+                              f"{self.est_max_samples}], got {self.budget_per_prompt}")
+        if self.est_alpha < 0 or self.est_beta < 0:
+            yield ConfigError("est_alpha" if self.est_alpha < 0 else "est_beta", "must be >= 0")
+        if self.est_alpha + self.est_beta <= 0:
+            # p-hat of a prompt never sampled would be 0/0.
+            yield ConfigError("est_beta", "est_alpha + est_beta must be > 0")
+        if not 0.0 <= self.est_lambda <= 1.0:
+            yield ConfigError("est_lambda", "must be within [0, 1]")
+        if not 0.0 < self.est_eps <= 1.0:
+            yield ConfigError("est_eps", "must be within (0, 1]")
 
     # ------------------------------------------------------------------------------------------
     @classmethod
@@ -269,10 +356,23 @@ def field_specs() -> list[dict[str, Any]]:
     return out
 
 
+def default_exit_counts(algorithm: str, group_size: int) -> tuple[int, int]:
+    """(K_pos, K_neg) of the v1/v2 exit rules: ada-pos stops at 1 positive; ada-balance at n//2
+    positives and n - n//2 negatives. (0, 0) for algorithms without an exit rule."""
+    if algorithm == "ada-pos":
+        return 1, 0
+    if algorithm == "ada-balance":
+        return group_size // 2, group_size - group_size // 2
+    return 0, 0
+
+
 def _type_errors(name: str, value: Any, annotation: str) -> Iterator[ConfigError]:
     # Annotations are strings under `from __future__ import annotations`.
+    if value is None and annotation.endswith("| None"):
+        return
+    annotation = annotation.removesuffix(" | None")
     if annotation.startswith("bool"):
-        ok = isinstance(value, bool) or (value is None and "None" in annotation)
+        ok = isinstance(value, bool)
     elif annotation == "int":
         ok = isinstance(value, int) and not isinstance(value, bool)
     elif annotation == "float":

@@ -19,6 +19,7 @@ from typing import Any
 import numpy as np
 
 from trainer.advantages import passive_filter, zero_advantage_groups
+from trainer.allocation import Allocation, PassRateEstimator, plan_allocation
 from trainer.config import TrainConfig
 from trainer.sampler import RoundsOutcome, SamplerResult, derive_seed, make_sampler, run_rounds
 from trainer.types import (
@@ -37,6 +38,8 @@ from trainer.types import (
 
 # Sub-streams of derive_seed(config.seed, step, <stream>).
 _GEN, _DOWNSAMPLE, _UPDATE, _EVAL = 0, 1, 2, 3
+# trainer_state.json key of Reinforce-Ada-Est's estimator (run state, like the weights).
+ESTIMATOR_STATE = "pass_rate_estimator"
 
 
 @dataclass
@@ -75,9 +78,49 @@ def make_scorer(config: TrainConfig) -> Callable[[Prompt, list[str]],
     return lambda prompt, texts: score_responses(verifier, texts, prompt.answer)
 
 
+@dataclass
+class SampledStep:
+    """One step's sampling: the finalized sampler (None when cancelled), what the rounds drew,
+    and Est's allocation (None for the other algorithms)."""
+
+    result: SamplerResult | None
+    outcome: RoundsOutcome
+    allocation: Allocation | None = None
+
+
+def sample_step(config: TrainConfig, batch: Sequence[Prompt], backend: Any, scorer: Any,
+                step: int, estimator: PassRateEstimator | None = None, *,
+                on_round: Callable[[RoundStat], None] | None = None,
+                should_stop: Callable[[], bool] | None = None) -> SampledStep:
+    """Sample step ``step`` of ``batch``: for Est, estimate and allocate first; run the rounds;
+    finalize; for Est, update the estimator with the step's counts. A cancelled step returns
+    ``result=None`` and leaves the estimator as it was."""
+    allocation = None
+    ids = [p.id for p in batch]
+    if estimator is not None:
+        allocation = plan_allocation(estimator, ids, config)
+    sampler = make_sampler(config, len(batch), derive_seed(config.seed, step, _DOWNSAMPLE),
+                           allocation=None if allocation is None else allocation.counts)
+    outcome = run_rounds(sampler, batch, backend, scorer,
+                         seed=derive_seed(config.seed, step, _GEN), on_round=on_round,
+                         should_stop=should_stop)
+    if outcome.cancelled:
+        return SampledStep(None, outcome, allocation)
+    res = sampler.finalize()
+    if estimator is not None:
+        estimator.update(ids, res.positives, res.samples)
+    return SampledStep(res, outcome, allocation)
+
+
+def make_estimator(config: TrainConfig) -> PassRateEstimator | None:
+    """Est's persistent pass-rate estimator; None for the algorithms without one."""
+    return PassRateEstimator.from_config(config) if config.algorithm == "ada-est" else None
+
+
 def step_metrics(config: TrainConfig, res: SamplerResult, outcome: RoundsOutcome,
-                 kept_mask: np.ndarray) -> dict[str, float]:
-    """The sampling half of STEP_METRICS (the update half comes from ``update_policy``)."""
+                 kept_mask: np.ndarray, allocation: Allocation | None = None) -> dict[str, float]:
+    """The sampling half of STEP_METRICS (the update half comes from ``update_policy``), plus
+    EST_STEP_METRICS for an Est step."""
     n = config.group_size
     P = res.num_prompts
     rewards = res.rewards
@@ -91,7 +134,9 @@ def step_metrics(config: TrainConfig, res: SamplerResult, outcome: RoundsOutcome
     missing_pos = sum(m == "positives" for m in res.missing)
     missing_neg = sum(m == "negatives" for m in res.missing)
     fr_n = np.maximum(res.first_round_samples, 1)
-    return {
+    est = {} if allocation is None else {
+        "p_hat_mean": _mean(allocation.p_hat), "alloc_scale": float(allocation.scale)}
+    return est | {
         "reward_all": _mean(rewards),
         "real_reward": _mean(rewards[first]),
         "kept_reward": _mean(rewards[kept_mask]),
@@ -130,7 +175,8 @@ def _mean(x: np.ndarray) -> float:
 
 
 def step_records(batch: Sequence[Prompt], res: SamplerResult, outcome: RoundsOutcome,
-                 kept_mask: np.ndarray) -> tuple[list[PromptStepRecord], list[SampleRecord]]:
+                 kept_mask: np.ndarray, allocation: Allocation | None = None,
+                 ) -> tuple[list[PromptStepRecord], list[SampleRecord]]:
     prompts: list[PromptStepRecord] = []
     samples: list[SampleRecord] = []
     for i, prompt in enumerate(batch):
@@ -158,7 +204,9 @@ def step_records(batch: Sequence[Prompt], res: SamplerResult, outcome: RoundsOut
             # Counted from the mask the update used, so passive filtering's drops show as 0.
             exit_round=er if er > 0 else None, kept_positives=kept_pos,
             kept_negatives=kept_neg, baseline=float(res.baseline[i]),
-            missing=res.missing[i], tokens=tok))
+            missing=res.missing[i], tokens=tok,
+            p_hat=None if allocation is None else float(allocation.p_hat[i]),
+            allocated=None if allocation is None else int(allocation.counts[i])))
     return prompts, samples
 
 
@@ -201,10 +249,16 @@ def train(config: TrainConfig, prompts: Sequence[Prompt], backend: Any, recorder
         pad_id = int(getattr(tokenizer, "pad_token_id", None) or 0)
     start = 0
     last_ckpt: str | None = None
+    estimator = make_estimator(config)
     if resume_from is not None:
         state = ckpt.load_checkpoint(resume_from, model=model, optimizer=optimizer,
                                      scheduler=scheduler)
         start = int(state["step"])
+        if estimator is not None:
+            if ESTIMATOR_STATE not in state:
+                raise ValueError(f"checkpoint {resume_from} has no {ESTIMATOR_STATE}: it was "
+                                 "not written by an ada-est run")
+            estimator.load_state_dict(state[ESTIMATOR_STATE])
         last_ckpt = str(resume_from)
         backend.sync_weights()
         ref_dir = Path(resume_from) / "reference"
@@ -219,9 +273,10 @@ def train(config: TrainConfig, prompts: Sequence[Prompt], backend: Any, recorder
         ref_model.eval().requires_grad_(False)
 
     def save(step: int) -> str:
+        extra = None if estimator is None else {ESTIMATOR_STATE: estimator.state_dict()}
         path = ckpt.save_checkpoint(ckpt.checkpoint_dir(out, step), step=step,
                                     config=config.to_dict(), model=model, tokenizer=tokenizer,
-                                    optimizer=optimizer, scheduler=scheduler)
+                                    optimizer=optimizer, scheduler=scheduler, extra=extra)
         if ref_model is not None:
             ref_model.save_pretrained(path / "reference", safe_serialization=True)
             (path / "reference" / ckpt.STATE_FILE).write_text('{"step": 0}')
@@ -245,24 +300,22 @@ def train(config: TrainConfig, prompts: Sequence[Prompt], backend: Any, recorder
         t_step = time.perf_counter()
         batch = [prompts[i] for i in batch_indices(len(prompts), config.batch_size, config.seed,
                                                    step)]
-        sampler = make_sampler(config, len(batch), derive_seed(config.seed, step, _DOWNSAMPLE))
 
         def on_round(stat: RoundStat, step: int = step) -> None:
             recorder.on_round(step, stat)
 
-        outcome = run_rounds(sampler, batch, backend, scorer,
-                             seed=derive_seed(config.seed, step, _GEN), on_round=on_round,
-                             should_stop=should_stop)
-        if outcome.cancelled:
+        sampled = sample_step(config, batch, backend, scorer, step, estimator,
+                              on_round=on_round, should_stop=should_stop)
+        res, outcome, allocation = sampled.result, sampled.outcome, sampled.allocation
+        if res is None:
             done = step - 1
             if last_ckpt is None or ckpt.read_state(last_ckpt)["step"] != done:
                 last_ckpt = save(done)
             return TrainResult("cancelled", done, last_ckpt, last_metrics)
-        res = sampler.finalize()
         kept = res.kept
         if config.passive_filtering:
             kept = passive_filter(res.advantages, res.sample_prompt, res.kept, res.num_prompts)
-        metrics = step_metrics(config, res, outcome, kept)
+        metrics = step_metrics(config, res, outcome, kept, allocation)
 
         t_update = time.perf_counter()
         if model is not None:
@@ -287,7 +340,7 @@ def train(config: TrainConfig, prompts: Sequence[Prompt], backend: Any, recorder
         metrics["time_step"] = time.perf_counter() - t_step
         missing = set(STEP_METRICS) - set(metrics)
         assert not missing, f"step metrics lack {missing}"
-        prompt_recs, sample_recs = step_records(batch, res, outcome, kept)
+        prompt_recs, sample_recs = step_records(batch, res, outcome, kept, allocation)
         recorder.on_step(StepRecord(step=step, metrics=metrics, rounds=list(outcome.round_stats),
                                     prompts=prompt_recs, samples=sample_recs))
         last_metrics = metrics

@@ -6,7 +6,9 @@ prompt's pool to the update group and computes advantages (DESIGN.md section 3):
 
 1. every prompt starts active; each round draws ``samples_per_round`` (M) responses per active
    prompt, for at most ``max_rounds`` (N) rounds;
-2. after each round an active prompt meeting its exit rule becomes inactive (``EXIT_RULES``);
+2. after each round an active prompt meeting its exit rule becomes inactive (``EXIT_RULES``):
+   v3's Seq rule is "at least K_pos positives and at least K_neg negatives"; ada-pos defaults to
+   (1, 0) and ada-balance to (n//2, n - n//2);
 3. prompts still active after the last round are "unresolved";
 4. the update group is a down-sample of the pool to ``min(n, pool)`` responses: up to ``n//2``
    positives and up to ``n - n//2`` negatives, then the free slots from whichever side has more
@@ -16,6 +18,8 @@ prompt's pool to the update group and computes advantages (DESIGN.md section 3):
    statistics for GRPO).
 
 GRPO is the same machine with the ``grpo`` rule: one round of ``n`` samples, everything kept.
+Reinforce-Ada-Est (``ada-est``) is one round too, of ``allocation[i]`` samples for prompt i
+(``trainer.allocation``), everything kept, with the hybrid advantage.
 
 The round-based ``run_rounds`` drives the sampler today; a streaming scheduler can drive the same
 object (``rule_met`` says when a prompt could stop early). State lives in numpy arrays and the
@@ -34,29 +38,29 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from trainer.advantages import ADVANTAGE_ESTIMATORS, ALGORITHM_ESTIMATOR, EPS
+from trainer.config import TrainConfig, default_exit_counts
 from trainer.types import Generation, Prompt, RoundStat
 
-ExitRule = Callable[[np.ndarray, np.ndarray, int], np.ndarray]
+ExitRule = Callable[[np.ndarray, np.ndarray, int, int], np.ndarray]
 
 
-def _rule_grpo(pos: np.ndarray, neg: np.ndarray, n: int) -> np.ndarray:
-    # GRPO has no exit rule: one round, then every prompt is done.
+def _rule_one_round(pos: np.ndarray, neg: np.ndarray, k_pos: int, k_neg: int) -> np.ndarray:
+    # GRPO and Est have no exit rule: one round, then every prompt is done.
     return np.ones(np.shape(pos), dtype=bool)
 
 
-def _rule_ada_pos(pos: np.ndarray, neg: np.ndarray, n: int) -> np.ndarray:
-    return np.asarray(pos) >= 1
+def _rule_exit_counts(pos: np.ndarray, neg: np.ndarray, k_pos: int, k_neg: int) -> np.ndarray:
+    # v3's Seq rule: at least K_pos positives and at least K_neg negatives. ada-pos is
+    # (K_pos, K_neg) = (1, 0) and ada-balance (n//2, n - n//2) by default.
+    return (np.asarray(pos) >= k_pos) & (np.asarray(neg) >= k_neg)
 
 
-def _rule_ada_balance(pos: np.ndarray, neg: np.ndarray, n: int) -> np.ndarray:
-    return (np.asarray(pos) >= n // 2) & (np.asarray(neg) >= n - n // 2)
-
-
-# Exit rules take per-prompt positive and negative counts and the group size; vectorised.
+# Exit rules take per-prompt positive and negative counts and the exit counts; vectorised.
 EXIT_RULES: dict[str, ExitRule] = {
-    "grpo": _rule_grpo,
-    "ada-pos": _rule_ada_pos,
-    "ada-balance": _rule_ada_balance,
+    "grpo": _rule_one_round,
+    "ada-pos": _rule_exit_counts,
+    "ada-balance": _rule_exit_counts,
+    "ada-est": _rule_one_round,
 }
 
 
@@ -179,14 +183,20 @@ class AdaptiveSampler:
     """Per-step state of adaptive sampling for ``num_prompts`` prompts.
 
     Call ``observe`` / ``observe_many`` for rewards of active prompts, ``end_round`` after every
-    round, then ``finalize`` once. ``samples_per_round`` and ``max_rounds`` are what a scheduler
-    should use; for ``grpo`` they are forced to ``group_size`` and 1.
+    round, then ``finalize`` once. ``round_counts`` and ``max_rounds`` are what a scheduler
+    should use; for ``grpo`` they are forced to ``group_size`` samples and 1 round.
+
+    ``k_pos`` / ``k_neg``: the Seq exit counts (None: the v1/v2 rule's). ``allocation``: samples
+    per prompt of ``ada-est``'s single round (required for it); Est keeps the whole pool, so
+    nothing is down-sampled. ``eps``: the estimator's epsilon (``trainer.advantages``).
     """
 
     def __init__(self, num_prompts: int, *, exit_rule: str, group_size: int,
                  samples_per_round: int, max_rounds: int, positive_threshold: float = 0.5,
                  std_normalize: bool | None = None, advantage_estimator: str | None = None,
-                 seed: int = 0) -> None:
+                 seed: int = 0, k_pos: int | None = None, k_neg: int | None = None,
+                 allocation: Sequence[int] | np.ndarray | None = None,
+                 eps: float = EPS) -> None:
         if exit_rule not in EXIT_RULES:
             raise ValueError(f"unknown exit rule {exit_rule!r}; choose one of "
                              f"{', '.join(EXIT_RULES)}")
@@ -195,10 +205,24 @@ class AdaptiveSampler:
         self.exit_rule = exit_rule
         self.num_prompts = num_prompts
         self.group_size = group_size
+        default_pos, default_neg = default_exit_counts(exit_rule, group_size)
+        self.k_pos = default_pos if k_pos is None else k_pos
+        self.k_neg = default_neg if k_neg is None else k_neg
+        self.allocation: np.ndarray | None = None
         if exit_rule == "grpo":
             samples_per_round, max_rounds = group_size, 1
+        if exit_rule == "ada-est":
+            if allocation is None or len(allocation) != num_prompts:
+                raise ValueError("ada-est needs an allocation: samples for every prompt")
+            self.allocation = np.asarray(allocation, dtype=np.int64)
+            if num_prompts and self.allocation.min() < 1:
+                raise ValueError("every prompt needs at least one sample")
+            samples_per_round = int(self.allocation.max()) if num_prompts else 0
+            max_rounds = 1
+        self.downsample = exit_rule != "ada-est"
         self.samples_per_round = samples_per_round
         self.max_rounds = max_rounds
+        self.eps = eps
         self.positive_threshold = positive_threshold
         self.std_normalize = (exit_rule == "grpo") if std_normalize is None else std_normalize
         self.advantage_estimator = advantage_estimator or ALGORITHM_ESTIMATOR.get(exit_rule,
@@ -227,6 +251,12 @@ class AdaptiveSampler:
     def is_active(self, prompt_idx: int) -> bool:
         return bool(self._active[prompt_idx])
 
+    def round_counts(self, prompt_indices: Sequence[int]) -> list[int]:
+        """How many responses to draw for each of these prompts in the current round."""
+        if self.allocation is not None:
+            return self.allocation[np.asarray(prompt_indices, dtype=np.int64)].tolist()
+        return [self.samples_per_round] * len(prompt_indices)
+
     def active_indices(self) -> list[int]:
         return np.flatnonzero(self._active).tolist()
 
@@ -238,7 +268,7 @@ class AdaptiveSampler:
     def rule_met(self, prompt_idx: int) -> bool:
         """Whether the prompt's exit rule holds on what was observed so far (streaming hook)."""
         return bool(EXIT_RULES[self.exit_rule](self._pos[prompt_idx], self._neg[prompt_idx],
-                                               self.group_size))
+                                               self.k_pos, self.k_neg))
 
     def observe(self, prompt_idx: int, reward: float) -> None:
         """Add one reward to an active prompt's pool in the current round."""
@@ -294,7 +324,8 @@ class AdaptiveSampler:
         sampled = self._seen_this_round
         active_before = int((self._active & sampled).sum())
         self._rounds_used += sampled
-        met = self._active & EXIT_RULES[self.exit_rule](self._pos, self._neg, self.group_size)
+        met = self._active & EXIT_RULES[self.exit_rule](self._pos, self._neg, self.k_pos,
+                                                        self.k_neg)
         self._exit_round[met] = self.round
         self._active &= ~met
         stat = RoundStat(round=self.round, active_prompts=active_before,
@@ -363,16 +394,15 @@ class AdaptiveSampler:
         rank[by_key] = np.arange(len(p)) - block_start[block]
         quota = np.where(positive, take_pos[p], take_neg[p])
         kept = rank < quota
+        if not self.downsample:  # Est trains on every sample
+            take_pos, take_neg, kept = pos_n.copy(), neg_n.copy(), np.ones(len(p), dtype=bool)
 
         baseline = np.divide(np.bincount(p, weights=r, minlength=P), pool,
                              out=np.zeros(P), where=pool > 0)
         estimator = ADVANTAGE_ESTIMATORS[self.advantage_estimator]
-        adv = estimator(r, p, kept, P, std_normalize=self.std_normalize, eps=EPS)
+        adv = estimator(r, p, kept, P, std_normalize=self.std_normalize, eps=self.eps)
 
-        if self.exit_rule == "ada-balance":
-            missing_pos = pos_n < n // 2
-        else:
-            missing_pos = pos_n < 1
+        missing_pos = pos_n < self.k_pos
         missing: list[str | None] = [
             None if res else ("positives" if mp else "negatives")
             for res, mp in zip(resolved.tolist(), missing_pos.tolist(), strict=True)]
@@ -386,14 +416,20 @@ class AdaptiveSampler:
             offsets=offsets)
 
 
-def make_sampler(config: object, num_prompts: int, seed: int) -> AdaptiveSampler:
-    """The sampler a ``TrainConfig`` asks for."""
+def make_sampler(config: TrainConfig, num_prompts: int, seed: int,
+                 allocation: Sequence[int] | np.ndarray | None = None) -> AdaptiveSampler:
+    """The sampler a ``TrainConfig`` asks for; ``allocation``: Est's samples per prompt."""
     c = config
+    est = c.algorithm == "ada-est"
+    k_pos, k_neg = c.exit_counts
     return AdaptiveSampler(
-        num_prompts, exit_rule=c.algorithm, group_size=c.group_size,  # type: ignore[attr-defined]
-        samples_per_round=c.samples_per_round, max_rounds=c.max_rounds,  # type: ignore[attr-defined]
-        positive_threshold=c.positive_threshold,  # type: ignore[attr-defined]
-        std_normalize=c.use_std_normalization, seed=seed)  # type: ignore[attr-defined]
+        num_prompts, exit_rule=c.algorithm, group_size=c.group_size,
+        samples_per_round=c.samples_per_round, max_rounds=c.max_rounds,
+        positive_threshold=c.positive_threshold, std_normalize=c.use_std_normalization,
+        # Without the residual weight, Est's advantage is the plain global-baseline one.
+        advantage_estimator="global" if est and not c.est_residual_weight else None,
+        seed=seed, k_pos=k_pos, k_neg=k_neg, allocation=allocation,
+        eps=c.est_eps if est else EPS)
 
 
 # --- the round scheduler --------------------------------------------------------------------------
@@ -419,8 +455,8 @@ def run_rounds(sampler: AdaptiveSampler, prompts: Sequence[Prompt], backend: obj
                score: Scorer, *, seed: int,
                on_round: Callable[[RoundStat], None] | None = None,
                should_stop: Callable[[], bool] | None = None) -> RoundsOutcome:
-    """Drive ``sampler`` round by round: draw ``samples_per_round`` responses for every active
-    prompt in one batched ``backend.generate`` call, score them, observe, close the round.
+    """Drive ``sampler`` round by round: draw ``round_counts`` responses for every active prompt
+    in one batched ``backend.generate`` call, score them, observe, close the round.
 
     Round t's generation seed is ``derive_seed(seed, t)``. ``should_stop`` is checked between
     rounds; when it says stop, the outcome comes back with ``cancelled=True`` and the sampler is
@@ -431,14 +467,14 @@ def run_rounds(sampler: AdaptiveSampler, prompts: Sequence[Prompt], backend: obj
     rewards: list[list[float]] = [[] for _ in range(n_prompts)]
     errors: list[list[str | None]] = [[] for _ in range(n_prompts)]
     out = RoundsOutcome(gens, rewards, errors, sampler.round_stats)
-    m = sampler.samples_per_round
     while not sampler.done:
         if should_stop is not None and should_stop():
             out.cancelled = True
             return out
         active = sampler.active_indices()
         t0 = time.perf_counter()
-        drawn = backend.generate([prompts[i] for i in active], [m] * len(active),  # type: ignore[attr-defined]
+        drawn = backend.generate([prompts[i] for i in active],  # type: ignore[attr-defined]
+                                 sampler.round_counts(active),
                                  seed=derive_seed(seed, sampler.round))
         t1 = time.perf_counter()
         idx: list[int] = []

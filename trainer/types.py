@@ -97,6 +97,8 @@ class PromptStepRecord:
     baseline: float            # mean reward of its whole pool (global baseline)
     missing: str | None = None  # unresolved because it lacked "positives" or "negatives"
     tokens: int = 0
+    p_hat: float | None = None    # Est: the pass-rate estimate before this step's sampling
+    allocated: int | None = None  # Est: samples allocated to it this step
 
 
 @dataclass
@@ -196,4 +198,11 @@ STEP_METRICS: dict[str, str] = {
     "time_step": "seconds for the whole step",
     **{key: f"fraction of prompts whose pass rate over their first n samples is at most {t:g}"
        for key, t in zip(PASS_RATE_METRICS, PASS_RATE_THRESHOLDS, strict=True)},
+}
+
+# Further keys of Reinforce-Ada-Est's steps (``ada-est`` only).
+EST_STEP_METRICS: dict[str, str] = {
+    "p_hat_mean": "mean pass-rate estimate of the batch before sampling (0-1)",
+    "alloc_scale": "c of the allocation N = clip(c * w(p_hat), N_min, N_max) (samples per unit "
+                   "weight)",
 }

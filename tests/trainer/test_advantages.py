@@ -45,3 +45,20 @@ def test_passive_filtering_drops_zero_groups() -> None:
     adv = group_advantages(R, G, K, 2)
     assert zero_advantage_groups(adv, G, K, 2).tolist() == [False, True]
     assert passive_filter(adv, G, K, 2).tolist() == [True] * 4 + [False] * 4
+
+
+def test_hybrid_advantage_is_the_centred_reward_over_sqrt_mean() -> None:
+    from trainer.advantages import hybrid_advantages
+
+    # Group 0: 1 of 4 right (mean 1/4): (r - 1/4) / sqrt(1/4) = 1.5 and -0.5.
+    # Group 1: 3 of 4 right (mean 3/4): 0.25 / sqrt(3/4) and -0.75 / sqrt(3/4).
+    # Group 2: all wrong: 0 (not 0/0). Group 3: all right: 0.
+    r = np.array([1, 0, 0, 0, 1, 1, 1, 0, 0, 0, 1, 1], dtype=np.float64)
+    g = np.array([0] * 4 + [1] * 4 + [2] * 2 + [3] * 2)
+    adv = hybrid_advantages(r, g, np.ones(12, dtype=bool), 4, eps=0.0)
+    s = np.sqrt(0.75)
+    assert adv.tolist() == pytest.approx([1.5, -0.5, -0.5, -0.5, 0.25 / s, 0.25 / s, 0.25 / s,
+                                          -0.75 / s, 0, 0, 0, 0])
+    # eps enters under the square root.
+    adv = hybrid_advantages(r[:4], g[:4], np.ones(4, dtype=bool), 1, eps=0.25)
+    assert adv.tolist() == pytest.approx([0.75 / np.sqrt(0.5)] + [-0.25 / np.sqrt(0.5)] * 3)

@@ -33,3 +33,37 @@ def test_vllm_backend_is_valid_on_cpu() -> None:
     choice (whether vLLM is installed is the worker's business, checked when the run starts)."""
     cfg = TrainConfig.from_dict({"backend": "vllm", "device": "cpu", "tis_cap": 2.0})
     assert (cfg.backend, cfg.device, cfg.tis_cap) == ("vllm", "cpu", 2.0)
+
+
+@pytest.mark.parametrize(
+    ("data", "field"),
+    [
+        ({"K_pos": -1}, "K_pos"),
+        ({"K_neg": "two"}, "K_neg"),
+        ({"algorithm": "ada-pos", "K_pos": 0, "K_neg": 0}, "K_pos"),
+        ({"algorithm": "ada-balance", "K_pos": 20, "K_neg": 13}, "K_pos"),  # > M x N = 32
+        ({"budget_per_prompt": 1}, "budget_per_prompt"),  # below est_min_samples = 2
+        ({"budget_per_prompt": 40}, "budget_per_prompt"),  # above est_max_samples = 32
+        ({"est_min_samples": 9, "est_max_samples": 8}, "est_max_samples"),
+        ({"est_weight": "sqrt"}, "est_weight"),
+        ({"est_lambda": 1.5}, "est_lambda"),
+        ({"est_alpha": -1.0}, "est_alpha"),
+        ({"est_alpha": 0.0, "est_beta": 0.0}, "est_beta"),
+        ({"est_eps": 0.0}, "est_eps"),
+    ],
+)
+def test_invalid_v3_fields_name_the_field(data: dict, field: str) -> None:
+    with pytest.raises(ConfigError) as exc:
+        TrainConfig.from_dict(data)
+    assert exc.value.field == field
+
+
+def test_exit_counts_default_to_the_v1_rules() -> None:
+    assert TrainConfig(algorithm="ada-pos").exit_counts == (1, 0)
+    assert TrainConfig(algorithm="ada-balance", group_size=6).exit_counts == (3, 3)
+    assert TrainConfig(algorithm="ada-balance", group_size=5).exit_counts == (2, 3)
+    assert TrainConfig(algorithm="ada-pos", K_pos=16).validate().exit_counts == (16, 0)
+    assert TrainConfig(algorithm="ada-balance", K_pos=8, K_neg=8).validate().exit_counts == (8, 8)
+    # Est samples once: M >= n does not apply, and K counts are not used.
+    TrainConfig(algorithm="ada-est", samples_per_round=2, group_size=4).validate()
+    assert TrainConfig(algorithm="ada-est").max_samples_per_prompt == 32

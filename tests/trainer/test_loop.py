@@ -158,3 +158,61 @@ def test_passive_filtering_drops_zero_advantage_groups(tmp_path) -> None:
     assert step.metrics["dropped_groups"] >= 1
     assert step.metrics["kept_samples"] == sum(s.kept for s in step.samples)
 
+
+def est_config(**kw) -> TrainConfig:
+    return sim_config(algorithm="ada-est", budget_per_prompt=6, est_min_samples=2,
+                      est_max_samples=16, **kw)
+
+
+def test_est_run_allocates_the_budget_and_records_the_estimate(tmp_path) -> None:
+    from trainer.allocation import pass_rate_estimate
+
+    rec = ListRecorder()
+    config = est_config(total_steps=6)
+    train(config, prompts(8), SimulatedBackend(), rec, out_dir=tmp_path)
+    counts: dict[str, tuple[float, float]] = {}  # the estimator, recomputed from the records
+    for s in rec.steps:
+        assert s.metrics["samples"] == len(s.samples) == 4 * 6  # exactly budget x B
+        assert len(s.rounds) == 1 and s.metrics["unresolved"] == 0
+        assert all(x.kept for x in s.samples)  # no down-sampling
+        for p in s.prompts:
+            assert p.allocated == p.samples and 2 <= p.allocated <= 16
+            pos, total = counts.get(p.prompt_id, (0.0, 0.0))
+            assert p.p_hat == pytest.approx(pass_rate_estimate(pos, total, 1.0, 16.0))
+            counts[p.prompt_id] = (0.9 * pos + p.positives, 0.9 * total + p.samples)
+        assert s.metrics["p_hat_mean"] == pytest.approx(
+            sum(p.p_hat for p in s.prompts) / len(s.prompts))
+        # Harder estimate, more samples (ties aside).
+        by_p = sorted(s.prompts, key=lambda p: p.p_hat)
+        assert all(a.allocated >= b.allocated for a, b in zip(by_p, by_p[1:], strict=False))
+    # Prompts with pass rate 0 (p0, p4) end up with more samples than those at 0.75 (p3, p7).
+    last = {p.prompt_id: p for s in rec.steps[-2:] for p in s.prompts}
+    assert last["p0"].allocated > last["p3"].allocated
+    state = read_state(latest_checkpoint(tmp_path))
+    assert state["pass_rate_estimator"]["samples"] == pytest.approx(
+        {k: v[1] for k, v in counts.items()})
+
+
+def test_est_resume_reproduces_the_uninterrupted_run(tmp_path) -> None:
+    full = ListRecorder()
+    train(est_config(total_steps=6), prompts(8), SimulatedBackend(), full,
+          out_dir=tmp_path / "a")
+    part = ListRecorder()
+    train(est_config(total_steps=6), prompts(8), SimulatedBackend(), part,
+          out_dir=tmp_path / "b", resume_from=tmp_path / "a" / "checkpoints" / "step-000002")
+    assert [s.step for s in part.steps] == [3, 4, 5, 6]
+    for a, b in zip(full.steps[2:], part.steps, strict=True):
+        assert [(p.prompt_id, p.p_hat, p.allocated) for p in a.prompts] == [
+            (p.prompt_id, p.p_hat, p.allocated) for p in b.prompts]
+        assert [x.response for x in a.samples] == [x.response for x in b.samples]
+        assert [x.advantage for x in a.samples] == [x.advantage for x in b.samples]
+    # Without the estimator's state the resumed steps would allocate from the prior instead.
+    assert any(p.p_hat != 1 / 17 for p in part.steps[0].prompts)
+
+
+def test_est_resume_from_a_checkpoint_without_estimator_fails(tmp_path) -> None:
+    train(sim_config(total_steps=2), prompts(8), SimulatedBackend(), ListRecorder(),
+          out_dir=tmp_path / "seq")
+    with pytest.raises(ValueError, match="pass_rate_estimator"):
+        train(est_config(total_steps=4), prompts(8), SimulatedBackend(), ListRecorder(),
+              out_dir=tmp_path / "est", resume_from=latest_checkpoint(tmp_path / "seq"))

@@ -182,3 +182,93 @@ def test_request_seed_fits_torch_and_depends_on_each_part() -> None:
     assert request_seed(base, "a", 3) != request_seed(derive_seed(7, 3, 0, 3), "a", 3)
     # Ids are hashed, not parsed: ids that differ in any character differ.
     assert prompt_key("12") != prompt_key("21") and prompt_key("") != prompt_key(" ")
+
+
+# --- v3: Seq exit counts and Est --------------------------------------------------------------
+
+def drive_counts(rule: str, streams: list[list[list[float]]], k_pos: int | None,
+                 k_neg: int | None, *, n: int = 4, m: int = 8, rounds: int = 4) -> AdaptiveSampler:
+    s = AdaptiveSampler(len(streams), exit_rule=rule, group_size=n, samples_per_round=m,
+                        max_rounds=rounds, k_pos=k_pos, k_neg=k_neg)
+    while not s.done:
+        for i in s.active_indices():
+            s.observe_many([i] * m, streams[i][s.round - 1])
+        s.end_round()
+    return s
+
+
+ONE_POS = [1.0] + [0.0] * 7
+
+
+def test_seq_pos_with_k_pos_three_waits_for_three_positives() -> None:
+    # MIXED has 3 positives: out after round 1. One positive a round: out after round 3.
+    s = drive_counts("ada-pos", [[MIXED], [ONE_POS] * 4, [ZEROS, ONE_POS, ZEROS, ZEROS]], 3,
+                     None)
+    out = s.finalize()
+    assert out.exit_round.tolist() == [1, 3, 0]
+    assert out.missing == [None, None, "positives"]
+    # The default rule (K_pos = 1) would have let all three go after their first positive.
+    default = drive_counts("ada-pos", [[MIXED], [ONE_POS] * 4, [ZEROS, ONE_POS, ZEROS, ZEROS]],
+                           None, None).finalize()
+    assert default.exit_round.tolist() == [1, 1, 2]
+
+
+def test_seq_balance_with_other_counts() -> None:
+    # K_pos = 1, K_neg = 6: MIXED (3+, 5-) misses one negative in round 1, has 10 after round 2.
+    out = drive_counts("ada-balance", [[MIXED, MIXED], [ONES] * 4], 1, 6).finalize()
+    assert out.exit_round.tolist() == [2, 0]
+    assert out.missing == [None, "negatives"]
+    # Seq-balance with 8 of each (the paper's example) and n = 16: 8 positives and 8 negatives
+    # needed; MIXED supplies 3 and 5 per round, so round 3 (9+, 15-) is the first that has both.
+    s = drive_counts("ada-balance", [[MIXED] * 4], 8, 8, n=16, m=8)
+    res = s.finalize().prompt(0)
+    assert res.exit_round == 3 and (res.positives, res.negatives) == (9, 15)
+    assert (res.kept_positives, res.kept_negatives) == (8, 8)
+
+
+def test_default_exit_counts_reproduce_v1_rules() -> None:
+    for n in (2, 4, 5, 8):
+        s = AdaptiveSampler(1, exit_rule="ada-balance", group_size=n, samples_per_round=8,
+                            max_rounds=1)
+        assert (s.k_pos, s.k_neg) == (n // 2, n - n // 2)
+    s = AdaptiveSampler(1, exit_rule="ada-pos", group_size=4, samples_per_round=8, max_rounds=1)
+    assert (s.k_pos, s.k_neg) == (1, 0)
+
+
+def test_est_is_one_round_of_the_allocation_all_kept_with_hybrid_advantages() -> None:
+    s = AdaptiveSampler(3, exit_rule="ada-est", group_size=4, samples_per_round=8, max_rounds=4,
+                        allocation=[2, 5, 3], eps=1e-6)
+    assert s.max_rounds == 1 and s.round_counts([0, 1, 2]) == [2, 5, 3]
+    assert s.round_counts([2, 0]) == [3, 2]
+    s.observe_many([0, 0] + [1] * 5 + [2] * 3, [1, 1, 1, 0, 0, 0, 0, 0, 0, 0])
+    s.end_round()
+    assert s.done
+    out = s.finalize()
+    assert out.kept.all() and out.exit_round.tolist() == [1, 1, 1]
+    assert out.samples.tolist() == [2, 5, 3]
+    assert out.kept_positives.tolist() == [2, 1, 0]
+    assert out.kept_negatives.tolist() == [0, 4, 3]
+    assert out.missing == [None, None, None]
+    # Prompt 1: mean 0.2, so A = (r - 0.2) / sqrt(0.2 + 1e-6); prompts 0 and 2 agree: A = 0.
+    w = 1 / np.sqrt(0.2 + 1e-6)
+    assert out.prompt(1).advantages == pytest.approx([0.8 * w] + [-0.2 * w] * 4)
+    assert out.prompt(0).advantages == [0.0, 0.0] and out.prompt(2).advantages == [0.0] * 3
+
+
+def test_est_without_residual_weight_is_the_plain_global_baseline() -> None:
+    s = AdaptiveSampler(1, exit_rule="ada-est", group_size=4, samples_per_round=8, max_rounds=1,
+                        allocation=[4], advantage_estimator="global")
+    s.observe_many([0] * 4, [1, 0, 0, 0])
+    s.end_round()
+    assert s.finalize().prompt(0).advantages == pytest.approx([0.75, -0.25, -0.25, -0.25])
+
+
+def test_est_needs_an_allocation() -> None:
+    with pytest.raises(ValueError, match="allocation"):
+        AdaptiveSampler(2, exit_rule="ada-est", group_size=4, samples_per_round=8, max_rounds=1)
+    with pytest.raises(ValueError, match="allocation"):
+        AdaptiveSampler(2, exit_rule="ada-est", group_size=4, samples_per_round=8, max_rounds=1,
+                        allocation=[4])
+    with pytest.raises(ValueError, match="at least one"):
+        AdaptiveSampler(2, exit_rule="ada-est", group_size=4, samples_per_round=8, max_rounds=1,
+                        allocation=[4, 0])

@@ -99,3 +99,57 @@ def test_python_dash_m_simulate(tmp_path) -> None:
                            "ada-balance", "--pass-rates", str(rates)], capture_output=True,
                           text=True, check=True)
     assert json.loads(proc.stdout)["prompts"][0]["index"] == 0
+
+
+def test_simulate_est_multi_step_estimator_converges_to_fixed_pass_rates() -> None:
+    rates = [0.05, 0.2, 0.5, 0.9]
+    out = simulate("ada-est", rates, steps=40, seed=0,
+                   overrides={"budget_per_prompt": 8, "est_max_samples": 32})
+    assert set(out) == {"total_samples", "steps"} and len(out["steps"]) == 40
+    assert out["total_samples"] == 40 * 4 * 8
+    first, last = out["steps"][0], out["steps"][-1]
+    assert [p["p_hat"] for p in first["prompts"]] == [1 / 17] * 4  # the prior
+    assert [p["allocated"] for p in first["prompts"]] == [8] * 4
+    for s in out["steps"]:
+        assert s["total_samples"] == sum(p["allocated"] for p in s["prompts"]) == 32
+        for p in s["prompts"]:
+            assert p["samples"] == p["allocated"] and p["rounds"] == 1 and p["resolved"]
+            assert len(p["advantages"]) == p["samples"]  # all kept
+    p_hat = [p["p_hat"] for p in last["prompts"]]
+    assert p_hat == sorted(p_hat)  # ordered as the true pass rates
+    # In steady state the decayed counts hold N/(1 - lambda) samples, N p/(1 - lambda) of them
+    # positive, next to the prior's 1 + 16: an easy prompt, which gets few samples, stays
+    # pulled towards the prior mean 1/17.
+    for i, rate in enumerate(rates):
+        n = sum(s["prompts"][i]["allocated"] for s in out["steps"][-20:]) / 20 / (1 - 0.9)
+        assert p_hat[i] == pytest.approx((n * rate + 1) / (n + 17), abs=0.1)
+    assert p_hat[3] < 0.8
+    alloc = [p["allocated"] for p in last["prompts"]]
+    assert alloc == sorted(alloc, reverse=True) and alloc[0] > 8 > alloc[3]
+
+
+def test_simulate_one_step_keeps_the_v1_shape_and_seq_counts_apply() -> None:
+    one = simulate("ada-pos", [0.5, 0.5], steps=1, overrides={"K_pos": 3})
+    assert set(one) == {"total_samples", "prompts"}
+    assert all(p["positives"] >= 3 or not p["resolved"] for p in one["prompts"])
+    assert "p_hat" not in one["prompts"][0]
+
+
+def test_simulate_cli_steps_and_set(tmp_path, capsys) -> None:
+    rates = tmp_path / "rates.txt"
+    rates.write_text("0.1\n0.8\n")
+    assert main(["simulate", "--algorithm", "ada-est", "--pass-rates", str(rates), "--steps",
+                 "3", "--set", "budget_per_prompt=4", "--set", "est_weight=inv"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert out == simulate("ada-est", [0.1, 0.8], steps=3,
+                           overrides={"budget_per_prompt": 4, "est_weight": "inv"})
+    assert [s["total_samples"] for s in out["steps"]] == [8, 8, 8]
+    assert main(["simulate", "--algorithm", "ada-est", "--pass-rates", str(rates), "--set",
+                 "est_lambda=2"]) == 2
+    assert capsys.readouterr().err.startswith("error: est_lambda:")
+    assert main(["simulate", "--algorithm", "ada-est", "--pass-rates", str(rates), "--steps",
+                 "0"]) == 2
+    assert capsys.readouterr().err.startswith("error: steps:")
+    assert main(["simulate", "--algorithm", "grpo", "--pass-rates", str(rates), "--set",
+                 "nonsense"]) == 2
+    assert capsys.readouterr().err.startswith("error: set:")
