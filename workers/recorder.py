@@ -26,7 +26,7 @@ SAMPLE_COLUMNS = ("run_id", "step", "prompt_id", "index", "round", "response", "
                   "reward", "kept", "advantage", "verifier_error")
 PROMPTSTEP_COLUMNS = ("run_id", "step", "prompt_id", "samples", "positives", "negatives",
                       "rounds", "exit_round", "missing", "kept_positives", "kept_negatives",
-                      "baseline", "tokens")
+                      "baseline", "tokens", "p_hat", "allocated")
 ROUNDSTAT_COLUMNS = ("run_id", "step", "round", "active_prompts", "samples", "positives",
                      "finished", "tokens")
 
@@ -129,7 +129,8 @@ class PostgresRecorder:
             copy_rows("experiments_promptstep", PROMPTSTEP_COLUMNS, (
                 (run_id, step, int(p.prompt_id), p.samples, p.positives, p.negatives, p.rounds,
                  p.exit_round, p.missing or "", p.kept_positives, p.kept_negatives,
-                 finite_or_none(p.baseline) or 0.0, p.tokens) for p in record.prompts))
+                 finite_or_none(p.baseline) or 0.0, p.tokens, finite_or_none(p.p_hat),
+                 p.allocated) for p in record.prompts))
             copy_rows("experiments_sample", SAMPLE_COLUMNS,
                       sample_rows(run_id, step, record.samples, self.retention))
             with connection.cursor() as cursor:

@@ -18,6 +18,8 @@ from trainer.config import (
     BUILTIN_MODEL,
     BUILTIN_TASK,
     DEVICES,
+    EST_WEIGHTS,
+    SEQ_ALGORITHMS,
     VERIFIERS,
     field_specs,
     recommended_lr,
@@ -27,10 +29,12 @@ from .selectors import ALGORITHM_LABELS
 
 # Set from the chosen prompt sets by the launch service, not typed by the user.
 SERVICE_OWNED = ("prompts", "eval_prompts")
-CHOICES = {"algorithm": [(a, ALGORITHM_LABELS[a]) for a in ALGORITHMS],
+CHOICES = {"algorithm": [(a, ALGORITHM_LABELS[a] + (f" (v1/v2: {a})" if a in SEQ_ALGORITHMS
+                                                      else "")) for a in ALGORITHMS],
            "backend": [(b, b) for b in BACKENDS], "verifier": [(v, v) for v in VERIFIERS],
-           "device": [(d, d) for d in DEVICES]}
-GROUP_TITLES = {"algorithm": "Algorithm", "model": "Model and generation",
+           "device": [(d, d) for d in DEVICES], "est_weight": [(w, w) for w in EST_WEIGHTS]}
+GROUP_TITLES = {"algorithm": "Algorithm", "est": "Reinforce-Ada Est (ada-est only)",
+                "model": "Model and generation",
                 "optimisation": "Optimisation", "data": "Built-in task and verifier",
                 "run": "Seed, checkpoints and evaluation"}
 
@@ -50,6 +54,8 @@ def _config_field(spec: dict[str, Any]) -> forms.Field:
         return forms.BooleanField(required=False, **common)
     if typ == "int":
         return forms.IntegerField(**common)
+    if typ == "int | None":  # empty: the algorithm's default
+        return forms.IntegerField(required=False, **common)
     if typ == "float":
         return forms.FloatField(widget=forms.NumberInput(attrs={"step": "any"}), **common)
     return forms.CharField(required=False, **common)
@@ -102,7 +108,7 @@ class LaunchForm(forms.Form):
             {BUILTIN_MODEL: recommended_lr(BUILTIN_MODEL), "": recommended_lr("")})
 
     def grouped(self) -> list[tuple[str, list[forms.BoundField]]]:
-        order = ["algorithm", "model", "optimisation", "data", "run"]
+        order = ["algorithm", "est", "model", "optimisation", "data", "run"]
         groups = sorted(self.config_groups, key=lambda g: order.index(g) if g in order else 99)
         return [(GROUP_TITLES.get(g, g), [self[n] for n in self.config_groups[g]])
                 for g in groups]

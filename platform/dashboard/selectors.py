@@ -49,8 +49,10 @@ METRIC_KEYS = (
 # uncached path with it).
 CACHE_FINISHED = os.environ.get("DASHBOARD_CACHE", "1") != "0"
 
-ALGORITHM_LABELS = {"grpo": "GRPO", "ada-pos": "Reinforce-Ada-pos",
-                    "ada-balance": "Reinforce-Ada-balance"}
+# v3 of the paper renames v1/v2's ada-pos and ada-balance "Seq-pos" and "Seq-balance" and adds
+# the estimation-based "Est".
+ALGORITHM_LABELS = {"grpo": "GRPO", "ada-pos": "Reinforce-Ada Seq-pos",
+                    "ada-balance": "Reinforce-Ada Seq-balance", "ada-est": "Reinforce-Ada Est"}
 
 
 def algorithm_label(algorithm: str, group_size: int | None = None) -> str:

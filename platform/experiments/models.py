@@ -192,6 +192,11 @@ class PromptStep(models.Model):
     kept_negatives = models.PositiveSmallIntegerField()
     baseline = models.FloatField()
     tokens = models.PositiveIntegerField(default=0)
+    # Reinforce-Ada-Est only (null for the other algorithms).
+    p_hat = models.FloatField(null=True, help_text="Pass-rate estimate before this step's "
+                              "sampling (Est).")
+    allocated = models.PositiveSmallIntegerField(null=True, help_text="Samples allocated this "
+                                                 "step (Est).")
 
     class Meta:
         ordering = ["run", "step", "prompt"]

@@ -159,7 +159,10 @@ def test_launch_form_lists_every_hyperparameter_with_default_and_help(owner_clie
             continue
         assert f'id="field-{spec["name"]}"' in page, spec["name"]
         assert spec["help"].split(" (")[0][:30].replace("'", "&#x27;") in page, spec["name"]
-    assert "Reinforce-Ada-balance" in page and "Reinforce-Ada-pos" in page and "GRPO" in page
+    for label in ("GRPO", "Reinforce-Ada Seq-pos (v1/v2: ada-pos)",
+                  "Reinforce-Ada Seq-balance (v1/v2: ada-balance)", "Reinforce-Ada Est"):
+        assert label in page
+    assert "Reinforce-Ada Est (ada-est only)" in page  # the Est fields' group
 
 
 def test_launch_form_shows_error_next_to_field(owner_client: Client) -> None:
@@ -190,6 +193,29 @@ def test_launch_form_creates_run(owner_client: Client, owner: User) -> None:
     assert (run.owner, run.algorithm, run.seed, run.total_steps) == (owner, "ada-pos", 7, 3)
     assert run.config["backend"] == "simulated"
     assert resp["Location"] == reverse("dashboard:run_detail", args=[run.pk])
+
+
+def test_launch_form_v3_fields(owner_client: Client) -> None:
+    ps = make_prompt_set()
+    url = reverse("dashboard:run_launch")
+    resp = owner_client.post(url, _launch_data(ps, name="seq", algorithm="ada-balance",
+                                               batch_size=4, K_pos=3, K_neg=""))
+    assert resp.status_code == 302, resp.content.decode()[:2000]
+    seq = Run.objects.get(name="seq")
+    assert (seq.config["K_pos"], seq.config["K_neg"]) == (3, None)  # empty: the rule's default
+    resp = owner_client.post(url, _launch_data(ps, name="est", algorithm="ada-est", batch_size=4,
+                                               budget_per_prompt=6, est_weight="inv"))
+    assert resp.status_code == 302, resp.content.decode()[:2000]
+    est = Run.objects.get(name="est")
+    assert (est.algorithm, est.config["budget_per_prompt"], est.config["est_weight"]) == (
+        "ada-est", 6, "inv")
+    html = owner_client.post(url, _launch_data(ps, name="bad", algorithm="ada-est",
+                                               batch_size=4, budget_per_prompt=1)
+                             ).content.decode()
+    block = html[html.index('id="field-budget_per_prompt"'):]
+    assert "must be within [est_min_samples, est_max_samples]" in block[
+        :block.index('id="field-', 10)]
+    assert not Run.objects.filter(name="bad").exists()
 
 
 def test_clone_prefills_and_shows_differences_before_launch(run: Run, owner_client: Client) -> None:

@@ -65,6 +65,21 @@ def test_step_rows_and_progress(run: Run) -> None:
     assert Sample.objects.filter(run=run, kept=False, advantage__isnull=True).count() == 8
 
 
+def test_est_estimate_and_allocation_per_prompt_step(run: Run) -> None:
+    record = step_record(1, prompt_ids(run))
+    record.prompts[0].p_hat, record.prompts[0].allocated = 1 / 17, 4
+    record.prompts[1].p_hat, record.prompts[1].allocated = float("nan"), 4  # NaN: stored as NULL
+    PostgresRecorder(run.pk).on_step(record)
+    rows = dict(PromptStep.objects.filter(run=run).values_list("prompt_id", "p_hat"))
+    assert rows == {int(record.prompts[0].prompt_id): pytest.approx(1 / 17),
+                    int(record.prompts[1].prompt_id): None}
+    assert set(PromptStep.objects.filter(run=run).values_list("allocated", flat=True)) == {4}
+    # Seq and GRPO steps leave both empty.
+    PostgresRecorder(run.pk).on_step(step_record(2, prompt_ids(run)))
+    assert not PromptStep.objects.filter(run=run, step=2, p_hat__isnull=False).exists()
+    assert not PromptStep.objects.filter(run=run, step=2, allocated__isnull=False).exists()
+
+
 def test_recording_a_step_again_replaces_it(run: Run) -> None:
     rec = PostgresRecorder(run.pk)
     rec.on_step(step_record(1, prompt_ids(run)))

@@ -88,6 +88,8 @@ def assert_recorded_as_emitted(run: Run, emitted: Any) -> None:
                                               p.exit_round, p.missing or "", p.kept_positives,
                                               p.kept_negatives)
             assert row_p.baseline == pytest.approx(p.baseline)
+            assert row_p.allocated == p.allocated
+            assert row_p.p_hat == (None if p.p_hat is None else pytest.approx(p.p_hat))
         samples = {(str(s.prompt_id), s.index): s for s in Sample.objects.filter(
             run=run, step=rec.step)}
         assert len(samples) == len(rec.samples)
@@ -259,33 +261,32 @@ def test_redelivered_task_does_not_start_a_second_execution(
     assert_no_duplicates(run)
 
 
-@pytest.mark.slow
-def test_worker_trains_the_tiny_model(start_worker: Any, user: Any, tiny_model_dir: Path,
-                                      tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    """The hf backend on the warm-started built-in model: the worker trains (policy update,
-    checkpoints in Hugging Face format) and records what the trainer emits."""
+def train_tiny_on_worker(start_worker: Any, user: Any, tiny_model_dir: Path, tmp_path: Path,
+                         monkeypatch: pytest.MonkeyPatch, config: dict[str, Any],
+                         num_prompts: int = 16) -> tuple[Run, Any]:
+    """Train the warm-started built-in model on a worker (hf backend, one thread), check the run
+    succeeded with a policy update and Hugging Face checkpoints, and return it with what the
+    trainer in this process emits for the same config (same seed, same model, one thread on
+    both sides: the very rows the worker should have recorded)."""
     import torch
 
     from trainer.model import MODEL_DIR_ENV
 
     one_thread = {"OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
     start_worker("cpu", env={MODEL_DIR_ENV: str(tiny_model_dir)} | one_thread)
-    ps = services.create_builtin_prompt_set(user, "arith", 16, 1, 2, 0)
-    config = {"backend": "hf", "model": "builtin:tiny", "algorithm": "ada-balance",
-              "batch_size": 4, "group_size": 4, "samples_per_round": 4, "max_rounds": 2,
-              "total_steps": 2, "lr": 2e-4, "save_every": 1, "eval_every": 0, "seed": 1}
+    ps = services.create_builtin_prompt_set(user, "arith", num_prompts, 1, 2, 0)
+    config = {"backend": "hf", "model": "builtin:tiny", "lr": 2e-4, "save_every": 1,
+              "eval_every": 0, "seed": 1} | config
     run = services.launch_run(user, "tiny", config, ps)
     run = wait_status(run, timeout=600)
     assert run.status == Run.Status.SUCCEEDED, run.traceback
-    assert run.current_step == 2
+    assert run.current_step == config["total_steps"]
     assert_no_duplicates(run)
     for step in Step.objects.filter(run=run):
         assert step.metrics["grad_norm"] is not None and step.metrics["grad_norm"] > 0
     ckpt = Checkpoint.objects.filter(run=run).order_by("step").last()
-    assert ckpt.step == 2 and (Path(ckpt.path) / "config.json").is_file()
+    assert ckpt.step == config["total_steps"] and (Path(ckpt.path) / "config.json").is_file()
     assert any(Path(ckpt.path).glob("*.safetensors"))
-    # Same seed, same model, one thread on both sides: the trainer in this process emits the
-    # very rows the worker recorded.
     monkeypatch.setenv(MODEL_DIR_ENV, str(tiny_model_dir))
     threads = torch.get_num_threads()
     torch.set_num_threads(1)
@@ -294,3 +295,47 @@ def test_worker_trains_the_tiny_model(start_worker: Any, user: Any, tiny_model_d
     finally:
         torch.set_num_threads(threads)
     assert_recorded_as_emitted(run, emitted)
+    return run, emitted
+
+
+@pytest.mark.slow
+def test_worker_trains_the_tiny_model(start_worker: Any, user: Any, tiny_model_dir: Path,
+                                      tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The hf backend on the warm-started built-in model: the worker trains (policy update,
+    checkpoints in Hugging Face format) and records what the trainer emits."""
+    train_tiny_on_worker(start_worker, user, tiny_model_dir, tmp_path, monkeypatch, {
+        "algorithm": "ada-balance", "batch_size": 4, "group_size": 4, "samples_per_round": 4,
+        "max_rounds": 2, "total_steps": 2})
+
+
+@pytest.mark.slow
+def test_worker_trains_the_tiny_model_with_est(start_worker: Any, user: Any,
+                                               tiny_model_dir: Path, tmp_path: Path,
+                                               monkeypatch: pytest.MonkeyPatch) -> None:
+    """Reinforce-Ada-Est end to end: 8 prompts in batches of 4, so step 3 revisits step 1's
+    prompts with the estimate the worker kept; every step spends exactly B x budget samples;
+    p-hat and N_x are recorded per prompt-step; the checkpoint carries the estimator."""
+    from trainer.checkpoint import read_state
+
+    run, emitted = train_tiny_on_worker(start_worker, user, tiny_model_dir, tmp_path,
+                                        monkeypatch, {
+        "algorithm": "ada-est", "batch_size": 4, "budget_per_prompt": 4, "est_min_samples": 2,
+        "est_max_samples": 8, "total_steps": 3}, num_prompts=8)
+    rows = list(PromptStep.objects.filter(run=run).order_by("step", "prompt_id").values_list(
+        "step", "prompt_id", "p_hat", "allocated", "samples", "positives"))
+    assert len(rows) == 3 * 4
+    for step in (1, 2, 3):
+        of_step = [r for r in rows if r[0] == step]
+        assert sum(r[3] for r in of_step) == 16 == Step.objects.get(run=run, step=step).samples
+        assert all(r[3] == r[4] and 2 <= r[3] <= 8 for r in of_step)
+    assert all(r[2] == pytest.approx(1 / 17) for r in rows if r[0] <= 2)  # unseen: the prior
+    # Steps 1 and 2 cover the 8 prompts once; step 3's estimate of a prompt follows from the
+    # counts of its first visit: (pos + 1) / (n + 17).
+    first = {r[1]: r for r in rows if r[0] <= 2}
+    assert len(first) == 8
+    for _, pid, p_hat, *_ in (r for r in rows if r[0] == 3):
+        assert p_hat == pytest.approx((first[pid][5] + 1) / (first[pid][4] + 17))
+    assert Step.objects.get(run=run, step=3).metrics["p_hat_mean"] == pytest.approx(
+        sum(r[2] for r in rows if r[0] == 3) / 4)
+    state = read_state(Checkpoint.objects.get(run=run, step=3).path)
+    assert set(state["pass_rate_estimator"]["samples"]) == {str(r[1]) for r in rows}

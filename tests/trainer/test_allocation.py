@@ -15,7 +15,7 @@ from trainer.allocation import (
     pass_rate_estimate,
     plan_allocation,
 )
-from trainer.config import TrainConfig
+from trainer.config import EST_WEIGHTS, TrainConfig
 
 # --- the estimator ------------------------------------------------------------------------------
 
@@ -67,6 +67,7 @@ def test_estimator_state_round_trips_through_json_exactly() -> None:
 # --- the weights and the allocation -------------------------------------------------------------
 
 def test_weights() -> None:
+    assert tuple(ALLOCATION_WEIGHTS) == EST_WEIGHTS  # the config's choices
     p = np.array([0.25, 1.0, 0.04])
     assert ALLOCATION_WEIGHTS["inv-sqrt"](p, 0.0).tolist() == [2.0, 1.0, 5.0]
     assert ALLOCATION_WEIGHTS["inv"](p, 0.0).tolist() == [4.0, 1.0, 25.0]

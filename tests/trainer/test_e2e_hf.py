@@ -43,7 +43,8 @@ def comparable(step) -> tuple:
     metrics = {k: v for k, v in step.metrics.items() if not k.startswith("time_")}
     samples = [(s.prompt_id, s.round, s.index, s.response, s.reward, s.kept, s.advantage)
                for s in step.samples]
-    return metrics, samples
+    prompts = [(p.prompt_id, p.samples, p.p_hat, p.allocated) for p in step.prompts]
+    return metrics, samples, prompts
 
 
 def test_hf_training_steps_and_checkpoint(tiny_model_dir: Path, tmp_path: Path) -> None:
@@ -66,9 +67,14 @@ def test_hf_training_steps_and_checkpoint(tiny_model_dir: Path, tmp_path: Path) 
     assert model.config.model_type == "qwen2"
 
 
-def test_resume_replays_step_k_plus_one(tiny_model_dir: Path, tmp_path: Path) -> None:
+# ada-est: 8 prompts in batches of 4, so step 3 revisits prompts of step 1 and allocates from the
+# estimator that steps 1 and 2 left: the estimator must travel in the checkpoint with the weights.
+@pytest.mark.parametrize("algorithm", ["ada-balance", "ada-est"])
+def test_resume_replays_step_k_plus_one(tiny_model_dir: Path, tmp_path: Path,
+                                        algorithm: str) -> None:
     config = hf_config(tiny_model_dir, total_steps=3, save_every=0, ppo_mini_batch_size=2,
-                       warmup_steps=2)
+                       warmup_steps=2, algorithm=algorithm, task_num_prompts=8,
+                       budget_per_prompt=4, est_max_samples=8)
     full, _ = run(config, tmp_path / "full")
     # Stop cleanly after step k=2 (the cancel comes between rounds of step 3), then resume with a
     # fresh backend loaded from the original weights, as a new worker process would.
@@ -82,6 +88,9 @@ def test_resume_replays_step_k_plus_one(tiny_model_dir: Path, tmp_path: Path) ->
     assert result.status == "completed"
     assert [s.step for s in resumed.steps] == [3]
     assert comparable(resumed.steps[0]) == comparable(full.steps[2])
+    if algorithm == "ada-est":
+        assert resumed.steps[0].metrics["samples"] == 4 * 4
+        assert all(p.p_hat != 1 / 17 for p in resumed.steps[0].prompts)  # not the prior
 
 
 def test_cli_run_builtin_model(builtin_model: Path, tmp_path: Path, capsys) -> None:
