@@ -9,12 +9,15 @@ from __future__ import annotations
 
 import dataclasses
 import html
+import math
 import statistics
 from collections import defaultdict
 from typing import Any
 
+import numpy as np
 from experiments.models import Run
 
+from trainer.allocation import ALLOCATION_WEIGHTS
 from trainer.config import TrainConfig
 
 from . import heatmap as heatmap_data
@@ -313,16 +316,139 @@ def heatmap(run: Run, *, sort: str = "samples", query: str = "",
 
 def prompt_pass_rate(run: Run, prompt_id: int) -> Fig:
     p = selectors.prompt_pass_rates(run.pk, prompt_id)
-    hover = [f"{n} samples, " + (f"exit after round {e}" if e is not None else "unresolved")
+    est = run.algorithm == "ada-est"
+    hover = [f"{n} samples" + (" (allocated)" if est else ", " + (
+                 f"exit after round {e}" if e is not None else "unresolved"))
              for n, e in zip(p["samples"], p["exit_round"], strict=True)]
     data = [{"type": "scatter", "mode": "lines+markers", "name": "pass rate of its pool",
              "x": p["step"], "y": p["pass_rate"], "text": hover,
              "hovertemplate": "step %{x}: %{y:.2f}<br>%{text}<extra></extra>",
              "line": {"color": PALETTE[0]}}]
+    if any(v is not None for v in p["p_hat"]):
+        data.append(est_p_hat_trace(p["step"], p["p_hat"]))
     layout = _layout("Estimated pass rate of this prompt", "training step",
                      "positives / samples (0-1)", hovermode="closest")
     pin_axis(layout["yaxis"], "pass_rate")
     return _empty_note({"data": data, "layout": layout}, p["step"])
+
+
+# --- Reinforce-Ada-Est ---------------------------------------------------------------------------
+
+EST_CHARTS = ("est_allocation", "est_calibration", "est_budget")
+
+
+def est_p_hat_trace(steps: list[int], p_hat: list[float | None]) -> dict[str, Any]:
+    """p-hat per step on the prompt-history chart, next to the pass rate observed that step."""
+    return {"type": "scatter", "mode": "lines+markers", "name": "p-hat before sampling (Est)",
+            "x": steps, "y": p_hat, "hovertemplate": "step %{x}: p-hat %{y:.3f}<extra></extra>",
+            "line": {"color": PALETTE[1], "dash": "dot"}, "marker": {"symbol": "diamond"}}
+
+
+def _est_note(fig: Fig, empty: bool, run: Run) -> Fig:
+    if empty:
+        fig = _empty_note(fig, [])
+        if run.algorithm != "ada-est":
+            fig["layout"]["annotations"][0]["text"] = "not a Reinforce-Ada Est run"
+    return fig
+
+
+def est_allocation(run: Run) -> Fig:
+    """The last step's allocation: samples N_x against p-hat for every prompt of the batch, on
+    the curve N(p) = clip(c * w(p), N_min, N_max) that produced it (rounding moves a point by
+    less than one sample)."""
+    cfg = run.config or {}
+    a = selectors.est_last_allocation(run.pk)
+    n_min, n_max = int(cfg.get("est_min_samples", 2)), int(cfg.get("est_max_samples", 32))
+    budget = int(cfg.get("budget_per_prompt", 8))
+    weight = cfg.get("est_weight", "inv-sqrt")
+    data: list[dict[str, Any]] = [{
+        "type": "scatter", "mode": "markers", "name": "prompts of the batch",
+        "x": a["p_hat"], "y": a["allocated"],
+        "text": [f"prompt #{i}, pass rate seen this step: "
+                 + ("–" if o is None else f"{o:.2f}") for i, o in zip(a["index"], a["observed"],
+                                                                      strict=True)],
+        "hovertemplate": "%{text}<br>p-hat %{x:.3f}: %{y} samples<extra></extra>",
+        "marker": {"color": PALETTE[0], "size": 7, "opacity": 0.7}}]
+    scale = None
+    if a["step"] is not None:
+        scale = selectors.step_metric(run.pk, a["step"], "alloc_scale")
+    # The x axis is logarithmic: p-hat spreads over decades below 0.1, where w(p) changes most.
+    lo = max(1e-4, min(a["p_hat"]) * 0.8) if a["p_hat"] else 0.01
+    if scale is not None and weight in ALLOCATION_WEIGHTS:
+        grid = np.geomspace(lo, 1.0, 200)
+        curve = np.clip(scale * ALLOCATION_WEIGHTS[weight](grid, float(cfg.get("est_eps", 1e-6))),
+                        n_min, n_max)
+        formula = "1/sqrt(p + eps)" if weight == "inv-sqrt" else "1/(p + eps)"
+        data.append({"type": "scatter", "mode": "lines",
+                     "name": f"N(p) = clip({scale:.2f} x {formula}, {n_min}, {n_max})",
+                     "x": grid.tolist(), "y": curve.tolist(), "hoverinfo": "skip",
+                     "line": {"color": PALETTE[1], "width": 2}})
+    data.append({"type": "scatter", "mode": "lines",
+                 "name": f"uniform: {budget} per prompt (GRPO n={budget})",
+                 "x": [lo, 1], "y": [budget, budget], "hoverinfo": "skip",
+                 "line": {"color": "#888888", "dash": "dash", "width": 1.5}})
+    step = "" if a["step"] is None else f" at step {a['step']}"
+    layout = _layout(f"Allocation{step}: samples per prompt against p-hat",
+                     "p-hat, pass-rate estimate before sampling (0-1, log scale)",
+                     "samples allocated N_x", hovermode="closest")
+    layout["xaxis"].update(type="log", dtick="D2")  # ticks at 1, 2, 5 x 10^k
+    layout["yaxis"]["rangemode"] = "tozero"
+    return _est_note({"data": data, "layout": layout}, a["step"] is None, run)
+
+
+def est_calibration(run: Run) -> Fig:
+    """p-hat against the pass rate the same prompt-steps then showed, binned by p-hat; error
+    bars are one binomial standard error of the observed rate."""
+    c = selectors.est_calibration(run.pk)
+    err = [math.sqrt(o * (1 - o) / n) if o is not None and n else None
+           for o, n in zip(c["observed"], c["samples"], strict=True)]
+    data = [
+        {"type": "scatter", "mode": "lines+markers", "name": "observed pass rate per p-hat bin",
+         "x": c["p_hat"], "y": c["observed"],
+         "error_y": {"type": "data", "array": err, "visible": True},
+         "text": [f"{k} prompt-steps, {n} samples" for k, n in zip(c["prompt_steps"],
+                                                                   c["samples"], strict=True)],
+         "hovertemplate": "mean p-hat %{x:.3f}: observed %{y:.3f}<br>%{text}<extra></extra>",
+         "line": {"color": PALETTE[0]}},
+        {"type": "scatter", "mode": "lines", "name": "perfect calibration", "x": [0, 1],
+         "y": [0, 1], "hoverinfo": "skip", "line": {"color": "#888888", "dash": "dash"}},
+    ]
+    layout = _layout("Calibration of p-hat (binned, 10 bins)",
+                     "mean p-hat in the bin, before sampling (0-1)",
+                     "pass rate observed in that step (0-1)", hovermode="closest")
+    layout["xaxis"]["range"] = [-0.02, 1.02]
+    layout["yaxis"]["range"] = [-0.02, 1.02]
+    return _est_note({"data": data, "layout": layout}, not c["bin"], run)
+
+
+def est_budget(run: Run, max_points: int = MAX_POINTS) -> Fig:
+    """Samples per step against GRPO with n = budget_per_prompt (n = 8 by default: the same
+    budget), and the spread of samples per prompt."""
+    cfg = run.config or {}
+    budget = int(cfg.get("budget_per_prompt", 8))
+    grpo = int(cfg.get("batch_size", 0)) * budget
+    s = selectors.step_series(run.pk)
+    a = selectors.est_allocation_series(run.pk)
+    data = [
+        # Est spends exactly the GRPO budget: a wide pale band under the samples line keeps
+        # the reference visible where the two coincide.
+        _line(f"GRPO n={budget}: B x {budget} = {grpo} samples", s["step"],
+              [grpo] * len(s["step"]), "#888888", max_points,
+              line={"color": "rgba(136,136,136,0.45)", "width": 7}),
+        _line("samples per step", s["step"], s["samples"], PALETTE[0], max_points),
+        _line("most samples to one prompt", a["step"], a["max"], PALETTE[1], max_points,
+              yaxis="y2"),
+        _line("mean per prompt", a["step"], a["mean"], PALETTE[2], max_points, yaxis="y2"),
+        _line("fewest samples to one prompt", a["step"], a["min"], PALETTE[3], max_points,
+              yaxis="y2"),
+    ]
+    layout = _layout(f"Sampling budget against GRPO n={budget}", "training step",
+                     "samples per step")
+    layout["yaxis"].update(domain=[0, 0.45], rangemode="tozero")
+    layout["yaxis2"] = {"title": {"text": "samples per prompt"}, "domain": [0.55, 1],
+                        "anchor": "x", "rangemode": "tozero"}
+    layout["height"] = 520
+    return _est_note({"data": data, "layout": layout}, not a["step"], run)
 
 
 # --- compare -----------------------------------------------------------------------------------
@@ -455,6 +581,12 @@ def run_chart(run: Run, name: str, max_points: int = MAX_POINTS, **options: Any)
         return evaluation(run)
     if name in METRIC_CHARTS:
         return metric_chart(run, name, max_points)
+    if name == "est_allocation":
+        return est_allocation(run)
+    if name == "est_calibration":
+        return est_calibration(run)
+    if name == "est_budget":
+        return est_budget(run, max_points)
     raise KeyError(name)
 
 

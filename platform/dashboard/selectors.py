@@ -41,7 +41,7 @@ METRIC_KEYS = (
     "unresolved_missing_pos", "unresolved_missing_neg", "entropy", "clip_frac_low",
     "clip_frac_high", "response_length", "time_generation", "time_scoring", "time_update",
     "time_step", "policy_loss", "grad_norm", "reward_all", "time_sync",
-    "rollout_logprob_diff_mean", "rollout_logprob_diff_max",
+    "rollout_logprob_diff_mean", "rollout_logprob_diff_max", "p_hat_mean", "alloc_scale",
     *PASS_RATE_METRICS,
 )
 
@@ -218,6 +218,15 @@ def eval_headline(metrics: dict[str, Any]) -> dict[str, Any]:
     return {m: v for m, v in metrics.items() if not curve(m)}
 
 
+def step_metric(run_id: int, step: int, key: str) -> float | None:
+    """One metric of one step (None when the step or the key is missing)."""
+    if key not in METRIC_KEYS:
+        raise ValueError(f"unknown metric: {key}")
+    rows = _fetch(f"SELECT (metrics->>'{key}')::float FROM {Step._meta.db_table} "
+                  f"WHERE run_id = %s AND step = %s", [run_id, step])
+    return rows[0][0] if rows else None
+
+
 def eval_series(run_id: int) -> dict[str, Any]:
     """Held-out evaluations in step order: {"step": [...], metric: [...]} for the headline
     fractions (``eval_headline``); counts such as ``prompts`` and ``k`` are left out."""
@@ -280,6 +289,8 @@ class StepHistory:
     baseline: float
     rounds: list[dict[str, int]]
     responses: list[Sample]
+    p_hat: float | None = None     # Est: the estimate before this step's sampling
+    allocated: int | None = None   # Est: samples allocated
 
     @property
     def pass_rate(self) -> float:
@@ -297,7 +308,7 @@ def prompt_history(run: Run, prompt: Prompt, page_steps: int = 5,
     threshold = float((run.config or {}).get("positive_threshold", 0.5))
     steps = list(PromptStep.objects.filter(run=run, prompt=prompt).order_by("step").values_list(
         "step", "samples", "positives", "negatives", "rounds", "exit_round", "missing",
-        "kept_positives", "kept_negatives", "baseline"))
+        "kept_positives", "kept_negatives", "baseline", "p_hat", "allocated"))
     shown = [s for s in steps if before_step is None or s[0] < before_step][-page_steps:]
     shown_steps = [s[0] for s in shown]
     rounds: dict[int, list[dict[str, int]]] = defaultdict(list)
@@ -317,7 +328,8 @@ def prompt_history(run: Run, prompt: Prompt, page_steps: int = 5,
     history = [StepHistory(step=s[0], samples=s[1], positives=s[2], negatives=s[3],
                            rounds_used=s[4], exit_round=s[5], missing=s[6],
                            kept_positives=s[7], kept_negatives=s[8], baseline=s[9],
-                           rounds=rounds.get(s[0], []), responses=responses.get(s[0], []))
+                           rounds=rounds.get(s[0], []), responses=responses.get(s[0], []),
+                           p_hat=s[10], allocated=s[11])
                for s in reversed(shown)]
     older = shown_steps[0] if shown and steps and steps[0][0] < shown_steps[0] else None
     return {"steps": history, "all_steps": steps, "older_than": older,
@@ -326,11 +338,53 @@ def prompt_history(run: Run, prompt: Prompt, page_steps: int = 5,
 
 def prompt_pass_rates(run_id: int, prompt_id: int) -> dict[str, list[Any]]:
     rows = _fetch(
-        f"SELECT step, positives, samples, exit_round FROM {PromptStep._meta.db_table} "
+        f"SELECT step, positives, samples, exit_round, p_hat FROM {PromptStep._meta.db_table} "
         f"WHERE run_id = %s AND prompt_id = %s ORDER BY step", [run_id, prompt_id])
     return {"step": [r[0] for r in rows],
             "pass_rate": [r[1] / r[2] if r[2] else None for r in rows],
-            "samples": [r[2] for r in rows], "exit_round": [r[3] for r in rows]}
+            "samples": [r[2] for r in rows], "exit_round": [r[3] for r in rows],
+            "p_hat": [r[4] for r in rows]}
+
+
+# --- Reinforce-Ada-Est --------------------------------------------------------------------------
+
+def est_last_allocation(run_id: int) -> dict[str, Any]:
+    """The last recorded Est step: p-hat before sampling, samples allocated and the prompt's
+    index in its set, for each prompt of the batch."""
+    ps = PromptStep._meta.db_table
+    rows = _fetch(
+        f"SELECT ps.step, ps.p_hat, ps.allocated, p.index, ps.positives, ps.samples "
+        f"FROM {ps} ps JOIN {Prompt._meta.db_table} p ON p.id = ps.prompt_id "
+        f"WHERE ps.run_id = %s AND ps.p_hat IS NOT NULL AND ps.step = (SELECT MAX(step) "
+        f"FROM {ps} WHERE run_id = %s AND p_hat IS NOT NULL) ORDER BY ps.p_hat",
+        [run_id, run_id])
+    return {"step": rows[0][0] if rows else None, "p_hat": [r[1] for r in rows],
+            "allocated": [r[2] for r in rows], "index": [r[3] for r in rows],
+            "observed": [r[4] / r[5] if r[5] else None for r in rows]}
+
+
+def est_calibration(run_id: int, bins: int = 10) -> dict[str, list[Any]]:
+    """Reliability of p-hat: prompt-steps binned by p-hat (equal-width bins over [0, 1]); per
+    bin the mean p-hat, the pass rate observed in those steps (positives / samples, pooled),
+    and the numbers of prompt-steps and samples behind it."""
+    rows = _fetch(
+        f"SELECT LEAST(FLOOR(p_hat * %s)::int, %s - 1) b, AVG(p_hat), SUM(positives), "
+        f"SUM(samples), COUNT(*) FROM {PromptStep._meta.db_table} "
+        f"WHERE run_id = %s AND p_hat IS NOT NULL GROUP BY b ORDER BY b",
+        [bins, bins, run_id])
+    return {"bin": [r[0] for r in rows], "p_hat": [r[1] for r in rows],
+            "observed": [r[2] / r[3] if r[3] else None for r in rows],
+            "samples": [int(r[3]) for r in rows], "prompt_steps": [r[4] for r in rows]}
+
+
+def est_allocation_series(run_id: int) -> dict[str, list[Any]]:
+    """Per Est step: the fewest, mean and most samples allocated to a prompt."""
+    rows = _fetch(
+        f"SELECT step, MIN(allocated), AVG(allocated), MAX(allocated) "
+        f"FROM {PromptStep._meta.db_table} WHERE run_id = %s AND allocated IS NOT NULL "
+        f"GROUP BY step ORDER BY step", [run_id])
+    return {"step": [r[0] for r in rows], "min": [r[1] for r in rows],
+            "mean": [float(r[2]) for r in rows], "max": [r[3] for r in rows]}
 
 
 # --- compare -----------------------------------------------------------------------------------

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import numpy as np
 import pytest
 from dashboard import heatmap
 from dashboard.downsample import minmax
@@ -402,3 +403,85 @@ def test_every_plotted_metric_has_a_domain() -> None:
     plotted = {k for _, _, keys, _ in METRIC_CHARTS.values() for k, _ in keys}
     plotted |= set(COMPARE_METRICS) | {key for key, _ in X_AXES.values()}
     assert plotted - set(METRIC_DOMAINS) == set()
+
+
+# --- Reinforce-Ada-Est ----------------------------------------------------------------------------
+
+@pytest.fixture
+def est_run() -> Run:
+    owner = User.objects.create_user("est-owner", password="x-123456")
+    return record_run(make_run(owner, make_prompt_set(name="est-set", size=8), name="est",
+                               algorithm="ada-est", total_steps=6, batch_size=4,
+                               budget_per_prompt=6, est_min_samples=2, est_max_samples=16))
+
+
+def test_est_charts_have_titles_axes_legends_and_recorded_values(
+        est_run: Run, client_and_run: tuple[Client, Run]) -> None:
+    from dashboard.charts import EST_CHARTS
+
+    c, seq_run = client_and_run
+    rows = list(PromptStep.objects.filter(run=est_run).values_list(
+        "step", "p_hat", "allocated", "positives", "samples"))
+    for name in EST_CHARTS:
+        fig = _chart(c, est_run, name)
+        layout = fig["layout"]
+        assert layout["title"]["text"] and layout["showlegend"] is True, name
+        assert layout["xaxis"]["title"]["text"] and layout["yaxis"]["title"]["text"], name
+        assert all(t.get("name") for t in fig["data"]), name
+        assert "annotations" not in layout, name
+        # A Seq run has no estimate: the chart says so instead of plotting nothing.
+        other = _chart(c, seq_run, name)
+        assert other["layout"]["annotations"][0]["text"] == "not a Reinforce-Ada Est run"
+
+    alloc = _chart(c, est_run, "est_allocation")
+    last = sorted((r for r in rows if r[0] == 6), key=lambda r: r[1])
+    points = _trace(alloc, "prompts of the batch")
+    assert points["x"] == pytest.approx([r[1] for r in last])
+    assert points["y"] == [r[2] for r in last]
+    assert "step 6" in alloc["layout"]["title"]["text"]
+    curve = next(t for t in alloc["data"] if t["name"].startswith("N(p) = clip("))
+    # Every prompt sits on the drawn curve up to rounding (less than one sample).
+    for p_hat, n in zip(points["x"], points["y"], strict=True):
+        assert abs(np.interp(np.log(p_hat), np.log(curve["x"]), curve["y"]) - n) < 1.0
+    assert min(curve["y"]) >= 2 and max(curve["y"]) <= 16
+
+    cal = _chart(c, est_run, "est_calibration")
+    observed = _trace(cal, "observed pass rate per p-hat bin")
+    bins: dict[int, list] = {}
+    for _, p_hat, _, pos, n in rows:
+        bins.setdefault(min(int(p_hat * 10), 9), []).append((p_hat, pos, n))
+    expected = [sum(b[1] for b in v) / sum(b[2] for b in v) for _, v in sorted(bins.items())]
+    assert observed["y"] == pytest.approx(expected)
+    assert observed["x"] == pytest.approx([np.mean([b[0] for b in v])
+                                           for _, v in sorted(bins.items())])
+
+    budget = _chart(c, est_run, "est_budget")
+    assert _trace(budget, "samples per step")["y"] == [24] * 6  # exactly B x budget
+    assert _trace(budget, "GRPO n=6: B x 6 = 24 samples")["y"] == [24] * 6
+    assert _trace(budget, "most samples to one prompt")["y"] == [
+        max(r[2] for r in rows if r[0] == s) for s in range(1, 7)]
+
+
+def test_est_run_page_shows_est_block_and_prompt_history_shows_p_hat(
+        est_run: Run, client_and_run: tuple[Client, Run]) -> None:
+    c, seq_run = client_and_run
+    page = c.get(reverse("dashboard:run_detail", args=[est_run.pk])).content.decode()
+    for name in ("est_allocation", "est_calibration", "est_budget"):
+        assert f'id="chart-{name}"' in page
+    assert "Reinforce-Ada Est: where the budget went" in page
+    seq_page = c.get(reverse("dashboard:run_detail", args=[seq_run.pk])).content.decode()
+    assert "chart-est_allocation" not in seq_page
+    ps = PromptStep.objects.filter(run=est_run).order_by("step").first()
+    fig = c.get(reverse("dashboard:prompt_chart", args=[est_run.pk, ps.prompt_id])).json()
+    trace = _trace(fig, "p-hat before sampling (Est)")
+    history = PromptStep.objects.filter(run=est_run, prompt_id=ps.prompt_id).order_by("step")
+    assert trace["x"] == [h.step for h in history]
+    assert trace["y"] == pytest.approx([h.p_hat for h in history])
+    assert trace["y"][0] == pytest.approx(1 / 17)
+    html = c.get(reverse("dashboard:prompt_history",
+                         args=[est_run.pk, ps.prompt_id])).content.decode()
+    assert f"p-hat before sampling {ps.p_hat:.3f}" in html
+    assert f"Est: {ps.allocated} allocated at p-hat {ps.p_hat:.3f}" in html
+    seq_ps = PromptStep.objects.filter(run=seq_run).first()
+    seq_fig = c.get(reverse("dashboard:prompt_chart", args=[seq_run.pk, seq_ps.prompt_id])).json()
+    assert [t["name"] for t in seq_fig["data"]] == ["pass rate of its pool"]
