@@ -62,10 +62,11 @@ def main() -> None:
     results = {a: measure(a, args) for a in ["grpo", *[a for a in names if a != "grpo"]]}
     base = results["grpo"]
     print(f"| algorithm (B={args.batch_size}, n=4, M=8, N=4; Est: 8 per prompt) | samples/step "
-          "| generation s | scoring s | update s | step s | step / grpo | samples / grpo |")
-    print("| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: |")
+          "| tokens/step | generation s | scoring s | update s | step s | step / grpo "
+          "| samples / grpo |")
+    print("| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |")
     for a, r in results.items():
-        print(f"| {a} | {r['samples']:.0f} | {r['time_generation']:.3f} | "
+        print(f"| {a} | {r['samples']:.0f} | {r['tokens']:.0f} | {r['time_generation']:.3f} | "
               f"{r['time_scoring']:.4f} | {r['time_update']:.3f} | {r['time_step']:.3f} | "
               f"{r['time_step'] / base['time_step']:.2f}x | "
               f"{r['samples'] / base['samples']:.2f}x |")

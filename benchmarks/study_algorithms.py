@@ -1,16 +1,22 @@
-"""GRPO vs Reinforce-Ada-pos vs Reinforce-Ada-balance on the built-in tiny model: run (or read)
-the three runs and summarise them as markdown tables.
+"""GRPO vs Reinforce-Ada (Seq-pos, Seq-balance, Est) on the built-in tiny model: run (or read)
+the runs and summarise them as markdown tables.
 
     python benchmarks/study_algorithms.py [--runs-dir var/study] [--configs configs]
         [--steps K] [--seed S | --seeds 0,1,2] [--rerun] [--no-run] [--only grpo,ada-pos]
+        [--target P]
 
 For each algorithm it uses ``<configs>/tiny-<algorithm>.toml`` (identical but for ``algorithm``)
-and the run directory ``<runs-dir>/<algorithm>``. A run whose ``events.jsonl`` already holds every
-step of its config is read, not rerun (``--rerun`` forces a fresh run). Runs go one after another
-through ``python -m trainer run`` (one heavy job at a time on a shared machine); the wall time of
-each run is saved next to it (``study_wall.json``). ``--steps`` and ``--seed`` override
-``total_steps`` and ``seed`` (the overridden config is written to ``<runs-dir>/<algorithm>.toml``,
-which is what runs; use a different ``--runs-dir`` per seed).
+and the run directory ``<runs-dir>/<algorithm>``; ``grpo-n8`` is ``tiny-grpo.toml`` with
+``group_size = 8``, GRPO at Est's default budget of 8 samples per prompt. ``--target P`` trains on
+a model warm-started to a 2-digit pass rate of P instead of the default 0.6 (a lower target is a
+harder regime; the model is built once under ``var/models/tiny-target-P``).
+
+A run whose ``events.jsonl`` already holds every step of its config is read, not rerun
+(``--rerun`` forces a fresh run). Runs go one after another through ``python -m trainer run``
+(one heavy job at a time on a shared machine); the wall time of each run is saved next to it
+(``study_wall.json``). ``--steps``, ``--seed`` and ``--target`` override ``total_steps``, ``seed``
+and ``model`` (the overridden config is written to ``<runs-dir>/<algorithm>.toml``, which is what
+runs; use a different ``--runs-dir`` per seed and regime).
 
 Summary per algorithm: zero-advantage group fraction (mean over steps), samples per step (mean)
 and in total, real reward (mean of each prompt's first n samples, comparable across algorithms)
@@ -31,7 +37,9 @@ from typing import Any
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-ALGORITHMS = ("grpo", "ada-pos", "ada-balance")
+ALGORITHMS = ("grpo", "ada-pos", "ada-balance", "grpo-n8", "ada-est")
+# Study rows that are another config with overrides: name -> (config name, overrides).
+VARIANTS: dict[str, tuple[str, dict[str, Any]]] = {"grpo-n8": ("grpo", {"group_size": 8})}
 
 
 def read_run(run_dir: Path) -> dict[str, Any]:
@@ -60,16 +68,28 @@ def read_run(run_dir: Path) -> dict[str, Any]:
             "wall_s": wall}
 
 
-def run_config(config_path: Path, run_dir: Path, overrides: dict[str, int]) -> Path:
-    """The TOML that runs: the config itself, or a copy with ``overrides`` (top-level integer
-    keys such as ``total_steps`` or ``seed``) replacing the config's values."""
+def run_config(config_path: Path, run_dir: Path, overrides: dict[str, Any]) -> Path:
+    """The TOML that runs: the config itself, or a copy with ``overrides`` (top-level keys such
+    as ``total_steps``, ``seed`` or ``model``) replacing the config's values."""
     if not overrides:
         return config_path
     lines = [ln for ln in config_path.read_text().splitlines()
              if ln.split("=")[0].strip() not in overrides]
     out = run_dir.parent / f"{run_dir.name}.toml"
     out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text("\n".join(lines + [f"{k} = {v}" for k, v in overrides.items()]) + "\n")
+    # json.dumps writes an int as TOML does, and a plain string as a TOML basic string.
+    out.write_text("\n".join(lines + [f"{k} = {json.dumps(v)}" for k, v in overrides.items()])
+                   + "\n")
+    return out
+
+
+def target_model(target: float) -> Path:
+    """The tiny model warm-started to a 2-digit pass rate of ``target`` (built when missing)."""
+    out = REPO / "var" / "models" / f"tiny-target-{target:g}"
+    if not (out / "config.json").is_file():
+        print(f"warm-starting {out} (target pass rate {target:g})", file=sys.stderr)
+        subprocess.run([sys.executable, "-m", "trainer", "warmstart", "--out", str(out),
+                        "--target-pass-rate", str(target)], cwd=REPO, check=True)
     return out
 
 
@@ -164,12 +184,14 @@ def study(args: argparse.Namespace, runs_dir: Path, seed: int | None
 
     summaries: dict[str, dict[str, Any]] = {}
     eval_k = 8
+    model = None if args.target is None else str(target_model(args.target))
     for a in [x.strip() for x in args.only.split(",") if x.strip()]:
-        cfg_path = Path(args.configs) / f"tiny-{a}.toml"
+        base, variant = VARIANTS.get(a, (a, {}))
+        cfg_path = Path(args.configs) / f"tiny-{base}.toml"
         run_dir = runs_dir / a
         config = TrainConfig.from_toml(cfg_path)
-        overrides = {key: val for key, val in (("total_steps", args.steps), ("seed", seed))
-                     if val is not None}
+        overrides = variant | {key: val for key, val in (
+            ("total_steps", args.steps), ("seed", seed), ("model", model)) if val is not None}
         effective = run_config(cfg_path, run_dir, overrides) if not args.no_run else cfg_path
         total = args.steps or config.total_steps
         eval_k = config.eval_k
@@ -226,7 +248,10 @@ def main() -> None:
     ap.add_argument("--window", type=int, default=10,
                     help="steps averaged for the start/end real reward (default 10)")
     ap.add_argument("--only", default=",".join(ALGORITHMS),
-                    help="comma-separated algorithms (default all three)")
+                    help=f"comma-separated algorithms (default all: {', '.join(ALGORITHMS)})")
+    ap.add_argument("--target", type=float, default=None,
+                    help="warm-start target pass rate of the model (default: builtin:tiny, "
+                         "0.6); lower is a harder regime")
     ap.add_argument("--rerun", action="store_true", help="rerun even when a run is complete")
     ap.add_argument("--no-run", action="store_true", help="only read existing runs")
     ap.add_argument("--json", default=None, help="also write the summaries to this JSON file")

@@ -17,7 +17,7 @@ def test_shipped_config_validates(path: Path) -> None:
 
 def test_study_configs_differ_only_in_algorithm() -> None:
     configs = {a: TrainConfig.from_toml(CONFIGS / f"tiny-{a}.toml")
-               for a in ("grpo", "ada-pos", "ada-balance")}
+               for a in ("grpo", "ada-pos", "ada-balance", "ada-est")}
     for a, c in configs.items():
         assert c.algorithm == a
         assert set(configs["grpo"].diff(c)) <= {"algorithm"}
