@@ -183,6 +183,7 @@ def render(summaries: dict[str, dict[str, Any]], window: int, k: int) -> str:
 def study(args: argparse.Namespace, runs_dir: Path, seed: int | None
           ) -> tuple[dict[str, dict[str, Any]], int]:
     """Run (when needed) and summarise each algorithm under ``runs_dir``; also return eval_k."""
+    from trainer.cli import parse_overrides
     from trainer.config import TrainConfig
 
     summaries: dict[str, dict[str, Any]] = {}
@@ -193,7 +194,7 @@ def study(args: argparse.Namespace, runs_dir: Path, seed: int | None
         cfg_path = Path(args.configs) / f"tiny-{base}.toml"
         run_dir = runs_dir / a
         config = TrainConfig.from_toml(cfg_path)
-        overrides = variant | {key: val for key, val in (
+        overrides = variant | parse_overrides(args.set) | {key: val for key, val in (
             ("total_steps", args.steps), ("seed", seed), ("model", model)) if val is not None}
         effective = run_config(cfg_path, run_dir, overrides) if not args.no_run else cfg_path
         total = args.steps or config.total_steps
@@ -255,6 +256,9 @@ def main() -> None:
     ap.add_argument("--target", type=float, default=None,
                     help="warm-start target pass rate of the model (default: builtin:tiny, "
                          "0.6); lower is a harder regime")
+    ap.add_argument("--set", action="append", default=[], metavar="FIELD=VALUE",
+                    help="any other config field for every run, e.g. --set task_num_prompts=256 "
+                         "(repeatable; values are TOML)")
     ap.add_argument("--rerun", action="store_true", help="rerun even when a run is complete")
     ap.add_argument("--no-run", action="store_true", help="only read existing runs")
     ap.add_argument("--json", default=None, help="also write the summaries to this JSON file")
