@@ -127,7 +127,6 @@ def step_metrics(config: TrainConfig, res: SamplerResult, outcome: RoundsOutcome
     tokens = np.array([len(g.response_token_ids) for gens in outcome.generations for g in gens],
                       dtype=np.float64)
     errors = sum(e is not None for errs in outcome.errors for e in errs)
-    first = res.sample_pool_index < n
     has_kept = np.bincount(res.sample_prompt, weights=res.kept, minlength=P) > 0
     zero = zero_advantage_groups(res.advantages, res.sample_prompt, res.kept, P)
     unresolved = res.exit_round == 0
@@ -138,7 +137,7 @@ def step_metrics(config: TrainConfig, res: SamplerResult, outcome: RoundsOutcome
         "p_hat_mean": _mean(allocation.p_hat), "alloc_scale": float(allocation.scale)}
     return est | {
         "reward_all": _mean(rewards),
-        "real_reward": _mean(rewards[first]),
+        "real_reward": real_reward(res, n),
         "kept_reward": _mean(rewards[kept_mask]),
         "samples": float(len(rewards)),
         "tokens": float(tokens.sum()),
@@ -168,6 +167,19 @@ def low_pass_rate_fractions(res: SamplerResult, n: int) -> dict[str, float]:
     rate = positives / np.maximum(drawn, 1)
     return {key: float(np.mean(rate <= t)) if P else 0.0
             for key, t in zip(PASS_RATE_METRICS, PASS_RATE_THRESHOLDS, strict=True)}
+
+
+def real_reward(res: SamplerResult, n: int) -> float:
+    """Mean over prompts of the mean reward of each prompt's first min(n, pool) samples: i.i.d.
+    draws from the current policy, every prompt weighing the same. With n samples of every
+    prompt (GRPO, Seq) that is the plain mean of the first n; Est can give an easy prompt fewer
+    than n, and a plain mean would then lean towards the prompts it sampled more, the hard ones."""
+    first = res.sample_pool_index < n
+    counts = np.bincount(res.sample_prompt[first], minlength=res.num_prompts)
+    sums = np.bincount(res.sample_prompt[first], weights=res.rewards[first],
+                       minlength=res.num_prompts)
+    sampled = counts > 0
+    return _mean(sums[sampled] / counts[sampled])
 
 
 def _mean(x: np.ndarray) -> float:

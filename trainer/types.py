@@ -172,7 +172,8 @@ PASS_RATE_METRICS = tuple(f"pass_rate_le_{t:g}" for t in PASS_RATE_THRESHOLDS)
 # Units: rewards in [0, 1]; counts; fractions in [0, 1]; seconds; tokens.
 STEP_METRICS: dict[str, str] = {
     "reward_all": "mean reward of every sample drawn this step",
-    "real_reward": "mean reward of the first n i.i.d. samples of each prompt (comparable to GRPO)",
+    "real_reward": "mean over prompts of the mean reward of each prompt's first n i.i.d. samples "
+                   "(comparable to GRPO)",
     "kept_reward": "mean reward of the responses kept for the update",
     "samples": "responses generated this step",
     "tokens": "response tokens generated this step",

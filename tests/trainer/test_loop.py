@@ -182,9 +182,15 @@ def test_est_run_allocates_the_budget_and_records_the_estimate(tmp_path) -> None
             counts[p.prompt_id] = (0.9 * pos + p.positives, 0.9 * total + p.samples)
         assert s.metrics["p_hat_mean"] == pytest.approx(
             sum(p.p_hat for p in s.prompts) / len(s.prompts))
+        # Real reward weighs every prompt the same, also where Est gave it fewer than n = 4.
+        firsts = [[x.reward for x in s.samples if x.prompt_id == p.prompt_id and x.index < 4]
+                  for p in s.prompts]
+        assert s.metrics["real_reward"] == pytest.approx(
+            sum(sum(f) / len(f) for f in firsts) / len(firsts))
         # Harder estimate, more samples (ties aside).
         by_p = sorted(s.prompts, key=lambda p: p.p_hat)
         assert all(a.allocated >= b.allocated for a, b in zip(by_p, by_p[1:], strict=False))
+    assert any(p.allocated < 4 for s in rec.steps for p in s.prompts)  # real reward's case
     # Prompts with pass rate 0 (p0, p4) end up with more samples than those at 0.75 (p3, p7).
     last = {p.prompt_id: p for s in rec.steps[-2:] for p in s.prompts}
     assert last["p0"].allocated > last["p3"].allocated
