@@ -38,6 +38,10 @@ SIMULATED_DRAWS = 512
 # ... and at most this many simulated responses per algorithm, so that a prediction for a large
 # M x N stays a fraction of a second (fewer draws, each still a whole pass over the prompts).
 SIMULATED_RESPONSES = 1 << 17
+# Reinforce-Ada-Est allocates from an estimate built over earlier visits: its prediction is the
+# second half of this many simulated steps over the same prompts (the first half lets the
+# estimate form; a single step would only show the prior's uniform allocation).
+EST_SIMULATED_STEPS = 10
 
 Scorer = Callable[[Prompt, list[str]], tuple[list[float], list[str | None]]]
 
@@ -161,16 +165,19 @@ def predict(rates: Sequence[float], *, batch_size: int, group_size: int,
     rows: list[dict[str, Any]] = []
     for algorithm, n in variants(group_size):
         row: dict[str, Any] = {"algorithm": algorithm, "group_size": n, "error": None}
+        steps = EST_SIMULATED_STEPS if algorithm == "ada-est" else 1
         try:
             results = [simulate(algorithm, chosen, group_size=n,
                                 samples_per_round=max(samples_per_round, n),
-                                max_rounds=max_rounds, seed=derive_seed(seed, r))
+                                max_rounds=max_rounds, seed=derive_seed(seed, r), steps=steps)
                        for r, chosen in enumerate(passes)]
         except (ConfigError, ValueError) as exc:  # e.g. an algorithm without simulator support
             row["error"] = str(exc)
             rows.append(row)
             continue
-        drawn = [p for res in results for p in res["prompts"]]
+        drawn = [p for res in results
+                 for step in (res["steps"][steps // 2:] if steps > 1 else [res])
+                 for p in step["prompts"]]
         samples = float(np.mean([p["samples"] for p in drawn]))
         kept = [p for p in drawn if p["advantages"]]
         row.update(

@@ -54,7 +54,10 @@ def test_predictions_are_the_simulators_figures() -> None:
     rows = {(r["algorithm"], r["group_size"]): r
             for r in preflight.predict(rates, seconds_per_sample=0.01, **SHAPE)}
     assert set(rows) == {("grpo", 4), ("grpo", 8), ("grpo", 16), ("ada-pos", 4),
-                         ("ada-balance", 4)}
+                         ("ada-balance", 4), ("ada-est", 4)}
+    # Est spends exactly B x budget_per_prompt (8 by default: GRPO n=8's budget).
+    assert rows["ada-est", 4]["samples_per_step"] == rows["grpo", 8]["samples_per_step"] == 256
+    assert rows["ada-est", 4]["error"] is None and rows["ada-est", 4]["unresolved_frac"] == 0
     for n in (4, 8, 16):  # GRPO spends exactly B x n, whatever the pass rates
         assert rows["grpo", n]["samples_per_step"] == 32 * n
         assert rows["grpo", n]["multiple_of_grpo"] == n / 4

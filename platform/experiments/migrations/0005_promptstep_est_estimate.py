@@ -6,7 +6,7 @@ from django.db import migrations, models
 class Migration(migrations.Migration):
 
     dependencies = [
-        ('experiments', '0003_sample_key_step_first'),
+        ('experiments', '0004_estimate'),
     ]
 
     operations = [
