@@ -281,12 +281,16 @@ class TrainConfig:
             yield ConfigError("K_pos", "K_pos + K_neg must be >= 1 (with 0 and 0 every prompt "
                               "would stop before it was sampled)")
         cap = self.samples_per_round * self.max_rounds
-        if k_pos + k_neg > cap:
+        # An invalid M or N is reported on its own field; the cap it implies would say nothing.
+        if k_pos + k_neg > cap and self.samples_per_round >= 1 and self.max_rounds >= 1:
             yield ConfigError("K_pos", f"K_pos + K_neg = {k_pos + k_neg} can never be met within "
                               f"samples_per_round x max_rounds = {cap} samples")
 
     def _est_errors(self) -> Iterator[ConfigError]:
-        if not self.est_min_samples <= self.est_max_samples:
+        counts = (self.budget_per_prompt, self.est_min_samples, self.est_max_samples)
+        if min(counts) < 1:
+            pass  # reported as "must be >= 1" on the field itself
+        elif not self.est_min_samples <= self.est_max_samples:
             yield ConfigError("est_max_samples", f"must be >= est_min_samples "
                               f"({self.est_min_samples}), got {self.est_max_samples}")
         elif not self.est_min_samples <= self.budget_per_prompt <= self.est_max_samples:

@@ -149,8 +149,8 @@ def test_researcher_path(live_server: Any, page: Any, screenshot: Callable[..., 
         " || {dataset: {}}).dataset.loaded === '1')")
     assert page.evaluate("window.__notReloaded") is True
     table = page.locator("#estimate-table").inner_text()
-    for label in ("GRPO n=4", "GRPO n=8", "GRPO n=16", "Reinforce-Ada-pos",
-                  "Reinforce-Ada-balance"):
+    for label in ("GRPO n=4", "GRPO n=8", "GRPO n=16", "Reinforce-Ada Seq-pos",
+                  "Reinforce-Ada Seq-balance", "Reinforce-Ada Est"):
         assert label in table, label
     assert page.input_value("#id_batch_size") == str(BATCH)
     screenshot("estimate", element="#preflight")

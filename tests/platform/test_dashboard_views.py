@@ -453,7 +453,7 @@ def test_compare_url_keeps_the_view_and_names_missing_runs(owner: User,
     html = resp.content.decode()
     assert "No runs with ids 99998, 99999" in html and "1 was found" in html
     chart = owner_client.get(reverse("dashboard:compare_chart"), {"runs": f"{a.pk},99999"})
-    assert [t["name"] for t in chart.json()["data"]] == ["a (Reinforce-Ada-balance)"]
+    assert [t["name"] for t in chart.json()["data"]] == ["a (Reinforce-Ada Seq-balance)"]
 
 
 def test_compare_formats_the_last_evaluation(owner: User, owner_client: Client) -> None:

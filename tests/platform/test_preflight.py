@@ -204,8 +204,8 @@ def test_finished_estimate_shows_predictions_chart_and_warnings(
     good = _finished(user, ps, [i / 31 for i in range(32)])
     page = owner_client.get(reverse("dashboard:estimate_detail", args=[good.pk]),
                             SHAPE).content.decode()
-    for label in ("GRPO n=4", "GRPO n=8", "GRPO n=16", "Reinforce-Ada-pos",
-                  "Reinforce-Ada-balance"):
+    for label in ("GRPO n=4", "GRPO n=8", "GRPO n=16", "Reinforce-Ada Seq-pos",
+                  "Reinforce-Ada Seq-balance", "Reinforce-Ada Est"):
         assert f"<td>{label}</td>" in page, label
     assert 'class="alert"' not in page
     assert "hx-trigger" not in page  # finished: no polling

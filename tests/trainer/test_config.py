@@ -67,3 +67,11 @@ def test_exit_counts_default_to_the_v1_rules() -> None:
     # Est samples once: M >= n does not apply, and K counts are not used.
     TrainConfig(algorithm="ada-est", samples_per_round=2, group_size=4).validate()
     assert TrainConfig(algorithm="ada-est").max_samples_per_prompt == 32
+
+
+def test_v3_cross_field_checks_stay_quiet_when_their_inputs_are_invalid() -> None:
+    # M = 0 is one error (on samples_per_round), not a second one about K_pos's cap.
+    errors = TrainConfig(algorithm="ada-balance", samples_per_round=0).errors()
+    assert {e.field for e in errors} == {"samples_per_round"}
+    assert "budget_per_prompt" not in {
+        e.field for e in TrainConfig(est_min_samples=0).errors()}
