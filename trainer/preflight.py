@@ -166,11 +166,13 @@ def predict(rates: Sequence[float], *, batch_size: int, group_size: int,
     for algorithm, n in variants(group_size):
         row: dict[str, Any] = {"algorithm": algorithm, "group_size": n, "error": None}
         steps = EST_SIMULATED_STEPS if algorithm == "ada-est" else 1
+        # Est's counted steps each draw every prompt once: fewer passes give as many draws.
+        runs = passes[:max(1, len(passes) // (steps - steps // 2))]
         try:
             results = [simulate(algorithm, chosen, group_size=n,
                                 samples_per_round=max(samples_per_round, n),
                                 max_rounds=max_rounds, seed=derive_seed(seed, r), steps=steps)
-                       for r, chosen in enumerate(passes)]
+                       for r, chosen in enumerate(runs)]
         except (ConfigError, ValueError) as exc:  # e.g. an algorithm without simulator support
             row["error"] = str(exc)
             rows.append(row)
