@@ -28,7 +28,8 @@ pytestmark = pytest.mark.django_db
 
 BASE = {"backend": "simulated", "batch_size": 4, "total_steps": 6, "eval_every": 3,
         "eval_k": 8, "save_every": 0}
-LABELS = ["GRPO n=4", "Reinforce-Ada-pos", "Reinforce-Ada-balance"]
+LABELS = [selectors.algorithm_label("grpo", 4), selectors.algorithm_label("ada-pos"),
+          selectors.algorithm_label("ada-balance")]
 
 
 @pytest.fixture
