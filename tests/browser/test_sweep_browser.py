@@ -17,6 +17,7 @@ from typing import Any
 
 import pytest
 from dashboard import reports
+from dashboard.selectors import algorithm_label
 from django.contrib.auth.models import User
 from experiments.models import Run, Sweep
 
@@ -26,7 +27,8 @@ from .conftest import SAVE_SCREENSHOTS
 
 pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]
 
-ALGORITHMS = ["GRPO n=4", "Reinforce-Ada-pos", "Reinforce-Ada-balance"]
+ALGORITHMS = [algorithm_label("grpo", 4), algorithm_label("ada-pos"),
+              algorithm_label("ada-balance")]
 # Small for the suite; the pictures want curves.
 STEPS, BATCH, SEEDS, EVAL_K = (30, 16, [0, 1, 2], 32) if SAVE_SCREENSHOTS else (8, 8, [0, 1], 16)
 

@@ -156,7 +156,7 @@ def test_report_numbers_match_the_recorded_rows(sweep: Sweep) -> None:
             row["step_seconds"] / grpo["step_seconds"])
     # Reinforce-Ada spends more than GRPO's B x n; GRPO exactly that.
     assert all(r["mean"] == 0 for r in _rows(report, "extra-samples", "GRPO n=4"))
-    assert any(r["mean"] > 0 for r in _rows(report, "extra-samples", "Reinforce-Ada-balance"))
+    assert any(r["mean"] > 0 for r in _rows(report, "extra-samples", LABELS[2]))
 
 
 def test_figures_and_csv_serve_the_report_numbers(sweep: Sweep, owner: User) -> None:
@@ -215,8 +215,7 @@ def test_report_page_of_a_sweep_and_of_chosen_runs(sweep: Sweep, owner: User) ->
     chosen = [runs["grpo", 0], runs["grpo", 1], runs["ada-balance", 1]]
     page = c.get(reverse("dashboard:report") + "?runs=" + ",".join(str(r.pk) for r in chosen))
     assert page.status_code == 200 and "Report: 3 runs" in page.content.decode()
-    assert [g.get("label") for g, _ in page.context["groups"]] == [
-        "GRPO n=4", "Reinforce-Ada-balance"]
+    assert [g.get("label") for g, _ in page.context["groups"]] == [LABELS[0], LABELS[2]]
 
 
 def test_report_bad_requests(sweep: Sweep, owner: User) -> None:
@@ -242,7 +241,7 @@ def test_labels_name_what_tells_groups_apart(owner: User) -> None:
     sweep = services.launch_sweep(owner, "lr", BASE, {"lr": [1e-4, 2e-4], "seed": [0, 1]}, ps)
     report = reports.build_report(_runs(sweep))
     assert [g["label"] for g in report["groups"]] == [
-        "Reinforce-Ada-balance (lr=0.0001)", "Reinforce-Ada-balance (lr=0.0002)"]
+        f"{LABELS[2]} (lr=0.0001)", f"{LABELS[2]} (lr=0.0002)"]
     # GRPO's group size is its budget: its label names it, as the rest of the dashboard does.
     grpo = services.launch_sweep(owner, "n", BASE | {"algorithm": "grpo"},
                                  {"group_size": [4, 8]}, make_prompt_set(name="n-set"))
