@@ -23,7 +23,14 @@ from django.db.models.functions import Now
 from django.utils import timezone
 
 from experiments.models import Estimate, PromptSet
-from experiments.services import LaunchError, User, _check_can_modify, config_errors, queue_errors
+from experiments.services import (
+    LaunchError,
+    User,
+    _check_can_modify,
+    config_errors,
+    effective_verifier,
+    queue_errors,
+)
 from trainer.config import TrainConfig
 from trainer.preflight import pass_rates, predict, preflight_warnings
 
@@ -67,7 +74,7 @@ def request_estimate(owner: User, config_dict: dict[str, Any], prompt_set: Promp
         errors.append(("num_prompts", f"must be within [1, {MAX_PROMPTS}]"))
     if errors:
         raise LaunchError(*errors[0], more=errors[1:])
-    config = TrainConfig.from_dict(dict(config_dict))
+    config = effective_verifier(TrainConfig.from_dict(dict(config_dict)), prompt_set)
     num_prompts = min(num_prompts, prompt_set.size)
     key = estimate_key(config, prompt_set, samples_per_prompt, num_prompts, seed)
     if not again:

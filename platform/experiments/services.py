@@ -7,6 +7,7 @@ out: configs are validated by ``trainer.config`` (no torch), prompt files are pa
 
 from __future__ import annotations
 
+import dataclasses
 import difflib
 import io
 import itertools
@@ -243,12 +244,27 @@ def launch_run(owner: User, name: str, config_dict: dict[str, Any], prompt_set: 
 
 
 def _new_run(config: TrainConfig, queue: str, retention: str, **fields: Any) -> Run:
-    """An unsaved run of a valid config, its values checked against their columns."""
+    """An unsaved run of a valid config (``verifier = "auto"`` resolved for its prompt set), its
+    values checked against their columns."""
+    config = effective_verifier(config, fields["prompt_set"])
     run = Run(algorithm=config.algorithm, config=config.to_dict(), model=config.model,
               seed=config.seed, queue=queue, retention=retention,
               total_steps=config.total_steps, **fields)
     check_fits_columns(run)
     return run
+
+
+def effective_verifier(config: TrainConfig, prompt_set: PromptSet) -> TrainConfig:
+    """``verifier = "auto"`` means exact match for the built-in arithmetic task and math-verify
+    for anything else (``trainer.verifiers``). The trainer decides by ``config.prompts``, but a
+    platform run's prompts come from its prompt set (``config.prompts`` keeps its default), so
+    the platform decides by the set's source, and stores the choice: the run page then shows the
+    verifier that scores it, and an uploaded set of word problems is never compared by exact
+    match."""
+    if config.verifier != "auto":
+        return config
+    builtin = prompt_set.source == PromptSet.Source.BUILTIN
+    return dataclasses.replace(config, verifier="exact" if builtin else "math")
 
 
 def check_fits_columns(obj: Any) -> None:

@@ -203,3 +203,16 @@ def test_selectors_filter_runs(db: None, user: Any, prompt_set_factory: Any) -> 
     assert list(selectors.run_list(search="bet")) == [b]
     assert set(selectors.run_list(prompt_set_id=ps.pk)) == {a, b}
     assert selectors.run_progress(b.pk)["status"] == "queued"
+
+
+def test_auto_verifier_follows_the_prompt_set(db: None, user: Any,
+                                              prompt_set_factory: Any) -> None:
+    """``verifier = "auto"`` is resolved at launch from the prompt set's source and stored: exact
+    match for the built-in arithmetic task, math-verify for an uploaded set (a set of word
+    problems scored by exact match would read 0 reward everywhere); an explicit choice stays."""
+    uploaded = prompt_set_factory(8)
+    builtin = services.create_builtin_prompt_set(user, "arith-auto", 8, 1, 2, 0)
+    assert services.launch_run(user, "up", SIM, uploaded).config["verifier"] == "math"
+    assert services.launch_run(user, "bi", SIM, builtin).config["verifier"] == "exact"
+    chosen = services.launch_run(user, "ex", {**SIM, "verifier": "exact"}, uploaded)
+    assert chosen.config["verifier"] == "exact"
