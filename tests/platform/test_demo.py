@@ -30,6 +30,9 @@ def get(url: str) -> tuple[int, bytes]:
 def test_demo_serves_executes_and_stops_on_ctrl_c(transactional_db: None, broker_url: str,
                                                   tmp_path: Path, free_tcp_port: int) -> None:
     pytest.importorskip("trainer.tasks", reason="trainer.tasks (built-in task) not on main yet")
+    # As a suite started in the background runs it: SIGINT ignored by the parent. The demo
+    # must stop on Ctrl-C all the same.
+    previous = signal.signal(signal.SIGINT, signal.SIG_IGN)
     env = {**os.environ, "DATABASE_URL": worker_database_url(), "CELERY_BROKER_URL": broker_url,
            "CHECKPOINT_ROOT": str(tmp_path / "ckpt"), "RADA_LOG_DIR": str(tmp_path / "logs"),
            "RADA_ADMIN_PASSWORD_FILE": str(tmp_path / "admin-password")}
@@ -37,6 +40,7 @@ def test_demo_serves_executes_and_stops_on_ctrl_c(transactional_db: None, broker
     proc = subprocess.Popen([sys.executable, "manage.py", "demo", "--backend", "simulated",
                              "--steps", "3", "--port", str(free_tcp_port)], cwd=ROOT, env=env,
                             stdout=out, stderr=subprocess.STDOUT)
+    signal.signal(signal.SIGINT, previous)
     try:
         def printed(text: str) -> Any:
             assert proc.poll() is None, (tmp_path / "demo.out").read_text()
@@ -68,12 +72,19 @@ def test_demo_serves_executes_and_stops_on_ctrl_c(transactional_db: None, broker
         children = psutil.Process(proc.pid).children(recursive=True)
         assert len(children) >= 2
     finally:
+        # Its web server and worker run in sessions of their own: a demo that does not stop
+        # must not leave them behind (a stray worker would take later tests' runs).
+        spawned = psutil.Process(proc.pid).children(recursive=True)
         proc.send_signal(signal.SIGINT)
         try:
             code = proc.wait(90)
         except subprocess.TimeoutExpired:
             proc.kill()
             raise
+        finally:
+            for child in spawned:
+                if child.is_running() and child.status() != psutil.STATUS_ZOMBIE:
+                    child.kill()
     assert code == 0, (tmp_path / "demo.out").read_text()
     assert "== stopped" in (tmp_path / "demo.out").read_text()
     assert not any(c.is_running() and c.status() != psutil.STATUS_ZOMBIE for c in children)

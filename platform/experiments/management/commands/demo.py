@@ -73,8 +73,12 @@ class Command(BaseCommand):
                            cwd=ROOT, check=True)
         self.stdout.write("== collecting static files")
         call_command("collectstatic", interactive=False, verbosity=0)
-        # SIGTERM (from `scripts/services.py exec` or a supervisor) stops like Ctrl-C.
+        # SIGTERM (from `scripts/services.py exec` or a supervisor) stops like Ctrl-C. Ctrl-C's
+        # handler is installed explicitly too: Python leaves SIGINT ignored when the parent
+        # ignored it (any job started with `&` from a script), and the demo would then never
+        # stop on it.
         signal.signal(signal.SIGTERM, _interrupt)
+        signal.signal(signal.SIGINT, _interrupt)
         port = opts["port"]
         while not port_free(opts["host"], port):
             port += 1
