@@ -334,7 +334,13 @@ def test_owner_relaunches_and_deletes(run: Run, owner_client: Client) -> None:
     resp = owner_client.post(reverse("dashboard:run_relaunch", args=[run.pk]))
     assert resp.status_code == 302
     new = Run.objects.exclude(pk=run.pk).get()
-    assert new.cloned_from_id == run.pk and new.config == run.config
+    # The relaunch copies the config; verifier=auto (the fixture's, as runs stored before launch
+    # resolved it) is resolved from the prompt set, as every launch does.
+    assert new.cloned_from_id == run.pk
+    assert run.config["verifier"] == "auto" and new.config["verifier"] == "exact"
+    assert {k: v for k, v in new.config.items() if k != "verifier"} == {
+        k: v for k, v in run.config.items() if k != "verifier"
+    }
     assert resp["Location"] == reverse("dashboard:run_detail", args=[new.pk])
     Run.objects.filter(pk=run.pk).update(status=Run.Status.SUCCEEDED)
     assert owner_client.post(reverse("dashboard:run_delete", args=[run.pk])).status_code == 302
