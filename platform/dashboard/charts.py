@@ -242,6 +242,9 @@ def metric_chart(run: Run, name: str, max_points: int = MAX_POINTS) -> Fig:
         data.append(_line(label, s["step"], s[key], PALETTE[i], max_points, **extra))
     layout = _layout(title, "training step", ytitle)
     pin_axis(layout["yaxis"], *(k for k, _ in keys))
+    if name == "rollout":
+        # fp32 gaps are ~1e-6 nats: "2e-6" reads as a number, Plotly's SI "2µ" does not.
+        layout["yaxis"]["exponentformat"] = "e"
     fig = _empty_note({"data": data, "layout": layout}, s["step"])
     if s["step"] and all(v is None for key, _ in keys for v in s[key]):
         # Steps exist but none carries these metrics (e.g. the rollout gap of a run whose
