@@ -28,6 +28,11 @@ BACKENDS = ("hf", "vllm", "simulated")
 VERIFIERS = ("auto", "exact", "math")
 DEVICES = ("auto", "cpu", "cuda")
 ROLLOUT_DTYPES = ("auto", "float32", "bfloat16", "float16")
+# The string fields with a fixed set of values: validate() checks them and the launch form draws
+# them as dropdowns from this one table (a new choice field added here is both at once).
+CHOICE_FIELDS: dict[str, tuple[str, ...]] = {
+    "algorithm": ALGORITHMS, "backend": BACKENDS, "verifier": VERIFIERS, "device": DEVICES,
+    "rollout_dtype": ROLLOUT_DTYPES, "est_weight": EST_WEIGHTS}
 BUILTIN_MODEL = "builtin:tiny"
 BUILTIN_TASK = "builtin:arithmetic"
 # What the built-in tiny model trains with (DESIGN.md section 3). The ``lr`` default is the
@@ -209,12 +214,8 @@ class TrainConfig:
                 *(e for e in checked._value_errors() if e.field not in wrong_type)]
 
     def _value_errors(self) -> Iterator[ConfigError]:
-        yield from _choice("algorithm", self.algorithm, ALGORITHMS)
-        yield from _choice("backend", self.backend, BACKENDS)
-        yield from _choice("verifier", self.verifier, VERIFIERS)
-        yield from _choice("device", self.device, DEVICES)
-        yield from _choice("rollout_dtype", self.rollout_dtype, ROLLOUT_DTYPES)
-        yield from _choice("est_weight", self.est_weight, EST_WEIGHTS)
+        for name, choices in CHOICE_FIELDS.items():
+            yield from _choice(name, getattr(self, name), choices)
         for name in ("group_size", "samples_per_round", "max_rounds", "batch_size", "total_steps",
                      "max_new_tokens", "ppo_epochs", "eval_k", "task_num_prompts",
                      "budget_per_prompt", "est_min_samples", "est_max_samples"):

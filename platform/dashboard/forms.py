@@ -14,13 +14,10 @@ from experiments.models import PromptSet, Run
 
 from trainer.config import (
     ALGORITHMS,
-    BACKENDS,
     BUILTIN_MODEL,
     BUILTIN_TASK,
-    DEVICES,
-    EST_WEIGHTS,
+    CHOICE_FIELDS,
     SEQ_ALGORITHMS,
-    VERIFIERS,
     field_specs,
     recommended_lr,
 )
@@ -29,10 +26,11 @@ from .selectors import ALGORITHM_LABELS
 
 # Set from the chosen prompt sets by the launch service, not typed by the user.
 SERVICE_OWNED = ("prompts", "eval_prompts")
-CHOICES = {"algorithm": [(a, ALGORITHM_LABELS[a] + (f" (v1/v2: {a})" if a in SEQ_ALGORITHMS
-                                                      else "")) for a in ALGORITHMS],
-           "backend": [(b, b) for b in BACKENDS], "verifier": [(v, v) for v in VERIFIERS],
-           "device": [(d, d) for d in DEVICES], "est_weight": [(w, w) for w in EST_WEIGHTS]}
+# Dropdowns for every choice field of the config (trainer.config.CHOICE_FIELDS); algorithms carry
+# the dashboard's labels.
+CHOICES = {name: [(v, v) for v in values] for name, values in CHOICE_FIELDS.items()} | {
+    "algorithm": [(a, ALGORITHM_LABELS[a] + (f" (v1/v2: {a})" if a in SEQ_ALGORITHMS else ""))
+                  for a in ALGORITHMS]}
 GROUP_TITLES = {"algorithm": "Algorithm", "est": "Reinforce-Ada Est (ada-est only)",
                 "model": "Model and generation",
                 "optimisation": "Optimisation", "data": "Built-in task and verifier",

@@ -165,6 +165,24 @@ def test_launch_form_lists_every_hyperparameter_with_default_and_help(owner_clie
     assert "Reinforce-Ada Est (ada-est only)" in page  # the Est fields' group
 
 
+def test_every_choice_field_is_a_dropdown_of_exactly_its_values() -> None:
+    """A string field with a fixed set of values is a <select> of those values (rollout_dtype was
+    once a free-text box); the remaining string fields are the free-text ones, by decision."""
+    from dataclasses import fields
+
+    from dashboard.forms import LaunchForm
+
+    from trainer.config import CHOICE_FIELDS, TrainConfig
+
+    form = LaunchForm()
+    for name, values in CHOICE_FIELDS.items():
+        widget = form.fields[name].widget
+        assert widget.input_type == "select", name
+        assert [v for v, _ in form.fields[name].choices] == list(values), name
+    text = {f.name for f in fields(TrainConfig) if f.type == "str"} - set(CHOICE_FIELDS)
+    assert text == {"model", "prompts", "eval_prompts"}
+
+
 def test_launch_form_shows_error_next_to_field(owner_client: Client) -> None:
     ps = make_prompt_set()
     resp = owner_client.post(reverse("dashboard:run_launch"),
