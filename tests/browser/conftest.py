@@ -79,3 +79,14 @@ def screenshot(page: Any, tmp_path: Path) -> Callable[..., None]:
             page.screenshot(path=path, full_page=full_page)
 
     return shot
+
+
+def sign_in(page: Any, base: str, username: str = "alice",
+            password: str = "alice-password-1") -> None:
+    """Sign in through the login form (every page needs a signed-in user)."""
+    page.goto(base + "/")
+    assert "/login/" in page.url
+    page.fill("#id_username", username)
+    page.fill("#id_password", password)
+    page.click("button[type=submit].primary")
+    page.wait_for_url(base + "/")

@@ -18,7 +18,7 @@ import pytest
 from django.contrib.auth.models import User
 from experiments.models import PromptSet, Run
 
-from .conftest import SAVE_SCREENSHOTS
+from .conftest import SAVE_SCREENSHOTS, sign_in
 
 pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]
 
@@ -38,13 +38,6 @@ def _prompt_file(tmp_path: Path, n: int = 48) -> Path:
     return path
 
 
-def _sign_in(page: Any, base: str) -> None:
-    page.goto(base + "/")
-    assert "/login/" in page.url  # every page needs a signed-in user
-    page.fill("#id_username", "alice")
-    page.fill("#id_password", "alice-password-1")
-    page.click("button[type=submit].primary")
-    page.wait_for_url(base + "/")
 
 
 def _launch(page: Any, base: str, name: str, prompt_set: PromptSet, **fields: str) -> Run:
@@ -81,7 +74,7 @@ def test_researcher_path(live_server: Any, page: Any, screenshot: Callable[..., 
 
     base = live_server.url
     User.objects.create_user("alice", password="alice-password-1")
-    _sign_in(page, base)
+    sign_in(page, base)
 
     # Upload: a bad file is rejected with its line, a good one imported and previewed.
     page.goto(base + "/prompt-sets/")
@@ -266,7 +259,7 @@ def test_large_run_heatmap_bins_zoom_and_history(live_server: Any, page: Any,
     size, steps, batch = (2048, 100, 32) if SAVE_SCREENSHOTS else (600, 6, 100)
     run = record_run(make_run(owner, make_prompt_set(f"rates-{size}", size),
                               name="large (simulated)", total_steps=steps, batch_size=batch))
-    _sign_in(page, base)
+    sign_in(page, base)
     page.goto(base + f"/runs/{run.pk}/")
     page.wait_for_function("document.getElementById('chart-heatmap').dataset.loaded === '1'")
     fig = page.evaluate("document.getElementById('chart-heatmap')._fig")

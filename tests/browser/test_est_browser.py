@@ -15,7 +15,7 @@ from experiments.models import PromptStep
 
 from tests.platform.dashboard_fixtures import make_prompt_set, make_run, record_run
 
-from .conftest import SAVE_SCREENSHOTS
+from .conftest import SAVE_SCREENSHOTS, sign_in
 
 pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]
 
@@ -34,11 +34,7 @@ def test_est_run_page_and_prompt_history(live_server: Any, page: Any,
                               name="est-sim", algorithm="ada-est", total_steps=STEPS,
                               batch_size=BATCH))
     base = live_server.url
-    page.goto(base + "/")
-    page.fill("#id_username", "alice")
-    page.fill("#id_password", "alice-password-1")
-    page.click("button[type=submit].primary")
-    page.wait_for_url(base + "/")
+    sign_in(page, base)
 
     page.goto(base + f"/runs/{run.pk}/")
     for chart in ("chart-est_allocation", "chart-est_calibration", "chart-est_budget"):

@@ -23,7 +23,7 @@ from experiments.models import Run, Sweep
 
 from tests.fixtures.services import wait_for
 
-from .conftest import SAVE_SCREENSHOTS
+from .conftest import SAVE_SCREENSHOTS, sign_in
 
 pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]
 
@@ -49,11 +49,7 @@ def test_sweep_from_the_form_to_its_report(live_server: Any, page: Any,
     for i, p in enumerate(prompts):
         p.metadata["pass_rate"] = (i + 0.5) / len(prompts)
     held_out = import_prompt_set(owner=user, name="held-out", prompts=prompts)
-    page.goto(base + "/")
-    page.fill("#id_username", "alice")
-    page.fill("#id_password", "alice-password-1")
-    page.click("button[type=submit].primary")
-    page.wait_for_url(base + "/")
+    sign_in(page, base)
 
     page.goto(base + "/runs/new/")
     page.fill("#id_name", "study")

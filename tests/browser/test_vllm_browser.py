@@ -17,7 +17,7 @@ from experiments.models import Prompt, Run, Step
 from tests.fixtures.vllm import TEST_KV_CACHE_GIB, requires_vllm
 from tests.platform.dashboard_fixtures import make_prompt_set
 
-from .conftest import SAVE_SCREENSHOTS
+from .conftest import SAVE_SCREENSHOTS, sign_in
 
 pytestmark = [requires_vllm(), pytest.mark.browser, pytest.mark.slow,
               pytest.mark.django_db(transaction=True)]
@@ -60,11 +60,7 @@ def test_vllm_run_page_draws_the_rollout_gap(live_server: Any, page: Any, tiny_m
     assert len(gaps) == STEPS
 
     base = live_server.url
-    page.goto(base + "/")
-    page.fill("#id_username", "alice")
-    page.fill("#id_password", "alice-password-1")
-    page.click("button[type=submit].primary")
-    page.wait_for_url(base + "/")
+    sign_in(page, base)
     page.goto(base + f"/runs/{run.pk}/")
     for chart in ("chart-rollout", "chart-timing"):
         page.wait_for_function(f"document.getElementById('{chart}').dataset.loaded === '1'")

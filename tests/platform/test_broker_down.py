@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import socket
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import Any
 
 from django.contrib.messages import get_messages
@@ -16,12 +18,11 @@ from .test_dashboard_views import _launch_data
 from .test_worker import wait_status
 
 
-def test_launch_with_the_broker_down_stays_queued_then_runs(
-        start_worker: Any, user: Any, prompt_set_factory: Any, settings: Any,
-        monkeypatch: Any) -> None:
+@contextmanager
+def broker_unreachable(settings: Any, monkeypatch: Any) -> Iterator[int]:
+    """The web app's broker points at a closed local port (yielded) until the block ends."""
     from webapp import celery as web_celery
 
-    ps = prompt_set_factory(8)
     broker = settings.CELERY_BROKER_URL
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
@@ -31,16 +32,24 @@ def test_launch_with_the_broker_down_stays_queued_then_runs(
     settings.CELERY_BROKER_URL = f"redis://127.0.0.1:{port}/0"
     web_celery.client.cache_clear()
     try:
+        yield port
+    finally:
+        monkeypatch.setenv("CELERY_BROKER_URL", broker)
+        settings.CELERY_BROKER_URL = broker
+        web_celery.client.cache_clear()
+
+
+def test_launch_with_the_broker_down_stays_queued_then_runs(
+        start_worker: Any, user: Any, prompt_set_factory: Any, settings: Any,
+        monkeypatch: Any) -> None:
+    ps = prompt_set_factory(8)
+    with broker_unreachable(settings, monkeypatch) as port:
         c = Client()
         c.force_login(user)
         t0 = time.monotonic()
         resp = c.post(reverse("dashboard:run_launch"),
                       _launch_data(ps, name="while down", batch_size=4, total_steps=2))
         seconds = time.monotonic() - t0
-    finally:
-        monkeypatch.setenv("CELERY_BROKER_URL", broker)
-        settings.CELERY_BROKER_URL = broker
-        web_celery.client.cache_clear()
     run = Run.objects.get(name="while down")
     assert resp.status_code == 302
     assert resp["Location"] == reverse("dashboard:run_detail", args=[run.pk])

@@ -273,31 +273,18 @@ def test_compare_opens_a_sweep(db: None, owner_client: Any, user: Any) -> None:
 
 def test_sweep_launched_with_the_broker_down_says_so_and_stays_queued(
         transactional_db: None, user: Any, settings: Any, monkeypatch: Any) -> None:
-    import socket
-
     from django.contrib.messages import get_messages
     from django.test import Client
     from django.urls import reverse
-    from webapp import celery as web_celery
 
     from .dashboard_fixtures import make_prompt_set
+    from .test_broker_down import broker_unreachable
 
     ps = make_prompt_set()
-    broker = settings.CELERY_BROKER_URL
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]  # closed again: nothing listens there
-    monkeypatch.setenv("CELERY_BROKER_URL", f"redis://127.0.0.1:{port}/0")
-    settings.CELERY_BROKER_URL = f"redis://127.0.0.1:{port}/0"
-    web_celery.client.cache_clear()
-    try:
+    with broker_unreachable(settings, monkeypatch):
         c = Client()
         c.force_login(user)
         resp = c.post(reverse("dashboard:run_launch"), _form(ps, name="down", sweep="seed=0,1"))
-    finally:
-        monkeypatch.setenv("CELERY_BROKER_URL", broker)
-        settings.CELERY_BROKER_URL = broker
-        web_celery.client.cache_clear()
     assert resp.status_code == 302
     (message,) = get_messages(resp.wsgi_request)
     assert message.level_tag == "error" and "(2 runs)" in str(message)

@@ -61,6 +61,23 @@ def replay(run: Run, tmp_path: Path) -> Any:
     return recorder
 
 
+
+def replay_as_the_worker(run: Run, tmp_path: Path, model_dir: Path,
+                         monkeypatch: pytest.MonkeyPatch) -> Any:
+    """``replay`` under the worker's conditions: the built-in model resolved to ``model_dir`` and
+    one torch thread (the workers in these tests run with one; threads change float sums)."""
+    import torch
+
+    from trainer.model import MODEL_DIR_ENV
+
+    monkeypatch.setenv(MODEL_DIR_ENV, str(model_dir))
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        return replay(run, tmp_path)
+    finally:
+        torch.set_num_threads(threads)
+
 def assert_recorded_as_emitted(run: Run, emitted: Any) -> None:
     """Every step, round, prompt-step and sample row equals what the trainer emitted."""
     steps = {s.step: s for s in Step.objects.filter(run=run)}
@@ -268,7 +285,6 @@ def train_tiny_on_worker(start_worker: Any, user: Any, tiny_model_dir: Path, tmp
     succeeded with a policy update and Hugging Face checkpoints, and return it with what the
     trainer in this process emits for the same config (same seed, same model, one thread on
     both sides: the very rows the worker should have recorded)."""
-    import torch
 
     from trainer.model import MODEL_DIR_ENV
 
@@ -287,13 +303,7 @@ def train_tiny_on_worker(start_worker: Any, user: Any, tiny_model_dir: Path, tmp
     ckpt = Checkpoint.objects.filter(run=run).order_by("step").last()
     assert ckpt.step == config["total_steps"] and (Path(ckpt.path) / "config.json").is_file()
     assert any(Path(ckpt.path).glob("*.safetensors"))
-    monkeypatch.setenv(MODEL_DIR_ENV, str(tiny_model_dir))
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    try:
-        emitted = replay(run, tmp_path)
-    finally:
-        torch.set_num_threads(threads)
+    emitted = replay_as_the_worker(run, tmp_path, tiny_model_dir, monkeypatch)
     assert_recorded_as_emitted(run, emitted)
     return run, emitted
 

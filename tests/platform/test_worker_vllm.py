@@ -16,7 +16,7 @@ from tests.fixtures.vllm import TEST_KV_CACHE_GIB, requires_vllm
 from tests.platform.test_worker import (
     assert_no_duplicates,
     assert_recorded_as_emitted,
-    replay,
+    replay_as_the_worker,
     wait_status,
 )
 
@@ -26,7 +26,6 @@ pytestmark = [requires_vllm(), pytest.mark.slow]
 def test_worker_trains_with_the_vllm_backend(start_worker: Any, user: Any, tiny_model_dir: Path,
                                              tmp_path: Path,
                                              monkeypatch: pytest.MonkeyPatch) -> None:
-    import torch
 
     from trainer.model import MODEL_DIR_ENV
 
@@ -49,11 +48,5 @@ def test_worker_trains_with_the_vllm_backend(start_worker: Any, user: Any, tiny_
     # The same run trained in this process on its own engine: per-request seeds make the
     # samples a function of (seed, step, round, prompt, sample), so the worker recorded exactly
     # what this process emits.
-    monkeypatch.setenv(MODEL_DIR_ENV, str(tiny_model_dir))
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    try:
-        emitted = replay(run, tmp_path)
-    finally:
-        torch.set_num_threads(threads)
+    emitted = replay_as_the_worker(run, tmp_path, tiny_model_dir, monkeypatch)
     assert_recorded_as_emitted(run, emitted)
