@@ -31,13 +31,18 @@
 
   async function load(div) {
     const url = div.dataset.chartUrl;
+    // Controls changed in quick succession start overlapping requests, which can come back in
+    // any order: only the latest request of a chart may draw it.
+    const seq = (div._requests = (div._requests || 0) + 1);
     const resp = await fetch(url, { credentials: "same-origin" });
+    if (seq !== div._requests) return;
     if (!resp.ok) {
       const why = (await resp.text()).replace(/<[^>]*>/g, " ").replace(/\s+/g, " ").trim();
       div.textContent = "chart failed to load (" + resp.status + "): " + why.slice(0, 300);
       return;
     }
     const fig = await resp.json();
+    if (seq !== div._requests) return;
     if (fig.counts) fig.data[0].text = heatmapHover(fig);
     await Plotly.react(div, fig.data, fig.layout, config);
     div.dataset.loaded = "1";

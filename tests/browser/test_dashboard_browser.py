@@ -18,6 +18,8 @@ import pytest
 from django.contrib.auth.models import User
 from experiments.models import PromptSet, Run
 
+from tests.platform.dashboard_fixtures import make_prompt_set, make_run, record_run
+
 from .conftest import SAVE_SCREENSHOTS, sign_in
 
 pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]
@@ -292,3 +294,37 @@ def test_large_run_heatmap_bins_zoom_and_history(live_server: Any, page: Any,
     page.mouse.click(cell["x"], cell["y"])
     page.wait_for_url(re.compile(rf"/runs/{run.pk}/prompts/{prompt_id}/$"))
     assert page.locator(".step-block").count() >= 1
+
+
+# Holds back the chart responses whose URL contains window.__slow, then flags window.__slowDone.
+SLOW_FETCH = """
+const plainFetch = window.fetch;
+window.fetch = async function (url, options) {
+  const resp = await plainFetch(url, options);
+  if (window.__slow && String(url).includes(window.__slow)) {
+    await new Promise(function (done) { setTimeout(done, 1500); });
+    window.__slowDone = true;
+  }
+  return resp;
+};
+"""
+
+
+def test_a_late_response_does_not_overwrite_a_newer_choice(live_server: Any, page: Any) -> None:
+    """Two control changes in quick succession: the first request's response arrives last (held
+    back here; a busy server does the same). The chart shows the second choice."""
+    owner = User.objects.create_user("alice", password="alice-password-1")
+    ps = make_prompt_set()
+    runs = [record_run(make_run(owner, ps, name=f"r{i}", seed=i)) for i in range(2)]
+    page.add_init_script(SLOW_FETCH)
+    sign_in(page, live_server.url)
+    page.goto(live_server.url + f"/compare/?runs={runs[0].pk},{runs[1].pk}")
+    page.wait_for_function("document.getElementById('chart-compare').dataset.loaded === '1'")
+    page.evaluate("window.__slow = 'metric=real_reward'")
+    page.select_option("#compare-controls select[name=x]", "samples")  # held back
+    page.select_option("#compare-controls select[name=metric]", "zero_adv_frac")
+    page.wait_for_function("window.__slowDone === true")
+    page.wait_for_timeout(500)  # time for the late response to be drawn, were it drawn
+    title = "document.getElementById('chart-compare').layout.{}.title.text"
+    assert page.evaluate(title.format("yaxis")).startswith("zero-advantage")
+    assert page.evaluate(title.format("xaxis")) == "cumulative samples"
