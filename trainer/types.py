@@ -188,6 +188,9 @@ STEP_METRICS: dict[str, str] = {
     "kl": "mean KL to the reference policy (0 when off)",
     "clip_frac_low": "fraction of tokens clipped at 1 - eps_low",
     "clip_frac_high": "fraction of tokens clipped at 1 + eps_high",
+    "dual_clip_frac": "fraction of tokens with a negative advantage capped at -A x clip_ratio_c "
+                      "(dual-clip)",
+    "optimizer_steps": "optimiser steps taken this step (mini-batches x epochs)",
     "grad_norm": "gradient norm before clipping",
     "response_length": "mean response length (tokens)",
     "verifier_errors": "responses whose verifier raised (scored 0)",
