@@ -183,6 +183,19 @@ def test_every_choice_field_is_a_dropdown_of_exactly_its_values() -> None:
     assert text == {"model", "prompts", "eval_prompts"}
 
 
+def test_launch_form_shows_optimizer_steps_per_training_step(owner_client: Client) -> None:
+    ps = make_prompt_set()
+    url = reverse("dashboard:run_launch")
+    page = owner_client.get(url).content.decode()
+    # The defaults: the whole batch in one mini-batch, one optimiser step (no clipping).
+    assert '<output for="id_batch_size id_ppo_mini_batch_size id_ppo_epochs" ' \
+           'id="optimizer-steps-value">1</output>' in page
+    # As entered: B=32 in mini-batches of 8, 2 epochs = 8 steps (an invalid form re-renders).
+    html = owner_client.post(url, _launch_data(ps, batch_size=32, ppo_mini_batch_size=8,
+                                               ppo_epochs=2, lr="fast")).content.decode()
+    assert 'id="optimizer-steps-value">8</output>' in html
+
+
 def test_launch_form_shows_error_next_to_field(owner_client: Client) -> None:
     ps = make_prompt_set()
     resp = owner_client.post(reverse("dashboard:run_launch"),
