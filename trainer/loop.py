@@ -132,7 +132,7 @@ def step_metrics(config: TrainConfig, res: SamplerResult, outcome: RoundsOutcome
     unresolved = res.exit_round == 0
     missing_pos = sum(m == "positives" for m in res.missing)
     missing_neg = sum(m == "negatives" for m in res.missing)
-    fr_n = np.maximum(res.first_round_samples, 1)
+    first_pos, first_drawn = first_n_counts(res, n)
     est = {} if allocation is None else {
         "p_hat_mean": _mean(allocation.p_hat), "alloc_scale": float(allocation.scale)}
     return est | {
@@ -142,9 +142,12 @@ def step_metrics(config: TrainConfig, res: SamplerResult, outcome: RoundsOutcome
         "samples": float(len(rewards)),
         "tokens": float(tokens.sum()),
         "zero_adv_frac": float(zero[has_kept].mean()) if has_kept.any() else 0.0,
-        "first_round_all_correct": float(np.mean((res.first_round_positives == fr_n)
-                                                 & (res.first_round_samples > 0))) if P else 0.0,
-        "first_round_all_wrong": float(np.mean(res.first_round_positives == 0)) if P else 0.0,
+        # Over each prompt's first n samples for every algorithm (GRPO's n, the first n of
+        # Seq's M in round 1), so that the figures compare: over the whole first round Seq's M=8
+        # would be all-correct / all-wrong less often than GRPO's n=4 by construction.
+        "first_round_all_correct": float(np.mean((first_pos == first_drawn)
+                                                 & (first_drawn > 0))) if P else 0.0,
+        "first_round_all_wrong": float(np.mean(first_pos == 0)) if P else 0.0,
         "unresolved": float(unresolved.sum()),
         "unresolved_missing_pos": float(missing_pos),
         "unresolved_missing_neg": float(missing_neg),
@@ -156,14 +159,27 @@ def step_metrics(config: TrainConfig, res: SamplerResult, outcome: RoundsOutcome
     }
 
 
+def first_n_counts(res: SamplerResult, n: int) -> tuple[np.ndarray, np.ndarray]:
+    """Per prompt: positives among its first min(n, pool) samples, and that count of samples.
+
+    The first n samples are i.i.d. draws of the current policy under every algorithm (GRPO
+    draws n; Seq draws M >= n in round 1; DAPO n per group), so figures over them compare. Est
+    may allocate a prompt fewer than n (N_min = 2): it then counts over all it drew, which makes
+    an easy prompt with 2 samples all-correct more often than it would be over n; we keep those
+    prompts rather than drop them so the fraction stays one of the whole batch."""
+    P = res.num_prompts
+    first = res.sample_pool_index < n
+    positives = np.bincount(res.sample_prompt[first], weights=res.positive[first], minlength=P)
+    drawn = np.bincount(res.sample_prompt[first], minlength=P)
+    return positives.astype(np.int64), drawn
+
+
 def low_pass_rate_fractions(res: SamplerResult, n: int) -> dict[str, float]:
     """``pass_rate_le_<t>``: the fraction of the batch whose pass rate is at most t, each
     prompt's pass rate taken over its first n samples (i.i.d. under every algorithm, as for the
     real reward: a Reinforce-Ada pool is larger and stops adaptively, GRPO's is n)."""
     P = res.num_prompts
-    first = res.sample_pool_index < n
-    positives = np.bincount(res.sample_prompt[first], weights=res.positive[first], minlength=P)
-    drawn = np.bincount(res.sample_prompt[first], minlength=P)
+    positives, drawn = first_n_counts(res, n)
     rate = positives / np.maximum(drawn, 1)
     return {key: float(np.mean(rate <= t)) if P else 0.0
             for key, t in zip(PASS_RATE_METRICS, PASS_RATE_THRESHOLDS, strict=True)}

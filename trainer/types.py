@@ -178,8 +178,9 @@ STEP_METRICS: dict[str, str] = {
     "samples": "responses generated this step",
     "tokens": "response tokens generated this step",
     "zero_adv_frac": "fraction of kept groups whose advantages are all zero",
-    "first_round_all_correct": "fraction of prompts whose first round was all positive",
-    "first_round_all_wrong": "fraction of prompts whose first round was all negative",
+    "first_round_all_correct": "fraction of prompts whose first n samples were all positive "
+                               "(every algorithm: GRPO's n, the first n of Seq's round 1)",
+    "first_round_all_wrong": "fraction of prompts whose first n samples were all negative",
     "unresolved": "prompts still active after the last round",
     "unresolved_missing_pos": "unresolved prompts lacking positives",
     "unresolved_missing_neg": "unresolved prompts lacking negatives",

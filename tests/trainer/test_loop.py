@@ -222,3 +222,46 @@ def test_est_resume_from_a_checkpoint_without_estimator_fails(tmp_path) -> None:
     with pytest.raises(ValueError, match="pass_rate_estimator"):
         train(est_config(total_steps=4), prompts(8), SimulatedBackend(), ListRecorder(),
               out_dir=tmp_path / "est", resume_from=latest_checkpoint(tmp_path / "seq"))
+
+
+def _first_round_metrics(algorithm: str, script: dict[str, list[int]],
+                         allocation: list[int] | None = None) -> dict[str, float]:
+    from tests.trainer.scripted import ScriptedBackend, scripted_prompts
+    from trainer.loop import make_scorer, step_metrics
+    from trainer.sampler import make_sampler, run_rounds
+
+    config = sim_config(algorithm=algorithm, batch_size=len(script), group_size=4,
+                        samples_per_round=8, max_rounds=4, budget_per_prompt=4,
+                        est_min_samples=2, est_max_samples=8)
+    batch = scripted_prompts(list(script))
+    sampler = make_sampler(config, len(batch), 0, allocation=allocation)
+    outcome = run_rounds(sampler, batch, ScriptedBackend(script), make_scorer(config), seed=0)
+    res = sampler.finalize()
+    return step_metrics(config, res, outcome, res.kept)
+
+
+# Round 1 of M = 8: A's first 4 all right (then 4 wrong), B's first 4 all wrong (then 1 right),
+# C mixed from the start, D all right throughout. Later rounds: enough of both to resolve.
+FIRST_ROUND_SCRIPT = {"A": [1, 1, 1, 1, 0, 0, 0, 0] + [1, 0] * 12,
+                      "B": [0, 0, 0, 0, 1, 0, 0, 0] + [1, 0] * 12,
+                      "C": [1, 0, 0, 1, 0, 0, 1, 0] + [1, 0] * 12,
+                      "D": [1] * 8 + [1, 0] * 12}
+
+
+@pytest.mark.parametrize("algorithm", ["grpo", "ada-pos", "ada-balance"])
+def test_first_round_fractions_count_the_first_n_samples_for_every_algorithm(
+        algorithm: str) -> None:
+    # Over the first n = 4: all right A and D, all wrong B, for GRPO and Seq alike. Over Seq's
+    # whole first round of 8 only D would be all right and none all wrong.
+    m = _first_round_metrics(algorithm, FIRST_ROUND_SCRIPT)
+    assert m["first_round_all_correct"] == 2 / 4
+    assert m["first_round_all_wrong"] == 1 / 4
+    assert m["first_round_all_wrong"] == m["pass_rate_le_0"]
+
+
+def test_first_round_fractions_for_est_count_at_most_the_allocation() -> None:
+    # Est allocates 2 and 6 samples: P's 2 are both right (all-correct over the 2 it drew),
+    # Q's first 4 are right, its 5th and 6th wrong (all-correct over the first n = 4).
+    m = _first_round_metrics("ada-est", {"P": [1, 1], "Q": [1, 1, 1, 1, 0, 0]},
+                             allocation=[2, 6])
+    assert m["first_round_all_correct"] == 1.0 and m["first_round_all_wrong"] == 0.0
