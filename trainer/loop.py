@@ -18,7 +18,7 @@ from typing import Any
 
 import numpy as np
 
-from trainer.advantages import passive_filter, zero_advantage_groups
+from trainer.advantages import drop_unresolved, passive_filter, zero_advantage_groups
 from trainer.allocation import Allocation, PassRateEstimator, plan_allocation
 from trainer.config import TrainConfig
 from trainer.sampler import RoundsOutcome, SamplerResult, derive_seed, make_sampler, run_rounds
@@ -155,6 +155,8 @@ def step_metrics(config: TrainConfig, res: SamplerResult, outcome: RoundsOutcome
         "verifier_errors": float(errors),
         "kept_samples": float(kept_mask.sum()),
         "dropped_groups": float(np.sum(has_kept & zero)) if config.passive_filtering else 0.0,
+        "dropped_unresolved": float(np.sum(has_kept & unresolved)) if config.drop_unresolved
+        else 0.0,
         **low_pass_rate_fractions(res, n),
     }
 
@@ -343,6 +345,8 @@ def train(config: TrainConfig, prompts: Sequence[Prompt], backend: Any, recorder
         kept = res.kept
         if config.passive_filtering:
             kept = passive_filter(res.advantages, res.sample_prompt, res.kept, res.num_prompts)
+        if config.drop_unresolved:
+            kept = drop_unresolved(kept, res.sample_prompt, res.exit_round > 0)
         metrics = step_metrics(config, res, outcome, kept, allocation)
 
         t_update = time.perf_counter()

@@ -265,3 +265,37 @@ def test_first_round_fractions_for_est_count_at_most_the_allocation() -> None:
     m = _first_round_metrics("ada-est", {"P": [1, 1], "Q": [1, 1, 1, 1, 0, 0]},
                              allocation=[2, 6])
     assert m["first_round_all_correct"] == 1.0 and m["first_round_all_wrong"] == 0.0
+
+
+@pytest.mark.parametrize(("drop", "passive"), [(False, False), (True, False), (False, True),
+                                               (True, True)])
+def test_drop_unresolved_is_separate_from_passive_filtering(tmp_path, drop: bool,
+                                                            passive: bool) -> None:
+    from tests.trainer.scripted import ScriptedBackend, scripted_prompts
+
+    # ada-balance, n = 4, M = 4, N = 2, exit at 2 positives and 2 negatives.
+    # R: 2 right, 2 wrong in round 1 -> resolved, kept 2 + 2.
+    # U: 1 right in 8 -> unresolved (missing positives); global baseline 1/8, so its kept group
+    #    (1 right, 3 wrong) has non-zero advantages and passive filtering keeps it.
+    # Z: 8 wrong -> unresolved, all advantages 0: passive filtering drops it, and so does
+    #    drop_unresolved.
+    script = {"R": [1, 0, 1, 0], "U": [0, 0, 1, 0, 0, 0, 0, 0], "Z": [0] * 8}
+    rec = ListRecorder()
+    config = sim_config(algorithm="ada-balance", batch_size=3, total_steps=1, group_size=4,
+                        samples_per_round=4, max_rounds=2, drop_unresolved=drop,
+                        passive_filtering=passive)
+    train(config, scripted_prompts(list(script)), ScriptedBackend(script), rec,
+          out_dir=tmp_path)
+    step = rec.steps[0]
+    kept = {p: sum(s.kept for s in step.samples if s.prompt_id == p) for p in script}
+    u_adv = sorted(s.advantage for s in step.samples if s.prompt_id == "U" and s.kept)
+    if drop:
+        assert kept == {"R": 4, "U": 0, "Z": 0}
+        assert step.metrics["dropped_unresolved"] == 2
+    else:
+        assert kept == {"R": 4, "U": 4, "Z": 0 if passive else 4}
+        assert u_adv == pytest.approx([-1 / 8] * 3 + [7 / 8])
+        assert step.metrics["dropped_unresolved"] == 0
+    assert step.metrics["dropped_groups"] == (1 if passive else 0)
+    assert step.metrics["kept_samples"] == sum(kept.values())
+    assert step.metrics["unresolved"] == 2  # the sampling itself is the same
