@@ -99,7 +99,7 @@ ADVANTAGE_ESTIMATORS: dict[str, AdvantageEstimator] = {
 }
 
 # Which estimator each algorithm uses (DESIGN.md section 3).
-ALGORITHM_ESTIMATOR: dict[str, str] = {"grpo": "group", "ada-pos": "global",
+ALGORITHM_ESTIMATOR: dict[str, str] = {"grpo": "group", "dapo": "group", "ada-pos": "global",
                                        "ada-balance": "global", "ada-est": "hybrid"}
 
 

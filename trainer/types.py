@@ -211,3 +211,11 @@ EST_STEP_METRICS: dict[str, str] = {
     "alloc_scale": "c of the allocation N = clip(c * w(p_hat), N_min, N_max) (samples per unit "
                    "weight)",
 }
+
+# Further keys of DAPO's steps (``dapo`` only): its dynamic sampling's cost.
+DAPO_STEP_METRICS: dict[str, str] = {
+    "gen_batches": "batches of B prompts drawn this step (1 + further batches)",
+    "signal_groups": "groups with signal (rewards not all equal) among every batch drawn; the "
+                     "update takes the first B",
+    "prompts_drawn": "prompts sampled this step over every batch",
+}

@@ -51,7 +51,7 @@ CACHE_FINISHED = os.environ.get("DASHBOARD_CACHE", "1") != "0"
 
 # v3 of the paper renames v1/v2's ada-pos and ada-balance "Seq-pos" and "Seq-balance" and adds
 # the estimation-based "Est".
-ALGORITHM_LABELS = {"grpo": "GRPO", "ada-pos": "Reinforce-Ada Seq-pos",
+ALGORITHM_LABELS = {"grpo": "GRPO", "dapo": "DAPO", "ada-pos": "Reinforce-Ada Seq-pos",
                     "ada-balance": "Reinforce-Ada Seq-balance", "ada-est": "Reinforce-Ada Est"}
 
 

@@ -160,7 +160,7 @@ def test_launch_form_lists_every_hyperparameter_with_default_and_help(owner_clie
         assert f'id="field-{spec["name"]}"' in page, spec["name"]
         assert spec["help"].split(" (")[0][:30].replace("'", "&#x27;") in page, spec["name"]
     for label in ("GRPO", "Reinforce-Ada Seq-pos (v1/v2: ada-pos)",
-                  "Reinforce-Ada Seq-balance (v1/v2: ada-balance)", "Reinforce-Ada Est"):
+                  "Reinforce-Ada Seq-balance (v1/v2: ada-balance)", "Reinforce-Ada Est", "DAPO"):
         assert label in page
     assert "Reinforce-Ada Est (ada-est only)" in page  # the Est fields' group
 

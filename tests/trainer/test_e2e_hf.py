@@ -130,3 +130,21 @@ def test_two_mini_batches_clip_at_both_sides(tiny_model_dir: Path, tmp_path: Pat
     assert two["optimizer_steps"] == 2 and one["optimizer_steps"] == 1
     assert two["clip_frac_low"] > 0 and two["clip_frac_high"] > 0, two
     assert one["clip_frac_low"] == 0 and one["clip_frac_high"] == 0
+
+
+def test_dapo_trains_on_the_hf_backend(tiny_model_dir: Path, tmp_path: Path) -> None:
+    """DAPO through the real model: each step draws batches of B = 4 prompts x n = 4 until 4
+    groups carry signal (or 10 batches), trains on at most B groups, and records its cost."""
+    rec, result = run(hf_config(tiny_model_dir, algorithm="dapo", total_steps=2, save_every=0),
+                      tmp_path)
+    assert result.status == "completed"
+    for s in rec.steps:
+        m = s.metrics
+        assert set(STEP_METRICS) <= set(m) and all(math.isfinite(v) for v in m.values())
+        assert 1 <= m["gen_batches"] <= 10 and m["samples"] == 16 * m["gen_batches"]
+        assert m["prompts_drawn"] == len(s.prompts) == 4 * m["gen_batches"]
+        assert m["kept_samples"] == 4 * min(4, m["signal_groups"])
+        assert (m["gen_batches"] == 10) or (m["signal_groups"] >= 4)
+        assert len({p.prompt_id for p in s.prompts}) == len(s.prompts)
+        if m["kept_samples"]:
+            assert m["grad_norm"] > 0

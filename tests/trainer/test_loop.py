@@ -299,3 +299,90 @@ def test_drop_unresolved_is_separate_from_passive_filtering(tmp_path, drop: bool
     assert step.metrics["dropped_groups"] == (1 if passive else 0)
     assert step.metrics["kept_samples"] == sum(kept.values())
     assert step.metrics["unresolved"] == 2  # the sampling itself is the same
+
+
+def _dapo_run(tmp_path, outcomes: list[list[list[int]]], num_prompts: int, **kw):
+    """A one-step DAPO run (B = 2, n = 4) whose batch k's i-th prompt answers outcomes[k][i]
+    (the prompts of each batch come from the loop's own seeded draws)."""
+    from tests.trainer.scripted import ScriptedBackend, scripted_prompts
+    from trainer.loop import dapo_batch_indices
+
+    ids = [f"q{i}" for i in range(num_prompts)]
+    config = sim_config(algorithm="dapo", batch_size=2, group_size=4, total_steps=1, **kw)
+    batches = [batch_indices(num_prompts, 2, config.seed, 1)] + [
+        dapo_batch_indices(num_prompts, 2, config.seed, 1, k) for k in range(1, 10)]
+    script = {pid: [0] * 4 for pid in ids}
+    for k, batch in enumerate(outcomes):
+        for i, o in zip(batches[k], batch, strict=True):
+            script[ids[i]] = o
+    backend = ScriptedBackend(script)
+    rec = ListRecorder()
+    train(config, scripted_prompts(ids), backend, rec, out_dir=tmp_path)
+    order = [[ids[i] for i in b] for b in batches]
+    return rec, backend, order
+
+
+MIXED4, ALL1, ALL0 = [1, 0, 0, 0], [1, 1, 1, 1], [0, 0, 0, 0]
+
+
+def test_dapo_one_batch_with_signal_is_grpo(tmp_path) -> None:
+    rec, backend, order = _dapo_run(tmp_path, [[MIXED4, [1, 1, 0, 0]]], 6)
+    step = rec.steps[0]
+    assert len(backend.calls) == 1 and step.metrics["gen_batches"] == 1
+    assert step.metrics["samples"] == 8 and step.metrics["kept_samples"] == 8
+    assert step.metrics["signal_groups"] == 2 and step.metrics["dropped_groups"] == 0
+    # GRPO's advantage: (r - mean) / (unbiased std + 1e-6); [1, 0, 0, 0]: mean 1/4, std 1/2.
+    adv = [s.advantage for s in step.samples if s.prompt_id == order[0][0]]
+    assert adv == pytest.approx([1.5, -0.5, -0.5, -0.5], abs=1e-5)
+
+
+def test_dapo_draws_a_further_batch_and_keeps_the_first_b_groups_with_signal(tmp_path) -> None:
+    # Batch 0: one group all right (dropped), one with signal. Batch 1: two with signal, of
+    # which only the first is needed for B = 2; the other is drawn but not kept.
+    rec, backend, order = _dapo_run(tmp_path, [[ALL1, MIXED4], [[0, 1, 1, 1], MIXED4]], 6)
+    step = rec.steps[0]
+    assert backend.calls == order[:2]
+    assert step.metrics["gen_batches"] == 2 and step.metrics["prompts_drawn"] == 4
+    assert step.metrics["samples"] == 16 and step.metrics["signal_groups"] == 3
+    assert step.metrics["dropped_groups"] == 1 and step.metrics["kept_samples"] == 8
+    kept = {p: sum(s.kept for s in step.samples if s.prompt_id == p) for p in sum(order[:2], [])}
+    assert kept == {order[0][0]: 0, order[0][1]: 4, order[1][0]: 4, order[1][1]: 0}
+    adv = [s.advantage for s in step.samples if s.prompt_id == order[1][0]]
+    assert adv == pytest.approx([-1.5, 0.5, 0.5, 0.5], abs=1e-5)
+    # Each batch is a round of the step: the records say which batch a prompt came in.
+    assert [r.round for r in step.rounds] == [1, 2]
+    assert [r.samples for r in step.rounds] == [8, 8]
+    assert {p.prompt_id: p.exit_round for p in step.prompts} == {
+        order[0][0]: 1, order[0][1]: 1, order[1][0]: 2, order[1][1]: 2}
+    assert step.metrics["zero_adv_frac"] == 0.0
+
+
+def test_dapo_stops_at_max_num_gen_batches_with_fewer_groups(tmp_path) -> None:
+    rec, backend, _ = _dapo_run(tmp_path, [[ALL0, ALL1], [ALL1, MIXED4], [MIXED4, MIXED4]], 8,
+                                max_num_gen_batches=2)
+    step = rec.steps[0]
+    assert len(backend.calls) == 2 and step.metrics["gen_batches"] == 2
+    assert step.metrics["signal_groups"] == 1 and step.metrics["kept_samples"] == 4
+    assert step.metrics["samples"] == 16
+
+
+def test_dapo_stops_when_the_prompt_set_runs_out(tmp_path) -> None:
+    # 4 prompts, B = 2: two batches, then nothing left to draw; no group has signal, so the
+    # update is empty (the step still completes and records its cost).
+    rec, backend, _ = _dapo_run(tmp_path, [[ALL0, ALL0], [ALL1, ALL1]], 4)
+    step = rec.steps[0]
+    assert len(backend.calls) == 2 and step.metrics["gen_batches"] == 2
+    assert step.metrics["kept_samples"] == 0 and step.metrics["signal_groups"] == 0
+    assert step.metrics["dropped_groups"] == 4 and step.metrics["samples"] == 16
+
+
+def test_dapo_further_batches_are_seeded_and_never_repeat_a_prompt() -> None:
+    from trainer.loop import dapo_batch_indices
+
+    first = batch_indices(10, 3, 0, 5)
+    further = [dapo_batch_indices(10, 3, 0, 5, k) for k in (1, 2, 3, 4)]
+    assert [len(b) for b in further] == [3, 3, 1, 0]
+    drawn = first + sum(further, [])
+    assert sorted(drawn) == list(range(10))
+    assert further[0] == dapo_batch_indices(10, 3, 0, 5, 1)
+    assert further[0] != dapo_batch_indices(10, 3, 0, 6, 1) or first != batch_indices(10, 3, 0, 6)
