@@ -65,7 +65,7 @@ def test_paper_presets_are_the_authors_settings(tmp_path: Path) -> None:
 
 def test_study_configs_differ_only_in_algorithm() -> None:
     configs = {a: TrainConfig.from_toml(CONFIGS / f"tiny-{a}.toml")
-               for a in ("grpo", "ada-pos", "ada-balance", "ada-est")}
+               for a in ("grpo", "dapo", "ada-pos", "ada-balance", "ada-est")}
     for a, c in configs.items():
         assert c.algorithm == a
         assert set(configs["grpo"].diff(c)) <= {"algorithm"}
