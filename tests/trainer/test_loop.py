@@ -84,11 +84,14 @@ def test_cancel_between_rounds_checkpoints_last_completed_step(tmp_path) -> None
     assert latest_checkpoint(tmp_path) == latest_checkpoint(tmp_path / "checkpoints")
 
 
-def test_resume_replays_the_same_next_step(tmp_path) -> None:
+@pytest.mark.parametrize("algorithm", ["ada-balance", "dapo"])
+def test_resume_replays_the_same_next_step(tmp_path, algorithm: str) -> None:
+    # DAPO's further batches too are a function of (seed, step): resume draws the same ones.
+    config = sim_config(total_steps=4, algorithm=algorithm)
     full = ListRecorder()
-    train(sim_config(total_steps=4), prompts(), SimulatedBackend(), full, out_dir=tmp_path / "a")
+    train(config, prompts(), SimulatedBackend(), full, out_dir=tmp_path / "a")
     part = ListRecorder()
-    train(sim_config(total_steps=4), prompts(), SimulatedBackend(), part, out_dir=tmp_path / "b",
+    train(config, prompts(), SimulatedBackend(), part, out_dir=tmp_path / "b",
           resume_from=tmp_path / "a" / "checkpoints" / "step-000002")
     assert [s.step for s in part.steps] == [3, 4]
     for a, b in zip(full.steps[2:], part.steps, strict=True):
