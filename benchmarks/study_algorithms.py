@@ -214,7 +214,7 @@ def plan(args: argparse.Namespace, runs_dir: Path, seed: int | None
         run_dir = runs_dir / a
         overrides = variant | parse_overrides(args.set) | {key: val for key, val in (
             ("total_steps", args.steps), ("seed", seed), ("model", model)) if val is not None}
-        effective = run_config(cfg_path, run_dir, overrides) if not args.no_run else cfg_path
+        effective = run_config(cfg_path, run_dir, overrides)
         config = TrainConfig.from_toml(effective)
         eval_k = config.eval_k
         run = read_run(run_dir)
@@ -338,6 +338,44 @@ def render_ci(per_seed: dict[int, dict[str, dict[str, Any]]], window: int, k: in
     return "\n".join(out)
 
 
+def _reward_at(curve: list[list[float]], cum: float, window: int) -> float:
+    """Mean real reward over the ``window`` steps ending at the first step whose cumulative
+    samples reach ``cum`` (nan when the run never spends that many)."""
+    idx = next((i for i, (_, _, c) in enumerate(curve) if c >= cum), None)
+    if idx is None:
+        return float("nan")
+    return _mean([r for _, r, _ in curve[max(0, idx - window + 1):idx + 1]])
+
+
+def render_curves(per_seed: dict[int, dict[str, dict[str, Any]]], window: int) -> str:
+    """Real reward against step (means over seeds of ``window``-step windows) and against
+    cumulative samples (at the budgets the GRPO arms spend in their whole runs), ± 95% CI."""
+    algos = [a for a in ALGORITHMS if all(a in s for s in per_seed.values())]
+    if not algos:
+        return ""
+    steps = max(len(s[a]["curve"]) for s in per_seed.values() for a in algos)
+    marks = list(range(window, steps + 1, window))
+    out = ["Real reward against step (mean of the steps in the window ending there):", "",
+           "| arm | " + " | ".join(f"steps {m - window + 1}-{m}" for m in marks) + " |",
+           "| --- |" + " ---: |" * len(marks)]
+    for a in algos:
+        cells = [_pm([_mean([r for st, r, _ in s[a]["curve"] if m - window < st <= m])
+                      for s in per_seed.values()]) for m in marks]
+        out.append(f"| {a} | " + " | ".join(cells) + " |")
+    budgets = sorted({round(_mean([s[g]["samples_total"] for s in per_seed.values()]))
+                      for g in ("grpo", "grpo-n8", "grpo-n16") if g in algos})
+    if budgets:
+        out += ["", f"Real reward against cumulative samples (mean of the {window} steps ending "
+                "where a run reaches the budget; – where it never does):", "",
+                "| arm | " + " | ".join(f"{b} samples" for b in budgets) + " |",
+                "| --- |" + " ---: |" * len(budgets)]
+        for a in algos:
+            cells = [_pm([_reward_at(s[a]["curve"], b, window) for s in per_seed.values()])
+                     for b in budgets]
+            out.append(f"| {a} | " + " | ".join(cells) + " |")
+    return "\n".join(out)
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--runs-dir", default="var/study")
@@ -388,7 +426,7 @@ def main() -> None:
         Path(args.json).write_text(json.dumps(per_seed, indent=2))
     print(f"### mean over seeds {args.seeds}\n\n{render_mean(per_seed, args.window, k)}\n")
     print(f"### means ± 95% CI over seeds {args.seeds}\n\n"
-          f"{render_ci(per_seed, args.window, k)}")
+          f"{render_ci(per_seed, args.window, k)}\n\n{render_curves(per_seed, args.window)}")
 
 
 if __name__ == "__main__":
