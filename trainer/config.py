@@ -23,8 +23,6 @@ from typing import Any
 # (v3 "Est": one round, samples allocated per prompt from a persistent pass-rate estimate).
 # DAPO's dynamic sampling (``dapo``) is the baseline that also spends extra samples to keep only
 # groups with signal (Yu et al., 2025; verl's ``filter_groups``).
-# DAPO's dynamic sampling (``dapo``) is the baseline that also spends extra samples to keep only
-# groups with signal (Yu et al., 2025; verl's ``filter_groups``).
 ALGORITHMS = ("grpo", "dapo", "ada-pos", "ada-balance", "ada-est")
 SEQ_ALGORITHMS = ("ada-pos", "ada-balance")
 EST_WEIGHTS = ("inv-sqrt", "inv")
