@@ -146,6 +146,10 @@ def summarise(run: dict[str, Any], window: int) -> dict[str, Any]:
             run["steps"], steps, _cumsum([m["samples"] for m in steps]), strict=True)],
         "first_all_wrong": _mean([m["first_round_all_wrong"] for m in steps]),
         "gen_batches": _mean([m.get("gen_batches", 1.0) for m in steps]),
+        # Of the groups drawn, those without signal: DAPO drops them before the update (its
+        # zero-adv frac over kept groups is 0 by construction); the others keep them.
+        "drawn_zero": _mean([m["dropped_groups"] / m["prompts_drawn"] if "prompts_drawn" in m
+                             else m["zero_adv_frac"] for m in steps]),
     }
 
 
@@ -317,16 +321,18 @@ def render_ci(per_seed: dict[int, dict[str, dict[str, Any]]], window: int, k: in
     greedy accuracy, avg@k and pass@j for j in PASS_KS (j <= k)."""
     algos = [a for a in ALGORITHMS if all(a in s for s in per_seed.values())]
     ks = [j for j in PASS_KS if j <= k]
-    head = (f"| arm | zero-adv frac | first-n all wrong | samples total | batches/step | wall s "
+    head = (f"| arm | zero-adv frac (kept) | drawn w/o signal | first-n all wrong | samples total "
+            f"| batches/step | wall s "
             f"| real reward, last {window} | greedy | avg@{k} | "
             + " | ".join(f"pass@{j}" for j in ks) + " |")
-    out = [head, "| --- |" + " ---: |" * (9 + len(ks) - 1)]
+    out = [head, "| --- |" + " ---: |" * (10 + len(ks) - 1)]
     for a in algos:
         rows = [s[a] for s in per_seed.values()]
         last = [r["eval_last"] or {} for r in rows]
         nan = float("nan")
         out.append(
             f"| {a} | {_pm([r['zero_adv'] for r in rows])} | "
+            f"{_pm([r['drawn_zero'] for r in rows])} | "
             f"{_pm([r['first_all_wrong'] for r in rows])} | "
             f"{_pm([r['samples_total'] for r in rows], 0)} | "
             f"{_pm([r['gen_batches'] for r in rows], 2)} | "
