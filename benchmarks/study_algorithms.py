@@ -3,11 +3,14 @@ the runs and summarise them as markdown tables.
 
     python benchmarks/study_algorithms.py [--runs-dir var/study] [--configs configs]
         [--steps K] [--seed S | --seeds 0,1,2] [--rerun] [--no-run] [--only grpo,ada-pos]
-        [--target P]
+        [--target P] [--jobs J] [--set FIELD=VALUE ...] [--json FILE]
 
 For each algorithm it uses ``<configs>/tiny-<algorithm>.toml`` (identical but for ``algorithm``)
-and the run directory ``<runs-dir>/<algorithm>``; ``grpo-n8`` is ``tiny-grpo.toml`` with
-``group_size = 8``, GRPO at Est's default budget of 8 samples per prompt. ``--target P`` trains on
+and the run directory ``<runs-dir>/<algorithm>``; ``grpo-n8`` and ``grpo-n16`` are
+``tiny-grpo.toml`` with ``group_size = 8`` / ``16`` (GRPO at Est's default budget of 8 samples per
+prompt, and at about Seq-balance's). ``--jobs J`` runs up to J runs at once (each with one torch
+thread, ``TRAINER_NUM_THREADS=1``; for a machine with J free cores), over every seed; with
+``--seeds`` the last table gives means with 95% t-intervals over seeds. ``--target P`` trains on
 a model warm-started to a 2-digit pass rate of P instead of the default 0.6 (a lower target is a
 harder regime; the model is built once under ``var/models/tiny-target-P``).
 
@@ -37,9 +40,12 @@ from typing import Any
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-ALGORITHMS = ("grpo", "ada-pos", "ada-balance", "grpo-n8", "ada-est")
+ALGORITHMS = ("grpo", "ada-pos", "ada-balance", "grpo-n8", "ada-est", "grpo-n16", "dapo")
 # Study rows that are another config with overrides: name -> (config name, overrides).
-VARIANTS: dict[str, tuple[str, dict[str, Any]]] = {"grpo-n8": ("grpo", {"group_size": 8})}
+VARIANTS: dict[str, tuple[str, dict[str, Any]]] = {"grpo-n8": ("grpo", {"group_size": 8}),
+                                                   "grpo-n16": ("grpo", {"group_size": 16})}
+# pass@k columns of the confidence-interval table (every k <= eval_k that is here).
+PASS_KS = (1, 2, 4, 8, 16, 32)
 
 
 def read_run(run_dir: Path) -> dict[str, Any]:
@@ -96,14 +102,14 @@ def target_model(target: float) -> Path:
     return out
 
 
-def run_one(config_path: Path, run_dir: Path) -> float:
+def run_one(config_path: Path, run_dir: Path, env: dict[str, str] | None = None) -> float:
     import shutil
 
     if run_dir.exists():
         shutil.rmtree(run_dir)
     t0 = time.perf_counter()
     subprocess.run([sys.executable, "-m", "trainer", "run", "--config", str(config_path),
-                    "--out", str(run_dir), "--no-progress"], cwd=REPO, check=True)
+                    "--out", str(run_dir), "--no-progress"], cwd=REPO, check=True, env=env)
     wall = time.perf_counter() - t0
     (run_dir / "study_wall.json").write_text(json.dumps({"wall_s": wall}))
     return wall
@@ -135,7 +141,24 @@ def summarise(run: dict[str, Any], window: int) -> dict[str, Any]:
         "step_s": _mean([m["time_step"] for m in steps]),
         "train_s": sum(m["time_step"] for m in steps),
         "evals": evals,
+        # Reward against step and against cumulative samples (the curves of the study).
+        "curve": [[st, m["real_reward"], cum] for st, m, cum in zip(
+            run["steps"], steps, _cumsum([m["samples"] for m in steps]), strict=True)],
+        "first_all_wrong": _mean([m["first_round_all_wrong"] for m in steps]),
+        "gen_batches": _mean([m.get("gen_batches", 1.0) for m in steps]),
+        # Of the groups drawn, those without signal: DAPO drops them before the update (its
+        # zero-adv frac over kept groups is 0 by construction); the others keep them.
+        "drawn_zero": _mean([m["dropped_groups"] / m["prompts_drawn"] if "prompts_drawn" in m
+                             else m["zero_adv_frac"] for m in steps]),
     }
+
+
+def _cumsum(xs: list[float]) -> list[float]:
+    out, total = [], 0.0
+    for x in xs:
+        total += x
+        out.append(total)
+    return out
 
 
 def _fmt_eval(e: dict[str, float] | None, k: int) -> str:
@@ -180,36 +203,68 @@ def render(summaries: dict[str, dict[str, Any]], window: int, k: int) -> str:
     return "\n".join(out)
 
 
-def study(args: argparse.Namespace, runs_dir: Path, seed: int | None
-          ) -> tuple[dict[str, dict[str, Any]], int]:
-    """Run (when needed) and summarise each algorithm under ``runs_dir``; also return eval_k."""
+def plan(args: argparse.Namespace, runs_dir: Path, seed: int | None
+         ) -> tuple[list[tuple[str, Path, Path, bool]], int]:
+    """The runs of one seed: (arm, effective config, run dir, needs a run), and eval_k."""
     from trainer.cli import parse_overrides
     from trainer.config import TrainConfig
 
-    summaries: dict[str, dict[str, Any]] = {}
+    out = []
     eval_k = 8
     model = None if args.target is None else str(target_model(args.target))
     for a in [x.strip() for x in args.only.split(",") if x.strip()]:
         base, variant = VARIANTS.get(a, (a, {}))
         cfg_path = Path(args.configs) / f"tiny-{base}.toml"
         run_dir = runs_dir / a
-        config = TrainConfig.from_toml(cfg_path)
         overrides = variant | parse_overrides(args.set) | {key: val for key, val in (
             ("total_steps", args.steps), ("seed", seed), ("model", model)) if val is not None}
-        effective = run_config(cfg_path, run_dir, overrides) if not args.no_run else cfg_path
-        total = args.steps or config.total_steps
+        effective = run_config(cfg_path, run_dir, overrides)
+        config = TrainConfig.from_toml(effective)
         eval_k = config.eval_k
         run = read_run(run_dir)
-        complete = len(run["steps"]) >= total and run["wall_s"] is not None
-        if not args.no_run and (args.rerun or not complete):
-            print(f"running {a}: {effective} -> {run_dir}", file=sys.stderr)
-            run_one(effective, run_dir)
-            run = read_run(run_dir)
+        complete = len(run["steps"]) >= config.total_steps and run["wall_s"] is not None
+        out.append((a, effective, run_dir, not args.no_run and (args.rerun or not complete)))
+    return out, eval_k
+
+
+def execute(runs: list[tuple[str, Path, Path, bool]], jobs: int) -> None:
+    """Run what needs running, ``jobs`` at a time (one torch thread each when jobs > 1)."""
+    import os
+    from concurrent.futures import ThreadPoolExecutor
+
+    # The arms in --only order across seeds (put the longest first: the pool then ends on
+    # short runs instead of waiting on one long one).
+    arms = list(dict.fromkeys(a for a, *_ in runs))
+    todo = sorted(((a, cfg, d) for a, cfg, d, needed in runs if needed),
+                  key=lambda t: arms.index(t[0]))
+    env = dict(os.environ, TRAINER_NUM_THREADS="1") if jobs > 1 else None
+
+    def one(item: tuple[str, Path, Path]) -> None:
+        a, cfg, d = item
+        print(f"running {a}: {cfg} -> {d}", file=sys.stderr, flush=True)
+        run_one(cfg, d, env=env)
+
+    with ThreadPoolExecutor(max_workers=max(jobs, 1)) as pool:
+        list(pool.map(one, todo))
+
+
+def collect(runs: list[tuple[str, Path, Path, bool]], window: int) -> dict[str, dict[str, Any]]:
+    summaries: dict[str, dict[str, Any]] = {}
+    for a, _, run_dir, _ in runs:
+        run = read_run(run_dir)
         if not run["steps"]:
             print(f"{a}: no steps under {run_dir}", file=sys.stderr)
             continue
-        summaries[a] = summarise(run, args.window)
-    return summaries, eval_k
+        summaries[a] = summarise(run, window)
+    return summaries
+
+
+def study(args: argparse.Namespace, runs_dir: Path, seed: int | None
+          ) -> tuple[dict[str, dict[str, Any]], int]:
+    """Run (when needed) and summarise each algorithm under ``runs_dir``; also return eval_k."""
+    runs, eval_k = plan(args, runs_dir, seed)
+    execute(runs, args.jobs)
+    return collect(runs, args.window), eval_k
 
 
 def render_mean(per_seed: dict[int, dict[str, dict[str, Any]]], window: int, k: int) -> str:
@@ -240,6 +295,93 @@ def render_mean(per_seed: dict[int, dict[str, dict[str, Any]]], window: int, k: 
     return "\n".join(out)
 
 
+def ci95(xs: list[float]) -> tuple[float, float]:
+    """Mean and the half-width of the 95% Student-t interval (0 for one value)."""
+    import math
+
+    from scipy import stats
+
+    xs = [x for x in xs if x is not None and not math.isnan(x)]
+    if not xs:
+        return float("nan"), float("nan")
+    m = sum(xs) / len(xs)
+    if len(xs) < 2:
+        return m, 0.0
+    sd = math.sqrt(sum((x - m) ** 2 for x in xs) / (len(xs) - 1))
+    return m, float(stats.t.ppf(0.975, len(xs) - 1)) * sd / math.sqrt(len(xs))
+
+
+def _pm(xs: list[float], digits: int = 3) -> str:
+    m, h = ci95(xs)
+    return "–" if m != m else f"{m:.{digits}f} ± {h:.{digits}f}"
+
+
+def render_ci(per_seed: dict[int, dict[str, dict[str, Any]]], window: int, k: int) -> str:
+    """Means ± 95% t-intervals over seeds: cost, signal, reward and the last evaluation's
+    greedy accuracy, avg@k and pass@j for j in PASS_KS (j <= k)."""
+    algos = [a for a in ALGORITHMS if all(a in s for s in per_seed.values())]
+    ks = [j for j in PASS_KS if j <= k]
+    head = (f"| arm | zero-adv frac (kept) | drawn w/o signal | first-n all wrong | samples total "
+            f"| batches/step | wall s "
+            f"| real reward, last {window} | greedy | avg@{k} | "
+            + " | ".join(f"pass@{j}" for j in ks) + " |")
+    out = [head, "| --- |" + " ---: |" * (10 + len(ks) - 1)]
+    for a in algos:
+        rows = [s[a] for s in per_seed.values()]
+        last = [r["eval_last"] or {} for r in rows]
+        nan = float("nan")
+        out.append(
+            f"| {a} | {_pm([r['zero_adv'] for r in rows])} | "
+            f"{_pm([r['drawn_zero'] for r in rows])} | "
+            f"{_pm([r['first_all_wrong'] for r in rows])} | "
+            f"{_pm([r['samples_total'] for r in rows], 0)} | "
+            f"{_pm([r['gen_batches'] for r in rows], 2)} | "
+            f"{_pm([r['wall_s'] for r in rows], 0)} | "
+            f"{_pm([r['reward_end'] for r in rows])} | "
+            f"{_pm([e.get('greedy_accuracy', nan) for e in last])} | "
+            f"{_pm([e.get(f'avg@{k}', nan) for e in last])} | "
+            + " | ".join(_pm([e.get(f"pass@{j}", nan) for e in last]) for j in ks) + " |")
+    return "\n".join(out)
+
+
+def _reward_at(curve: list[list[float]], cum: float, window: int) -> float:
+    """Mean real reward over the ``window`` steps ending at the first step whose cumulative
+    samples reach ``cum`` (nan when the run never spends that many)."""
+    idx = next((i for i, (_, _, c) in enumerate(curve) if c >= cum), None)
+    if idx is None:
+        return float("nan")
+    return _mean([r for _, r, _ in curve[max(0, idx - window + 1):idx + 1]])
+
+
+def render_curves(per_seed: dict[int, dict[str, dict[str, Any]]], window: int) -> str:
+    """Real reward against step (means over seeds of ``window``-step windows) and against
+    cumulative samples (at the budgets the GRPO arms spend in their whole runs), ± 95% CI."""
+    algos = [a for a in ALGORITHMS if all(a in s for s in per_seed.values())]
+    if not algos:
+        return ""
+    steps = max(len(s[a]["curve"]) for s in per_seed.values() for a in algos)
+    marks = list(range(window, steps + 1, window))
+    out = ["Real reward against step (mean of the steps in the window ending there):", "",
+           "| arm | " + " | ".join(f"steps {m - window + 1}-{m}" for m in marks) + " |",
+           "| --- |" + " ---: |" * len(marks)]
+    for a in algos:
+        cells = [_pm([_mean([r for st, r, _ in s[a]["curve"] if m - window < st <= m])
+                      for s in per_seed.values()]) for m in marks]
+        out.append(f"| {a} | " + " | ".join(cells) + " |")
+    budgets = sorted({round(_mean([s[g]["samples_total"] for s in per_seed.values()]))
+                      for g in ("grpo", "grpo-n8", "grpo-n16") if g in algos})
+    if budgets:
+        out += ["", f"Real reward against cumulative samples (mean of the {window} steps ending "
+                "where a run reaches the budget; – where it never does):", "",
+                "| arm | " + " | ".join(f"{b} samples" for b in budgets) + " |",
+                "| --- |" + " ---: |" * len(budgets)]
+        for a in algos:
+            cells = [_pm([_reward_at(s[a]["curve"], b, window) for s in per_seed.values()])
+                     for b in budgets]
+            out.append(f"| {a} | " + " | ".join(cells) + " |")
+    return "\n".join(out)
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--runs-dir", default="var/study")
@@ -262,6 +404,8 @@ def main() -> None:
     ap.add_argument("--rerun", action="store_true", help="rerun even when a run is complete")
     ap.add_argument("--no-run", action="store_true", help="only read existing runs")
     ap.add_argument("--json", default=None, help="also write the summaries to this JSON file")
+    ap.add_argument("--jobs", type=int, default=1,
+                    help="runs at once (default 1); >1 gives each run one torch thread")
     args = ap.parse_args()
     for a in args.only.split(","):
         if a.strip() and a.strip() not in ALGORITHMS:
@@ -275,12 +419,20 @@ def main() -> None:
         return
     per_seed: dict[int, dict[str, dict[str, Any]]] = {}
     k = 8
-    for seed in [int(x) for x in args.seeds.split(",") if x.strip()]:
-        per_seed[seed], k = study(args, runs_dir / f"seed{seed}", seed)
+    seeds = [int(x) for x in args.seeds.split(",") if x.strip()]
+    plans = {}
+    for seed in seeds:
+        plans[seed], k = plan(args, runs_dir / f"seed{seed}", seed)
+    # Every seed's runs in one pool: with --jobs the seeds run side by side.
+    execute([r for seed in seeds for r in plans[seed]], args.jobs)
+    for seed in seeds:
+        per_seed[seed] = collect(plans[seed], args.window)
         print(f"### seed {seed}\n\n{render(per_seed[seed], args.window, k)}\n")
     if args.json:
         Path(args.json).write_text(json.dumps(per_seed, indent=2))
-    print(f"### mean over seeds {args.seeds}\n\n{render_mean(per_seed, args.window, k)}")
+    print(f"### mean over seeds {args.seeds}\n\n{render_mean(per_seed, args.window, k)}\n")
+    print(f"### means ± 95% CI over seeds {args.seeds}\n\n"
+          f"{render_ci(per_seed, args.window, k)}\n\n{render_curves(per_seed, args.window)}")
 
 
 if __name__ == "__main__":

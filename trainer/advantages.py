@@ -99,7 +99,7 @@ ADVANTAGE_ESTIMATORS: dict[str, AdvantageEstimator] = {
 }
 
 # Which estimator each algorithm uses (DESIGN.md section 3).
-ALGORITHM_ESTIMATOR: dict[str, str] = {"grpo": "group", "ada-pos": "global",
+ALGORITHM_ESTIMATOR: dict[str, str] = {"grpo": "group", "dapo": "group", "ada-pos": "global",
                                        "ada-balance": "global", "ada-est": "hybrid"}
 
 
@@ -121,3 +121,12 @@ def passive_filter(advantages: np.ndarray, groups: np.ndarray, kept: np.ndarray,
     applied after the fact."""
     zero = zero_advantage_groups(advantages, groups, kept, num_groups)
     return kept & ~zero[groups]
+
+
+def drop_unresolved(kept: np.ndarray, groups: np.ndarray, resolved: np.ndarray) -> np.ndarray:
+    """The kept mask without the prompts still unresolved after the last round (the paper's
+    text: such prompts "revert to passive filtering", i.e. leave the update). Unlike
+    ``passive_filter`` this also drops unresolved groups whose advantages are not zero: with
+    the global baseline an unresolved ada-balance prompt with 1 negative among 32 still gives
+    its kept group non-zero advantages. The authors' code keeps them (down-sampled)."""
+    return kept & np.asarray(resolved, dtype=bool)[groups]

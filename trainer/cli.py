@@ -248,7 +248,10 @@ def simulate(algorithm: str, pass_rates: Sequence[float], *, group_size: int = 4
     so Est's estimator converges towards them over the steps. One step gives
     ``{"total_samples", "prompts": [...]}``; several give ``{"total_samples": over all steps,
     "steps": [{"step", "total_samples", "prompts"}, ...]}``. An Est prompt also carries
-    ``p_hat`` (the estimate before the step's sampling) and ``allocated``.
+    ``p_hat`` (the estimate before the step's sampling) and ``allocated``. DAPO's further
+    batches are fresh draws of the same pass rates (new prompt ids), listed after the first
+    batch with ``batch`` (1-based) and ``index`` into ``pass_rates``; its steps carry
+    ``gen_batches``.
     """
     from trainer.backends.simulated import SimulatedBackend
     from trainer.loop import make_estimator, make_scorer, sample_step
@@ -266,7 +269,12 @@ def simulate(algorithm: str, pass_rates: Sequence[float], *, group_size: int = 4
         make_estimator(config)
     out = []
     for step in range(1, steps + 1):
-        sampled = sample_step(config, prompts, backend, scorer, step, estimator)
+        def more_prompts(k: int, step: int = step) -> list[Prompt]:
+            return [Prompt(id=f"{p.id}/{step}/{k}", text=p.text, answer=p.answer,
+                           metadata=p.metadata) for p in prompts]
+
+        sampled = sample_step(config, prompts, backend, scorer, step, estimator,
+                              more_prompts=more_prompts)
         out.append({"step": step, **_simulated_step(config, pass_rates, sampled)})
     if steps == 1:
         return {k: v for k, v in out[0].items() if k != "step"}
@@ -277,20 +285,24 @@ def _simulated_step(config: TrainConfig, pass_rates: Sequence[float],
                     sampled: Any) -> dict[str, Any]:
     res, allocation = sampled.result, sampled.allocation
     out = []
-    for i, rate in enumerate(pass_rates):
+    for i in range(res.num_prompts):
+        rate = pass_rates[i % len(pass_rates)]
         p = res.prompt(i)
         kept = [(r > config.positive_threshold, a)
                 for r, k, a in zip(p.rewards, p.kept, p.advantages, strict=True) if k]
         advantages = [a for pos, a in kept if pos] + [a for pos, a in kept if not pos]
-        row = {"index": i, "pass_rate": rate, "samples": len(p.rewards),
+        row = {"index": i % len(pass_rates), "pass_rate": rate, "samples": len(p.rewards),
                "positives": p.positives, "negatives": p.negatives,
                "rounds": p.rounds_used, "resolved": p.resolved, "missing": p.missing,
                "kept_positives": p.kept_positives, "kept_negatives": p.kept_negatives,
                "advantages": advantages}
         if allocation is not None:
             row |= {"p_hat": float(allocation.p_hat[i]), "allocated": int(allocation.counts[i])}
+        if config.algorithm == "dapo":
+            row |= {"batch": int(res.exit_round[i])}
         out.append(row)
-    return {"total_samples": int(res.samples.sum()), "prompts": out}
+    extra = {"gen_batches": int(res.exit_round.max())} if config.algorithm == "dapo" else {}
+    return {"total_samples": int(res.samples.sum()), "prompts": out, **extra}
 
 
 SIMULATE_FLAGS = ("--group-size", "--samples-per-round", "--max-rounds", "--seed", "--steps")

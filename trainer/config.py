@@ -21,7 +21,9 @@ from typing import Any
 # GRPO; Reinforce-Ada's sequential variants (v3 "Seq": sample in rounds until K_pos positives and
 # K_neg negatives; v1/v2 called them ada-pos and ada-balance) and its estimation-based one
 # (v3 "Est": one round, samples allocated per prompt from a persistent pass-rate estimate).
-ALGORITHMS = ("grpo", "ada-pos", "ada-balance", "ada-est")
+# DAPO's dynamic sampling (``dapo``) is the baseline that also spends extra samples to keep only
+# groups with signal (Yu et al., 2025; verl's ``filter_groups``).
+ALGORITHMS = ("grpo", "dapo", "ada-pos", "ada-balance", "ada-est")
 SEQ_ALGORITHMS = ("ada-pos", "ada-balance")
 EST_WEIGHTS = ("inv-sqrt", "inv")
 BACKENDS = ("hf", "vllm", "simulated")
@@ -66,7 +68,9 @@ class TrainConfig:
     algorithm: str = _f("ada-balance", "grpo; ada-pos (Seq-pos: sample in rounds until K_pos "
                         "positives); ada-balance (Seq-balance: until K_pos positives and K_neg "
                         "negatives); ada-est (Est: one round, samples allocated per prompt from a "
-                        "persistent pass-rate estimate).", "algorithm")
+                        "persistent pass-rate estimate); dapo (DAPO dynamic sampling: GRPO groups "
+                        "of n, groups with all-equal rewards dropped, further batches of prompts "
+                        "drawn until B groups carry signal).", "algorithm")
     group_size: int = _f(4, "n: responses per prompt kept for the update.", "algorithm",
                          "responses")
     samples_per_round: int = _f(8, "M: new responses drawn per active prompt and round (M >= n); "
@@ -106,6 +110,14 @@ class TrainConfig:
                                     "for Reinforce-Ada; off for GRPO is Dr.GRPO).", "algorithm")
     passive_filtering: bool = _f(False, "Drop groups whose advantages are all zero from the "
                                  "update.", "algorithm")
+    drop_unresolved: bool = _f(False, "Seq: drop prompts still unresolved after the last round "
+                               "from the update (the paper's \"revert to passive filtering\"; "
+                               "the authors' code keeps them, down-sampled). See "
+                               "docs/paper-fidelity.md.", "algorithm")
+    max_num_gen_batches: int = _f(10, "dapo: batches of B prompts drawn at most per step while "
+                                  "fewer than B groups carry signal (verl's "
+                                  "max_num_gen_batches); the step then trains on what it has.",
+                                  "algorithm", "batches")
     # --- data ----------------------------------------------------------------------------------
     prompts: str = _f(BUILTIN_TASK, "Training prompts: builtin:arithmetic or a JSONL/Parquet file "
                       "(prompt, answer; verl layout accepted).", "data")
@@ -143,16 +155,23 @@ class TrainConfig:
     lr: float = _f(1e-6, "AdamW learning rate (paper: 1e-6 for 1.5B-7B models; the tiny model "
                    "wants about 2e-4).", "optimisation")
     weight_decay: float = _f(0.01, "AdamW weight decay.", "optimisation")
-    warmup_steps: int = _f(0, "Linear learning-rate warm-up.", "optimisation", "steps")
+    warmup_steps: int = _f(0, "W: constant-with-warm-up schedule as verl's: lr x k/W at "
+                           "training step k (k = 0 at the first, so it trains at lr 0), then lr "
+                           "(paper: 10; 0: off).", "optimisation", "steps")
     max_grad_norm: float = _f(1.0, "Gradient-norm clipping.", "optimisation")
     ppo_epochs: int = _f(1, "Passes over each step's batch.", "optimisation", "epochs")
-    ppo_mini_batch_size: int = _f(0, "Prompts per mini-batch (0: the whole batch, one update per "
-                                  "epoch).", "optimisation", "prompts")
+    ppo_mini_batch_size: int = _f(0, "Prompts per mini-batch, one optimiser step each (0: the "
+                                  "whole batch, one optimiser step per epoch: the ratio is then "
+                                  "1 and clipping never acts; paper: 128 of B=512, 4 steps).",
+                                  "optimisation", "prompts")
     ppo_micro_batch_size: int = _f(0, "Responses per forward/backward pass; gradients accumulate "
                                    "over a mini-batch (0: the whole mini-batch). Memory only: "
                                    "the update is the same.", "optimisation", "responses")
     clip_eps_low: float = _f(0.2, "PPO clip range below 1 (ratio >= 1 - eps_low).", "optimisation")
     clip_eps_high: float = _f(0.28, "PPO clip range above 1 (clip-higher).", "optimisation")
+    clip_ratio_c: float = _f(3.0, "Dual-clip c: a token with a negative advantage contributes at "
+                             "most -A x c (verl's default 3; the authors' Reinforce-Ada script "
+                             "10).", "optimisation")
     entropy_coef: float = _f(1e-4, "Entropy bonus coefficient (0: off).", "optimisation")
     kl_coef: float = _f(0.0, "KL penalty to the frozen initial policy (0: off).", "optimisation")
     tis_cap: float = _f(0.0, "Truncated importance sampling against the rollout/policy "
@@ -167,7 +186,8 @@ class TrainConfig:
     # ------------------------------------------------------------------------------------------
     @property
     def is_adaptive(self) -> bool:
-        return self.algorithm != "grpo"
+        """Reinforce-Ada (Seq or Est); GRPO and DAPO draw n per prompt."""
+        return self.algorithm not in ("grpo", "dapo")
 
     @property
     def is_seq(self) -> bool:
@@ -182,9 +202,16 @@ class TrainConfig:
                 k_neg if self.K_neg is None else self.K_neg)
 
     @property
+    def optimizer_steps(self) -> int:
+        """Optimiser steps per training step: ppo_epochs x the number of mini-batches of B
+        prompts (dapo and passive filtering may train on fewer prompts, hence fewer steps)."""
+        mini = self.ppo_mini_batch_size or self.batch_size
+        return max(self.ppo_epochs, 0) * -(-max(self.batch_size, 0) // max(mini, 1))
+
+    @property
     def use_std_normalization(self) -> bool:
         if self.std_normalize is None:
-            return self.algorithm == "grpo"
+            return self.algorithm in ("grpo", "dapo")  # DAPO keeps GRPO's advantage
         return self.std_normalize
 
     @property
@@ -218,7 +245,8 @@ class TrainConfig:
             yield from _choice(name, getattr(self, name), choices)
         for name in ("group_size", "samples_per_round", "max_rounds", "batch_size", "total_steps",
                      "max_new_tokens", "ppo_epochs", "eval_k", "task_num_prompts",
-                     "budget_per_prompt", "est_min_samples", "est_max_samples"):
+                     "budget_per_prompt", "est_min_samples", "est_max_samples",
+                     "max_num_gen_batches"):
             yield from _positive(name, getattr(self, name))
         for name in ("warmup_steps", "save_every", "eval_every", "ppo_mini_batch_size",
                      "ppo_micro_batch_size",
@@ -243,6 +271,9 @@ class TrainConfig:
         for name in ("clip_eps_low", "clip_eps_high"):
             if not 0.0 < getattr(self, name) < 1.0:
                 yield ConfigError(name, "must be within (0, 1)")
+        if not self.clip_ratio_c > 1.0:
+            # c <= 1 would cap a negative-advantage token below its unclipped value at ratio 1.
+            yield ConfigError("clip_ratio_c", f"must be > 1, got {self.clip_ratio_c}")
         for name in ("weight_decay", "entropy_coef", "kl_coef", "tis_cap", "vllm_kv_cache_gib"):
             if getattr(self, name) < 0:
                 yield ConfigError(name, "must be >= 0")

@@ -8,6 +8,7 @@ exactly as an uninterrupted run would have drawn it, given the same weights and 
 from __future__ import annotations
 
 import copy
+import dataclasses
 import math
 import random
 import time
@@ -18,10 +19,18 @@ from typing import Any
 
 import numpy as np
 
-from trainer.advantages import passive_filter, zero_advantage_groups
+from trainer.advantages import drop_unresolved, passive_filter, zero_advantage_groups
 from trainer.allocation import Allocation, PassRateEstimator, plan_allocation
 from trainer.config import TrainConfig
-from trainer.sampler import RoundsOutcome, SamplerResult, derive_seed, make_sampler, run_rounds
+from trainer.sampler import (
+    RoundsOutcome,
+    SamplerResult,
+    concat_results,
+    derive_seed,
+    make_sampler,
+    run_rounds,
+    signal_groups,
+)
 from trainer.types import (
     PASS_RATE_METRICS,
     PASS_RATE_THRESHOLDS,
@@ -38,6 +47,8 @@ from trainer.types import (
 
 # Sub-streams of derive_seed(config.seed, step, <stream>).
 _GEN, _DOWNSAMPLE, _UPDATE, _EVAL = 0, 1, 2, 3
+# Seed of the order in which DAPO draws its further batches of prompts.
+_DAPO_BATCHES = 11
 # trainer_state.json key of Reinforce-Ada-Est's estimator (run state, like the weights).
 ESTIMATOR_STATE = "pass_rate_estimator"
 
@@ -69,6 +80,22 @@ def batch_indices(num_prompts: int, batch_size: int, seed: int, step: int) -> li
     return perm[k * batch_size:(k + 1) * batch_size].tolist()
 
 
+def dapo_batch_indices(num_prompts: int, batch_size: int, seed: int, step: int, k: int
+                       ) -> list[int]:
+    """Prompt indices of DAPO's further batch ``k`` (1-based) of ``step``: a permutation seeded
+    by (seed, step) of the prompts not in the step's own batch (``batch_indices``), cut into
+    batches of ``batch_size``; shorter or empty when the prompt set runs out. A function of
+    (seed, step, k) alone, so resume is free and a step never draws a prompt twice.
+
+    verl draws its further batches from the data loader, so a DAPO step there consumes the
+    next steps' prompts; here every step keeps its own batch (the same prompts as a GRPO run of
+    the same seed) and further batches come from the rest of the set."""
+    first = set(batch_indices(num_prompts, batch_size, seed, step))
+    rest = [i for i in np.random.default_rng([seed, step, _DAPO_BATCHES]).permutation(
+        num_prompts).tolist() if i not in first]
+    return rest[(k - 1) * batch_size:k * batch_size]
+
+
 def make_scorer(config: TrainConfig) -> Callable[[Prompt, list[str]],
                                                  tuple[list[float], list[str | None]]]:
     """Rewards and per-response verifier errors for one prompt's responses."""
@@ -81,20 +108,27 @@ def make_scorer(config: TrainConfig) -> Callable[[Prompt, list[str]],
 @dataclass
 class SampledStep:
     """One step's sampling: the finalized sampler (None when cancelled), what the rounds drew,
-    and Est's allocation (None for the other algorithms)."""
+    Est's allocation (None for the other algorithms) and the prompts sampled, in the result's
+    order (DAPO: every batch it drew; the others: the step's batch)."""
 
     result: SamplerResult | None
     outcome: RoundsOutcome
     allocation: Allocation | None = None
+    prompts: list[Prompt] = field(default_factory=list)
 
 
 def sample_step(config: TrainConfig, batch: Sequence[Prompt], backend: Any, scorer: Any,
                 step: int, estimator: PassRateEstimator | None = None, *,
                 on_round: Callable[[RoundStat], None] | None = None,
-                should_stop: Callable[[], bool] | None = None) -> SampledStep:
+                should_stop: Callable[[], bool] | None = None,
+                more_prompts: Callable[[int], Sequence[Prompt]] | None = None) -> SampledStep:
     """Sample step ``step`` of ``batch``: for Est, estimate and allocate first; run the rounds;
     finalize; for Est, update the estimator with the step's counts. A cancelled step returns
-    ``result=None`` and leaves the estimator as it was."""
+    ``result=None`` and leaves the estimator as it was. DAPO draws its further batches of
+    prompts from ``more_prompts(k)`` (k = 1, 2, ...; none: ``batch`` alone)."""
+    if config.algorithm == "dapo":
+        return _sample_dapo(config, batch, backend, scorer, step, more_prompts,
+                            on_round=on_round, should_stop=should_stop)
     allocation = None
     ids = [p.id for p in batch]
     if estimator is not None:
@@ -105,11 +139,64 @@ def sample_step(config: TrainConfig, batch: Sequence[Prompt], backend: Any, scor
                          seed=derive_seed(config.seed, step, _GEN), on_round=on_round,
                          should_stop=should_stop)
     if outcome.cancelled:
-        return SampledStep(None, outcome, allocation)
+        return SampledStep(None, outcome, allocation, list(batch))
     res = sampler.finalize()
     if estimator is not None:
         estimator.update(ids, res.positives, res.samples)
-    return SampledStep(res, outcome, allocation)
+    return SampledStep(res, outcome, allocation, list(batch))
+
+
+def _sample_dapo(config: TrainConfig, batch: Sequence[Prompt], backend: Any, scorer: Any,
+                 step: int, more_prompts: Callable[[int], Sequence[Prompt]] | None, *,
+                 on_round: Callable[[RoundStat], None] | None,
+                 should_stop: Callable[[], bool] | None) -> SampledStep:
+    """DAPO's dynamic sampling (verl's ``filter_groups``): one GRPO round of n per prompt of a
+    batch; groups whose rewards are all equal are dropped; while fewer than B groups carry
+    signal and fewer than ``max_num_gen_batches`` batches were drawn, draw the next batch of
+    prompts. The step trains on the first B groups with signal. Where verl raises once the
+    batches run out, the step here trains on the groups it has (fewer than B; none at all
+    leaves the update empty) and records how many batches it drew."""
+    B = config.batch_size
+    results: list[SamplerResult] = []
+    outcomes: list[RoundsOutcome] = []
+    drawn: list[Prompt] = []
+    prompts: Sequence[Prompt] = batch
+    with_signal = 0
+    for k in range(config.max_num_gen_batches):
+        if k > 0:
+            prompts = list(more_prompts(k)) if more_prompts is not None else []
+            if not prompts:
+                break  # the prompt set ran out
+        sampler = make_sampler(config, len(prompts),
+                               derive_seed(config.seed, step, _DOWNSAMPLE, k))
+
+        def renumbered(stat: RoundStat, k: int = k) -> None:
+            if on_round is not None:
+                on_round(dataclasses.replace(stat, round=k + 1))
+
+        # Batch 0 draws with GRPO's seed, so its samples are a same-seed GRPO run's.
+        gen_seed = derive_seed(config.seed, step, _GEN) if k == 0 else \
+            derive_seed(config.seed, step, _GEN, k)
+        outcome = run_rounds(sampler, prompts, backend, scorer, seed=gen_seed,
+                             on_round=renumbered, should_stop=should_stop)
+        if outcome.cancelled:
+            return SampledStep(None, outcome, None, drawn)
+        res = sampler.finalize()
+        results.append(res)
+        outcomes.append(outcome)
+        drawn.extend(prompts)
+        with_signal += int(signal_groups(res).sum())
+        if with_signal >= B:
+            break
+    merged = RoundsOutcome(
+        generations=[g for o in outcomes for g in o.generations],
+        rewards=[r for o in outcomes for r in o.rewards],
+        errors=[e for o in outcomes for e in o.errors],
+        round_stats=[dataclasses.replace(st, round=k + 1)
+                     for k, o in enumerate(outcomes) for st in o.round_stats],
+        time_generation=sum(o.time_generation for o in outcomes),
+        time_scoring=sum(o.time_scoring for o in outcomes))
+    return SampledStep(concat_results(results, keep_groups=B), merged, None, drawn)
 
 
 def make_estimator(config: TrainConfig) -> PassRateEstimator | None:
@@ -132,9 +219,14 @@ def step_metrics(config: TrainConfig, res: SamplerResult, outcome: RoundsOutcome
     unresolved = res.exit_round == 0
     missing_pos = sum(m == "positives" for m in res.missing)
     missing_neg = sum(m == "negatives" for m in res.missing)
-    fr_n = np.maximum(res.first_round_samples, 1)
+    first_pos, first_drawn = first_n_counts(res, n)
     est = {} if allocation is None else {
         "p_hat_mean": _mean(allocation.p_hat), "alloc_scale": float(allocation.scale)}
+    if config.algorithm == "dapo":
+        signal = signal_groups(res)
+        est = {"gen_batches": float(res.exit_round.max()) if P else 0.0,
+               "signal_groups": float(signal.sum()),
+               "prompts_drawn": float(P)}
     return est | {
         "reward_all": _mean(rewards),
         "real_reward": real_reward(res, n),
@@ -142,18 +234,40 @@ def step_metrics(config: TrainConfig, res: SamplerResult, outcome: RoundsOutcome
         "samples": float(len(rewards)),
         "tokens": float(tokens.sum()),
         "zero_adv_frac": float(zero[has_kept].mean()) if has_kept.any() else 0.0,
-        "first_round_all_correct": float(np.mean((res.first_round_positives == fr_n)
-                                                 & (res.first_round_samples > 0))) if P else 0.0,
-        "first_round_all_wrong": float(np.mean(res.first_round_positives == 0)) if P else 0.0,
+        # Over each prompt's first n samples for every algorithm (GRPO's n, the first n of
+        # Seq's M in round 1), so that the figures compare: over the whole first round Seq's M=8
+        # would be all-correct / all-wrong less often than GRPO's n=4 by construction.
+        "first_round_all_correct": float(np.mean((first_pos == first_drawn)
+                                                 & (first_drawn > 0))) if P else 0.0,
+        "first_round_all_wrong": float(np.mean(first_pos == 0)) if P else 0.0,
         "unresolved": float(unresolved.sum()),
         "unresolved_missing_pos": float(missing_pos),
         "unresolved_missing_neg": float(missing_neg),
         "response_length": _mean(tokens),
         "verifier_errors": float(errors),
         "kept_samples": float(kept_mask.sum()),
-        "dropped_groups": float(np.sum(has_kept & zero)) if config.passive_filtering else 0.0,
+        "dropped_groups": (float(np.sum(~signal_groups(res))) if config.algorithm == "dapo"
+                           else float(np.sum(has_kept & zero)) if config.passive_filtering
+                           else 0.0),
+        "dropped_unresolved": float(np.sum(has_kept & unresolved)) if config.drop_unresolved
+        else 0.0,
         **low_pass_rate_fractions(res, n),
     }
+
+
+def first_n_counts(res: SamplerResult, n: int) -> tuple[np.ndarray, np.ndarray]:
+    """Per prompt: positives among its first min(n, pool) samples, and that count of samples.
+
+    The first n samples are i.i.d. draws of the current policy under every algorithm (GRPO
+    draws n; Seq draws M >= n in round 1; DAPO n per group), so figures over them compare. Est
+    may allocate a prompt fewer than n (N_min = 2): it then counts over all it drew, which makes
+    an easy prompt with 2 samples all-correct more often than it would be over n; we keep those
+    prompts rather than drop them so the fraction stays one of the whole batch."""
+    P = res.num_prompts
+    first = res.sample_pool_index < n
+    positives = np.bincount(res.sample_prompt[first], weights=res.positive[first], minlength=P)
+    drawn = np.bincount(res.sample_prompt[first], minlength=P)
+    return positives.astype(np.int64), drawn
 
 
 def low_pass_rate_fractions(res: SamplerResult, n: int) -> dict[str, float]:
@@ -161,9 +275,7 @@ def low_pass_rate_fractions(res: SamplerResult, n: int) -> dict[str, float]:
     prompt's pass rate taken over its first n samples (i.i.d. under every algorithm, as for the
     real reward: a Reinforce-Ada pool is larger and stops adaptively, GRPO's is n)."""
     P = res.num_prompts
-    first = res.sample_pool_index < n
-    positives = np.bincount(res.sample_prompt[first], weights=res.positive[first], minlength=P)
-    drawn = np.bincount(res.sample_prompt[first], minlength=P)
+    positives, drawn = first_n_counts(res, n)
     rate = positives / np.maximum(drawn, 1)
     return {key: float(np.mean(rate <= t)) if P else 0.0
             for key, t in zip(PASS_RATE_METRICS, PASS_RATE_THRESHOLDS, strict=True)}
@@ -316,9 +428,15 @@ def train(config: TrainConfig, prompts: Sequence[Prompt], backend: Any, recorder
         def on_round(stat: RoundStat, step: int = step) -> None:
             recorder.on_round(step, stat)
 
+        def more_prompts(k: int, step: int = step) -> list[Prompt]:
+            return [prompts[i] for i in dapo_batch_indices(len(prompts), config.batch_size,
+                                                           config.seed, step, k)]
+
         sampled = sample_step(config, batch, backend, scorer, step, estimator,
-                              on_round=on_round, should_stop=should_stop)
+                              on_round=on_round, should_stop=should_stop,
+                              more_prompts=more_prompts)
         res, outcome, allocation = sampled.result, sampled.outcome, sampled.allocation
+        batch = sampled.prompts  # DAPO: every batch of prompts it drew
         if res is None:
             done = step - 1
             if last_ckpt is None or ckpt.read_state(last_ckpt)["step"] != done:
@@ -327,6 +445,8 @@ def train(config: TrainConfig, prompts: Sequence[Prompt], backend: Any, recorder
         kept = res.kept
         if config.passive_filtering:
             kept = passive_filter(res.advantages, res.sample_prompt, res.kept, res.num_prompts)
+        if config.drop_unresolved:
+            kept = drop_unresolved(kept, res.sample_prompt, res.exit_round > 0)
         metrics = step_metrics(config, res, outcome, kept, allocation)
 
         t_update = time.perf_counter()

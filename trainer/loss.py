@@ -23,37 +23,55 @@ def token_mean(x: torch.Tensor, mask: torch.Tensor, denominator: float | None = 
     return total / torch.clamp(den, min=1.0)
 
 
+# Bound of the log-ratio before ``exp`` (verl's compute_policy_loss_vanilla clamps the same way):
+# exp(20) ~ 4.9e8 is finite in float32, exp(100) overflows to inf and inf * 0 gives NaN.
+LOG_RATIO_BOUND = 20.0
+
+
 def ppo_clip_loss(logprobs: torch.Tensor, old_logprobs: torch.Tensor, advantages: torch.Tensor,
                   mask: torch.Tensor, eps_low: float = 0.2, eps_high: float = 0.28,
-                  denominator: float | None = None, token_weights: torch.Tensor | None = None
+                  denominator: float | None = None, token_weights: torch.Tensor | None = None,
+                  clip_ratio_c: float = 3.0
                   ) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
-    """PPO-clip with clip-higher (DAPO), token-mean aggregated.
+    """Dual-clip PPO with clip-higher (DAPO), token-mean aggregated, as verl's vanilla policy
+    loss (the one the authors' Reinforce-Ada scripts use):
 
-        rho_t  = exp(logp_t - logp_old_t)
+        rho_t  = exp(clamp(logp_t - logp_old_t, -20, 20))
         L_t    = max(-A * rho_t, -A * clip(rho_t, 1 - eps_low, 1 + eps_high))
+        L_t    = min(L_t, -A * c)                        where A < 0 (dual-clip, c = clip_ratio_c)
         loss   = token_mean(L)
+
+    Without the dual clip a token with A < 0 whose ratio has grown large (the policy now likes a
+    response that was bad) contributes -A * rho without bound: rho = 20, A = -1 gives 20 instead
+    of c = 10. The cap also cuts that token's gradient (Ye et al., 2020, "Mastering complex
+    control in MOBA games with deep RL").
 
     ``advantages`` is per sequence ``[batch]`` (broadcast over tokens) or per token.
     ``token_weights`` (no gradient), where given, multiply each token's ``L_t`` before the mean:
     the truncated importance weights of ``truncated_is_weights``.
-    The clip fractions count tokens where the clipped branch is the one taken, i.e. whose
+    The clip fractions count tokens where a clipped branch is the one taken, i.e. whose
     gradient is cut: ``clip_frac_high`` where A > 0 and rho > 1 + eps_high, ``clip_frac_low``
-    where A < 0 and rho < 1 - eps_low (token-means too).
+    where A < 0 and rho < 1 - eps_low, ``dual_clip_frac`` where A < 0 and -A * rho > -A * c,
+    i.e. rho > c (token-means too).
     """
     adv = advantages.unsqueeze(-1) if advantages.dim() == logprobs.dim() - 1 else advantages
     log_ratio = (logprobs - old_logprobs) * mask  # masked first: padding may hold junk
-    ratio = torch.exp(log_ratio)
+    ratio = torch.exp(torch.clamp(log_ratio, -LOG_RATIO_BOUND, LOG_RATIO_BOUND))
     unclipped = -adv * ratio
     clipped = -adv * torch.clamp(ratio, 1.0 - eps_low, 1.0 + eps_high)
     per_token = torch.maximum(unclipped, clipped)
+    dual = -adv * clip_ratio_c
+    per_token = torch.where(adv < 0, torch.minimum(per_token, dual), per_token)
     if token_weights is not None:
         per_token = per_token * token_weights.detach()
     loss = token_mean(per_token, mask, denominator)
     with torch.no_grad():
         high = ((adv > 0) & (ratio > 1.0 + eps_high)).to(logprobs.dtype)
         low = ((adv < 0) & (ratio < 1.0 - eps_low)).to(logprobs.dtype)
+        dual_hit = ((adv < 0) & (ratio > clip_ratio_c)).to(logprobs.dtype)
         metrics = {"clip_frac_high": token_mean(high, mask, denominator),
                    "clip_frac_low": token_mean(low, mask, denominator),
+                   "dual_clip_frac": token_mean(dual_hit, mask, denominator),
                    "ratio_mean": token_mean(ratio, mask, denominator)}
     return loss, metrics
 

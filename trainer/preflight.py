@@ -181,6 +181,9 @@ def predict(rates: Sequence[float], *, batch_size: int, group_size: int,
                  for step in (res["steps"][steps // 2:] if steps > 1 else [res])
                  for p in step["prompts"]]
         samples = float(np.mean([p["samples"] for p in drawn]))
+        if algorithm == "dapo":
+            # Per prompt of the step's batch: the further batches' samples count too.
+            samples = sum(r["total_samples"] for r in results) / sum(len(c) for c in runs)
         kept = [p for p in drawn if p["advantages"]]
         row.update(
             samples_per_prompt=samples,
@@ -193,5 +196,10 @@ def predict(rates: Sequence[float], *, batch_size: int, group_size: int,
             missing_neg_frac=sum(p["missing"] == "negatives" for p in drawn) / len(drawn),
             step_seconds=(batch_size * samples * seconds_per_sample
                           if seconds_per_sample is not None else None))
+        if algorithm == "dapo":
+            # DAPO trains on groups with signal only: its figure is the share of the groups it
+            # drew and discarded.
+            row["zero_adv_frac"] = sum(p["positives"] == 0 or p["negatives"] == 0
+                                       for p in drawn) / len(drawn)
         rows.append(row)
     return rows

@@ -58,6 +58,7 @@ def _rule_exit_counts(pos: np.ndarray, neg: np.ndarray, k_pos: int, k_neg: int) 
 # Exit rules take per-prompt positive and negative counts and the exit counts; vectorised.
 EXIT_RULES: dict[str, ExitRule] = {
     "grpo": _rule_one_round,
+    "dapo": _rule_one_round,  # one GRPO round per batch of prompts (``concat_results``)
     "ada-pos": _rule_exit_counts,
     "ada-balance": _rule_exit_counts,
     "ada-est": _rule_one_round,
@@ -209,7 +210,7 @@ class AdaptiveSampler:
         self.k_pos = default_pos if k_pos is None else k_pos
         self.k_neg = default_neg if k_neg is None else k_neg
         self.allocation: np.ndarray | None = None
-        if exit_rule == "grpo":
+        if exit_rule in ("grpo", "dapo"):
             samples_per_round, max_rounds = group_size, 1
         if exit_rule == "ada-est":
             if allocation is None or len(allocation) != num_prompts:
@@ -224,7 +225,8 @@ class AdaptiveSampler:
         self.max_rounds = max_rounds
         self.eps = eps
         self.positive_threshold = positive_threshold
-        self.std_normalize = (exit_rule == "grpo") if std_normalize is None else std_normalize
+        self.std_normalize = (exit_rule in ("grpo", "dapo")) if std_normalize is None \
+            else std_normalize
         self.advantage_estimator = advantage_estimator or ALGORITHM_ESTIMATOR.get(exit_rule,
                                                                                   "global")
         self.seed = seed
@@ -414,6 +416,67 @@ class AdaptiveSampler:
             missing=missing, baseline=baseline, kept_positives=take_pos, kept_negatives=take_neg,
             first_round_positives=self._first_pos, first_round_samples=self._first_n,
             offsets=offsets)
+
+
+def signal_groups(res: SamplerResult) -> np.ndarray:
+    """Per prompt: whether its rewards are not all equal (DAPO's filter keeps a group whose
+    reward std is > 0; with pass/fail rewards that is "at least one right and one wrong")."""
+    lo = np.full(res.num_prompts, np.inf)
+    hi = np.full(res.num_prompts, -np.inf)
+    np.minimum.at(lo, res.sample_prompt, res.rewards)
+    np.maximum.at(hi, res.sample_prompt, res.rewards)
+    return hi > lo
+
+
+def concat_results(results: Sequence[SamplerResult], keep_groups: int | None = None
+                   ) -> SamplerResult:
+    """DAPO's step as one ``SamplerResult``: the GRPO results of its batches of prompts, batch k
+    (0-based) numbered round k + 1 (so ``sample_round``, ``exit_round`` and the round stats say
+    which batch a prompt came in), prompts in draw order.
+
+    Only groups with signal stay kept, and of those the first ``keep_groups`` in draw order
+    (verl's ``filter_groups`` truncates the collected groups to the train batch size the same
+    way); every other sample is not kept and its advantage 0. Advantages are each group's own
+    (GRPO), so concatenating changes none of them."""
+    parts = list(results)
+    counts = [r.num_prompts for r in parts]
+    offsets = np.concatenate([[0], np.cumsum([int(r.offsets[-1]) for r in parts])]
+                             ).astype(np.int64)
+    first_prompt = np.concatenate([[0], np.cumsum(counts)]).astype(np.int64)
+
+    def cat(name: str) -> np.ndarray:
+        return np.concatenate([getattr(r, name) for r in parts]) if parts else np.zeros(0)
+
+    sample_prompt = np.concatenate(
+        [r.sample_prompt + first_prompt[k] for k, r in enumerate(parts)]
+    ).astype(np.int64) if parts else np.zeros(0, np.int64)
+    signal = np.concatenate([signal_groups(r) for r in parts]) if parts \
+        else np.zeros(0, bool)
+    chosen = signal.copy()
+    if keep_groups is not None:
+        chosen &= np.cumsum(signal) <= keep_groups
+    kept = cat("kept").astype(bool) & chosen[sample_prompt]
+    advantages = np.where(kept, cat("advantages"), 0.0)
+    batch_of = np.repeat(np.arange(len(parts)), counts).astype(np.int64)
+    kept_pos = np.where(chosen, cat("kept_positives"), 0).astype(np.int64)
+    kept_neg = np.where(chosen, cat("kept_negatives"), 0).astype(np.int64)
+    return SamplerResult(
+        sample_prompt=sample_prompt,
+        sample_pool_index=cat("sample_pool_index").astype(np.int64),
+        sample_round=np.concatenate([np.full(int(r.offsets[-1]), k + 1, np.int64)
+                                     for k, r in enumerate(parts)]) if parts
+        else np.zeros(0, np.int64),
+        sample_order=np.concatenate([r.sample_order + offsets[k] for k, r in enumerate(parts)]
+                                    ).astype(np.int64) if parts else np.zeros(0, np.int64),
+        rewards=cat("rewards").astype(np.float64), positive=cat("positive").astype(bool),
+        kept=kept, advantages=advantages, samples=cat("samples").astype(np.int64),
+        positives=cat("positives").astype(np.int64), negatives=cat("negatives").astype(np.int64),
+        rounds_used=cat("rounds_used").astype(np.int64), exit_round=batch_of + 1,
+        missing=[m for r in parts for m in r.missing], baseline=cat("baseline"),
+        kept_positives=kept_pos, kept_negatives=kept_neg,
+        first_round_positives=cat("first_round_positives").astype(np.int64),
+        first_round_samples=cat("first_round_samples").astype(np.int64),
+        offsets=np.concatenate([[0], np.cumsum(cat("samples"))]).astype(np.int64))
 
 
 def make_sampler(config: TrainConfig, num_prompts: int, seed: int,

@@ -178,8 +178,9 @@ STEP_METRICS: dict[str, str] = {
     "samples": "responses generated this step",
     "tokens": "response tokens generated this step",
     "zero_adv_frac": "fraction of kept groups whose advantages are all zero",
-    "first_round_all_correct": "fraction of prompts whose first round was all positive",
-    "first_round_all_wrong": "fraction of prompts whose first round was all negative",
+    "first_round_all_correct": "fraction of prompts whose first n samples were all positive "
+                               "(every algorithm: GRPO's n, the first n of Seq's round 1)",
+    "first_round_all_wrong": "fraction of prompts whose first n samples were all negative",
     "unresolved": "prompts still active after the last round",
     "unresolved_missing_pos": "unresolved prompts lacking positives",
     "unresolved_missing_neg": "unresolved prompts lacking negatives",
@@ -188,6 +189,9 @@ STEP_METRICS: dict[str, str] = {
     "kl": "mean KL to the reference policy (0 when off)",
     "clip_frac_low": "fraction of tokens clipped at 1 - eps_low",
     "clip_frac_high": "fraction of tokens clipped at 1 + eps_high",
+    "dual_clip_frac": "fraction of tokens with a negative advantage capped at -A x clip_ratio_c "
+                      "(dual-clip)",
+    "optimizer_steps": "optimiser steps taken this step (mini-batches x epochs)",
     "grad_norm": "gradient norm before clipping",
     "response_length": "mean response length (tokens)",
     "verifier_errors": "responses whose verifier raised (scored 0)",
@@ -206,4 +210,12 @@ EST_STEP_METRICS: dict[str, str] = {
     "p_hat_mean": "mean pass-rate estimate of the batch before sampling (0-1)",
     "alloc_scale": "c of the allocation N = clip(c * w(p_hat), N_min, N_max) (samples per unit "
                    "weight)",
+}
+
+# Further keys of DAPO's steps (``dapo`` only): its dynamic sampling's cost.
+DAPO_STEP_METRICS: dict[str, str] = {
+    "gen_batches": "batches of B prompts drawn this step (1 + further batches)",
+    "signal_groups": "groups with signal (rewards not all equal) among every batch drawn; the "
+                     "update takes the first B",
+    "prompts_drawn": "prompts sampled this step over every batch",
 }

@@ -1,5 +1,9 @@
-"""The policy update: ``ppo_epochs`` passes of PPO-clip over mini-batches of prompts, AdamW with a
-linear warm-up and grad-norm clipping.
+"""The policy update: ``ppo_epochs`` passes of dual-clip PPO over mini-batches of prompts, AdamW
+with verl's constant-with-warm-up schedule and grad-norm clipping.
+
+With one mini-batch (the default) the single optimiser step starts at the sampling weights, so
+every ratio is 1 and neither clip acts: the update is REINFORCE with a baseline. Clipping engages
+from the second mini-batch on (the authors: B=512 in mini-batches of 128, 4 optimiser steps).
 
 The "old" log-probabilities of PPO are the sampling policy's, recorded by the backend at sampling
 time (``Generation.logprobs``); where a backend did not record them they are computed once with the
@@ -20,7 +24,9 @@ import torch
 from trainer.loss import entropy_bonus, kl_penalty, ppo_clip_loss, truncated_is_weights
 
 UPDATE_METRICS = ("policy_loss", "entropy", "kl", "clip_frac_low", "clip_frac_high",
-                  "grad_norm", "lr")
+                  "dual_clip_frac", "grad_norm", "lr", "optimizer_steps")
+_LOSS_METRICS = ("policy_loss", "entropy", "kl", "clip_frac_low", "clip_frac_high",
+                 "dual_clip_frac")
 
 
 @dataclass
@@ -41,16 +47,22 @@ class UpdateBatch:
 
 
 def warmup_factor(step_index: int, warmup_steps: int) -> float:
-    """Linear warm-up: the lr multiplier of the ``step_index``-th (0-based) update step,
-    ``min(1, (step_index + 1) / warmup_steps)``, then constant."""
+    """verl's constant-with-warm-up schedule (transformers' get_constant_schedule_with_warmup):
+    the lr multiplier at scheduler step k = ``step_index`` (0-based) is ``k / W`` while k < W,
+    then 1. The first step trains at lr 0 (AdamW's moments still take its gradient).
+
+    verl steps the scheduler once per training step (after all of its mini-batches, in
+    ``update_actor``), so every optimiser step of one training step shares its lr; so here."""
     if warmup_steps <= 0:
         return 1.0
-    return min(1.0, (step_index + 1) / warmup_steps)
+    return min(1.0, step_index / warmup_steps)
 
 
 def make_optimizer(model: torch.nn.Module, config: Any
                    ) -> tuple[torch.optim.Optimizer, torch.optim.lr_scheduler.LambdaLR]:
-    """AdamW over the trainable parameters and a scheduler stepped once per training step."""
+    """AdamW over the trainable parameters and the warm-up scheduler, stepped once per training
+    step (hand-written lambda: torch has no constant-with-warm-up schedule and transformers'
+    would be the same one line)."""
     params = [p for p in model.parameters() if p.requires_grad]
     opt = torch.optim.AdamW(params, lr=config.lr, weight_decay=config.weight_decay)
     warmup = int(config.warmup_steps)
@@ -146,8 +158,7 @@ def update_policy(model: Any, optimizer: torch.optim.Optimizer, scheduler: Any,
     for i, g in enumerate(batch.groups):
         members[g].append(i)
     mb_prompts = config.ppo_mini_batch_size or len(groups)
-    totals = dict.fromkeys(("policy_loss", "entropy", "kl", "clip_frac_low", "clip_frac_high",
-                            "grad_norm"), 0.0)
+    totals = dict.fromkeys((*_LOSS_METRICS, "grad_norm"), 0.0)
     n_updates = 0
     tis_cap = float(getattr(config, "tis_cap", 0.0) or 0.0)
     tis_on = tis_cap > 0 and rollout is not None
@@ -158,8 +169,7 @@ def update_policy(model: Any, optimizer: torch.optim.Optimizer, scheduler: Any,
             idx = [i for k in order[start:start + mb_prompts] for i in members[groups[k]]]
             n_tokens = float(sum(len(batch.response_ids[i]) for i in idx))
             optimizer.zero_grad(set_to_none=True)
-            mb = dict.fromkeys(("policy_loss", "entropy", "kl", "clip_frac_low",
-                                "clip_frac_high"), 0.0)
+            mb = dict.fromkeys(_LOSS_METRICS, 0.0)
             for part in _chunks(idx, micro_batch_size):
                 lp, ent, mask = response_logprobs(
                     model, [batch.prompt_ids[i] for i in part],
@@ -178,7 +188,8 @@ def update_policy(model: Any, optimizer: torch.optim.Optimizer, scheduler: Any,
                     tis_tokens += float(mask.sum())
                 pg, clip = ppo_clip_loss(lp, old_lp, adv, mask, config.clip_eps_low,
                                          config.clip_eps_high, denominator=n_tokens,
-                                         token_weights=weights)
+                                         token_weights=weights,
+                                         clip_ratio_c=config.clip_ratio_c)
                 ent_term, h = entropy_bonus(ent, mask, config.entropy_coef, denominator=n_tokens)
                 loss = pg + ent_term
                 if ref:
@@ -192,6 +203,7 @@ def update_policy(model: Any, optimizer: torch.optim.Optimizer, scheduler: Any,
                 mb["entropy"] += h.item()
                 mb["clip_frac_low"] += clip["clip_frac_low"].item()
                 mb["clip_frac_high"] += clip["clip_frac_high"].item()
+                mb["dual_clip_frac"] += clip["dual_clip_frac"].item()
             grad_norm = torch.nn.utils.clip_grad_norm_(
                 [p for g in optimizer.param_groups for p in g["params"]], config.max_grad_norm)
             optimizer.step()
@@ -204,6 +216,7 @@ def update_policy(model: Any, optimizer: torch.optim.Optimizer, scheduler: Any,
     model.eval()
     for k, v in totals.items():
         metrics[k] = v / max(n_updates, 1)
+    metrics["optimizer_steps"] = float(n_updates)
     if tis_on:
         metrics["tis_weight_mean"] = tis_sum / max(tis_tokens, 1.0)
         metrics["tis_truncated_frac"] = tis_hit / max(tis_tokens, 1.0)

@@ -50,7 +50,7 @@ COUNT = (0.0, None)
 METRIC_DOMAINS: dict[str, tuple[float | None, float | None]] = {
     **dict.fromkeys(("real_reward", "kept_reward", "reward_all", "zero_adv_frac",
                      "first_round_all_correct", "first_round_all_wrong", "clip_frac_low",
-                     "clip_frac_high", "pass_rate", "eval"), FRACTION),
+                     "clip_frac_high", "dual_clip_frac", "pass_rate", "eval"), FRACTION),
     **dict.fromkeys(("samples", "tokens", "cum_samples", "cum_tokens", "entropy",
                      "response_length", "time_generation", "time_scoring", "time_update",
                      "time_step", "time_sync", "rollout_logprob_diff_mean",
@@ -208,7 +208,8 @@ METRIC_CHARTS: dict[str, tuple[str, str, list[tuple[str, str]], bool]] = {
     "entropy": ("Policy entropy", "mean token entropy (nats)", [("entropy", "entropy")], False),
     "clip": ("PPO clip fractions", "fraction of tokens (0-1)", [
         ("clip_frac_low", "clipped at 1 - eps_low"),
-        ("clip_frac_high", "clipped at 1 + eps_high")], False),
+        ("clip_frac_high", "clipped at 1 + eps_high"),
+        ("dual_clip_frac", "capped at -A x c (dual-clip)")], False),
     "length": ("Response length", "mean response length (tokens)",
                [("response_length", "response length")], False),
     "timing": ("Step time", "seconds per step (s)", [

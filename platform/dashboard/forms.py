@@ -18,6 +18,7 @@ from trainer.config import (
     BUILTIN_TASK,
     CHOICE_FIELDS,
     SEQ_ALGORITHMS,
+    TrainConfig,
     field_specs,
     recommended_lr,
 )
@@ -115,6 +116,15 @@ class LaunchForm(forms.Form):
         """B, n, M and N as entered (the defaults where a value did not parse)."""
         data = getattr(self, "cleaned_data", {})
         return {k: data.get(k) or self.fields[k].initial for k in self.RUN_SHAPE}
+
+    def optimizer_steps(self) -> int:
+        """Optimiser steps per training step, ppo_epochs x ceil(B / mini-batch), from the values
+        as entered (the defaults where one did not parse): the launch form shows it beside the
+        optimisation settings, because with 1 the PPO ratio stays 1 and clipping never acts."""
+        data = getattr(self, "cleaned_data", {})
+        shape = {k: data.get(k) if isinstance(data.get(k), int) else self.fields[k].initial
+                 for k in ("batch_size", "ppo_mini_batch_size", "ppo_epochs")}
+        return TrainConfig(**shape).optimizer_steps
 
     def config_dict(self) -> dict[str, Any]:
         """The config fields that passed the form's own checks (the others keep their

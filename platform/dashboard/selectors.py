@@ -39,8 +39,8 @@ from trainer.types import PASS_RATE_METRICS
 METRIC_KEYS = (
     "zero_adv_frac", "first_round_all_correct", "first_round_all_wrong", "unresolved",
     "unresolved_missing_pos", "unresolved_missing_neg", "entropy", "clip_frac_low",
-    "clip_frac_high", "response_length", "time_generation", "time_scoring", "time_update",
-    "time_step", "policy_loss", "grad_norm", "reward_all", "time_sync",
+    "clip_frac_high", "dual_clip_frac", "response_length", "time_generation", "time_scoring",
+    "time_update", "time_step", "policy_loss", "grad_norm", "reward_all", "time_sync",
     "rollout_logprob_diff_mean", "rollout_logprob_diff_max", "p_hat_mean", "alloc_scale",
     *PASS_RATE_METRICS,
 )
@@ -51,7 +51,7 @@ CACHE_FINISHED = os.environ.get("DASHBOARD_CACHE", "1") != "0"
 
 # v3 of the paper renames v1/v2's ada-pos and ada-balance "Seq-pos" and "Seq-balance" and adds
 # the estimation-based "Est".
-ALGORITHM_LABELS = {"grpo": "GRPO", "ada-pos": "Reinforce-Ada Seq-pos",
+ALGORITHM_LABELS = {"grpo": "GRPO", "dapo": "DAPO", "ada-pos": "Reinforce-Ada Seq-pos",
                     "ada-balance": "Reinforce-Ada Seq-balance", "ada-est": "Reinforce-Ada Est"}
 
 

@@ -485,3 +485,41 @@ def test_est_run_page_shows_est_block_and_prompt_history_shows_p_hat(
     seq_ps = PromptStep.objects.filter(run=seq_run).first()
     seq_fig = c.get(reverse("dashboard:prompt_chart", args=[seq_run.pk, seq_ps.prompt_id])).json()
     assert [t["name"] for t in seq_fig["data"]] == ["pass rate of its pool"]
+
+
+def test_a_dapo_run_goes_through_every_platform_path() -> None:
+    """A DAPO run recorded as a worker records it: several batches per step land as rounds and
+    prompt-steps, every run chart draws, the run page, compare (with a GRPO run) and the report
+    name it DAPO, and its step metrics carry the batches drawn."""
+    from dashboard import reports, selectors
+    from dashboard.charts import RUN_CHARTS
+
+    owner = User.objects.create_user("dapo", password="x-123456")
+    ps = make_prompt_set("dapo-set", size=16)
+    for p in Prompt.objects.filter(prompt_set=ps):  # half the prompts never solved
+        p.metadata = {"pass_rate": 0.0 if p.index % 2 else 0.5}
+        p.save()
+    dapo = record_run(make_run(owner, ps, name="dapo", algorithm="dapo", total_steps=3,
+                               batch_size=4))
+    grpo = record_run(make_run(owner, ps, name="grpo", algorithm="grpo", total_steps=3,
+                               batch_size=4))
+    steps = list(Step.objects.filter(run=dapo).order_by("step"))
+    assert len(steps) == 3
+    for s in steps:
+        batches = int(s.metrics["gen_batches"])
+        assert RoundStat.objects.filter(run=dapo, step=s.step).count() == batches
+        assert PromptStep.objects.filter(run=dapo, step=s.step).count() == 4 * batches
+        assert s.metrics["samples"] == 16 * batches
+    assert any(s.metrics["gen_batches"] > 1 for s in steps)
+    c = Client()
+    c.force_login(owner)
+    for name in RUN_CHARTS:
+        _chart(c, dapo, name)
+    page = c.get(reverse("dashboard:run_detail", args=[dapo.pk])).content.decode()
+    assert selectors.algorithm_label("dapo") == "DAPO" and "DAPO" in page
+    q = {"runs": f"{dapo.pk},{grpo.pk}", "x": "samples"}
+    names = [t["name"] for t in c.get(reverse("dashboard:compare_chart"), q).json()["data"]]
+    assert any("dapo" in n or "DAPO" in n for n in names), names
+    report = reports.build_report([dapo, grpo])
+    assert [g["label"] for g in report["groups"]] == ["GRPO n=4", "DAPO"]
+    assert c.get(reverse("dashboard:report") + f"?runs={dapo.pk},{grpo.pk}").status_code == 200

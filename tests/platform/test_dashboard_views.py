@@ -160,7 +160,7 @@ def test_launch_form_lists_every_hyperparameter_with_default_and_help(owner_clie
         assert f'id="field-{spec["name"]}"' in page, spec["name"]
         assert spec["help"].split(" (")[0][:30].replace("'", "&#x27;") in page, spec["name"]
     for label in ("GRPO", "Reinforce-Ada Seq-pos (v1/v2: ada-pos)",
-                  "Reinforce-Ada Seq-balance (v1/v2: ada-balance)", "Reinforce-Ada Est"):
+                  "Reinforce-Ada Seq-balance (v1/v2: ada-balance)", "Reinforce-Ada Est", "DAPO"):
         assert label in page
     assert "Reinforce-Ada Est (ada-est only)" in page  # the Est fields' group
 
@@ -181,6 +181,19 @@ def test_every_choice_field_is_a_dropdown_of_exactly_its_values() -> None:
         assert [v for v, _ in form.fields[name].choices] == list(values), name
     text = {f.name for f in fields(TrainConfig) if f.type == "str"} - set(CHOICE_FIELDS)
     assert text == {"model", "prompts", "eval_prompts"}
+
+
+def test_launch_form_shows_optimizer_steps_per_training_step(owner_client: Client) -> None:
+    ps = make_prompt_set()
+    url = reverse("dashboard:run_launch")
+    page = owner_client.get(url).content.decode()
+    # The defaults: the whole batch in one mini-batch, one optimiser step (no clipping).
+    assert '<output for="id_batch_size id_ppo_mini_batch_size id_ppo_epochs" ' \
+           'id="optimizer-steps-value">1</output>' in page
+    # As entered: B=32 in mini-batches of 8, 2 epochs = 8 steps (an invalid form re-renders).
+    html = owner_client.post(url, _launch_data(ps, batch_size=32, ppo_mini_batch_size=8,
+                                               ppo_epochs=2, lr="fast")).content.decode()
+    assert 'id="optimizer-steps-value">8</output>' in html
 
 
 def test_launch_form_shows_error_next_to_field(owner_client: Client) -> None:

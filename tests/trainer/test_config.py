@@ -20,6 +20,10 @@ def test_defaults_are_valid() -> None:
         ({"rollout_dtype": "fp8"}, "rollout_dtype"),
         ({"vllm_gpu_memory_utilization": 1.5}, "vllm_gpu_memory_utilization"),
         ({"vllm_kv_cache_gib": -1.0}, "vllm_kv_cache_gib"),
+        ({"clip_ratio_c": 1.0}, "clip_ratio_c"),  # must be > 1
+        ({"clip_ratio_c": 0.5}, "clip_ratio_c"),
+        ({"max_num_gen_batches": 0}, "max_num_gen_batches"),
+        ({"drop_unresolved": "yes"}, "drop_unresolved"),
     ],
 )
 def test_invalid_config_names_the_field(data: dict, field: str) -> None:
@@ -75,3 +79,13 @@ def test_v3_cross_field_checks_stay_quiet_when_their_inputs_are_invalid() -> Non
     assert {e.field for e in errors} == {"samples_per_round"}
     assert "budget_per_prompt" not in {
         e.field for e in TrainConfig(est_min_samples=0).errors()}
+
+
+def test_dual_clip_default_and_optimizer_steps() -> None:
+    cfg = TrainConfig()
+    assert cfg.clip_ratio_c == 3.0  # verl's default
+    assert TrainConfig(clip_ratio_c=1.01).validate().clip_ratio_c == 1.01
+    # Whole batch: one optimiser step; the paper's 512 / 128: 4; a remainder is a 5th step.
+    assert cfg.optimizer_steps == 1
+    assert TrainConfig(batch_size=512, ppo_mini_batch_size=128).optimizer_steps == 4
+    assert TrainConfig(batch_size=32, ppo_mini_batch_size=7, ppo_epochs=2).optimizer_steps == 10

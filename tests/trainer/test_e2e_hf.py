@@ -109,3 +109,42 @@ def test_cli_run_builtin_model(builtin_model: Path, tmp_path: Path, capsys) -> N
     assert [e["step"] for e in evals] == [0, 2]
     assert "greedy_accuracy" in evals[0]["metrics"]
     assert [e["step"] for e in events if e["type"] == "checkpoint"] == [2]
+
+
+@pytest.mark.parametrize("algorithm", ["grpo", "ada-balance"])
+def test_two_mini_batches_clip_at_both_sides(tiny_model_dir: Path, tmp_path: Path,
+                                             algorithm: str) -> None:
+    """One real step of the tiny model with B=32 in two mini-batches of 16 prompts: the second
+    optimiser step starts from weights the first one moved, so ratios leave 1 and tokens are
+    clipped on both sides (A > 0 above 1 + eps_high, A < 0 below 1 - eps_low). With the whole
+    batch in one mini-batch nothing is clipped: the ratio is exactly 1. (On this model the high
+    side is the rarer one, a few tokens in a thousand at lr 5e-3, the low side a few percent.)"""
+    metrics = {}
+    for mini in (16, 0):
+        rec, _ = run(hf_config(tiny_model_dir, algorithm=algorithm, batch_size=32,
+                               ppo_mini_batch_size=mini, total_steps=1, save_every=0,
+                               lr=5e-3, entropy_coef=0.0, weight_decay=0.0, seed=1),
+                     tmp_path / f"mini{mini}")
+        metrics[mini] = rec.steps[0].metrics
+    two, one = metrics[16], metrics[0]
+    assert two["optimizer_steps"] == 2 and one["optimizer_steps"] == 1
+    assert two["clip_frac_low"] > 0 and two["clip_frac_high"] > 0, two
+    assert one["clip_frac_low"] == 0 and one["clip_frac_high"] == 0
+
+
+def test_dapo_trains_on_the_hf_backend(tiny_model_dir: Path, tmp_path: Path) -> None:
+    """DAPO through the real model: each step draws batches of B = 4 prompts x n = 4 until 4
+    groups carry signal (or 10 batches), trains on at most B groups, and records its cost."""
+    rec, result = run(hf_config(tiny_model_dir, algorithm="dapo", total_steps=2, save_every=0),
+                      tmp_path)
+    assert result.status == "completed"
+    for s in rec.steps:
+        m = s.metrics
+        assert set(STEP_METRICS) <= set(m) and all(math.isfinite(v) for v in m.values())
+        assert 1 <= m["gen_batches"] <= 10 and m["samples"] == 16 * m["gen_batches"]
+        assert m["prompts_drawn"] == len(s.prompts) == 4 * m["gen_batches"]
+        assert m["kept_samples"] == 4 * min(4, m["signal_groups"])
+        assert (m["gen_batches"] == 10) or (m["signal_groups"] >= 4)
+        assert len({p.prompt_id for p in s.prompts}) == len(s.prompts)
+        if m["kept_samples"]:
+            assert m["grad_norm"] > 0

@@ -84,11 +84,14 @@ def test_cancel_between_rounds_checkpoints_last_completed_step(tmp_path) -> None
     assert latest_checkpoint(tmp_path) == latest_checkpoint(tmp_path / "checkpoints")
 
 
-def test_resume_replays_the_same_next_step(tmp_path) -> None:
+@pytest.mark.parametrize("algorithm", ["ada-balance", "dapo"])
+def test_resume_replays_the_same_next_step(tmp_path, algorithm: str) -> None:
+    # DAPO's further batches too are a function of (seed, step): resume draws the same ones.
+    config = sim_config(total_steps=4, algorithm=algorithm)
     full = ListRecorder()
-    train(sim_config(total_steps=4), prompts(), SimulatedBackend(), full, out_dir=tmp_path / "a")
+    train(config, prompts(), SimulatedBackend(), full, out_dir=tmp_path / "a")
     part = ListRecorder()
-    train(sim_config(total_steps=4), prompts(), SimulatedBackend(), part, out_dir=tmp_path / "b",
+    train(config, prompts(), SimulatedBackend(), part, out_dir=tmp_path / "b",
           resume_from=tmp_path / "a" / "checkpoints" / "step-000002")
     assert [s.step for s in part.steps] == [3, 4]
     for a, b in zip(full.steps[2:], part.steps, strict=True):
@@ -222,3 +225,167 @@ def test_est_resume_from_a_checkpoint_without_estimator_fails(tmp_path) -> None:
     with pytest.raises(ValueError, match="pass_rate_estimator"):
         train(est_config(total_steps=4), prompts(8), SimulatedBackend(), ListRecorder(),
               out_dir=tmp_path / "est", resume_from=latest_checkpoint(tmp_path / "seq"))
+
+
+def _first_round_metrics(algorithm: str, script: dict[str, list[int]],
+                         allocation: list[int] | None = None) -> dict[str, float]:
+    from tests.trainer.scripted import ScriptedBackend, scripted_prompts
+    from trainer.loop import make_scorer, step_metrics
+    from trainer.sampler import make_sampler, run_rounds
+
+    config = sim_config(algorithm=algorithm, batch_size=len(script), group_size=4,
+                        samples_per_round=8, max_rounds=4, budget_per_prompt=4,
+                        est_min_samples=2, est_max_samples=8)
+    batch = scripted_prompts(list(script))
+    sampler = make_sampler(config, len(batch), 0, allocation=allocation)
+    outcome = run_rounds(sampler, batch, ScriptedBackend(script), make_scorer(config), seed=0)
+    res = sampler.finalize()
+    return step_metrics(config, res, outcome, res.kept)
+
+
+# Round 1 of M = 8: A's first 4 all right (then 4 wrong), B's first 4 all wrong (then 1 right),
+# C mixed from the start, D all right throughout. Later rounds: enough of both to resolve.
+FIRST_ROUND_SCRIPT = {"A": [1, 1, 1, 1, 0, 0, 0, 0] + [1, 0] * 12,
+                      "B": [0, 0, 0, 0, 1, 0, 0, 0] + [1, 0] * 12,
+                      "C": [1, 0, 0, 1, 0, 0, 1, 0] + [1, 0] * 12,
+                      "D": [1] * 8 + [1, 0] * 12}
+
+
+@pytest.mark.parametrize("algorithm", ["grpo", "ada-pos", "ada-balance"])
+def test_first_round_fractions_count_the_first_n_samples_for_every_algorithm(
+        algorithm: str) -> None:
+    # Over the first n = 4: all right A and D, all wrong B, for GRPO and Seq alike. Over Seq's
+    # whole first round of 8 only D would be all right and none all wrong.
+    m = _first_round_metrics(algorithm, FIRST_ROUND_SCRIPT)
+    assert m["first_round_all_correct"] == 2 / 4
+    assert m["first_round_all_wrong"] == 1 / 4
+    assert m["first_round_all_wrong"] == m["pass_rate_le_0"]
+
+
+def test_first_round_fractions_for_est_count_at_most_the_allocation() -> None:
+    # Est allocates 2 and 6 samples: P's 2 are both right (all-correct over the 2 it drew),
+    # Q's first 4 are right, its 5th and 6th wrong (all-correct over the first n = 4).
+    m = _first_round_metrics("ada-est", {"P": [1, 1], "Q": [1, 1, 1, 1, 0, 0]},
+                             allocation=[2, 6])
+    assert m["first_round_all_correct"] == 1.0 and m["first_round_all_wrong"] == 0.0
+
+
+@pytest.mark.parametrize(("drop", "passive"), [(False, False), (True, False), (False, True),
+                                               (True, True)])
+def test_drop_unresolved_is_separate_from_passive_filtering(tmp_path, drop: bool,
+                                                            passive: bool) -> None:
+    from tests.trainer.scripted import ScriptedBackend, scripted_prompts
+
+    # ada-balance, n = 4, M = 4, N = 2, exit at 2 positives and 2 negatives.
+    # R: 2 right, 2 wrong in round 1 -> resolved, kept 2 + 2.
+    # U: 1 right in 8 -> unresolved (missing positives); global baseline 1/8, so its kept group
+    #    (1 right, 3 wrong) has non-zero advantages and passive filtering keeps it.
+    # Z: 8 wrong -> unresolved, all advantages 0: passive filtering drops it, and so does
+    #    drop_unresolved.
+    script = {"R": [1, 0, 1, 0], "U": [0, 0, 1, 0, 0, 0, 0, 0], "Z": [0] * 8}
+    rec = ListRecorder()
+    config = sim_config(algorithm="ada-balance", batch_size=3, total_steps=1, group_size=4,
+                        samples_per_round=4, max_rounds=2, drop_unresolved=drop,
+                        passive_filtering=passive)
+    train(config, scripted_prompts(list(script)), ScriptedBackend(script), rec,
+          out_dir=tmp_path)
+    step = rec.steps[0]
+    kept = {p: sum(s.kept for s in step.samples if s.prompt_id == p) for p in script}
+    u_adv = sorted(s.advantage for s in step.samples if s.prompt_id == "U" and s.kept)
+    if drop:
+        assert kept == {"R": 4, "U": 0, "Z": 0}
+        assert step.metrics["dropped_unresolved"] == 2
+    else:
+        assert kept == {"R": 4, "U": 4, "Z": 0 if passive else 4}
+        assert u_adv == pytest.approx([-1 / 8] * 3 + [7 / 8])
+        assert step.metrics["dropped_unresolved"] == 0
+    assert step.metrics["dropped_groups"] == (1 if passive else 0)
+    assert step.metrics["kept_samples"] == sum(kept.values())
+    assert step.metrics["unresolved"] == 2  # the sampling itself is the same
+
+
+def _dapo_run(tmp_path, outcomes: list[list[list[int]]], num_prompts: int, **kw):
+    """A one-step DAPO run (B = 2, n = 4) whose batch k's i-th prompt answers outcomes[k][i]
+    (the prompts of each batch come from the loop's own seeded draws)."""
+    from tests.trainer.scripted import ScriptedBackend, scripted_prompts
+    from trainer.loop import dapo_batch_indices
+
+    ids = [f"q{i}" for i in range(num_prompts)]
+    config = sim_config(algorithm="dapo", batch_size=2, group_size=4, total_steps=1, **kw)
+    batches = [batch_indices(num_prompts, 2, config.seed, 1)] + [
+        dapo_batch_indices(num_prompts, 2, config.seed, 1, k) for k in range(1, 10)]
+    script = {pid: [0] * 4 for pid in ids}
+    for k, batch in enumerate(outcomes):
+        for i, o in zip(batches[k], batch, strict=True):
+            script[ids[i]] = o
+    backend = ScriptedBackend(script)
+    rec = ListRecorder()
+    train(config, scripted_prompts(ids), backend, rec, out_dir=tmp_path)
+    order = [[ids[i] for i in b] for b in batches]
+    return rec, backend, order
+
+
+MIXED4, ALL1, ALL0 = [1, 0, 0, 0], [1, 1, 1, 1], [0, 0, 0, 0]
+
+
+def test_dapo_one_batch_with_signal_is_grpo(tmp_path) -> None:
+    rec, backend, order = _dapo_run(tmp_path, [[MIXED4, [1, 1, 0, 0]]], 6)
+    step = rec.steps[0]
+    assert len(backend.calls) == 1 and step.metrics["gen_batches"] == 1
+    assert step.metrics["samples"] == 8 and step.metrics["kept_samples"] == 8
+    assert step.metrics["signal_groups"] == 2 and step.metrics["dropped_groups"] == 0
+    # GRPO's advantage: (r - mean) / (unbiased std + 1e-6); [1, 0, 0, 0]: mean 1/4, std 1/2.
+    adv = [s.advantage for s in step.samples if s.prompt_id == order[0][0]]
+    assert adv == pytest.approx([1.5, -0.5, -0.5, -0.5], abs=1e-5)
+
+
+def test_dapo_draws_a_further_batch_and_keeps_the_first_b_groups_with_signal(tmp_path) -> None:
+    # Batch 0: one group all right (dropped), one with signal. Batch 1: two with signal, of
+    # which only the first is needed for B = 2; the other is drawn but not kept.
+    rec, backend, order = _dapo_run(tmp_path, [[ALL1, MIXED4], [[0, 1, 1, 1], MIXED4]], 6)
+    step = rec.steps[0]
+    assert backend.calls == order[:2]
+    assert step.metrics["gen_batches"] == 2 and step.metrics["prompts_drawn"] == 4
+    assert step.metrics["samples"] == 16 and step.metrics["signal_groups"] == 3
+    assert step.metrics["dropped_groups"] == 1 and step.metrics["kept_samples"] == 8
+    kept = {p: sum(s.kept for s in step.samples if s.prompt_id == p) for p in sum(order[:2], [])}
+    assert kept == {order[0][0]: 0, order[0][1]: 4, order[1][0]: 4, order[1][1]: 0}
+    adv = [s.advantage for s in step.samples if s.prompt_id == order[1][0]]
+    assert adv == pytest.approx([-1.5, 0.5, 0.5, 0.5], abs=1e-5)
+    # Each batch is a round of the step: the records say which batch a prompt came in.
+    assert [r.round for r in step.rounds] == [1, 2]
+    assert [r.samples for r in step.rounds] == [8, 8]
+    assert {p.prompt_id: p.exit_round for p in step.prompts} == {
+        order[0][0]: 1, order[0][1]: 1, order[1][0]: 2, order[1][1]: 2}
+    assert step.metrics["zero_adv_frac"] == 0.0
+
+
+def test_dapo_stops_at_max_num_gen_batches_with_fewer_groups(tmp_path) -> None:
+    rec, backend, _ = _dapo_run(tmp_path, [[ALL0, ALL1], [ALL1, MIXED4], [MIXED4, MIXED4]], 8,
+                                max_num_gen_batches=2)
+    step = rec.steps[0]
+    assert len(backend.calls) == 2 and step.metrics["gen_batches"] == 2
+    assert step.metrics["signal_groups"] == 1 and step.metrics["kept_samples"] == 4
+    assert step.metrics["samples"] == 16
+
+
+def test_dapo_stops_when_the_prompt_set_runs_out(tmp_path) -> None:
+    # 4 prompts, B = 2: two batches, then nothing left to draw; no group has signal, so the
+    # update is empty (the step still completes and records its cost).
+    rec, backend, _ = _dapo_run(tmp_path, [[ALL0, ALL0], [ALL1, ALL1]], 4)
+    step = rec.steps[0]
+    assert len(backend.calls) == 2 and step.metrics["gen_batches"] == 2
+    assert step.metrics["kept_samples"] == 0 and step.metrics["signal_groups"] == 0
+    assert step.metrics["dropped_groups"] == 4 and step.metrics["samples"] == 16
+
+
+def test_dapo_further_batches_are_seeded_and_never_repeat_a_prompt() -> None:
+    from trainer.loop import dapo_batch_indices
+
+    first = batch_indices(10, 3, 0, 5)
+    further = [dapo_batch_indices(10, 3, 0, 5, k) for k in (1, 2, 3, 4)]
+    assert [len(b) for b in further] == [3, 3, 1, 0]
+    drawn = first + sum(further, [])
+    assert sorted(drawn) == list(range(10))
+    assert further[0] == dapo_batch_indices(10, 3, 0, 5, 1)
+    assert further[0] != dapo_batch_indices(10, 3, 0, 6, 1) or first != batch_indices(10, 3, 0, 6)

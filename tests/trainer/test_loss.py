@@ -119,3 +119,45 @@ def test_token_weights_scale_each_tokens_loss_without_gradient() -> None:
     loss.backward()
     assert lp.grad.tolist()[0] == pytest.approx([-0.5 / 3, -1.0 / 3, -2.0 / 3])
     assert weights.grad is None
+
+
+def test_dual_clip_caps_a_negative_advantage_token_at_c() -> None:
+    # A = -1: ratio 20 would contribute -A * 20 = 20 without the dual clip; with c = 10 it is
+    # min(max(20, 1.28), 10) = 10 and its gradient is cut. Ratio 2 stays below c: 2.
+    lp, old = _lp([20.0, 2.0])
+    lp.requires_grad_(True)
+    loss, m = ppo_clip_loss(lp, old, torch.tensor([-1.0]), torch.ones(1, 2), 0.2, 0.28,
+                            clip_ratio_c=10.0)
+    assert loss.item() == pytest.approx((10.0 + 2.0) / 2)
+    assert m["dual_clip_frac"].item() == pytest.approx(0.5)
+    assert m["clip_frac_low"].item() == 0 and m["clip_frac_high"].item() == 0
+    loss.backward()
+    assert lp.grad[0, 0].item() == 0.0
+    assert lp.grad[0, 1].item() == pytest.approx(2.0 / 2)  # d(-A*rho/2)/dlogp = rho/2
+    # The default c = 3: the same token gives 3.
+    loss3, _ = ppo_clip_loss(lp.detach(), old, torch.tensor([-1.0]), torch.ones(1, 2))
+    assert loss3.item() == pytest.approx((3.0 + 2.0) / 2)
+
+
+def test_dual_clip_leaves_positive_advantages_alone() -> None:
+    # A = +1 and ratio 20: the clip-higher branch (-1.28) is taken, never the dual clip.
+    lp, old = _lp([20.0])
+    loss, m = ppo_clip_loss(lp, old, torch.tensor([1.0]), torch.ones(1, 1), clip_ratio_c=10.0)
+    assert loss.item() == pytest.approx(-1.28)
+    assert m["dual_clip_frac"].item() == 0 and m["clip_frac_high"].item() == 1.0
+
+
+def test_log_ratio_is_clamped_before_exp() -> None:
+    # A log-ratio of 100 overflows exp in float32 (inf; inf * 0 is NaN). Clamped to 20 it stays
+    # finite: A = -1 is capped by the dual clip at c, A = +1 by clip-higher at 1.28, and the
+    # ratio itself is exp(20).
+    lp = torch.tensor([[100.0], [100.0]], requires_grad=True)
+    old = torch.zeros(2, 1)
+    loss, m = ppo_clip_loss(lp, old, torch.tensor([-1.0, 1.0]), torch.ones(2, 1))
+    assert torch.isfinite(loss) and loss.item() == pytest.approx((3.0 - 1.28) / 2)
+    assert m["ratio_mean"].item() == pytest.approx(math.exp(20.0), rel=1e-5)
+    loss.backward()
+    assert torch.isfinite(lp.grad).all()
+    # Towards -100 the ratio is exp(-20) ~ 2e-9: A = +1 is unclipped and finite.
+    loss_low, _ = ppo_clip_loss(-lp.detach(), old, torch.tensor([1.0, 1.0]), torch.ones(2, 1))
+    assert loss_low.item() == pytest.approx(-math.exp(-20.0))

@@ -53,7 +53,7 @@ def test_predictions_are_the_simulators_figures() -> None:
     rates = list(np.random.default_rng(3).random(40))
     rows = {(r["algorithm"], r["group_size"]): r
             for r in preflight.predict(rates, seconds_per_sample=0.01, **SHAPE)}
-    assert set(rows) == {("grpo", 4), ("grpo", 8), ("grpo", 16), ("ada-pos", 4),
+    assert set(rows) == {("grpo", 4), ("grpo", 8), ("grpo", 16), ("dapo", 4), ("ada-pos", 4),
                          ("ada-balance", 4), ("ada-est", 4)}
     # Est spends exactly B x budget_per_prompt (8 by default: GRPO n=8's budget).
     assert rows["ada-est", 4]["samples_per_step"] == rows["grpo", 8]["samples_per_step"] == 256
@@ -73,6 +73,11 @@ def test_predictions_are_the_simulators_figures() -> None:
     assert rows["grpo", 4]["zero_adv_frac"] > rows["ada-pos", 4]["zero_adv_frac"]
     assert rows["grpo", 4]["zero_adv_frac"] > balance["zero_adv_frac"]
     assert rows["grpo", 4]["samples_per_step"] < rows["ada-pos", 4]["samples_per_step"]
+    # DAPO: B x n at least, more batches while fewer than B groups carry signal.
+    dapo = rows["dapo", 4]
+    assert dapo["error"] is None and dapo["unresolved_frac"] == 0
+    assert 32 * 4 < dapo["samples_per_step"] <= 32 * 4 * 10
+    assert dapo["zero_adv_frac"] == pytest.approx(rows["grpo", 4]["zero_adv_frac"], abs=0.1)
 
 
 def test_never_solved_prompts_predict_no_signal_and_warn() -> None:
@@ -86,6 +91,8 @@ def test_never_solved_prompts_predict_no_signal_and_warn() -> None:
     assert large["ada-balance"]["samples_per_prompt"] == 256 * 64
     assert large["ada-balance"]["unresolved_frac"] == 1.0
     assert all(r["zero_adv_frac"] == 1.0 for r in rows.values())
+    # DAPO draws max_num_gen_batches = 10 batches of n = 4 per prompt and finds no signal.
+    assert rows["dapo"]["samples_per_step"] == 32 * 4 * 10
     warnings = preflight.preflight_warnings([[0.0] * 16] * 10, [0] * 10)
     assert len(warnings) == 1 and "no signal" in warnings[0] and "10 were never solved" in (
         warnings[0])

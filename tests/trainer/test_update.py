@@ -81,15 +81,35 @@ def test_micro_batches_give_the_same_gradient_step() -> None:
     assert torch.allclose(results[0], results[1], atol=1e-5)
 
 
-def test_warmup_and_empty_batch() -> None:
-    assert [warmup_factor(s, 4) for s in range(6)] == [0.25, 0.5, 0.75, 1.0, 1.0, 1.0]
-    assert warmup_factor(0, 0) == 1.0
+def test_warmup_is_verls_constant_with_warmup_and_empty_batch() -> None:
+    # lr x k/W at scheduler step k, 0 at the first: W = 4 gives 0, 1/4, 1/2, 3/4, then 1.
+    assert [warmup_factor(s, 4) for s in range(6)] == [0.0, 0.25, 0.5, 0.75, 1.0, 1.0]
+    assert warmup_factor(0, 0) == 1.0 and warmup_factor(7, 0) == 1.0
     model = tiny_qwen2()
     config = TrainConfig(lr=1e-3, warmup_steps=2)
     opt, sched = make_optimizer(model, config)
     m = update_policy(model, opt, sched, UpdateBatch([], [], [], []), config, pad_token_id=0)
-    assert m["lr"] == pytest.approx(5e-4) and m["policy_loss"] == 0.0
-    assert opt.param_groups[0]["lr"] == pytest.approx(1e-3)
+    # An empty step still advances the schedule: step 1 used 0, step 2 uses 1e-3 x 1/2.
+    assert m["lr"] == 0.0 and m["policy_loss"] == 0.0 and m["optimizer_steps"] == 0
+    assert opt.param_groups[0]["lr"] == pytest.approx(5e-4)
+
+
+def test_warmup_lr_is_shared_by_every_mini_batch_of_a_step() -> None:
+    # Two mini-batches of one prompt each: two optimiser steps at the same lr, and the scheduler
+    # moves once per training step. The first step (lr 0) leaves the weights unchanged.
+    model = tiny_qwen2()
+    config = TrainConfig(lr=1e-3, warmup_steps=4, batch_size=2, ppo_mini_batch_size=1,
+                         weight_decay=0.0)
+    opt, sched = make_optimizer(model, config)
+    before = [p.detach().clone() for p in model.parameters()]
+    lrs = []
+    for step in range(3):
+        m = update_policy(model, opt, sched, batch(), config, pad_token_id=0, seed=step)
+        assert m["optimizer_steps"] == 2
+        lrs.append(m["lr"])
+        if step == 0:
+            assert all(torch.equal(a, b) for a, b in zip(before, model.parameters(), strict=True))
+    assert lrs == pytest.approx([0.0, 2.5e-4, 5e-4])
 
 
 def test_truncated_importance_sampling_reweights_the_update() -> None:

@@ -215,3 +215,16 @@ def test_resumed_vllm_run_draws_the_same_next_step(uninterrupted: Any, tmp_path:
     assert result.status == "completed"
     assert [s.step for s in resumed.steps] == [3]
     assert comparable(resumed.steps[0]) == comparable(rec.steps[2])
+
+
+def test_dapo_trains_on_the_engine(tiny_model_dir: Path, tmp_path: Path) -> None:
+    """DAPO on the vllm backend: further batches go through the same engine; the step keeps
+    at most B groups with signal and records the batches it drew."""
+    rec, result = train_run(vllm_config(tiny_model_dir, algorithm="dapo", total_steps=2,
+                                        save_every=0), tmp_path)
+    assert result.status == "completed"
+    for s in rec.steps:
+        m = s.metrics
+        assert set(STEP_METRICS) <= set(m) and all(math.isfinite(v) for v in m.values())
+        assert m["samples"] == 16 * m["gen_batches"]
+        assert m["kept_samples"] == 4 * min(4, m["signal_groups"])
