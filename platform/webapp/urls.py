@@ -1,6 +1,8 @@
 from django.contrib import admin
 from django.urls import include, path
 
+from api.api import urls as api_urls
+from api.views import account, revoke
 from webapp.views import favicon, healthz
 
 handler400 = "webapp.views.bad_request"
@@ -9,5 +11,8 @@ urlpatterns = [
     path("admin/", admin.site.urls),
     path("healthz", healthz, name="healthz"),
     path("favicon.ico", favicon, name="favicon"),
+    path("api/v1/", api_urls()),
+    path("account/", account, name="account"),
+    path("account/tokens/<int:token_id>/revoke/", revoke, name="account_token_revoke"),
     path("", include("dashboard.urls")),
 ]
