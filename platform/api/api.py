@@ -21,9 +21,9 @@ from dashboard import reports
 from dashboard import selectors as dashboard_selectors
 from django.conf import settings
 from django.core.exceptions import ObjectDoesNotExist, PermissionDenied
-from django.http import HttpRequest, HttpResponse
+from django.http import FileResponse, HttpRequest, HttpResponse
+from experiments import bundles, services
 from experiments import selectors as experiment_selectors
-from experiments import services
 from experiments.models import PromptSet, Run, Sweep
 from ninja import File, Form, NinjaAPI, Query, Router, Schema, Status, UploadedFile
 from ninja.errors import AuthenticationError, HttpError, ValidationError
@@ -485,6 +485,19 @@ def run_samples(request: HttpRequest, run_id: int, page: Query[SampleQuery]) -> 
     rows, cursor = selectors.sample_page(_run(run_id), cursor=page.cursor, limit=page.limit,
                                          step=page.step, prompt=page.prompt, kept=page.kept)
     return {"items": rows, "next_cursor": cursor}
+
+
+@runs.get("/{int:run_id}/export", openapi_extra={
+    "responses": {200: {"description": "the run's Parquet bundle (zip)",
+                        "content": {"application/zip": {"schema": {"type": "string",
+                                                                   "format": "binary"}}}}}})
+def export_run(request: HttpRequest, run_id: int) -> Any:
+    """The run as a Parquet bundle: a zip of steps, rounds, prompt_steps, samples (as retained),
+    evaluations, checkpoints and prompts as Parquet files, with config.json and manifest.json
+    (docs/api.md). A run still training is exported as far as it got."""
+    run = _run(run_id)
+    return FileResponse(bundles.bundle_file(run), as_attachment=True,
+                        filename=bundles.bundle_filename(run), content_type="application/zip")
 
 
 # --- sweeps -------------------------------------------------------------------------------------

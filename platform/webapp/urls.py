@@ -1,8 +1,8 @@
+from api.api import urls as api_urls
+from api.views import account, revoke
 from django.contrib import admin
 from django.urls import include, path
 
-from api.api import urls as api_urls
-from api.views import account, revoke
 from webapp.views import favicon, healthz
 
 handler400 = "webapp.views.bad_request"

@@ -127,7 +127,7 @@ def test_schema_and_docs_page(client: Any) -> None:
     assert schema["info"]["version"] == "1"
     assert {"/api/v1/runs", "/api/v1/runs/{run_id}/samples", "/api/v1/sweeps",
             "/api/v1/prompt-sets", "/api/v1/report",
-            } <= set(schema["paths"])
+            "/api/v1/runs/{run_id}/export"} <= set(schema["paths"])
     body = schema["paths"]["/api/v1/runs"]["post"]["requestBody"]["content"]
     assert {"application/json", "application/toml"} <= set(body)
     docs = client.get("/api/v1/docs")
