@@ -163,10 +163,17 @@ def manifest(run: Run) -> dict[str, Any]:
 
 def write_bundle(run: Run, out: IO[bytes]) -> dict[str, Any]:
     """Write ``run``'s bundle as a zip into ``out``; returns the manifest (with row counts)."""
-    info = manifest(run)
     counts: dict[str, int] = {}
-    # Parquet files are compressed already: the zip only stores them.
-    with zipfile.ZipFile(out, "w", compression=zipfile.ZIP_STORED) as zf:
+    # Parquet files are compressed already: the zip only stores them. One REPEATABLE READ
+    # transaction: the tables of a run still training are read at one moment, so a step is in
+    # every table or in none (inside a caller's transaction, that one's snapshot rules).
+    outer = connection.in_atomic_block
+    with transaction.atomic(), zipfile.ZipFile(out, "w", compression=zipfile.ZIP_STORED) as zf:
+        if not outer:
+            with connection.cursor() as cursor:
+                cursor.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ")
+        run = Run.objects.select_related("owner", "prompt_set").get(pk=run.pk)
+        info = manifest(run)
         zf.writestr("config.json", json.dumps(run.config, indent=2))
         for name in TABLES:
             keys = _metric_keys(run, name) if name in SPREAD_METRICS else []

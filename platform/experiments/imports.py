@@ -47,6 +47,8 @@ SAMPLE_COLUMNS = ("run_id", "step", "prompt_id", "index", "round", "response", "
 PROMPTSTEP_COLUMNS = ("run_id", "step", "prompt_id", "samples", "positives", "negatives",
                       "rounds", "exit_round", "missing", "kept_positives", "kept_negatives",
                       "baseline", "tokens", "p_hat", "allocated")
+# Rows converted to Python objects at a time when a bundle is imported.
+IMPORT_BATCH_ROWS = 10_000
 ROUNDSTAT_COLUMNS = ("run_id", "step", "round", "active_prompts", "samples", "positives",
                      "finished", "tokens")
 
@@ -361,7 +363,7 @@ def _import_bundle(folder: Path, owner: User, name: str | None, *, key: str) -> 
         for name_, (table, columns) in bundles.TABLES.items():
             names = [c for c, _ in columns]
             source = pq.ParquetFile(folder / f"{name_}.parquet")
-            for batch in source.iter_batches(batch_size=bundles.CHUNK_ROWS, columns=names):
+            for batch in source.iter_batches(batch_size=IMPORT_BATCH_ROWS, columns=names):
                 cols = [batch.column(c).to_pylist() for c in names]
                 if "prompt_id" in names:
                     i = names.index("prompt_id")
