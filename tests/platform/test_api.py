@@ -234,6 +234,9 @@ def test_bad_toml_is_a_400_on_config(api: Api) -> None:
     assert r.status_code == 400 and _fields(r) == ["algorithm"]
     r = api.post("/runs", "{not json")
     assert r.status_code == 400 and _fields(r) == ["body"]
+    # Past DATA_UPLOAD_MAX_MEMORY_SIZE (2.5 MiB): refused by Django before it is parsed.
+    r = api.post("/runs", {"name": "x" * 3_000_000, "prompt_set": "arith"})
+    assert r.status_code == 400
 
 
 @pytest.mark.django_db
@@ -465,3 +468,15 @@ def test_no_5xx_from_any_operation(api: Api, user: Any) -> None:
         assert r.status_code < 500, (method, url, data, r.status_code, r.content[:500])
 
     check()
+
+
+@pytest.mark.django_db
+def test_admin_lists_tokens_without_them_and_revokes(admin_client: Any, user: Any) -> None:
+    token, plain = create_token(user, "laptop")
+    page = admin_client.get("/admin/api/apitoken/")
+    assert page.status_code == 200 and "laptop" in page.content.decode()
+    assert plain not in page.content.decode()
+    admin_client.post("/admin/api/apitoken/", {"action": "revoke",
+                                                "_selected_action": [token.pk]})
+    token.refresh_from_db()
+    assert token.revoked_at is not None and Api(plain).get("/me").status_code == 401
