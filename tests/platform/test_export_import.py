@@ -245,6 +245,12 @@ def test_import_of_a_cli_run_records_what_it_emitted(cli_run: Path, user: Any,
                                                 if e["type"] == "eval"]
     assert [r[0] for r in db["Checkpoint"]] == [2, 4]
     assert all(Path(r[1]).is_dir() for r in db["Checkpoint"])
+    # What the import is for: the dashboard's report draws it.
+    from dashboard import reports
+
+    report = reports.build_report([run])
+    assert [g["runs"] for g in report["groups"]] == [[run.pk]]
+    assert len(report["rows"]["reward"]) == 4
 
     # Idempotent: the same folder again updates the same run, with the same records.
     out = io.StringIO()

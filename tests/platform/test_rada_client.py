@@ -94,6 +94,8 @@ def test_client_end_to_end(live_server: Any, start_worker: Any, user: Any, other
     assert pq.read_table(out / "samples.parquet").num_rows == Sample.objects.filter(
         run=runs[0]).count()
     assert rada(["export", "999999"], env).returncode == 4
+    down = rada(["runs", "--url", "http://127.0.0.1:9"], env)
+    assert down.returncode == 5 and "cannot reach" in down.stderr
 
     # Cancel: a long run stops; another user's run is not ours to cancel (exit 4).
     config.write_text(CONFIG.replace("total_steps = 3", "total_steps = 100000"))
