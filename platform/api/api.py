@@ -28,7 +28,7 @@ from experiments.models import PromptSet, Run, Sweep
 from ninja import File, Form, NinjaAPI, Query, Router, Schema, Status, UploadedFile
 from ninja.errors import AuthenticationError, HttpError, ValidationError
 from ninja.security import HttpBearer, django_auth
-from pydantic import Field
+from pydantic import AfterValidator, Field
 from pydantic import ValidationError as PydanticValidationError
 
 from api import selectors
@@ -92,13 +92,26 @@ def _loc_field(loc: Any) -> str:
     parts = [str(p) for p in loc if p not in ("query", "body", "path", "form", "file")]
     if parts and parts[0] == "payload":
         parts = parts[1:]
+    # A union's errors carry the member tried ("int", "function-after[...]"): not a field.
+    parts = [p for p in parts if p not in UNION_TAGS and "[" not in p]
     return ".".join(parts) or "body"
+
+
+UNION_TAGS = {"int", "str", "float", "bool", "none", "list", "dict"}
+
+
+def _pairs(errors: list[dict[str, Any]]) -> list[tuple[str, str]]:
+    """(field, reason) per field: a union's members each fail, and the last tried (the text
+    one, for "id or name") says most."""
+    by_field: dict[str, str] = {}
+    for e in errors:
+        by_field[_loc_field(e.get("loc", ()))] = e.get("msg", "invalid")
+    return list(by_field.items())
 
 
 @api.exception_handler(ValidationError)
 def _invalid(request: HttpRequest, exc: ValidationError) -> HttpResponse:
-    return error_response(request, 422, [(_loc_field(e.get("loc", ())), e.get("msg", "invalid"))
-                                         for e in exc.errors])
+    return error_response(request, 422, _pairs(exc.errors))
 
 
 def _user(request: HttpRequest) -> Any:
@@ -106,6 +119,16 @@ def _user(request: HttpRequest) -> Any:
 
 
 # --- schemas ------------------------------------------------------------------------------------
+
+def _no_nul(value: str) -> str:
+    # PostgreSQL's text cannot hold NUL: refused here, with its field, not by the database.
+    if "\x00" in value:
+        raise ValueError("contains a NUL character")
+    return value
+
+
+Text = Annotated[str, AfterValidator(_no_nul)]
+
 
 class PromptSetOut(Schema):
     id: int
@@ -216,12 +239,12 @@ class LaunchBody(Schema):
     """A launch. ``config`` holds TrainConfig fields (the keys of ``python -m trainer run``'s
     TOML); ``prompts``/``eval_prompts`` are set from the prompt sets and ignored here."""
 
-    name: str
-    prompt_set: int | str = Field(description="id or name")
+    name: Text
+    prompt_set: int | Text = Field(description="id or name")
     config: dict[str, Any] = Field(default_factory=dict)
-    eval_set: int | str | None = Field(None, description="id or name")
-    queue: str = "cpu"
-    retention: str = "all"
+    eval_set: int | Text | None = Field(None, description="id or name")
+    queue: Text = "cpu"
+    retention: Text = "all"
 
 
 class SweepBody(LaunchBody):
@@ -232,11 +255,11 @@ class SweepBody(LaunchBody):
 
 class RunFilters(Schema):
     status: Literal["queued", "running", "succeeded", "failed", "cancelled"] | None = None
-    algorithm: str | None = Field(None, max_length=32)
+    algorithm: Text | None = Field(None, max_length=32)
     prompt_set: int | None = Field(None, ge=1, le=2**63 - 1)
     sweep: int | None = Field(None, ge=1, le=2**63 - 1)
-    owner: str | None = Field(None, max_length=150, description="username")
-    q: str | None = Field(None, max_length=200, description="text in the name or model")
+    owner: Text | None = Field(None, max_length=150, description="username")
+    q: Text | None = Field(None, max_length=200, description="text in the name or model")
     limit: int = Field(100, ge=1, le=1000)
     offset: int = Field(0, ge=0, le=10**9)
 
@@ -324,7 +347,7 @@ def _launch_body(request: HttpRequest, schema: type[LaunchBody]) -> LaunchBody:
     try:
         return schema.model_validate(data)
     except PydanticValidationError as exc:
-        pairs = [(_loc_field(e["loc"]), e["msg"]) for e in exc.errors()]
+        pairs = _pairs(exc.errors())
         raise services.LaunchError(*pairs[0], more=pairs[1:]) from None
 
 
@@ -376,7 +399,7 @@ def list_prompt_sets(request: HttpRequest) -> Any:
 
 
 @prompt_sets.post("", response={201: PromptSetOut})
-def upload_prompt_set(request: HttpRequest, name: Form[str],
+def upload_prompt_set(request: HttpRequest, name: Form[Text],
                       file: File[UploadedFile] = None) -> Any:  # type: ignore[assignment]
     """Upload a JSONL or Parquet file of prompts (``prompt``, ``answer``; verl's layout too),
     as multipart form data with fields ``name`` and ``file``."""

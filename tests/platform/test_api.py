@@ -410,6 +410,42 @@ def test_run_launched_through_the_api_executes_on_a_worker(start_worker: Any, us
     assert len(samples) == body["samples_spent"]
 
 
+@pytest.mark.django_db
+@pytest.mark.parametrize("path, params", [
+    ("/runs", {"owner": "a\x00"}), ("/runs", {"q": "a\x00"}), ("/runs", {"algorithm": "\x00"}),
+])
+def test_nul_in_a_query_is_a_4xx_naming_it(api: Api, path: str, params: dict[str, str]) -> None:
+    r = api.get(path, **params)
+    assert r.status_code == 422 and _fields(r) == list(params)
+
+
+@pytest.mark.django_db
+@pytest.mark.parametrize("body, field", [
+    ({"name": "x", "prompt_set": "\x00"}, "prompt_set"),
+    ({"name": "x", "prompt_set": "arith", "eval_set": "a\x00"}, "eval_set"),
+    ({"name": "x\x00", "prompt_set": "arith"}, "name"),
+])
+def test_nul_in_a_launch_is_a_400_naming_it(api: Api, body: dict[str, Any], field: str) -> None:
+    make_prompt_set("arith", size=12)
+    for path in ("/runs", "/sweeps"):
+        r = api.post(path, {**body, "config": SIM, "grid": "seed=0,1"})
+        assert r.status_code == 400 and field in _fields(r), (path, r.content)
+
+
+@pytest.mark.django_db
+@pytest.mark.parametrize("name, line, field", [
+    ("n\x00", b'{"prompt": "1+1=", "answer": "2"}\n', "name"),
+    ("text", b'{"prompt": "1+1=\\u0000", "answer": "2"}\n', "file"),
+    ("meta", b'{"prompt": "1+1=", "answer": "2", "note": "\\u0000"}\n', "file"),
+])
+def test_nul_in_an_upload_is_refused(api: Api, name: str, line: bytes, field: str) -> None:
+    from django.core.files.uploadedfile import SimpleUploadedFile
+
+    r = api.client.post("/api/v1/prompt-sets", {
+        "name": name, "file": SimpleUploadedFile("f.jsonl", line)}, headers=api.headers)
+    assert r.status_code in (400, 422) and _fields(r) == [field], r.content
+
+
 # --- no 5xx, whatever the request ---------------------------------------------------------------
 
 def _operations() -> list[tuple[str, str]]:
