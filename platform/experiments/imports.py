@@ -205,7 +205,7 @@ def _import_cli_run(folder: Path, owner: User, name: str | None) -> ImportResult
     except (ConfigError, TypeError) as exc:
         raise ImportError_("config.json", str(exc)) from None
     try:
-        prompts, _ = resolve_prompts(config)
+        prompts, eval_prompts = resolve_prompts(config)
     except (DataError, ValueError, OSError) as exc:
         raise ImportError_("prompts", f"cannot read the run's prompts ({config.prompts}): "
                                       f"{exc}") from None
@@ -219,9 +219,16 @@ def _import_cli_run(folder: Path, owner: User, name: str | None) -> ImportResult
                                      else PromptSet.Source.UPLOAD)
         ids = dict(zip((p.id for p in prompts), Prompt.objects.filter(
             prompt_set=prompt_set).order_by("index").values_list("pk", flat=True), strict=True))
+        # The held-out prompts too: the run page names them, and a relaunch evaluates on them.
+        eval_label = (f"{BUILTIN_TASK} held-out {len(eval_prompts)} prompts" if not
+                      config.eval_prompts or config.eval_prompts == BUILTIN_TASK
+                      else Path(config.eval_prompts).name)
+        eval_set = _prompt_set_for(eval_prompts, eval_label, PromptSet.Source.BUILTIN
+                                   if eval_label.startswith(BUILTIN_TASK)
+                                   else PromptSet.Source.UPLOAD) if eval_prompts else None
         run, created = _upsert_run(key, owner, {
             "name": name or folder.resolve().name, "algorithm": config.algorithm,
-            "config": config.to_dict(), "prompt_set": prompt_set, "eval_set": None,
+            "config": config.to_dict(), "prompt_set": prompt_set, "eval_set": eval_set,
             "model": config.model, "seed": config.seed, "queue": "cpu",
             "retention": Run.Retention.ALL, "total_steps": config.total_steps,
             "status": Run.Status.SUCCEEDED, "started_at": timezone.now(),

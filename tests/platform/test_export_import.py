@@ -244,6 +244,7 @@ def test_import_of_a_cli_run_records_what_it_emitted(cli_run: Path, user: Any,
     assert [r[0] for r in db["EvalResult"]] == [e["step"] for e in events
                                                 if e["type"] == "eval"]
     assert [r[0] for r in db["Checkpoint"]] == [2, 4]
+    assert run.eval_set.size == 8 and run.prompt_set.size == 40
     assert all(Path(r[1]).is_dir() for r in db["Checkpoint"])
     # What the import is for: the dashboard's report draws it.
     from dashboard import reports
