@@ -27,8 +27,6 @@ from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import IO, Any
 
-import pyarrow as pa
-import pyarrow.parquet as pq
 from django.db import connection, transaction
 
 from experiments.models import Run
@@ -37,39 +35,46 @@ FORMAT = "rada-run-bundle"
 VERSION = 1
 CHUNK_ROWS = 50_000
 
-# name -> (SQL source table, [(column, arrow type)]); the key columns first, in key order.
-TABLES: dict[str, tuple[str, list[tuple[str, pa.DataType]]]] = {
+# name -> (SQL source table, [(column, Arrow type name)]); the key columns first, in key order.
+# Type names, not pyarrow types: the web process imports pyarrow only when it exports.
+TABLES: dict[str, tuple[str, list[tuple[str, str]]]] = {
     "steps": ("experiments_step", [
-        ("step", pa.int64()), ("real_reward", pa.float64()), ("kept_reward", pa.float64()),
-        ("samples", pa.int64()), ("tokens", pa.int64()), ("wall_seconds", pa.float64()),
-        ("metrics", pa.string())]),
+        ("step", "int64"), ("real_reward", "float64"), ("kept_reward", "float64"),
+        ("samples", "int64"), ("tokens", "int64"), ("wall_seconds", "float64"),
+        ("metrics", "string")]),
     "rounds": ("experiments_roundstat", [
-        ("step", pa.int64()), ("round", pa.int32()), ("active_prompts", pa.int64()),
-        ("samples", pa.int64()), ("positives", pa.int64()), ("finished", pa.int64()),
-        ("tokens", pa.int64())]),
+        ("step", "int64"), ("round", "int32"), ("active_prompts", "int64"),
+        ("samples", "int64"), ("positives", "int64"), ("finished", "int64"),
+        ("tokens", "int64")]),
     "prompt_steps": ("experiments_promptstep", [
-        ("step", pa.int64()), ("prompt_id", pa.int64()), ("samples", pa.int32()),
-        ("positives", pa.int32()), ("negatives", pa.int32()), ("rounds", pa.int32()),
-        ("exit_round", pa.int32()), ("missing", pa.string()), ("kept_positives", pa.int32()),
-        ("kept_negatives", pa.int32()), ("baseline", pa.float64()), ("tokens", pa.int64()),
-        ("p_hat", pa.float64()), ("allocated", pa.int32())]),
+        ("step", "int64"), ("prompt_id", "int64"), ("samples", "int32"),
+        ("positives", "int32"), ("negatives", "int32"), ("rounds", "int32"),
+        ("exit_round", "int32"), ("missing", "string"), ("kept_positives", "int32"),
+        ("kept_negatives", "int32"), ("baseline", "float64"), ("tokens", "int64"),
+        ("p_hat", "float64"), ("allocated", "int32")]),
     "samples": ("experiments_sample", [
-        ("step", pa.int64()), ("prompt_id", pa.int64()), ("index", pa.int32()),
-        ("round", pa.int32()), ("response", pa.string()), ("tokens", pa.int64()),
-        ("reward", pa.float64()), ("kept", pa.bool_()), ("advantage", pa.float64()),
-        ("verifier_error", pa.string())]),
-    "evaluations": ("experiments_evalresult", [("step", pa.int64()), ("metrics", pa.string())]),
-    "checkpoints": ("experiments_checkpoint", [("step", pa.int64()), ("path", pa.string())]),
+        ("step", "int64"), ("prompt_id", "int64"), ("index", "int32"),
+        ("round", "int32"), ("response", "string"), ("tokens", "int64"),
+        ("reward", "float64"), ("kept", "bool_"), ("advantage", "float64"),
+        ("verifier_error", "string")]),
+    "evaluations": ("experiments_evalresult", [("step", "int64"), ("metrics", "string")]),
+    "checkpoints": ("experiments_checkpoint", [("step", "int64"), ("path", "string")]),
 }
 # Each table's unique key, the order rows are written in (and the index the read walks).
 KEYS = {"rounds": ("step", "round"), "prompt_steps": ("step", "prompt_id"),
         "samples": ("step", "prompt_id", "index")}
-PROMPT_COLUMNS = [("prompt_id", pa.int64()), ("index", pa.int64()), ("text", pa.string()),
-                  ("answer", pa.string()), ("metadata", pa.string())]
+PROMPT_COLUMNS = [("prompt_id", "int64"), ("index", "int64"), ("text", "string"),
+                  ("answer", "string"), ("metadata", "string")]
 # Tables whose ``metrics`` JSON is also spread into one float column per numeric key.
 SPREAD_METRICS = ("steps", "evaluations")
 RUN_FIELDS = ("id", "name", "algorithm", "status", "model", "seed", "queue", "retention",
               "total_steps", "current_step", "samples_spent", "latest_real_reward", "error")
+
+
+def arrow_schema(columns: Sequence[tuple[str, str]]) -> Any:
+    import pyarrow as pa
+
+    return pa.schema([(name, getattr(pa, kind)()) for name, kind in columns])
 
 
 def _sql(name: str, columns: Sequence[str]) -> str:
@@ -101,8 +106,9 @@ def _metric_keys(run: Run, name: str) -> list[str]:
         return [r[0] for r in cursor.fetchall()]
 
 
-def _write_table(zf: zipfile.ZipFile, name: str, schema: pa.Schema,
-                 batches: Iterator[pa.RecordBatch]) -> int:
+def _write_table(zf: zipfile.ZipFile, name: str, schema: Any, batches: Iterator[Any]) -> int:
+    import pyarrow.parquet as pq
+
     rows = 0
     with zf.open(f"{name}.parquet", "w", force_zip64=True) as member, \
             pq.ParquetWriter(member, schema, compression="zstd") as writer:
@@ -114,13 +120,14 @@ def _write_table(zf: zipfile.ZipFile, name: str, schema: pa.Schema,
     return rows
 
 
-def _record_batches(run: Run, name: str, metric_keys: list[str]
-                    ) -> tuple[pa.Schema, Iterator[pa.RecordBatch]]:
+def _record_batches(run: Run, name: str, metric_keys: list[str]) -> tuple[Any, Iterator[Any]]:
+    import pyarrow as pa
+
     columns = TABLES[name][1]
     names = [c for c, _ in columns]
-    schema = pa.schema(columns + [(f"metric.{k}", pa.float64()) for k in metric_keys])
+    schema = arrow_schema(columns + [(f"metric.{k}", "float64") for k in metric_keys])
 
-    def batches() -> Iterator[pa.RecordBatch]:
+    def batches() -> Iterator[Any]:
         for rows in _chunks(_sql(name, names), [run.pk]):
             cols = [list(col) for col in zip(*rows, strict=True)]
             if metric_keys:
@@ -139,8 +146,10 @@ def _number(value: Any) -> float | None:
         else None
 
 
-def _prompt_batches(run: Run) -> Iterator[pa.RecordBatch]:
-    schema = pa.schema(PROMPT_COLUMNS)
+def _prompt_batches(run: Run) -> Iterator[Any]:
+    import pyarrow as pa
+
+    schema = arrow_schema(PROMPT_COLUMNS)
     sql = ('SELECT id, "index", text, answer, metadata::text FROM experiments_prompt '
            'WHERE prompt_set_id = %s ORDER BY "index"')
     for rows in _chunks(sql, [run.prompt_set_id]):
@@ -179,7 +188,7 @@ def write_bundle(run: Run, out: IO[bytes]) -> dict[str, Any]:
             keys = _metric_keys(run, name) if name in SPREAD_METRICS else []
             schema, batches = _record_batches(run, name, keys)
             counts[name] = _write_table(zf, name, schema, batches)
-        counts["prompts"] = _write_table(zf, "prompts", pa.schema(PROMPT_COLUMNS),
+        counts["prompts"] = _write_table(zf, "prompts", arrow_schema(PROMPT_COLUMNS),
                                          _prompt_batches(run))
         info["rows"] = counts
         zf.writestr("manifest.json", json.dumps(info, indent=2))
