@@ -118,6 +118,9 @@ def _upsert_run(key: str, owner: User, fields: dict[str, Any]) -> tuple[Run, boo
     for k, v in fields.items():
         setattr(run, k, v)
     run.lease_owner, run.cancel_requested = "", False
+    # Each import is an attempt: the dashboard's caches of a run's records are keyed on
+    # ``attempts``, so the records a re-import rewrote are never served from an older import.
+    run.attempts = (run.attempts or 0) + 1
     check_fits_columns(run)
     run.save()
     return run, created
