@@ -29,7 +29,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from django.db import connection, transaction
+from django.db import DatabaseError, connection, transaction
 from django.utils import timezone
 
 from experiments import bundles
@@ -263,6 +263,9 @@ def _write_cli_events(run: Run, folder: Path, ids: dict[str, int]) -> int:
         except (KeyError, TypeError, ValueError) as exc:
             raise ImportError_("events.jsonl", f"line {no}: malformed {kind} event "
                                                f"({type(exc).__name__}: {exc})") from None
+        except DatabaseError as exc:  # a value its column refuses (negative count, NUL...)
+            raise ImportError_("events.jsonl", f"line {no}: {kind} event refused by the "
+                               f"database: {str(exc).splitlines()[0]}") from None
         except _UnknownPrompt as exc:
             raise ImportError_("events.jsonl", f"line {no}: prompt id {exc.args[0]!r} is not "
                                "among the run's prompts (did the prompt file change since "
@@ -352,17 +355,52 @@ def _bundle_prompt_set(folder: Path, info: dict[str, Any]) -> tuple[PromptSet, d
     return created, dict(zip(bundle_ids, new_ids, strict=True))
 
 
-def _import_bundle(folder: Path, owner: User, name: str | None, *, key: str) -> ImportResult:
+def pa_errors() -> type[Exception]:
+    import pyarrow as pa
+
+    return pa.ArrowException
+
+
+def _copy_parquet(run_id: int, path: Path, table: str, names: list[str], ids: dict[int, int],
+                  *, timestamps: bool) -> None:
+    """COPY a bundle table into ``table`` for run ``run_id``, ``IMPORT_BATCH_ROWS`` at a time,
+    prompt ids mapped to this platform's."""
     import pyarrow.parquet as pq
 
+    source = pq.ParquetFile(path)
+    out_cols = ["run_id", *names, *(["created_at"] if timestamps else [])]
+    now = timezone.now()
+    for batch in source.iter_batches(batch_size=IMPORT_BATCH_ROWS, columns=names):
+        cols = [batch.column(c).to_pylist() for c in names]
+        if "prompt_id" in names:
+            i = names.index("prompt_id")
+            unknown = set(cols[i]) - ids.keys()
+            if unknown:
+                raise ValueError(f"prompt id {min(unknown)} is not in prompts.parquet")
+            cols[i] = [ids[p] for p in cols[i]]
+        extra = (now,) if timestamps else ()
+        _copy(table, out_cols, ((run_id, *row, *extra) for row in zip(*cols, strict=True)))
+
+
+MANIFEST_KEYS = ("name", "algorithm", "model", "seed", "queue", "retention", "total_steps",
+                 "status", "prompt_set")
+
+
+def _import_bundle(folder: Path, owner: User, name: str | None, *, key: str) -> ImportResult:
     try:
         info = bundles.read_manifest(folder)
         config = json.loads((folder / "config.json").read_text())
-    except (OSError, ValueError, KeyError) as exc:
+        meta = info["run"]
+        missing = [k for k in MANIFEST_KEYS if k not in meta]
+    except (OSError, ValueError, KeyError, TypeError) as exc:
         raise ImportError_("manifest.json", str(exc)) from None
-    meta = info["run"]
+    if missing:
+        raise ImportError_("manifest.json", f"the run lacks {', '.join(missing)}")
     with transaction.atomic():
-        prompt_set, ids = _bundle_prompt_set(folder, info)
+        try:
+            prompt_set, ids = _bundle_prompt_set(folder, info)
+        except (OSError, KeyError, ValueError, TypeError, DatabaseError, pa_errors()) as exc:
+            raise ImportError_("prompts.parquet", str(exc).splitlines()[0]) from None
         run, created = _upsert_run(key, owner, {
             "name": name or meta["name"], "algorithm": meta["algorithm"], "config": config,
             "prompt_set": prompt_set, "eval_set": None, "model": meta["model"],
@@ -372,19 +410,11 @@ def _import_bundle(folder: Path, owner: User, name: str | None, *, key: str) -> 
             "error": meta.get("error") or "", "traceback": ""})
         for name_, (table, columns) in bundles.TABLES.items():
             names = [c for c, _ in columns]
-            source = pq.ParquetFile(folder / f"{name_}.parquet")
-            for batch in source.iter_batches(batch_size=IMPORT_BATCH_ROWS, columns=names):
-                cols = [batch.column(c).to_pylist() for c in names]
-                if "prompt_id" in names:
-                    i = names.index("prompt_id")
-                    cols[i] = [ids[p] for p in cols[i]]
-                rows = zip(*cols, strict=True)
-                out_cols = ["run_id", *names]
-                if name_ in ("steps", "evaluations", "checkpoints"):
-                    out_cols.append("created_at")
-                    now = timezone.now()
-                    rows = (r + (now,) for r in rows)
-                _copy(table, out_cols, ((run.pk, *r) for r in rows))
+            try:
+                _copy_parquet(run.pk, folder / f"{name_}.parquet", table, names, ids,
+                              timestamps=name_ in ("steps", "evaluations", "checkpoints"))
+            except (OSError, KeyError, ValueError, DatabaseError, pa_errors()) as exc:
+                raise ImportError_(f"{name_}.parquet", str(exc).splitlines()[0]) from None
         status = meta["status"]
         _finish(run, status if status not in Run.ACTIVE_STATUSES else Run.Status.CANCELLED,
                 meta.get("error") or ("" if status not in Run.ACTIVE_STATUSES else

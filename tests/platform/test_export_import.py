@@ -282,3 +282,24 @@ def test_import_errors_name_the_file(tmp_path: Path, user: Any) -> None:
     with pytest.raises(CommandError, match="events.jsonl: line 1: malformed step"):
         call_command("import_run", str(tmp_path), owner="alice")
     assert not Run.objects.exists()
+
+
+@pytest.mark.django_db
+def test_a_damaged_bundle_names_the_file_and_stores_nothing(recorded: Run, user: Any,
+                                                            tmp_path: Path) -> None:
+    with open(tmp_path / "b.zip", "wb") as fh:
+        bundles.write_bundle(recorded, fh)
+    folder = unzip((tmp_path / "b.zip").read_bytes(), tmp_path / "b")
+    runs = Run.objects.count()
+    (folder / "samples.parquet").write_bytes(b"not parquet")
+    with pytest.raises(CommandError, match="samples.parquet: "):
+        call_command("import_run", str(folder), owner="alice")
+    (folder / "prompts.parquet").unlink()
+    with pytest.raises(CommandError, match="prompts.parquet: "):
+        call_command("import_run", str(folder), owner="alice")
+    manifest = json.loads((folder / "manifest.json").read_text())
+    del manifest["run"]["algorithm"]
+    (folder / "manifest.json").write_text(json.dumps(manifest))
+    with pytest.raises(CommandError, match="manifest.json: the run lacks algorithm"):
+        call_command("import_run", str(folder), owner="alice")
+    assert Run.objects.count() == runs
