@@ -4,12 +4,13 @@
     python -m rada prompt-sets upload data/train.jsonl --name my-set
     python -m rada launch configs/tiny-grpo.toml --prompt-set my-set --sweep seed=0,1,2 --wait
     python -m rada runs --status running
+    python -m rada wait --sweep 3
     python -m rada cancel 12 13
     python -m rada export 12 --out run-12/
 
 Exit codes (scripts can branch on them):
     0  done (with --wait: every run succeeded)
-    1  with --wait: a run failed or was cancelled
+    1  with --wait, or `wait`: a run failed or was cancelled
     2  bad input: wrong arguments, or the API refused a value (the field is named)
     3  not signed in: no stored token, or the token was refused (run `login`)
     4  forbidden (not your run) or not found
@@ -21,6 +22,7 @@ from __future__ import annotations
 
 import argparse
 import getpass
+import json
 import os
 import sys
 import tempfile
@@ -125,7 +127,17 @@ def build_parser() -> argparse.ArgumentParser:
     runs.add_argument("--sweep", type=int, metavar="ID")
     runs.add_argument("--mine", action="store_true", help="only my runs")
     runs.add_argument("--limit", type=int, default=50)
+    runs.add_argument("--json", action="store_true", help="print the API's JSON, one run per "
+                      "line (for scripts)")
     runs.set_defaults(func=cmd_runs)
+
+    wait = sub.add_parser("wait", parents=[common], help="wait for runs or a sweep to finish",
+                          description="Wait, with a progress bar per run, until the runs (or "
+                          "every run of the sweep) have finished; exit 1 when one did not "
+                          "succeed.")
+    wait.add_argument("runs", metavar="RUN_ID", type=int, nargs="*")
+    wait.add_argument("--sweep", type=int, metavar="ID", help="wait for a sweep's runs")
+    wait.set_defaults(func=cmd_wait)
 
     cancel = sub.add_parser("cancel", parents=[common], help="cancel runs or a sweep",
                             description="Cancel runs (queued ones stop at once, running ones "
@@ -246,11 +258,25 @@ def wait_for_runs(client: Client, ids: Sequence[int], poll: float = POLL_SECONDS
     return EXIT_RUN_FAILED if bad else EXIT_OK
 
 
+def cmd_wait(args: argparse.Namespace) -> int:
+    if not args.runs and args.sweep is None:
+        raise Failure(EXIT_INPUT, "runs: give run ids, or --sweep ID")
+    client = _client(args)
+    ids = list(args.runs)
+    if args.sweep is not None:
+        ids += [i for i in client.get(f"/sweeps/{args.sweep}")["runs"] if i not in ids]
+    return wait_for_runs(client, ids)
+
+
 def cmd_runs(args: argparse.Namespace) -> int:
     client = _client(args)
     owner = client.get("/me")["username"] if args.mine else None
     rows = client.get("/runs", status=args.status, algorithm=args.algorithm, sweep=args.sweep,
                       owner=owner, limit=args.limit)
+    if args.json:
+        for r in rows:
+            print(json.dumps(r))
+        return EXIT_OK
     _table([(r["id"], r["name"][:40], r["algorithm"], r["status"],
              f"{r['current_step']}/{r['total_steps']}", r["samples_spent"],
              "" if r["latest_real_reward"] is None else f"{r['latest_real_reward']:.3f}",

@@ -16,7 +16,7 @@ import pyarrow.parquet as pq
 from api.services import create_token
 from experiments.models import Run, Sample, Sweep
 
-from tests.fixtures.services import ROOT, wait_for
+from tests.fixtures.services import ROOT
 
 CONFIG = """# the keys of python -m trainer run
 algorithm = "ada-balance"
@@ -45,8 +45,8 @@ def test_client_end_to_end(live_server: Any, start_worker: Any, user: Any, other
 
     # Commands need a login first (exit 3), and every command has --help.
     assert rada(["runs"], env).returncode == 3
-    for cmd in (["login"], ["prompt-sets", "upload"], ["launch"], ["runs"], ["cancel"],
-                ["export"]):
+    for cmd in (["login"], ["prompt-sets", "upload"], ["launch"], ["runs"], ["wait"],
+                ["cancel"], ["export"]):
         helped = rada([*cmd, "--help"], env)
         assert helped.returncode == 0 and "usage: python -m rada" in helped.stdout, cmd
     assert "Exit codes" in rada(["--help"], env).stdout
@@ -106,12 +106,14 @@ def test_client_end_to_end(live_server: Any, start_worker: Any, user: Any, other
     assert rada(["cancel", str(long_run.pk)], theirs).returncode == 4
     cancelled = rada(["cancel", str(long_run.pk)], env)
     assert cancelled.returncode == 0, cancelled.stderr
-
-    def stopped() -> bool:
-        long_run.refresh_from_db()
-        return long_run.status == "cancelled"
-
-    wait_for(stopped, 120, what="the long run to be cancelled")
+    # `wait` returns once it stopped: exit 1, it did not succeed.
+    waited = rada(["wait", str(long_run.pk)], env)
+    assert waited.returncode == 1 and "cancelled" in waited.stdout, waited.stdout
+    long_run.refresh_from_db()
+    assert long_run.status == "cancelled"
+    assert rada(["wait", "--sweep", str(sweep.pk)], env).returncode == 0
+    listed = [json.loads(line) for line in rada(["runs", "--json"], env).stdout.splitlines()]
+    assert {r["id"] for r in listed} == set(Run.objects.values_list("pk", flat=True))
 
 
 def as_user(env: dict[str, str], token: str) -> dict[str, str]:
