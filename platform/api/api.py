@@ -215,9 +215,73 @@ class SweepLaunched(SweepOut):
     enqueue_errors: list[str]
 
 
-class Page(Schema):
-    items: list[dict[str, Any]]
-    next_cursor: str | None
+class StepOut(Schema):
+    step: int
+    real_reward: float | None = Field(description="mean over prompts of the mean reward of "
+                                      "each prompt's first n samples (0-1; comparable to GRPO)")
+    kept_reward: float | None = Field(description="mean reward of the kept responses (0-1)")
+    samples: int = Field(description="responses generated this step")
+    tokens: int = Field(description="response tokens generated this step")
+    wall_seconds: float = Field(description="seconds of training up to this step")
+    metrics: dict[str, Any] = Field(description="every metric the trainer recorded (names and "
+                                    "units: trainer.types.STEP_METRICS); null where not finite")
+
+
+class RoundOut(Schema):
+    step: int
+    round: int = Field(description="1-based sampling round")
+    active_prompts: int = Field(description="prompts sampled in this round")
+    samples: int = Field(description="responses drawn in this round")
+    positives: int = Field(description="positive responses among them")
+    finished: int = Field(description="prompts whose exit rule was met after this round")
+    tokens: int = Field(description="response tokens generated in this round")
+
+
+class EvalOut(Schema):
+    step: int = Field(description="0: before training")
+    metrics: dict[str, Any] = Field(description="greedy_accuracy, avg@k, pass@k... (fractions, "
+                                    "0-1) and counts such as prompts and k")
+
+
+class PromptStepOut(Schema):
+    step: int
+    prompt_id: int = Field(description="the prompt's id in the run's prompt set")
+    samples: int
+    positives: int
+    negatives: int
+    rounds: int = Field(description="rounds in which the prompt was sampled")
+    exit_round: int | None = Field(description="round after which its exit rule was met; null: "
+                                   "unresolved")
+    missing: str = Field(description="unresolved for lack of 'positives' or 'negatives'")
+    kept_positives: int
+    kept_negatives: int
+    baseline: float = Field(description="mean reward of the prompt's whole pool")
+    tokens: int
+    p_hat: float | None = Field(description="Est: pass-rate estimate before the step")
+    allocated: int | None = Field(description="Est: samples allocated this step")
+
+
+class SampleOut(Schema):
+    step: int
+    prompt_id: int
+    index: int = Field(description="position in the prompt's pool this step (0-based)")
+    round: int
+    response: str | None = Field(description="null where the retention policy dropped it")
+    tokens: int
+    reward: float
+    kept: bool = Field(description="kept for the policy update")
+    advantage: float | None = Field(description="null when not kept")
+    verifier_error: str
+
+
+class PromptStepPage(Schema):
+    items: list[PromptStepOut]
+    next_cursor: str | None = Field(description="pass as cursor for the next page; null: last")
+
+
+class SamplePage(Schema):
+    items: list[SampleOut]
+    next_cursor: str | None = Field(description="pass as cursor for the next page; null: last")
 
 
 class Message(Schema):
@@ -470,13 +534,13 @@ def relaunch_run(request: HttpRequest, run_id: int) -> Any:
     return Status(201, services.relaunch_run(_run(run_id), _user(request)))
 
 
-@runs.get("/{int:run_id}/steps", response=list[dict[str, Any]])
+@runs.get("/{int:run_id}/steps", response=list[StepOut])
 def run_steps(request: HttpRequest, run_id: int) -> Any:
     """Every recorded step: columns and the full metrics (units: trainer.types.STEP_METRICS)."""
     return selectors.step_rows(_run(run_id))
 
 
-@runs.get("/{int:run_id}/rounds", response=list[dict[str, Any]])
+@runs.get("/{int:run_id}/rounds", response=list[RoundOut])
 def run_rounds(request: HttpRequest, run_id: int,
                step: int | None = Query(None, ge=0, le=2**31 - 1)) -> Any:
     """Round statistics: per step and sampling round, active prompts, samples, positives,
@@ -484,13 +548,13 @@ def run_rounds(request: HttpRequest, run_id: int,
     return selectors.round_rows(_run(run_id), step)
 
 
-@runs.get("/{int:run_id}/evaluations", response=list[dict[str, Any]])
+@runs.get("/{int:run_id}/evaluations", response=list[EvalOut])
 def run_evaluations(request: HttpRequest, run_id: int) -> Any:
     """Held-out evaluations: greedy accuracy, avg@k, pass@k... per evaluated step."""
     return selectors.eval_rows(_run(run_id))
 
 
-@runs.get("/{int:run_id}/prompt-steps", response=Page)
+@runs.get("/{int:run_id}/prompt-steps", response=PromptStepPage)
 def run_prompt_steps(request: HttpRequest, run_id: int, page: Query[PageQuery]) -> Any:
     """One row per prompt and step, in (step, prompt) order; pass ``next_cursor`` back as
     ``cursor`` for the next page (null: the last page)."""
@@ -500,7 +564,7 @@ def run_prompt_steps(request: HttpRequest, run_id: int, page: Query[PageQuery]) 
     return {"items": rows, "next_cursor": cursor}
 
 
-@runs.get("/{int:run_id}/samples", response=Page)
+@runs.get("/{int:run_id}/samples", response=SamplePage)
 def run_samples(request: HttpRequest, run_id: int, page: Query[SampleQuery]) -> Any:
     """Responses as the run's retention policy kept them (``response`` null when dropped), in
     (step, prompt, index) order, paged like prompt-steps."""
