@@ -15,6 +15,7 @@ urlpatterns = [
     path("runs/<int:run_id>/status/", views.run_status, name="run_status"),
     path("runs/<int:run_id>/charts/<slug:name>.json", views.run_chart, name="run_chart"),
     path("runs/<int:run_id>/cancel/", views.run_cancel, name="run_cancel"),
+    path("runs/<int:run_id>/export/", views.run_export, name="run_export"),
     path("runs/<int:run_id>/delete/", views.run_delete, name="run_delete"),
     path("runs/<int:run_id>/relaunch/", views.run_relaunch, name="run_relaunch"),
     path("runs/<int:run_id>/estimate/", views.run_estimate, name="run_estimate"),

@@ -13,6 +13,7 @@ from django.conf import settings
 from django.contrib import messages
 from django.contrib.auth.decorators import login_required
 from django.http import (
+    FileResponse,
     Http404,
     HttpRequest,
     HttpResponse,
@@ -24,7 +25,7 @@ from django.urls import reverse
 from django.utils.html import format_html_join
 from django.utils.http import urlencode
 from django.views.decorators.http import require_POST
-from experiments import preflight, services
+from experiments import bundles, preflight, services
 from experiments import selectors as experiment_selectors
 from experiments.models import Estimate, Prompt, PromptSet, Run, Sweep
 from webapp.uploads import accepts_files, rejected_files
@@ -204,6 +205,14 @@ def run_chart(request: HttpRequest, run_id: int, name: str) -> HttpResponse:
         key += f".{options['sort']}"
     body = selectors.cached_for_finished(key, [run], figure)
     return HttpResponse(body, content_type="application/json")
+
+
+@login_required
+def run_export(request: HttpRequest, run_id: int) -> FileResponse:
+    """The run's Parquet bundle (the same as the API's ``/runs/{id}/export``)."""
+    run = _run_or_404(run_id)
+    return FileResponse(bundles.bundle_file(run), as_attachment=True,
+                        filename=bundles.bundle_filename(run), content_type="application/zip")
 
 
 @login_required

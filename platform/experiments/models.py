@@ -122,6 +122,9 @@ class Run(models.Model):
     # cascade from elsewhere.
     sweep = models.ForeignKey(Sweep, null=True, blank=True, on_delete=models.SET_NULL,
                               related_name="runs")
+    # Where an imported run came from (experiments.imports): a hash of the folder's path, so
+    # importing the same folder again updates this run instead of adding another.
+    import_key = models.CharField(max_length=64, blank=True, default="")
     created_at = models.DateTimeField(auto_now_add=True)
     started_at = models.DateTimeField(null=True, blank=True)
     finished_at = models.DateTimeField(null=True, blank=True)
@@ -129,6 +132,8 @@ class Run(models.Model):
     class Meta:
         ordering = ["-created_at"]
         indexes = [models.Index(fields=["status", "-created_at"], name="run_status_created")]
+        constraints = [models.UniqueConstraint(fields=["import_key"], name="run_unique_import",
+                                               condition=~models.Q(import_key=""))]
 
     def __str__(self) -> str:
         return f"{self.name} ({self.algorithm})"

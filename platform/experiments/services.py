@@ -82,6 +82,8 @@ def import_prompt_set(*, owner: User | None, name: str, prompts: Iterable[Any],
     name = name.strip()
     if not name:
         raise LaunchError("name", "a prompt set needs a name")
+    if "\x00" in name:
+        raise LaunchError("name", "contains a NUL character")
     prompt_set = PromptSet(name=name, source=source, description=description,
                            owner=owner if owner is not None and owner.is_authenticated else None)
     check_fits_columns(prompt_set)
@@ -94,8 +96,12 @@ def import_prompt_set(*, owner: User | None, name: str, prompts: Iterable[Any],
                 "COPY experiments_prompt (prompt_set_id, index, text, answer, metadata) "
                 "FROM STDIN") as copy:
             for i, p in enumerate(prompts):
-                copy.write_row((prompt_set.pk, i, p.text, p.answer,
-                                json.dumps(dict(p.metadata or {}))))
+                metadata = json.dumps(dict(p.metadata or {}))
+                # PostgreSQL's text and jsonb cannot hold NUL: refused with the prompt's number,
+                # before the database would refuse the whole COPY.
+                if "\x00" in p.text or "\x00" in p.answer or "\\u0000" in metadata:
+                    raise LaunchError("file", f"prompt {i + 1} contains a NUL character")
+                copy.write_row((prompt_set.pk, i, p.text, p.answer, metadata))
                 size = i + 1
         if not size:
             raise LaunchError("file", "no prompts")

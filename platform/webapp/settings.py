@@ -39,8 +39,12 @@ INSTALLED_APPS = [
     "django.contrib.staticfiles",
     "django_htmx",
     "axes",
+    # django-ninja: the REST API; listed so its docs page uses the Swagger UI files it ships
+    # (served locally) instead of a CDN.
+    "ninja",
     "experiments",
     "dashboard",
+    "api",
 ]
 
 MIDDLEWARE = [

@@ -1,0 +1,1 @@
+"""The Reinforce-Ada platform's command-line client: ``python -m rada --help``."""

@@ -1,0 +1,5 @@
+import sys
+
+from rada.cli import main
+
+sys.exit(main())

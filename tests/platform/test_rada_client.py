@@ -1,0 +1,122 @@
+"""``python -m rada`` end to end: the client runs as its own process and talks HTTP to a live
+server (pytest-django's live_server, on the test database) while a real Celery worker executes
+the runs it launches."""
+
+from __future__ import annotations
+
+import json
+import os
+import stat
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pyarrow.parquet as pq
+from api.services import create_token
+from experiments.models import Run, Sample, Sweep
+
+from tests.fixtures.services import ROOT
+
+CONFIG = """# the keys of python -m trainer run
+algorithm = "ada-balance"
+backend = "simulated"
+prompts = "builtin:arithmetic"
+batch_size = 4
+group_size = 4
+samples_per_round = 4
+max_rounds = 2
+total_steps = 3
+eval_every = 0
+"""
+
+
+def rada(args: list[str], env: dict[str, str], stdin: str = "") -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "rada", *args], cwd=ROOT, env=env,
+                          input=stdin, capture_output=True, text=True, timeout=300)
+
+
+def test_client_end_to_end(live_server: Any, start_worker: Any, user: Any, other_user: Any,
+                           tmp_path: Path) -> None:
+    start_worker("cpu")
+    env = {k: v for k, v in os.environ.items() if k not in ("RADA_URL", "RADA_TOKEN")}
+    env["RADA_CONFIG"] = str(tmp_path / "conf" / "credentials.json")
+    token = create_token(user, "client")[1]
+
+    # Commands need a login first (exit 3), and every command has --help.
+    assert rada(["runs"], env).returncode == 3
+    for cmd in (["login"], ["prompt-sets", "upload"], ["launch"], ["runs"], ["wait"],
+                ["cancel"], ["export"]):
+        helped = rada([*cmd, "--help"], env)
+        assert helped.returncode == 0 and "usage: python -m rada" in helped.stdout, cmd
+    assert "Exit codes" in rada(["--help"], env).stdout
+
+    bad = rada(["login", "--url", live_server.url], env, stdin="rada_not-a-token\n")
+    assert bad.returncode == 3, bad.stderr
+    login = rada(["login", "--url", live_server.url], env, stdin=token + "\n")
+    assert login.returncode == 0, login.stderr
+    assert "as alice" in login.stdout
+    creds = Path(env["RADA_CONFIG"])
+    assert stat.S_IMODE(creds.stat().st_mode) == 0o600
+    assert json.loads(creds.read_text())["token"] == token
+
+    prompts = tmp_path / "sums.jsonl"
+    prompts.write_text("".join(json.dumps({"prompt": f"{i}+1=", "answer": str(i + 1)[::-1],
+                                           "pass_rate": 0.5}) + "\n" for i in range(12)))
+    up = rada(["prompt-sets", "upload", str(prompts), "--name", "sums"], env)
+    assert up.returncode == 0, up.stderr
+    assert "12 prompts" in up.stdout
+    assert "sums" in rada(["prompt-sets", "list"], env).stdout
+
+    config = tmp_path / "sim.toml"
+    config.write_text(CONFIG)
+    launched = rada(["launch", str(config), "--prompt-set", "sums", "--sweep", "seed=0,1",
+                     "--wait"], env)
+    assert launched.returncode == 0, launched.stdout + launched.stderr
+    sweep = Sweep.objects.get()
+    runs = list(Run.objects.filter(sweep=sweep).order_by("pk"))
+    assert [(r.seed, r.status, r.current_step) for r in runs] == [
+        (0, "succeeded", 3), (1, "succeeded", 3)]
+    assert "3/3" in launched.stderr  # the progress bars
+    listed = rada(["runs", "--sweep", str(sweep.pk)], env)
+    assert all(f"{r.pk} " in listed.stdout for r in runs), listed.stdout
+
+    # Bad input: exit 2, the field named.
+    bad_config = tmp_path / "bad.toml"
+    bad_config.write_text(CONFIG.replace("group_size = 4", "group_size = 1"))
+    refused = rada(["launch", str(bad_config), "--prompt-set", "sums"], env)
+    assert refused.returncode == 2 and "group_size" in refused.stderr
+    assert rada(["launch", str(config), "--prompt-set", "nope"], env).returncode == 2
+
+    out = tmp_path / "bundle"
+    exported = rada(["export", str(runs[0].pk), "--out", str(out)], env)
+    assert exported.returncode == 0, exported.stderr
+    assert pq.read_table(out / "samples.parquet").num_rows == Sample.objects.filter(
+        run=runs[0]).count()
+    assert rada(["export", "999999"], env).returncode == 4
+    down = rada(["runs", "--url", "http://127.0.0.1:9"], env)
+    assert down.returncode == 5 and "cannot reach" in down.stderr
+
+    # Cancel: a long run stops; another user's run is not ours to cancel (exit 4).
+    config.write_text(CONFIG.replace("total_steps = 3", "total_steps = 100000"))
+    long = rada(["launch", str(config), "--prompt-set", "sums", "--name", "long"], env)
+    assert long.returncode == 0, long.stderr
+    long_run = Run.objects.get(name="long", total_steps=100000)
+    theirs = as_user(env, create_token(other_user, "bob")[1])
+    assert rada(["cancel", str(long_run.pk)], theirs).returncode == 4
+    cancelled = rada(["cancel", str(long_run.pk)], env)
+    assert cancelled.returncode == 0, cancelled.stderr
+    # `wait` returns once it stopped: exit 1, it did not succeed.
+    waited = rada(["wait", str(long_run.pk)], env)
+    assert waited.returncode == 1 and "cancelled" in waited.stdout, waited.stdout
+    long_run.refresh_from_db()
+    assert long_run.status == "cancelled"
+    assert rada(["wait", "--sweep", str(sweep.pk)], env).returncode == 0
+    listed = [json.loads(line) for line in rada(["runs", "--json"], env).stdout.splitlines()]
+    assert {r["id"] for r in listed} == set(Run.objects.values_list("pk", flat=True))
+
+
+def as_user(env: dict[str, str], token: str) -> dict[str, str]:
+    """The environment of another user's client: the token given in $RADA_TOKEN wins over the
+    stored one."""
+    return {**env, "RADA_TOKEN": token}
