@@ -6,17 +6,18 @@ the training loop needs no special case besides skipping the policy update (``mo
 
 Every response also gets a length from ``trainer.enginetime.LengthModel`` (wrong answers run
 longer; its ``max_tokens`` is the config's ``max_new_tokens``), carried as that many placeholder
-token ids, and the backend keeps a simulated clock (``sim_seconds``) of an engine with
-continuous batching (``EngineTimeModel``): a ``generate`` call is one batch run to completion
-(the round scheduler's barrier), ``request_engine()`` a queue fed one request at a time (the
-per-prompt and streaming schedulers).
+token ids (``PlaceholderTokens``: a length without the memory), and the backend keeps a
+simulated clock (``sim_seconds``) of an engine with continuous batching (``EngineTimeModel``):
+a ``generate`` call is one batch run to completion (the round scheduler's barrier),
+``request_engine()`` a queue fed one request at a time (the per-prompt and streaming
+schedulers).
 """
 
 from __future__ import annotations
 
 import zlib
-from collections.abc import Hashable, Sequence
-from typing import Any
+from collections.abc import Hashable, Iterator, Sequence
+from typing import Any, overload
 
 import numpy as np
 
@@ -31,6 +32,44 @@ def wrong_answer(answer: str) -> str:
         return str(int(answer.strip()) + 1)
     except ValueError:
         return f"not {answer}" if answer else "wrong"
+
+
+class PlaceholderTokens(Sequence[int]):
+    """``length`` token ids, all 0, in constant memory: a simulated response has a length but
+    no tokens (a step at paper scale holds 16k responses of up to 4096 tokens)."""
+
+    __slots__ = ("length",)
+
+    def __init__(self, length: int) -> None:
+        self.length = int(length)
+
+    def __len__(self) -> int:
+        return self.length
+
+    @overload
+    def __getitem__(self, index: int) -> int: ...
+
+    @overload
+    def __getitem__(self, index: slice) -> list[int]: ...
+
+    def __getitem__(self, index: int | slice) -> int | list[int]:
+        if isinstance(index, slice):
+            return [0] * len(range(*index.indices(self.length)))
+        if not -self.length <= index < self.length:
+            raise IndexError(index)
+        return 0
+
+    def __iter__(self) -> Iterator[int]:
+        return iter([0] * self.length)
+
+    def __eq__(self, other: object) -> bool:
+        return list(self) == list(other) if isinstance(other, Sequence) else NotImplemented
+
+    def __hash__(self) -> int:
+        return hash(("PlaceholderTokens", self.length))
+
+    def __repr__(self) -> str:
+        return f"PlaceholderTokens({self.length})"
 
 
 def length_model(config: Any) -> LengthModel:
@@ -78,7 +117,8 @@ class SimulatedBackend:
     def generation(self, prompt: Prompt, hit: bool, length: int) -> Generation:
         return Generation(prompt_id=prompt.id, text=prompt.answer if hit else
                           wrong_answer(prompt.answer), prompt_token_ids=[],
-                          response_token_ids=[0] * int(length), logprobs=None)
+                          response_token_ids=PlaceholderTokens(length),  # type: ignore[arg-type]
+                          logprobs=None)
 
     def generate(self, prompts: Sequence[Prompt], counts: Sequence[int], *, seed: int,
                  greedy: bool = False) -> list[list[Generation]]:
