@@ -289,6 +289,10 @@ class AdaptiveSampler:
         """Whether a prompt can stop before ``max_rounds`` (Seq); GRPO and Est take one round."""
         return EXIT_RULES[self.exit_rule] is _rule_exit_counts
 
+    def pool_size(self, prompt_idx: int) -> int:
+        """Samples observed for the prompt so far."""
+        return int(self._pos[prompt_idx] + self._neg[prompt_idx])
+
     def rule_met(self, prompt_idx: int) -> bool:
         """Whether the prompt's exit rule holds on what was observed so far (streaming hook)."""
         return bool(EXIT_RULES[self.exit_rule](self._pos[prompt_idx], self._neg[prompt_idx],

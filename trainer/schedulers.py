@@ -12,7 +12,8 @@ Every scheduler drives the same ``AdaptiveSampler`` (DESIGN.md section 7):
   prompt, sample), so the pools, kept groups and advantages are exactly those of ``round``: a
   systems change, not an algorithmic one.
 - ``streaming``: like ``per-prompt``, but the exit rule is checked as each sample arrives; once
-  it holds, the prompt's in-flight requests are aborted and no more are sent. Short responses
+  it holds (and the pool has at least n samples, a full update group), the prompt's in-flight
+  requests are aborted and no more are sent. Short responses
   finish first, so the pool leans towards them: a different estimator (length bias). The tokens
   generated and then thrown away (aborted, or finished after the prompt had already stopped) are
   counted in ``RoundsOutcome.tokens_discarded``.
@@ -153,7 +154,10 @@ def run_per_prompt(sampler: AdaptiveSampler, prompts: Sequence[Prompt], engine: 
             round_tokens[i] += len(g.response_token_ids)
             if early_exit:
                 pool(i, [g])
-                if sampler.rule_met(i) or not inflight[i]:
+                # A full update group first: stopping ada-pos at a first-sample positive would
+                # leave a pool of one, whose advantage is 0 (round-based pools hold >= M >= n).
+                if (sampler.rule_met(i) and sampler.pool_size(i) >= sampler.group_size) \
+                        or not inflight[i]:
                     close_round(i)
                 continue
             arrived[i][j] = g

@@ -198,14 +198,17 @@ def test_streaming_stops_at_the_rule_and_favours_short_responses(algorithm: str)
     a = sample(config(algorithm=algorithm, scheduler="round"), prompts)
     s = sample(config(algorithm=algorithm, scheduler="streaming"), prompts)
     ra, rs = a.result, s.result
-    # Every resolved prompt stopped the moment its rule held: removing its last sample would
-    # break the rule, and no prompt drew more than under round-based sampling.
-    k_pos, k_neg = config(algorithm=algorithm).exit_counts
+    # Every resolved prompt stopped the moment its rule held with a full group (n samples):
+    # either it had just n, or removing its last sample would break the rule; and no prompt
+    # drew more than under round-based sampling.
+    cfg = config(algorithm=algorithm)
+    k_pos, k_neg = cfg.exit_counts
     for i in np.flatnonzero(rs.exit_round > 0).tolist():
         pos, neg = int(rs.positives[i]), int(rs.negatives[i])
         last_positive = bool(rs.positive[rs.offsets[i + 1] - 1])
-        assert pos >= k_pos and neg >= k_neg
-        assert (pos - 1 < k_pos) if last_positive else (neg - 1 < k_neg)
+        assert pos >= k_pos and neg >= k_neg and pos + neg >= cfg.group_size
+        needed = (pos - 1 < k_pos) if last_positive else (neg - 1 < k_neg)
+        assert needed or pos + neg == cfg.group_size
     assert (rs.samples <= ra.samples).all() and rs.samples.sum() < ra.samples.sum()
     assert s.outcome.tokens_discarded > 0 and a.outcome.tokens_discarded == 0
     # Length bias: the responses that reach the pool first are the short ones, so a prompt's
