@@ -8,8 +8,9 @@ right ones (they wander, retry, or run into the length limit). A response's leng
 median fraction of the limit for a correct (``correct``) or a wrong (``wrong``) answer, ``z`` a
 standard normal per sample and ``z_prompt`` one per prompt (some problems need long solutions
 whoever answers). Defaults: medians at 30% and 60% of the limit, spread 0.5; with the limit at
-4096 tokens (``PAPER_MAX_RESPONSE_TOKENS``) a right answer's median is about 1230 tokens, a wrong
-one's about 2460, and about 1 wrong answer in 10 is truncated at the limit.
+the paper's 2048 tokens (``PAPER_MAX_RESPONSE_TOKENS``) a right answer's median is about 615
+tokens, a wrong one's about 1230, and about a quarter of wrong answers (with the per-prompt and
+per-sample spreads together) run into the limit.
 
 **Engine time** (``EngineTimeModel``). One decode step of a batch of ``b`` running sequences
 holding ``c`` context tokens in all (prompt + generated so far) takes
@@ -33,8 +34,9 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-# The authors' training scripts cap responses at 4096 tokens (Qwen2.5-Math-1.5B/7B runs).
-PAPER_MAX_RESPONSE_TOKENS = 4096
+# The authors' training script for Qwen2.5-Math-1.5B (RLHFlow/Reinforce-Ada,
+# scripts/run_reinforce_ada.sh) caps responses at max_response_length = 2048 tokens.
+PAPER_MAX_RESPONSE_TOKENS = 2048
 
 
 @dataclass(frozen=True)

@@ -6,7 +6,7 @@ backend: Bernoulli rewards from per-prompt pass rates, response lengths from ``L
 generation time from ``EngineTimeModel`` (continuous batching, event by event). The update's
 time is modelled too (``UpdateTimeModel``: forward and backward over the kept responses), since
 the paper's step times include it. Defaults: the paper's B = 512, n = 4, M = 8, N = 4, responses
-up to 4096 tokens, a 1.5B model in bf16 on one H100-class GPU; pass rates drawn from
+up to 2048 tokens, a 1.5B model in bf16 on one H100-class GPU; pass rates drawn from
 Beta(0.5, 0.5) (``--beta``; or one per line from ``--pass-rates``). docs/schedulers.md explains
 the constants and compares the result with the paper's Table 2.
 """
