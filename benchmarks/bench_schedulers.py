@@ -7,9 +7,13 @@ ada-pos and ada-balance under round, per-prompt and streaming, in one run:
 - tokens generated (pooled + discarded), tokens discarded (streaming's aborts), samples per step,
   mean kept response length, and the step time's ratio to round-based GRPO.
 
-Two workloads: the built-in task (1-3 digit operands: answers of 1-4 digits, a few tokens) and
+Three workloads: the built-in task (1-3 digit operands: answers of 1-4 digits, a few tokens);
 wider operands (up to ``--wide-digits`` digits: the right answers are longer, but a model warm-
-started on 1-3 digits hardly writes longer responses; docs/benchmarks.md shows it).
+started on 1-3 digits hardly writes longer responses); and, to show the round barrier on the real
+engine, the same tiny architecture with random weights (``--untrained-tokens``): it stops at a
+random point (its end-of-sequence token is one of ~15), so response lengths spread from 1 token to
+the limit. Every untrained answer is wrong, so every adaptive prompt runs all N rounds; the
+workload measures the schedulers, not the algorithms.
 
     python benchmarks/bench_schedulers.py [--model builtin:tiny] [--repeats 3]
 
@@ -23,6 +27,7 @@ import argparse
 import os
 import statistics
 import sys
+import tempfile
 import time
 from pathlib import Path
 
@@ -79,29 +84,42 @@ def main() -> None:
     ap.add_argument("--max-new-tokens", type=int, default=16)
     ap.add_argument("--wide-digits", type=int, default=6,
                     help="the wide workload's largest operand (digits)")
+    ap.add_argument("--untrained-tokens", type=int, default=32,
+                    help="response limit of the untrained workload (0: skip it)")
     ap.add_argument("--repeats", type=int, default=3)
     ap.add_argument("--seed", type=int, default=0)
     args = ap.parse_args()
     from trainer.backends.vllm import VLLMBackend
-    from trainer.model import load_model_dir, resolve_model_path
+    from trainer.model import build_tiny_model, load_model_dir, resolve_model_path
     from trainer.tasks import arithmetic_prompts
+    from trainer.tokenizer import build_tokenizer
 
     print(f"load average at start: {os.getloadavg()[0]:.2f} (1 min), "
           f"{os.getloadavg()[1]:.2f} (5 min) on {os.cpu_count()} cores\n")
-    model, tok = load_model_dir(resolve_model_path(args.model), "cpu")
-    backend = VLLMBackend(model, tok, max_new_tokens=args.max_new_tokens, dtype="float32",
-                          kv_cache_gib=0.25)
-    workloads = {"built-in task (operands of 1-3 digits)": arithmetic_prompts(
-                     args.prompts, 1, 3, seed=123),
-                 f"wider operands (1-{args.wide_digits} digits)": arithmetic_prompts(
-                     args.prompts, 1, args.wide_digits, seed=123)}
-    try:
-        for name, prompts in workloads.items():
-            print(f"### {name}: B={args.prompts}, n=4, M=8, N=4, responses up to "
-                  f"{args.max_new_tokens} tokens; median of {args.repeats} repeats\n")
-            print(table(measure(backend, prompts, args)) + "\n", flush=True)
-    finally:
-        backend.close()
+    trained = resolve_model_path(args.model)
+    short = arithmetic_prompts(args.prompts, 1, 3, seed=123)
+    workloads = [("built-in task (operands of 1-3 digits)", trained, short, args.max_new_tokens),
+                 (f"wider operands (1-{args.wide_digits} digits)", trained,
+                  arithmetic_prompts(args.prompts, 1, args.wide_digits, seed=123),
+                  args.max_new_tokens)]
+    with tempfile.TemporaryDirectory() as untrained:
+        if args.untrained_tokens:
+            tok = build_tokenizer()
+            build_tiny_model(tok, seed=0).save_pretrained(untrained)
+            tok.save_pretrained(untrained)
+            workloads.append(("untrained tiny model (random weights: random response lengths)",
+                              Path(untrained), short, args.untrained_tokens))
+        for name, path, prompts, max_new_tokens in workloads:
+            model, tok = load_model_dir(path, "cpu")
+            backend = VLLMBackend(model, tok, max_new_tokens=max_new_tokens, dtype="float32",
+                                  kv_cache_gib=0.25)
+            args.max_new_tokens = max_new_tokens
+            try:
+                print(f"### {name}: B={args.prompts}, n=4, M=8, N=4, responses up to "
+                      f"{max_new_tokens} tokens; median of {args.repeats} repeats\n")
+                print(table(measure(backend, prompts, args)) + "\n", flush=True)
+            finally:
+                backend.close()
     print(f"load average at end: {os.getloadavg()[0]:.2f} (1 min), "
           f"{os.getloadavg()[1]:.2f} (5 min)")
 

@@ -35,6 +35,10 @@ from trainer.sampler import AdaptiveSampler, RoundsOutcome, Scorer, derive_seed,
 from trainer.types import Generation, Prompt, RoundStat
 
 __all__ = ["SCHEDULERS", "RequestEngine", "run_per_prompt", "run_rounds", "run_scheduler"]
+
+# How often ``should_stop`` is polled while requests are in flight: a platform worker's check is
+# a database query, and an engine step can take microseconds (simulated) to milliseconds.
+STOP_POLL_S = 0.2
 # Backends whose engine takes and aborts single requests (``request_engine()``).
 REQUEST_BACKENDS = ("vllm", "simulated")
 
@@ -81,14 +85,16 @@ def run_scheduler(scheduler: str, sampler: AdaptiveSampler, prompts: Sequence[Pr
 def run_per_prompt(sampler: AdaptiveSampler, prompts: Sequence[Prompt], engine: RequestEngine,
                    score: Scorer, *, seed: int, streaming: bool = False,
                    on_round: Callable[[RoundStat], None] | None = None,
-                   should_stop: Callable[[], bool] | None = None) -> RoundsOutcome:
+                   should_stop: Callable[[], bool] | None = None,
+                   stop_poll_s: float = STOP_POLL_S) -> RoundsOutcome:
     """Drive ``sampler`` prompt by prompt on ``engine`` (``per-prompt``; ``streaming=True``:
     ``streaming``). Request (i, t, j) is sample j of prompt i in round t, submitted with the
     round seed ``derive_seed(seed, t)`` that ``run_rounds`` gives round t's ``generate`` call.
 
-    ``should_stop`` is checked after every engine step, while requests are in flight; when it
-    says stop, every unfinished request is aborted and the outcome comes back with
-    ``cancelled=True`` and the sampler unfinalized.
+    ``should_stop`` is checked before anything is submitted (as ``run_rounds`` does before each
+    round) and then after engine steps while requests are in flight, at most every
+    ``stop_poll_s`` seconds; when it says stop, every unfinished request is aborted and the
+    outcome comes back with ``cancelled=True`` and the sampler unfinalized.
     """
     n_prompts = len(prompts)
     gens: list[list[Generation]] = [[] for _ in range(n_prompts)]
@@ -135,10 +141,14 @@ def run_per_prompt(sampler: AdaptiveSampler, prompts: Sequence[Prompt], engine: 
         if again:
             submit_round(i)
 
+    if should_stop is not None and should_stop():
+        out.cancelled = True
+        return out
     for i in range(n_prompts):
         if sampler.is_open(i):
             submit_round(i)
     early_exit = streaming and sampler.has_exit_rule
+    last_poll = time.monotonic()
     while inflight:
         t0 = time.perf_counter()
         finished = engine.step()
@@ -165,7 +175,10 @@ def run_per_prompt(sampler: AdaptiveSampler, prompts: Sequence[Prompt], engine: 
                 # The whole round is back: observe it in sample order, as run_rounds does.
                 pool(i, [arrived[i][k] for k in sorted(arrived[i])])
                 close_round(i)
-        if should_stop is not None and inflight and should_stop():
+        if should_stop is None or not inflight or time.monotonic() - last_poll < stop_poll_s:
+            continue
+        last_poll = time.monotonic()
+        if should_stop():
             keys = sorted(k for ks in inflight.values() for k in ks)
             out.tokens_discarded += engine.abort(keys)
             out.cancelled = True

@@ -280,8 +280,8 @@ def test_cancel_is_checked_in_flight_and_aborts_the_requests(scheduler: str) -> 
         return engine.steps >= 3  # mid-round: the first round alone takes more steps
 
     out = run_per_prompt(sampler, prompts, engine, make_scorer(cfg), seed=derive_seed(1, 1),
-                         streaming=scheduler == "streaming", should_stop=stop)
-    assert out.cancelled and calls == [1, 2, 3]
+                         streaming=scheduler == "streaming", should_stop=stop, stop_poll_s=0)
+    assert out.cancelled and calls == [0, 1, 2, 3]  # before submitting, then per engine step
     assert engine.aborted and engine.pending() == 0
     assert out.tokens_discarded > 0
 
@@ -292,10 +292,22 @@ def test_cancelled_streaming_run_stops_cleanly(tmp_path) -> None:
 
     def stop() -> bool:
         polls.append(1)
-        return len(polls) > 40
+        return len(polls) > 1  # step 1 polls before it submits; step 2 is cancelled
     rec = ListRecorder()
     result = train(cfg, batch(8, 10), SimulatedBackend(cfg), rec, stop, out_dir=tmp_path)
-    assert result.cancelled and result.last_step < 3
+    assert result.cancelled and result.last_step == 1 and len(rec.steps) == 1
+
+
+def test_in_flight_polls_are_throttled() -> None:
+    """A worker's stop check is a database query: not one per engine step."""
+    cfg = config(scheduler="per-prompt")
+    prompts = batch(16, 9)
+    engine = CountingEngine(SimulatedBackend(cfg).request_engine())
+    polls = []
+    out = run_per_prompt(make_sampler(cfg, len(prompts), seed=0), prompts, engine,
+                         make_scorer(cfg), seed=0, should_stop=lambda: polls.append(1) or False,
+                         stop_poll_s=3600)
+    assert not out.cancelled and engine.steps > 10 and polls == [1]
 
 
 def test_round_scheduler_on_a_backend_without_request_engine_only() -> None:

@@ -72,10 +72,11 @@ def test_cancel_on_the_engine_aborts_requests_in_flight(vllm_backend: Any) -> No
 
     def stop() -> bool:
         steps.append(1)
-        return len(steps) >= 2  # after two engine steps: 6-token responses are not done yet
+        return len(steps) >= 2  # before submitting, then after one engine step: mid-response
 
     out = run_per_prompt(make_sampler(cfg, len(PROMPTS), seed=0), PROMPTS, engine,
-                         make_scorer(cfg), seed=derive_seed(1, 1), should_stop=stop)
+                         make_scorer(cfg), seed=derive_seed(1, 1), should_stop=stop,
+                         stop_poll_s=0)
     assert out.cancelled and len(steps) == 2
     assert out.tokens_discarded > 0
     assert engine.pending() == 0
