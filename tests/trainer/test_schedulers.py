@@ -114,7 +114,7 @@ def test_ada_est_supports_only_round_and_says_why() -> None:
 
 
 @pytest.mark.parametrize("backend", ["simulated", "vllm"])
-@pytest.mark.parametrize("algorithm", ["grpo", "ada-pos", "ada-balance"])
+@pytest.mark.parametrize("algorithm", ["grpo", "dapo", "ada-pos", "ada-balance"])
 @pytest.mark.parametrize("scheduler", ["round", "per-prompt", "streaming"])
 def test_request_backends_take_every_scheduler(backend: str, algorithm: str,
                                                scheduler: str) -> None:
@@ -133,6 +133,7 @@ EQUALITY_CASES = [
     dict(algorithm="ada-balance"),
     dict(algorithm="ada-pos"),
     dict(algorithm="grpo"),
+    dict(algorithm="dapo"),
     dict(algorithm="ada-balance", K_pos=3, K_neg=2),
     dict(algorithm="ada-pos", K_pos=4),
     dict(algorithm="ada-balance", group_size=8, samples_per_round=8, max_rounds=3),
@@ -158,7 +159,7 @@ def test_per_prompt_gives_exactly_the_round_based_step(case: dict, seed: int) ->
     assert a.outcome.round_stats == b.outcome.round_stats
     assert b.outcome.tokens_discarded == 0
     # Not a vacuous check: the batch has prompts that stop at different rounds.
-    if case["algorithm"] != "grpo":
+    if case["algorithm"] not in ("grpo", "dapo"):
         assert len(set(ra.exit_round.tolist())) > 1
 
 
