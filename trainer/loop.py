@@ -28,9 +28,9 @@ from trainer.sampler import (
     concat_results,
     derive_seed,
     make_sampler,
-    run_rounds,
     signal_groups,
 )
+from trainer.schedulers import run_scheduler
 from trainer.types import (
     PASS_RATE_METRICS,
     PASS_RATE_THRESHOLDS,
@@ -135,9 +135,9 @@ def sample_step(config: TrainConfig, batch: Sequence[Prompt], backend: Any, scor
         allocation = plan_allocation(estimator, ids, config)
     sampler = make_sampler(config, len(batch), derive_seed(config.seed, step, _DOWNSAMPLE),
                            allocation=None if allocation is None else allocation.counts)
-    outcome = run_rounds(sampler, batch, backend, scorer,
-                         seed=derive_seed(config.seed, step, _GEN), on_round=on_round,
-                         should_stop=should_stop)
+    outcome = run_scheduler(config.scheduler, sampler, batch, backend, scorer,
+                            seed=derive_seed(config.seed, step, _GEN), on_round=on_round,
+                            should_stop=should_stop)
     if outcome.cancelled:
         return SampledStep(None, outcome, allocation, list(batch))
     res = sampler.finalize()
@@ -177,8 +177,8 @@ def _sample_dapo(config: TrainConfig, batch: Sequence[Prompt], backend: Any, sco
         # Batch 0 draws with GRPO's seed, so its samples are a same-seed GRPO run's.
         gen_seed = derive_seed(config.seed, step, _GEN) if k == 0 else \
             derive_seed(config.seed, step, _GEN, k)
-        outcome = run_rounds(sampler, prompts, backend, scorer, seed=gen_seed,
-                             on_round=renumbered, should_stop=should_stop)
+        outcome = run_scheduler(config.scheduler, sampler, prompts, backend, scorer,
+                                seed=gen_seed, on_round=renumbered, should_stop=should_stop)
         if outcome.cancelled:
             return SampledStep(None, outcome, None, drawn)
         res = sampler.finalize()
@@ -195,7 +195,8 @@ def _sample_dapo(config: TrainConfig, batch: Sequence[Prompt], backend: Any, sco
         round_stats=[dataclasses.replace(st, round=k + 1)
                      for k, o in enumerate(outcomes) for st in o.round_stats],
         time_generation=sum(o.time_generation for o in outcomes),
-        time_scoring=sum(o.time_scoring for o in outcomes))
+        time_scoring=sum(o.time_scoring for o in outcomes),
+        tokens_discarded=sum(o.tokens_discarded for o in outcomes))
     return SampledStep(concat_results(results, keep_groups=B), merged, None, drawn)
 
 
@@ -220,6 +221,8 @@ def step_metrics(config: TrainConfig, res: SamplerResult, outcome: RoundsOutcome
     missing_pos = sum(m == "positives" for m in res.missing)
     missing_neg = sum(m == "negatives" for m in res.missing)
     first_pos, first_drawn = first_n_counts(res, n)
+    # outcome.generations is prompt-major in pool order: the order of res's sample arrays.
+    kept_tokens = tokens[kept_mask] if len(tokens) else tokens
     est = {} if allocation is None else {
         "p_hat_mean": _mean(allocation.p_hat), "alloc_scale": float(allocation.scale)}
     if config.algorithm == "dapo":
@@ -244,6 +247,8 @@ def step_metrics(config: TrainConfig, res: SamplerResult, outcome: RoundsOutcome
         "unresolved_missing_pos": float(missing_pos),
         "unresolved_missing_neg": float(missing_neg),
         "response_length": _mean(tokens),
+        "kept_response_length": _mean(kept_tokens),
+        "tokens_discarded": float(outcome.tokens_discarded),
         "verifier_errors": float(errors),
         "kept_samples": float(kept_mask.sum()),
         "dropped_groups": (float(np.sum(~signal_groups(res))) if config.algorithm == "dapo"

@@ -21,9 +21,14 @@ GRPO is the same machine with the ``grpo`` rule: one round of ``n`` samples, eve
 Reinforce-Ada-Est (``ada-est``) is one round too, of ``allocation[i]`` samples for prompt i
 (``trainer.allocation``), everything kept, with the hybrid advantage.
 
-The round-based ``run_rounds`` drives the sampler today; a streaming scheduler can drive the same
-object (``rule_met`` says when a prompt could stop early). State lives in numpy arrays and the
-bookkeeping is vectorised so a 512 x 32 step costs about a millisecond.
+The round-based ``run_rounds`` drives the sampler with ``observe_many`` / ``end_round``. The
+schedulers of ``trainer.schedulers`` drive the same object one prompt at a time: after
+``start_per_prompt()`` every prompt has its own round counter (``prompt_round``), and
+``end_prompt_round(i)`` closes prompt i's current round alone, checks its exit rule and says
+whether it should draw another (``rule_met`` lets a streaming scheduler stop a prompt mid-round).
+Round statistics come out the same either way: round t's ``RoundStat`` is emitted once no prompt
+is still sampling in round t or earlier. State lives in numpy arrays and the bookkeeping is
+vectorised so a 512 x 32 step costs about a millisecond.
 
 Pure python/numpy: no torch here.
 """
@@ -230,7 +235,16 @@ class AdaptiveSampler:
         self.advantage_estimator = advantage_estimator or ALGORITHM_ESTIMATOR.get(exit_rule,
                                                                                   "global")
         self.seed = seed
-        self.round = 1  # the round being observed (1-based)
+        self.round = 1  # the round being observed (1-based), round-based use
+        # Per-prompt use (start_per_prompt): each prompt's own current round, whether it still
+        # samples, what it drew in its current round, and per-round sums for the RoundStats.
+        self._per_prompt = False
+        self._round_of = np.ones(num_prompts, dtype=np.int64)
+        self._open = np.ones(num_prompts, dtype=bool)
+        self._cur_n = np.zeros(num_prompts, dtype=np.int64)
+        self._cur_pos = np.zeros(num_prompts, dtype=np.int64)
+        # columns: active prompts, samples, positives, finished, tokens; row r-1 is round r
+        self._round_sums = np.zeros((max(max_rounds, 1), 5), dtype=np.int64)
         self._active = np.ones(num_prompts, dtype=bool)
         self._pos = np.zeros(num_prompts, dtype=np.int64)
         self._neg = np.zeros(num_prompts, dtype=np.int64)
@@ -244,6 +258,7 @@ class AdaptiveSampler:
         self._chunks: list[tuple[np.ndarray, np.ndarray, np.ndarray]] = []
         self._buf_p: list[int] = []
         self._buf_r: list[float] = []
+        self._buf_t: list[int] = []
         self._finalized = False
         self.round_stats: list[RoundStat] = []
         self._round_samples = 0
@@ -265,7 +280,18 @@ class AdaptiveSampler:
     @property
     def done(self) -> bool:
         """No prompt active or all rounds used: time to finalize."""
+        if self._per_prompt:
+            return not self._open.any()
         return self.round > self.max_rounds or not self._active.any()
+
+    @property
+    def has_exit_rule(self) -> bool:
+        """Whether a prompt can stop before ``max_rounds`` (Seq); GRPO and Est take one round."""
+        return EXIT_RULES[self.exit_rule] is _rule_exit_counts
+
+    def pool_size(self, prompt_idx: int) -> int:
+        """Samples observed for the prompt so far."""
+        return int(self._pos[prompt_idx] + self._neg[prompt_idx])
 
     def rule_met(self, prompt_idx: int) -> bool:
         """Whether the prompt's exit rule holds on what was observed so far (streaming hook)."""
@@ -278,15 +304,21 @@ class AdaptiveSampler:
             raise RuntimeError("sampler already finalized")
         if not self._active[prompt_idx]:
             raise ValueError(f"prompt {prompt_idx} is not active")
+        if self._per_prompt and not self._open[prompt_idx]:
+            raise ValueError(f"prompt {prompt_idx} has no round open")
         self._buf_p.append(prompt_idx)
         self._buf_r.append(float(reward))
-        if reward > self.positive_threshold:
+        self._buf_t.append(int(self._round_of[prompt_idx]) if self._per_prompt else self.round)
+        positive = reward > self.positive_threshold
+        if positive:
             self._pos[prompt_idx] += 1
             self._round_pos += 1
         else:
             self._neg[prompt_idx] += 1
         self._seen_this_round[prompt_idx] = True
         self._round_samples += 1
+        self._cur_n[prompt_idx] += 1
+        self._cur_pos[prompt_idx] += int(positive)
 
     def observe_many(self, prompt_idx: Sequence[int] | np.ndarray,
                      rewards: Sequence[float] | np.ndarray) -> None:
@@ -299,6 +331,9 @@ class AdaptiveSampler:
             raise ValueError("prompt_idx and rewards must be 1-D and of the same length")
         if len(p) == 0:
             return
+        if self._per_prompt:
+            raise RuntimeError("observe_many is the round-based path; after start_per_prompt "
+                               "use observe")
         if not self._active[p].all():
             raise ValueError(f"prompt {int(p[~self._active[p]][0])} is not active")
         self._flush()
@@ -314,11 +349,14 @@ class AdaptiveSampler:
         if self._buf_p:
             p = np.asarray(self._buf_p, dtype=np.int64)
             self._chunks.append((p, np.asarray(self._buf_r, dtype=np.float64),
-                                 np.full(len(p), self.round, dtype=np.int64)))
-            self._buf_p, self._buf_r = [], []
+                                 np.asarray(self._buf_t, dtype=np.int64)))
+            self._buf_p, self._buf_r, self._buf_t = [], [], []
 
     def end_round(self, tokens: int = 0) -> RoundStat:
         """Close the current round: retire active prompts whose exit rule is met."""
+        if self._per_prompt:
+            raise RuntimeError("end_round is the round-based path; after start_per_prompt use "
+                               "end_prompt_round")
         self._flush()
         if self.round == 1:
             self._first_pos = self._pos.copy()
@@ -337,7 +375,75 @@ class AdaptiveSampler:
         self.round += 1
         self._seen_this_round = np.zeros(self.num_prompts, dtype=bool)
         self._round_samples = self._round_pos = 0
+        self._cur_n[:] = 0
+        self._cur_pos[:] = 0
         return stat
+
+    # --- per-prompt rounds ---------------------------------------------------------------------
+    def start_per_prompt(self) -> None:
+        """Switch to per-prompt rounds: from now on every prompt advances through its rounds on
+        its own (``observe`` / ``end_prompt_round``). Only before anything was observed."""
+        if self._chunks or self._buf_p or self.round_stats:
+            raise RuntimeError("start_per_prompt must come before the first observation")
+        self._per_prompt = True
+        self._open = self._active.copy()
+
+    def prompt_round(self, prompt_idx: int) -> int:
+        """The round (1-based) prompt ``prompt_idx`` is sampling in."""
+        return int(self._round_of[prompt_idx]) if self._per_prompt else self.round
+
+    def is_open(self, prompt_idx: int) -> bool:
+        """Whether the prompt is still sampling: active with rounds left (per-prompt use)."""
+        return bool(self._open[prompt_idx])
+
+    def end_prompt_round(self, prompt_idx: int, tokens: int = 0) -> bool:
+        """Close prompt ``prompt_idx``'s current round: retire it when its exit rule is met,
+        close it when that was its last round. Returns whether it draws another round.
+
+        The same bookkeeping ``end_round`` does for the whole batch, for one prompt; round t's
+        ``RoundStat`` is appended to ``round_stats`` as soon as no open prompt is still in a
+        round <= t (``tokens``: the response tokens of this prompt's round, summed into it)."""
+        if not self._per_prompt:
+            raise RuntimeError("call start_per_prompt first")
+        i = prompt_idx
+        if not self._open[i]:
+            raise ValueError(f"prompt {i} has no round open")
+        self._flush()
+        t = int(self._round_of[i])
+        if t == 1:
+            self._first_pos[i] = self._pos[i]
+            self._first_n[i] = self._pos[i] + self._neg[i]
+        sampled = self._cur_n[i] > 0
+        self._rounds_used[i] += int(sampled)
+        met = bool(EXIT_RULES[self.exit_rule](self._pos[i], self._neg[i], self.k_pos,
+                                              self.k_neg))
+        self._round_sums[t - 1] += (int(sampled), self._cur_n[i], self._cur_pos[i], int(met),
+                                    tokens)
+        self._cur_n[i] = self._cur_pos[i] = 0
+        if met:
+            self._exit_round[i] = t
+            self._active[i] = False
+            self._open[i] = False
+        self._round_of[i] = t + 1
+        if t + 1 > self.max_rounds:
+            self._open[i] = False
+        self._emit_closed_rounds()
+        return bool(self._open[i])
+
+    def _emit_closed_rounds(self) -> None:
+        # Round t is complete once every prompt still sampling is past it; rounds nobody sampled
+        # (every prompt left earlier) are not rounds at all, as in round-based use.
+        still = self._round_of[self._open]
+        last_closed = int(still.min()) - 1 if len(still) else self.max_rounds
+        t = len(self.round_stats) + 1
+        while t <= min(last_closed, self.max_rounds):
+            active, samples, positives, finished, tokens = self._round_sums[t - 1].tolist()
+            if active == 0:
+                break
+            self.round_stats.append(RoundStat(round=t, active_prompts=active, samples=samples,
+                                              positives=positives, finished=finished,
+                                              tokens=tokens))
+            t += 1
 
     # --- finalizing ----------------------------------------------------------------------------
     def finalize(self) -> SamplerResult:
@@ -512,6 +618,9 @@ class RoundsOutcome:
     cancelled: bool = False
     time_generation: float = 0.0
     time_scoring: float = 0.0
+    # Response tokens generated but never pooled: requests aborted by the streaming scheduler
+    # (or a cancel) and responses that finished after their prompt had stopped.
+    tokens_discarded: int = 0
 
 
 def run_rounds(sampler: AdaptiveSampler, prompts: Sequence[Prompt], backend: object,

@@ -194,6 +194,10 @@ STEP_METRICS: dict[str, str] = {
     "optimizer_steps": "optimiser steps taken this step (mini-batches x epochs)",
     "grad_norm": "gradient norm before clipping",
     "response_length": "mean response length (tokens)",
+    "kept_response_length": "mean length of the responses kept for the update (tokens); "
+                            "compare across schedulers: streaming favours short responses",
+    "tokens_discarded": "response tokens generated and then thrown away: requests aborted by "
+                        "the streaming scheduler, or finished after their prompt had stopped",
     "verifier_errors": "responses whose verifier raised (scored 0)",
     "lr": "learning rate used",
     "time_generation": "seconds generating",

@@ -52,7 +52,8 @@ METRIC_DOMAINS: dict[str, tuple[float | None, float | None]] = {
                      "first_round_all_correct", "first_round_all_wrong", "clip_frac_low",
                      "clip_frac_high", "dual_clip_frac", "pass_rate", "eval"), FRACTION),
     **dict.fromkeys(("samples", "tokens", "cum_samples", "cum_tokens", "entropy",
-                     "response_length", "time_generation", "time_scoring", "time_update",
+                     "response_length", "kept_response_length", "tokens_discarded",
+                     "time_generation", "time_scoring", "time_update",
                      "time_step", "time_sync", "rollout_logprob_diff_mean",
                      "rollout_logprob_diff_max", "unresolved", "unresolved_missing_pos",
                      "unresolved_missing_neg", "grad_norm", "active", "outcome", "step",
@@ -211,7 +212,11 @@ METRIC_CHARTS: dict[str, tuple[str, str, list[tuple[str, str]], bool]] = {
         ("clip_frac_high", "clipped at 1 + eps_high"),
         ("dual_clip_frac", "capped at -A x c (dual-clip)")], False),
     "length": ("Response length", "mean response length (tokens)",
-               [("response_length", "response length")], False),
+               [("response_length", "every response drawn"),
+                ("kept_response_length", "responses kept for the update")], False),
+    "discarded": ("Discarded tokens (streaming: aborted or finished after the prompt stopped)",
+                  "response tokens per step (tokens)",
+                  [("tokens_discarded", "tokens generated, then discarded")], False),
     "timing": ("Step time", "seconds per step (s)", [
         ("time_generation", "generation"), ("time_scoring", "scoring"),
         ("time_update", "update"), ("time_sync", "weight sync")], True),
@@ -225,6 +230,8 @@ METRIC_CHARTS: dict[str, tuple[str, str, list[tuple[str, str]], bool]] = {
 # samples (the vllm backend); elsewhere the rollout is the policy itself.
 CHART_APPLIES: dict[str, Any] = {
     "rollout": lambda run: (run.config or {}).get("backend") == "vllm",
+    # Only the streaming scheduler aborts requests; the others pool every response they draw.
+    "discarded": lambda run: (run.config or {}).get("scheduler") == "streaming",
 }
 
 

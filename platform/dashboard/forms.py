@@ -28,10 +28,14 @@ from .selectors import ALGORITHM_LABELS
 # Set from the chosen prompt sets by the launch service, not typed by the user.
 SERVICE_OWNED = ("prompts", "eval_prompts")
 # Dropdowns for every choice field of the config (trainer.config.CHOICE_FIELDS); algorithms carry
-# the dashboard's labels.
+# the dashboard's labels, schedulers what each one changes.
+SCHEDULER_NOTES = {"per-prompt": " (same samples as round, no round barrier; vllm, simulated)",
+                   "streaming": " (a different algorithm: favours short responses; vllm, "
+                                "simulated)"}
 CHOICES = {name: [(v, v) for v in values] for name, values in CHOICE_FIELDS.items()} | {
     "algorithm": [(a, ALGORITHM_LABELS[a] + (f" (v1/v2: {a})" if a in SEQ_ALGORITHMS else ""))
-                  for a in ALGORITHMS]}
+                  for a in ALGORITHMS],
+    "scheduler": [(s, s + SCHEDULER_NOTES.get(s, "")) for s in CHOICE_FIELDS["scheduler"]]}
 GROUP_TITLES = {"algorithm": "Algorithm", "est": "Reinforce-Ada Est (ada-est only)",
                 "model": "Model and generation",
                 "optimisation": "Optimisation", "data": "Built-in task and verifier",

@@ -39,8 +39,9 @@ from trainer.types import PASS_RATE_METRICS
 METRIC_KEYS = (
     "zero_adv_frac", "first_round_all_correct", "first_round_all_wrong", "unresolved",
     "unresolved_missing_pos", "unresolved_missing_neg", "entropy", "clip_frac_low",
-    "clip_frac_high", "dual_clip_frac", "response_length", "time_generation", "time_scoring",
-    "time_update", "time_step", "policy_loss", "grad_norm", "reward_all", "time_sync",
+    "clip_frac_high", "dual_clip_frac", "response_length", "kept_response_length",
+    "tokens_discarded", "time_generation", "time_scoring", "time_update", "time_step",
+    "policy_loss", "grad_norm", "reward_all", "time_sync",
     "rollout_logprob_diff_mean", "rollout_logprob_diff_max", "p_hat_mean", "alloc_scale",
     *PASS_RATE_METRICS,
 )

@@ -251,6 +251,32 @@ def test_rollout_gap_chart_for_vllm_runs(client_and_run: tuple[Client, Run],
         [0.01, 0.02, 0.03])
 
 
+def test_streaming_run_page_warns_and_charts_discarded_tokens(
+        client_and_run: tuple[Client, Run]) -> None:
+    """A streaming run's page says it is a different algorithm and charts the tokens it threw
+    away and its kept responses' length; a round-based run's page does neither."""
+    from dashboard.charts import charts_for
+
+    c, round_run = client_and_run
+    owner = User.objects.get(username="owner")
+    run = record_run(make_run(owner, round_run.prompt_set, name="stream", total_steps=4,
+                              batch_size=4, seed=3, scheduler="streaming", max_new_tokens=64))
+    assert "discarded" in charts_for(run) and "discarded" not in charts_for(round_run)
+    page = c.get(reverse("dashboard:run_detail", args=[run.pk])).content.decode()
+    assert 'id="streaming-notice"' in page and "a different algorithm" in page
+    assert "scheduler streaming" in " ".join(page.split())
+    assert reverse("dashboard:run_chart", args=[run.pk, "discarded"]) in page
+    other = c.get(reverse("dashboard:run_detail", args=[round_run.pk])).content.decode()
+    assert 'id="streaming-notice"' not in other and "scheduler round" in " ".join(other.split())
+    steps = list(Step.objects.filter(run=run).order_by("step"))
+    fig = _chart(c, run, "discarded")
+    assert _trace(fig, "tokens generated, then discarded")["y"] == pytest.approx(
+        [s.metrics["tokens_discarded"] for s in steps])
+    assert sum(s.metrics["tokens_discarded"] for s in steps) > 0
+    kept = _trace(_chart(c, run, "length"), "responses kept for the update")["y"]
+    assert kept == pytest.approx([s.metrics["kept_response_length"] for s in steps])
+
+
 # --- heatmaps at any size, pinned axes, escaped names ------------------------------------------
 
 @pytest.fixture

@@ -249,6 +249,25 @@ def test_launch_form_v3_fields(owner_client: Client) -> None:
     assert not Run.objects.filter(name="bad").exists()
 
 
+def test_launch_form_selects_the_scheduler(owner_client: Client) -> None:
+    """The scheduler is a launch field: per-prompt launches on the simulated backend, and hf
+    with anything but round is refused next to the field, saying why."""
+    ps = make_prompt_set()
+    url = reverse("dashboard:run_launch")
+    page = owner_client.get(url).content.decode()
+    assert 'id="field-scheduler"' in page and "a different algorithm" in page
+    resp = owner_client.post(url, _launch_data(ps, name="pp", batch_size=4,
+                                               scheduler="per-prompt"))
+    assert resp.status_code == 302, resp.content.decode()[:2000]
+    assert Run.objects.get(name="pp").config["scheduler"] == "per-prompt"
+    html = owner_client.post(url, _launch_data(ps, name="bad", batch_size=4, backend="hf",
+                                               scheduler="streaming")).content.decode()
+    block = html[html.index('id="field-scheduler"'):]
+    assert "the hf backend supports only &#x27;round&#x27;" in block[
+        :block.index('id="field-', 10)]
+    assert not Run.objects.filter(name="bad").exists()
+
+
 def test_clone_prefills_and_shows_differences_before_launch(run: Run, owner_client: Client) -> None:
     page = owner_client.get(reverse("dashboard:run_launch") + f"?clone={run.pk}")
     form = page.context["form"]

@@ -3,16 +3,25 @@
 For budget planning, what-if studies and fast tests. A successful draw's text is the prompt's
 answer and a failed one's a wrong answer, so the ordinary exact verifier scores them 1 and 0 and
 the training loop needs no special case besides skipping the policy update (``model`` is None).
+
+Every response also gets a length from ``trainer.enginetime.LengthModel`` (wrong answers run
+longer; its ``max_tokens`` is the config's ``max_new_tokens``), carried as that many placeholder
+token ids (``PlaceholderTokens``: a length without the memory), and the backend keeps a
+simulated clock (``sim_seconds``) of an engine with continuous batching (``EngineTimeModel``):
+a ``generate`` call is one batch run to completion (the round scheduler's barrier),
+``request_engine()`` a queue fed one request at a time (the per-prompt and streaming
+schedulers).
 """
 
 from __future__ import annotations
 
 import zlib
-from collections.abc import Sequence
-from typing import Any
+from collections.abc import Hashable, Iterator, Sequence
+from typing import Any, overload
 
 import numpy as np
 
+from trainer.enginetime import EngineTimeModel, EventEngine, LengthModel
 from trainer.types import Generation, Prompt
 
 
@@ -25,44 +34,147 @@ def wrong_answer(answer: str) -> str:
         return f"not {answer}" if answer else "wrong"
 
 
+class PlaceholderTokens(Sequence[int]):
+    """``length`` token ids, all 0, in constant memory: a simulated response has a length but
+    no tokens (a step at paper scale holds 16k responses of up to 4096 tokens)."""
+
+    __slots__ = ("length",)
+
+    def __init__(self, length: int) -> None:
+        self.length = int(length)
+
+    def __len__(self) -> int:
+        return self.length
+
+    @overload
+    def __getitem__(self, index: int) -> int: ...
+
+    @overload
+    def __getitem__(self, index: slice) -> list[int]: ...
+
+    def __getitem__(self, index: int | slice) -> int | list[int]:
+        if isinstance(index, slice):
+            return [0] * len(range(*index.indices(self.length)))
+        if not -self.length <= index < self.length:
+            raise IndexError(index)
+        return 0
+
+    def __iter__(self) -> Iterator[int]:
+        return iter([0] * self.length)
+
+    def __eq__(self, other: object) -> bool:
+        return list(self) == list(other) if isinstance(other, Sequence) else NotImplemented
+
+    def __hash__(self) -> int:
+        return hash(("PlaceholderTokens", self.length))
+
+    def __repr__(self) -> str:
+        return f"PlaceholderTokens({self.length})"
+
+
+def length_model(config: Any) -> LengthModel:
+    """The ``LengthModel`` a config asks for (its defaults where the config has no such field)."""
+    d = LengthModel()
+    return LengthModel(max_tokens=int(getattr(config, "max_new_tokens", d.max_tokens)),
+                       correct=float(getattr(config, "simulated_length_correct", d.correct)),
+                       wrong=float(getattr(config, "simulated_length_wrong", d.wrong)),
+                       spread=float(getattr(config, "simulated_length_spread", d.spread)))
+
+
 class SimulatedBackend:
     """``pass_rate`` of a prompt: ``prompt.metadata["pass_rate"]``, else ``default_pass_rate``
     (``config.simulated_pass_rate``). Draws are seeded per (seed, prompt id), so a prompt's
-    responses do not depend on which other prompts are sampled alongside it."""
+    responses do not depend on which other prompts are sampled alongside it; sample j of a call
+    is the same whether the call asks for j + 1 samples or more."""
 
     model: Any = None
     tokenizer: Any = None
 
     def __init__(self, config: Any = None, prompts: Sequence[Prompt] | None = None, *,
-                 default_pass_rate: float | None = None) -> None:
+                 default_pass_rate: float | None = None, lengths: LengthModel | None = None,
+                 engine_time: EngineTimeModel | None = None) -> None:
         if default_pass_rate is None:
             default_pass_rate = getattr(config, "simulated_pass_rate", 0.5)
         self.default_pass_rate = float(default_pass_rate)
+        self.lengths = lengths or length_model(config)
+        self.engine_time = engine_time or EngineTimeModel()
+        self.sim_seconds = 0.0  # simulated engine time of every generation so far
         self.model = None
         self.tokenizer = None
 
     def pass_rate(self, prompt: Prompt) -> float:
         return float(prompt.metadata.get("pass_rate", self.default_pass_rate))
 
+    def draw(self, prompt: Prompt, count: int, seed: int) -> tuple[np.ndarray, np.ndarray]:
+        """(hits, lengths) of the first ``count`` samples of ``prompt`` in a call seeded
+        ``seed``."""
+        key = zlib.crc32(prompt.id.encode())
+        hits = np.random.default_rng([seed, key]).random(count) < self.pass_rate(prompt)
+        z = np.random.default_rng([seed, key, 1]).standard_normal(count)
+        z_prompt = float(np.random.default_rng([key, 2]).standard_normal())
+        return hits, self.lengths.lengths(hits, z_prompt, z)
+
+    def generation(self, prompt: Prompt, hit: bool, length: int) -> Generation:
+        return Generation(prompt_id=prompt.id, text=prompt.answer if hit else
+                          wrong_answer(prompt.answer), prompt_token_ids=[],
+                          response_token_ids=PlaceholderTokens(length),  # type: ignore[arg-type]
+                          logprobs=None)
+
     def generate(self, prompts: Sequence[Prompt], counts: Sequence[int], *, seed: int,
                  greedy: bool = False) -> list[list[Generation]]:
         out: list[list[Generation]] = []
-        for prompt, count in zip(prompts, counts, strict=True):
-            rate = self.pass_rate(prompt)
+        engine = EventEngine(self.engine_time)
+        for i, (prompt, count) in enumerate(zip(prompts, counts, strict=True)):
+            hits, lengths = self.draw(prompt, count, seed)
             if greedy:
                 # The greedy answer of a prompt the policy solves more often than not.
-                hits = np.full(count, rate > 0.5)
-            else:
-                rng = np.random.default_rng([seed, zlib.crc32(prompt.id.encode())])
-                hits = rng.random(count) < rate
-            wrong = wrong_answer(prompt.answer)
-            out.append([Generation(prompt_id=prompt.id, text=prompt.answer if h else wrong,
-                                   prompt_token_ids=[], response_token_ids=[], logprobs=None)
-                        for h in hits.tolist()])
+                hits = np.full(count, self.pass_rate(prompt) > 0.5)
+            for j, length in enumerate(lengths.tolist()):
+                engine.submit((i, j), length, i)
+            out.append([self.generation(prompt, h, n)
+                        for h, n in zip(hits.tolist(), lengths.tolist(), strict=True)])
+        # One batch, run until its slowest response is done: the barrier of a generate call.
+        engine.run_to_completion()
+        self.sim_seconds += engine.clock
         return out
+
+    def request_engine(self) -> SimulatedRequestEngine:
+        """A queue fed one request per sample (``trainer.schedulers.RequestEngine``) on this
+        backend's simulated clock."""
+        return SimulatedRequestEngine(self)
 
     def sync_weights(self) -> None:
         """Nothing to sync: there are no weights."""
 
     def close(self) -> None:
         """Nothing to release: no engine of its own."""
+
+
+class SimulatedRequestEngine:
+    """``RequestEngine`` over an ``EventEngine``: requests finish in simulated-time order
+    (shorter responses first), which is what the streaming scheduler's length bias comes
+    from."""
+
+    def __init__(self, backend: SimulatedBackend) -> None:
+        self.backend = backend
+        self.engine = EventEngine(backend.engine_time)
+        self._made: dict[Hashable, Generation] = {}
+
+    def submit(self, key: Hashable, prompt: Prompt, sample: int, seed: int) -> None:
+        hits, lengths = self.backend.draw(prompt, sample + 1, seed)
+        self._made[key] = self.backend.generation(prompt, bool(hits[-1]), int(lengths[-1]))
+        self.engine.submit(key, int(lengths[-1]), prompt.id)
+
+    def step(self) -> list[tuple[Hashable, Generation]]:
+        before = self.engine.clock
+        done = self.engine.step()
+        self.backend.sim_seconds += self.engine.clock - before
+        return [(key, self._made.pop(key)) for key in done]
+
+    def abort(self, keys: Sequence[Hashable]) -> int:
+        for key in keys:
+            self._made.pop(key, None)
+        return self.engine.abort(keys)
+
+    def pending(self) -> int:
+        return self.engine.pending()

@@ -16,6 +16,10 @@ policy (the fp32 HF model that the update trains) lives on ``config.device``.
   would cost a forward pass over up to M x N / n times more responses than the update keeps), so
   that the ratio compares numbers of the same kind, as verl does. The update records the gap
   between the two kinds and truncated importance sampling can correct for it.
+- **Single requests** for the per-prompt and streaming schedulers (``request_engine()``): the
+  same requests fed one at a time to the engine's step loop (``LLMEngine.add_request`` /
+  ``step`` / ``abort_request``), so a prompt's next round goes in while other prompts' requests
+  are still decoding, and a finished prompt's requests can be aborted mid-generation.
 - **Weight sync** goes through the engine's ``reload_weights`` (the worker's in-place reload:
   it repacks linear weights on CPU, where the model's own ``load_weights`` fails), fed by an
   iterator over the policy's state dict; the engine runs in-process
@@ -28,11 +32,12 @@ vllm is imported inside the class: the CPU install of the project does not need 
 from __future__ import annotations
 
 import gc
+import itertools
 import logging
 import os
 import tempfile
 import time
-from collections.abc import Sequence
+from collections.abc import Hashable, Sequence
 from typing import Any
 
 import torch
@@ -173,12 +178,20 @@ class VLLMBackend:
         completions = [o.outputs[0] for o in outputs]
         results: list[list[Generation]] = [[] for _ in prompts]
         for (i, _), c in zip(rows, completions, strict=True):
-            r_ids = list(c.token_ids)
-            results[i].append(Generation(
-                prompt_id=prompts[i].id, text=c.text, prompt_token_ids=encoded[i],
-                response_token_ids=r_ids, logprobs=None,
-                rollout_logprobs=sampled_logprobs(c.logprobs, r_ids)))
+            results[i].append(self.generation(prompts[i], encoded[i], c))
         return results
+
+    def generation(self, prompt: Prompt, prompt_ids: list[int], completion: Any) -> Generation:
+        """A ``Generation`` from a vLLM ``CompletionOutput``."""
+        r_ids = list(completion.token_ids)
+        return Generation(prompt_id=prompt.id, text=completion.text, prompt_token_ids=prompt_ids,
+                          response_token_ids=r_ids, logprobs=None,
+                          rollout_logprobs=sampled_logprobs(completion.logprobs, r_ids))
+
+    def request_engine(self) -> VLLMRequestEngine:
+        """The engine's step loop, fed one request per sample
+        (``trainer.schedulers.RequestEngine``)."""
+        return VLLMRequestEngine(self)
 
     def engine_logprobs(self, prompt_ids: Sequence[Sequence[int]],
                         response_ids: Sequence[Sequence[int]]) -> list[list[float]]:
@@ -211,6 +224,65 @@ class VLLMBackend:
         if self.device == "cuda":
             torch.cuda.empty_cache()
         self._weights_dir.cleanup()
+
+
+class VLLMRequestEngine:
+    """``RequestEngine`` over vLLM's ``LLMEngine`` (the one inside ``LLM``): ``submit`` is
+    ``add_request`` with the request seed ``generate`` would use, ``step`` one engine step
+    (returning the requests that finished in it), ``abort`` is ``abort_request``.
+
+    Outputs are cumulative (vLLM's default), so every step also tells how many tokens each
+    unfinished request has: what an abort throws away."""
+
+    _ids = itertools.count()
+
+    def __init__(self, backend: VLLMBackend) -> None:
+        self.backend = backend
+        self.engine = backend.llm.llm_engine
+        self._requests: dict[str, tuple[Hashable, Prompt, list[int]]] = {}
+        self._by_key: dict[Hashable, str] = {}
+        self._tokens: dict[str, int] = {}
+        self._encoded: dict[str, list[int]] = {}
+
+    def submit(self, key: Hashable, prompt: Prompt, sample: int, seed: int) -> None:
+        from vllm import TokensPrompt
+
+        encoded = self._encoded.get(prompt.id)
+        if encoded is None:
+            encoded = self._encoded[prompt.id] = encode_prompt(self.backend.tokenizer, prompt)
+        rid = f"rada-{next(self._ids)}"
+        params = self.backend.sampling_params(request_seed(seed, prompt.id, sample))
+        self.engine.add_request(rid, TokensPrompt(prompt_token_ids=encoded), params)
+        self._requests[rid] = (key, prompt, encoded)
+        self._by_key[key] = rid
+        self._tokens[rid] = 0
+
+    def step(self) -> list[tuple[Hashable, Generation]]:
+        finished = []
+        for output in self.engine.step():
+            rid = output.request_id
+            if rid not in self._requests:
+                continue  # aborted after it was scheduled in this step
+            completion = output.outputs[0]
+            self._tokens[rid] = len(completion.token_ids)
+            if output.finished:
+                key, prompt, encoded = self._requests.pop(rid)
+                del self._by_key[key], self._tokens[rid]
+                finished.append((key, self.backend.generation(prompt, encoded, completion)))
+        return finished
+
+    def abort(self, keys: Sequence[Hashable]) -> int:
+        rids = [self._by_key.pop(k) for k in keys if k in self._by_key]
+        tokens = 0
+        for rid in rids:
+            tokens += self._tokens.pop(rid, 0)
+            self._requests.pop(rid, None)
+        if rids:
+            self.engine.abort_request(rids)
+        return tokens
+
+    def pending(self) -> int:
+        return len(self._requests)
 
 
 def sampled_logprobs(logprobs: Any, token_ids: Sequence[int]) -> list[float] | None:

@@ -1,0 +1,268 @@
+"""``python -m trainer simulate-time``: a training step's wall time at the paper's scale, for GRPO
+and Reinforce-Ada under each generation scheduler, on the simulated backend's clock.
+
+The step runs the real sampler and the real schedulers (``trainer.schedulers``) on the simulated
+backend: Bernoulli rewards from per-prompt pass rates, response lengths from ``LengthModel``,
+generation time from ``EngineTimeModel`` (continuous batching, event by event). The update's
+time is modelled too (``UpdateTimeModel``: forward and backward over the kept responses), since
+the paper's step times include it. Defaults: the paper's B = 512, n = 4, M = 8, N = 4, responses
+up to 2048 tokens, a 1.5B model in bf16 on one H100-class GPU; pass rates drawn from
+Beta(0.5, 0.5) (``--beta``; or one per line from ``--pass-rates``). docs/schedulers.md explains
+the constants and compares the result with the paper's Table 2.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+import sys
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from trainer.config import SCHEDULERS, ConfigError, TrainConfig
+from trainer.enginetime import PAPER_MAX_RESPONSE_TOKENS, EngineTimeModel, LengthModel
+
+ALGORITHMS = ("grpo", "ada-pos", "ada-balance")
+
+
+@dataclass(frozen=True)
+class UpdateTimeModel:
+    """Seconds of the policy update: ``token_s`` per token of the kept responses (prompt +
+    response). 8 x 1.5e9 FLOPs per token (6N for forward and backward, 2N for the old log-probs'
+    forward) at 40% of an H100's 989 dense bf16 TFLOP/s: about 30 microseconds."""
+
+    token_s: float = 3.0e-5
+
+
+@dataclass
+class StepTime:
+    """Means over the simulated steps of one (algorithm, scheduler)."""
+
+    algorithm: str
+    scheduler: str
+    samples: float
+    tokens_generated: float       # response tokens of pooled samples plus discarded ones
+    tokens_discarded: float
+    kept_response_length: float  # tokens
+    generation_s: float
+    update_s: float
+
+    @property
+    def step_s(self) -> float:
+        return self.generation_s + self.update_s
+
+
+def paper_pass_rates(batch_size: int, alpha: float, beta: float, seed: int) -> list[float]:
+    """``batch_size`` pass rates drawn from Beta(alpha, beta), seeded."""
+    return np.random.default_rng([seed, 11]).beta(alpha, beta, batch_size).tolist()
+
+
+def simulate_step_time(algorithm: str, scheduler: str, pass_rates: Sequence[float], *,
+                       group_size: int = 4, samples_per_round: int = 8, max_rounds: int = 4,
+                       max_tokens: int = PAPER_MAX_RESPONSE_TOKENS, steps: int = 2, seed: int = 0,
+                       lengths: LengthModel | None = None,
+                       engine: EngineTimeModel | None = None,
+                       update: UpdateTimeModel | None = None,
+                       on_step: Any = None) -> StepTime:
+    """Simulate ``steps`` steps of one algorithm under one scheduler; the pass rates stay fixed
+    (no policy moves), each step draws fresh samples."""
+    from trainer.backends.simulated import SimulatedBackend
+    from trainer.loop import make_scorer, sample_step
+    from trainer.types import Prompt
+
+    config = TrainConfig(algorithm=algorithm, scheduler=scheduler, backend="simulated",
+                         verifier="exact", group_size=group_size,
+                         samples_per_round=samples_per_round, max_rounds=max_rounds,
+                         batch_size=len(pass_rates), max_new_tokens=max_tokens, seed=seed)
+    config.validate()
+    lengths = lengths or LengthModel(max_tokens=max_tokens)
+    engine = engine or EngineTimeModel()
+    update = update or UpdateTimeModel()
+    prompts = [Prompt(id=str(i), text=f"simulated prompt {i}", answer="1",
+                      metadata={"pass_rate": float(r)}) for i, r in enumerate(pass_rates)]
+    backend = SimulatedBackend(config, lengths=dataclasses.replace(lengths, max_tokens=max_tokens),
+                               engine_time=engine)
+    scorer = make_scorer(config)
+    rows = []
+    for step in range(1, steps + 1):
+        before = backend.sim_seconds
+        sampled = sample_step(config, prompts, backend, scorer, step)
+        res, outcome = sampled.result, sampled.outcome
+        lens = np.array([len(g.response_token_ids) for gs in outcome.generations for g in gs],
+                        dtype=np.float64)
+        kept = lens[res.kept]
+        rows.append((len(lens), lens.sum() + outcome.tokens_discarded, outcome.tokens_discarded,
+                     kept.mean() if len(kept) else 0.0, backend.sim_seconds - before,
+                     update.token_s * (kept.sum() + len(kept) * engine.prompt_tokens)))
+        if on_step is not None:
+            on_step()
+    means = np.asarray(rows, dtype=np.float64).mean(axis=0).tolist()
+    return StepTime(algorithm, scheduler, *means)
+
+
+def study(pass_rates: Sequence[float], *, algorithms: Sequence[str] = ALGORITHMS,
+          schedulers: Sequence[str] = SCHEDULERS, progress: bool = True,
+          **kwargs: Any) -> list[StepTime]:
+    """Every (algorithm, scheduler) pair, with a tqdm bar over the simulated steps."""
+    from tqdm import tqdm
+
+    steps = int(kwargs.get("steps", 2))
+    pairs = [(a, s) for a in algorithms for s in schedulers]
+    with tqdm(total=len(pairs) * steps, unit="step", file=sys.stderr, disable=not progress,
+              desc="simulated steps") as bar:
+        return [simulate_step_time(a, s, pass_rates, on_step=lambda: bar.update(1), **kwargs)
+                for a, s in pairs]
+
+
+def ratio_to_grpo(results: Sequence[StepTime]) -> dict[tuple[str, str], float]:
+    """Each result's step time over round-based GRPO's (the baseline as the paper runs it)."""
+    base = next(r.step_s for r in results if (r.algorithm, r.scheduler) == ("grpo", "round"))
+    return {(r.algorithm, r.scheduler): r.step_s / base for r in results}
+
+
+def table(results: Sequence[StepTime]) -> str:
+    """A Markdown table of the results."""
+    ratios = ratio_to_grpo(results)
+    lines = ["| algorithm | scheduler | samples/step | tokens generated (M) | tokens discarded "
+             "(M) | kept response length (tokens) | generation (s) | update (s) | step (s) | "
+             "step / GRPO round |",
+             "| --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |"]
+    for r in results:
+        lines.append(f"| {r.algorithm} | {r.scheduler} | {r.samples:.0f} | "
+                     f"{r.tokens_generated / 1e6:.2f} | {r.tokens_discarded / 1e6:.2f} | "
+                     f"{r.kept_response_length:.0f} | {r.generation_s:.1f} | {r.update_s:.1f} | "
+                     f"{r.step_s:.1f} | {ratios[(r.algorithm, r.scheduler)]:.2f}x |")
+    return "\n".join(lines)
+
+
+# --- CLI ------------------------------------------------------------------------------------------
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--batch-size", type=int, default=512, help="B (default 512)")
+    parser.add_argument("--group-size", type=int, default=4, help="n (default 4)")
+    parser.add_argument("--samples-per-round", type=int, default=8, help="M (default 8)")
+    parser.add_argument("--max-rounds", type=int, default=4, help="N (default 4)")
+    parser.add_argument("--max-tokens", type=int, default=PAPER_MAX_RESPONSE_TOKENS,
+                        help=f"longest response in tokens (default {PAPER_MAX_RESPONSE_TOKENS})")
+    parser.add_argument("--beta", default="0.5,0.5", metavar="A,B",
+                        help="pass rates drawn from Beta(A, B) (default 0.5,0.5)")
+    parser.add_argument("--pass-rates", metavar="FILE",
+                        help="one pass rate per line instead of --beta (B = the line count)")
+    parser.add_argument("--steps", type=int, default=2,
+                        help="simulated steps per algorithm and scheduler (default 2)")
+    parser.add_argument("--algorithms", default=",".join(ALGORITHMS),
+                        help=f"comma-separated (default {','.join(ALGORITHMS)})")
+    parser.add_argument("--schedulers", default=",".join(SCHEDULERS),
+                        help=f"comma-separated (default {','.join(SCHEDULERS)})")
+    parser.add_argument("--engine", action="append", default=[], metavar="FIELD=VALUE",
+                        help="an EngineTimeModel constant, e.g. --engine max_num_seqs=256 "
+                        "(repeatable): " + ", ".join(f.name for f in
+                                                     dataclasses.fields(EngineTimeModel)))
+    parser.add_argument("--length", action="append", default=[], metavar="FIELD=VALUE",
+                        help="a LengthModel constant: correct, wrong (median fractions of "
+                        "--max-tokens), spread (repeatable)")
+    parser.add_argument("--update-token-s", type=float, default=UpdateTimeModel.token_s,
+                        help="update seconds per kept token (default "
+                        f"{UpdateTimeModel.token_s:g})")
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--json", action="store_true", help="print JSON instead of a table")
+    parser.add_argument("--no-progress", action="store_true", help="no progress bar")
+
+
+def _constants(items: Sequence[str], cls: type, flag: str) -> dict[str, Any]:
+    from trainer.cli import parse_overrides
+
+    values = parse_overrides(items)
+    known = {f.name: f.type for f in dataclasses.fields(cls)}
+    for key, value in values.items():
+        if key not in known:
+            raise ConfigError(flag, f"unknown constant {key!r}; choose one of "
+                              f"{', '.join(known)}")
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or value < 0:
+            raise ConfigError(flag, f"{key} must be a number >= 0, got {value!r}")
+        if known[key] == "int":
+            if value != int(value) or value < 1:
+                raise ConfigError(flag, f"{key} must be a whole number >= 1, got {value!r}")
+            values[key] = int(value)
+    return values
+
+
+def _names(text: str, allowed: Sequence[str], flag: str) -> list[str]:
+    names = [n.strip() for n in text.split(",") if n.strip()]
+    bad = [n for n in names if n not in allowed]
+    if bad or not names:
+        raise ConfigError(flag, f"unknown {bad[0]!r}; choose from {', '.join(allowed)}"
+                          if bad else "give at least one")
+    return names
+
+
+def run_cli(args: argparse.Namespace) -> int:
+    from trainer.cli import read_pass_rates
+
+    try:
+        if args.pass_rates:
+            rates = read_pass_rates(args.pass_rates)
+        else:
+            try:
+                a, b = (float(x) for x in args.beta.split(","))
+            except ValueError:
+                raise ConfigError("beta", f"expected A,B (two numbers), got {args.beta!r}"
+                                  ) from None
+            if a <= 0 or b <= 0:
+                raise ConfigError("beta", "A and B must be > 0")
+            if args.batch_size < 1:
+                raise ConfigError("batch-size", f"must be >= 1, got {args.batch_size}")
+            rates = paper_pass_rates(args.batch_size, a, b, args.seed)
+        if args.steps < 1:
+            raise ConfigError("steps", f"must be >= 1, got {args.steps}")
+        if args.max_tokens < 1:
+            raise ConfigError("max-tokens", f"must be >= 1, got {args.max_tokens}")
+        algorithms = _names(args.algorithms, ALGORITHMS, "algorithms")
+        if "grpo" not in algorithms:
+            algorithms.insert(0, "grpo")  # the ratios' baseline
+        schedulers = _names(args.schedulers, SCHEDULERS, "schedulers")
+        if "round" not in schedulers:
+            schedulers.insert(0, "round")
+        engine = EngineTimeModel(**_constants(args.engine, EngineTimeModel, "engine"))
+        length_values = _constants(args.length, LengthModel, "length")
+        if "max_tokens" in length_values:
+            raise ConfigError("length", "set the longest response with --max-tokens")
+        lengths = LengthModel(max_tokens=args.max_tokens, **length_values)
+        for name in ("correct", "wrong"):
+            if not 0 < getattr(lengths, name) <= 1:
+                raise ConfigError("length", f"{name} must be within (0, 1]")
+        # Config-level checks (M >= n, ...) before minutes of simulation.
+        TrainConfig(algorithm="ada-balance", backend="simulated",
+                    group_size=args.group_size, samples_per_round=args.samples_per_round,
+                    max_rounds=args.max_rounds, batch_size=len(rates)).validate()
+    except ConfigError as exc:
+        flag = exc.field.replace("_", "-")
+        print(f"error: {flag}: {exc.reason}", file=sys.stderr)
+        return 2
+    results = study(rates, algorithms=algorithms, schedulers=schedulers,
+                    progress=not args.no_progress, group_size=args.group_size,
+                    samples_per_round=args.samples_per_round, max_rounds=args.max_rounds,
+                    max_tokens=args.max_tokens, steps=args.steps, seed=args.seed,
+                    lengths=lengths, engine=engine,
+                    update=UpdateTimeModel(token_s=args.update_token_s))
+    if args.json:
+        ratios = ratio_to_grpo(results)
+        print(json.dumps({"batch_size": len(rates), "group_size": args.group_size,
+                          "samples_per_round": args.samples_per_round,
+                          "max_rounds": args.max_rounds, "max_tokens": args.max_tokens,
+                          "engine": dataclasses.asdict(engine),
+                          "lengths": dataclasses.asdict(lengths),
+                          "update_token_s": args.update_token_s,
+                          "results": [{**dataclasses.asdict(r), "step_s": r.step_s,
+                                       "ratio_to_grpo": ratios[(r.algorithm, r.scheduler)]}
+                                      for r in results]}))
+    else:
+        print(f"B = {len(rates)}, n = {args.group_size}, M = {args.samples_per_round}, "
+              f"N = {args.max_rounds}, responses up to {args.max_tokens} tokens; means over "
+              f"{args.steps} simulated steps\n")
+        print(table(results))
+    return 0
