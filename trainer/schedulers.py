@@ -20,8 +20,8 @@ Every scheduler drives the same ``AdaptiveSampler`` (DESIGN.md section 7):
 
 ``per-prompt`` and ``streaming`` talk to a ``RequestEngine`` (one request per sample, submit /
 step / abort), which the ``vllm`` and ``simulated`` backends provide through
-``backend.request_engine()``; ``hf`` has no such engine (one batched ``generate`` per call) and
-supports ``round`` only.
+``backend.request_engine(count_partial)``; ``hf`` has no such engine (one batched ``generate``
+per call) and supports ``round`` only.
 """
 
 from __future__ import annotations
@@ -76,7 +76,10 @@ def run_scheduler(scheduler: str, sampler: AdaptiveSampler, prompts: Sequence[Pr
             raise ValueError(f"scheduler {scheduler!r} needs a backend that takes single "
                              f"requests ({', '.join(REQUEST_BACKENDS)}); "
                              f"{type(backend).__name__} has no request_engine()")
-        return run_per_prompt(sampler, prompts, engine_of(), score, seed=seed,
+        # Only streaming aborts as a matter of course and needs the tokens of unfinished
+        # requests; per-prompt spares the engine reporting every request at every step.
+        engine = engine_of(count_partial=scheduler == "streaming")
+        return run_per_prompt(sampler, prompts, engine, score, seed=seed,
                               streaming=scheduler == "streaming", on_round=on_round,
                               should_stop=should_stop)
     raise ValueError(f"unknown scheduler {scheduler!r}; choose one of {', '.join(SCHEDULERS)}")

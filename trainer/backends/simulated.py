@@ -138,9 +138,9 @@ class SimulatedBackend:
         self.sim_seconds += engine.clock
         return out
 
-    def request_engine(self) -> SimulatedRequestEngine:
+    def request_engine(self, count_partial: bool = True) -> SimulatedRequestEngine:
         """A queue fed one request per sample (``trainer.schedulers.RequestEngine``) on this
-        backend's simulated clock."""
+        backend's simulated clock (it always knows the tokens of unfinished requests)."""
         return SimulatedRequestEngine(self)
 
     def sync_weights(self) -> None:

@@ -188,10 +188,10 @@ class VLLMBackend:
                           response_token_ids=r_ids, logprobs=None,
                           rollout_logprobs=sampled_logprobs(completion.logprobs, r_ids))
 
-    def request_engine(self) -> VLLMRequestEngine:
+    def request_engine(self, count_partial: bool = True) -> VLLMRequestEngine:
         """The engine's step loop, fed one request per sample
-        (``trainer.schedulers.RequestEngine``)."""
-        return VLLMRequestEngine(self)
+        (``trainer.schedulers.RequestEngine``); ``count_partial``: see ``VLLMRequestEngine``."""
+        return VLLMRequestEngine(self, count_partial=count_partial)
 
     def engine_logprobs(self, prompt_ids: Sequence[Sequence[int]],
                         response_ids: Sequence[Sequence[int]]) -> list[list[float]]:
@@ -231,13 +231,17 @@ class VLLMRequestEngine:
     ``add_request`` with the request seed ``generate`` would use, ``step`` one engine step
     (returning the requests that finished in it), ``abort`` is ``abort_request``.
 
-    Outputs are cumulative (vLLM's default), so every step also tells how many tokens each
-    unfinished request has: what an abort throws away."""
+    ``count_partial``: ask for every running request's output at every step (vLLM's cumulative
+    outputs), so that an abort knows how many tokens it throws away (the streaming scheduler's
+    ``tokens_discarded``). Without it only finished requests report (``FINAL_ONLY``, as
+    ``LLM.generate`` does): an order of magnitude fewer outputs per step, and a cancelled
+    step's aborted requests count 0 discarded tokens."""
 
     _ids = itertools.count()
 
-    def __init__(self, backend: VLLMBackend) -> None:
+    def __init__(self, backend: VLLMBackend, count_partial: bool = True) -> None:
         self.backend = backend
+        self.count_partial = count_partial
         self.engine = backend.llm.llm_engine
         self._requests: dict[str, tuple[Hashable, Prompt, list[int]]] = {}
         self._by_key: dict[Hashable, str] = {}
@@ -252,6 +256,10 @@ class VLLMRequestEngine:
             encoded = self._encoded[prompt.id] = encode_prompt(self.backend.tokenizer, prompt)
         rid = f"rada-{next(self._ids)}"
         params = self.backend.sampling_params(request_seed(seed, prompt.id, sample))
+        if not self.count_partial:
+            from vllm.sampling_params import RequestOutputKind
+
+            params.output_kind = RequestOutputKind.FINAL_ONLY
         self.engine.add_request(rid, TokensPrompt(prompt_token_ids=encoded), params)
         self._requests[rid] = (key, prompt, encoded)
         self._by_key[key] = rid
