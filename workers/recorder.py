@@ -141,6 +141,12 @@ class PostgresRecorder:
                     "  latest_real_reward = %s, heartbeat_at = now() WHERE id = %s",
                     [step, run_id, finite_or_none(m.get("real_reward")), run_id])
 
+    def before_checkpoint(self, step: int) -> None:
+        """Called before a checkpoint's files are written: a worker that lost its lease (the
+        run was taken over or deleted) must not write files into the run's folder."""
+        with transaction.atomic():
+            self._lock_run()
+
     def on_checkpoint(self, record: CheckpointRecord) -> None:
         self._upsert_step_row("experiments_checkpoint", "path", record.step, str(record.path))
 

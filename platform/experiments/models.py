@@ -147,7 +147,8 @@ class Step(models.Model):
     real_reward = models.FloatField(null=True)
     kept_reward = models.FloatField(null=True)
     samples = models.PositiveIntegerField(default=0)
-    tokens = models.PositiveIntegerField(default=0)
+    # B x M x N x max_new_tokens can pass 2**31 within the config's bounds.
+    tokens = models.PositiveBigIntegerField(default=0)
     wall_seconds = models.FloatField(default=0.0, help_text="Seconds since the run started.")
     created_at = models.DateTimeField(auto_now_add=True)
 
@@ -165,7 +166,7 @@ class RoundStat(models.Model):
     samples = models.PositiveIntegerField()
     positives = models.PositiveIntegerField()
     finished = models.PositiveIntegerField()
-    tokens = models.PositiveIntegerField(default=0)
+    tokens = models.PositiveBigIntegerField(default=0)
 
     class Meta:
         ordering = ["run", "step", "round"]
