@@ -150,6 +150,10 @@ class TrainConfig:
                                ge=0, le=100_000)
     verifier: str = _f("auto", "auto (exact for the built-in task, math-verify otherwise), exact "
                        "or math.", "data")
+    verifier_timeout_seconds: float = _f(5.0, "Time limit of one response's verification; past "
+                                         "it the response scores 0 and counts as a verifier "
+                                         "error (0: no limit).", "data", "seconds",
+                                         ge=0, le=600)
     # --- model and generation ------------------------------------------------------------------
     model: str = _f(BUILTIN_MODEL, "builtin:tiny (warm-started tiny Qwen2) or a local Hugging "
                     "Face model directory.", "model")
