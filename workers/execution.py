@@ -42,7 +42,7 @@ from experiments.models import Run
 
 from trainer.config import TrainConfig
 from trainer.types import Prompt
-from workers.recorder import LeaseLost, PostgresRecorder
+from workers.recorder import LeaseLost, PostgresRecorder, reconnecting
 
 logger = logging.getLogger("workers.execution")
 ROOT = Path(__file__).resolve().parents[1]
@@ -111,7 +111,8 @@ class StopCheck:
         now = time.monotonic()
         if not (self.cancelled or self.lease_lost) and now - self._asked >= self.poll:
             self._asked = now
-            self.cancelled, self.lease_lost = services.run_should_stop(self.run_id, self.owner)
+            self.cancelled, self.lease_lost = reconnecting(services.run_should_stop)(
+                self.run_id, self.owner)
         return self.cancelled or self.lease_lost
 
 
@@ -151,15 +152,22 @@ def execute(run_id: int) -> str:
         returncode = _run_child(run_id, owner)
     finally:
         heartbeat.stop()
+    # This thread's connection sat idle for the whole run: the database may have restarted.
+    connection.close()
     if returncode == 0:
-        status = Run.objects.filter(pk=run_id).values_list("status", flat=True).first()
+        status = reconnecting(_run_status)(run_id)
         logger.info("run %s: %s", run_id, status or "deleted")
         return str(status or "deleted")
     how = (f"killed by {signal.Signals(-returncode).name}" if returncode < 0
            else f"exited with code {returncode}")
-    outcome = services.run_process_lost(run_id, owner, f"the run's process was {how}")
+    outcome = reconnecting(services.run_process_lost)(run_id, owner,
+                                                      f"the run's process was {how}")
     logger.error("run %s: the run's process was %s; %s", run_id, how, outcome)
     return outcome
+
+
+def _run_status(run_id: int) -> str | None:
+    return Run.objects.filter(pk=run_id).values_list("status", flat=True).first()
 
 
 def _run_child(run_id: int, owner: str) -> int:
@@ -189,12 +197,12 @@ def run_in_this_process(run_id: int, owner: str) -> str:
     except LeaseLost:
         return _lease_lost(run_id)
     except Exception as exc:
-        if services.run_should_stop(run_id, owner)[1]:
+        if reconnecting(services.run_should_stop)(run_id, owner)[1]:
             return _lease_lost(run_id)
         logger.exception("run %s failed", run_id)
-        services.finish_run(run_id, owner, Run.Status.FAILED,
-                            error=f"{type(exc).__name__}: {exc}"[:10_000],
-                            traceback=traceback.format_exc())
+        reconnecting(services.finish_run)(run_id, owner, Run.Status.FAILED,
+                                          error=f"{type(exc).__name__}: {exc}"[:10_000],
+                                          traceback=traceback.format_exc())
         return "failed"
     logger.info("run %s: %s", run_id, status)
     return status
@@ -246,6 +254,6 @@ def _train(run: Run, owner: str) -> str:
         status = Run.Status.CANCELLED
     else:
         status = Run.Status.SUCCEEDED
-    if not services.finish_run(run.pk, owner, status, error=error):
+    if not reconnecting(services.finish_run)(run.pk, owner, status, error=error):
         raise LeaseLost(f"run {run.pk}: lease lost")
     return status

@@ -109,6 +109,9 @@ class Run(models.Model):
     samples_spent = models.BigIntegerField(default=0)
     latest_real_reward = models.FloatField(null=True, blank=True)
     cancel_requested = models.BooleanField(default=False)
+    # When the broker last took the run's task (None: never; the broker was down at launch).
+    # The workers' sweep enqueues queued runs that never reached it.
+    enqueued_at = models.DateTimeField(null=True, blank=True)
     # The lease: at most one worker executes a run; a lease whose heartbeat is older than the
     # timeout may be taken over (the worker died).
     lease_owner = models.CharField(max_length=200, blank=True)

@@ -320,6 +320,8 @@ def _enqueue_on_commit(run: Run) -> None:
         except BrokerUnavailable as exc:
             logger.warning("run %s stays queued: the broker did not take it (%s)", run_id, exc)
             run.enqueue_error = str(exc)
+        else:
+            Run.objects.filter(pk=run_id).update(enqueued_at=Now())
 
     transaction.on_commit(enqueue)
 
@@ -579,22 +581,26 @@ def run_checkpoint_dir(run_id: int) -> Path:
 
 
 def requeue_orphaned_runs(queues: Sequence[str], *, include_queued: bool = False) -> list[int]:
-    """Enqueue again the runs on ``queues`` whose lease went stale (their worker died), and the
-    queued ones when ``include_queued`` (their message may be lost with a non-persistent broker).
-    Duplicates are harmless: the lease lets one execution through."""
+    """Enqueue again the runs on ``queues`` that no worker will otherwise take: running ones
+    whose lease went stale (their worker died), queued ones the broker never took (it was down
+    at launch), and with ``include_queued`` every queued one (their messages may be lost: a
+    worker's start, a broker restart without persistence). Duplicates are harmless: the lease
+    lets one execution through. Called by every worker's registry thread once per lease
+    period."""
     from webapp.celery import enqueue_run
 
-    statuses = [Run.Status.RUNNING] + ([Run.Status.QUEUED] if include_queued else [])
     with connection.cursor() as cursor:
         # The database's clock, not this host's: workers on several hosts compare heartbeats.
         cursor.execute(
-            "SELECT id, queue FROM experiments_run WHERE queue = ANY(%s) AND status = ANY(%s) "
-            "AND (status = 'queued' OR heartbeat_at IS NULL "
-            "     OR heartbeat_at < now() - make_interval(secs => %s))",
-            [list(queues), statuses, settings.RUN_LEASE_TIMEOUT_SECONDS])
+            "SELECT id, queue FROM experiments_run WHERE queue = ANY(%s) AND ("
+            "  (status = 'running' AND (heartbeat_at IS NULL "
+            "     OR heartbeat_at < now() - make_interval(secs => %s))) "
+            "  OR (status = 'queued' AND (enqueued_at IS NULL OR %s))) ORDER BY id",
+            [list(queues), settings.RUN_LEASE_TIMEOUT_SECONDS, include_queued])
         rows = cursor.fetchall()
     for run_id, queue in rows:
         enqueue_run(run_id, queue)
+        Run.objects.filter(pk=run_id).update(enqueued_at=Now())
     return [run_id for run_id, _ in rows]
 
 
@@ -656,7 +662,7 @@ def run_process_lost(run_id: int, owner: str, how: str) -> str:
                                              current_round=0)
     try:
         enqueue_run(run_id, run.queue)
-    except BrokerUnavailable as exc:  # the sweep enqueues it once the broker is back
+    except BrokerUnavailable as exc:  # its lease is free: the sweep enqueues it in time
         logger.warning("run %s: not re-enqueued (%s)", run_id, exc)
     return f"re-enqueued (attempt {run.attempts} of {settings.RUN_MAX_ATTEMPTS} lost)"
 
