@@ -355,7 +355,7 @@ def drill_load(user: Any, ps: Any, base: str, readers: int, seconds: float) -> d
     config = {"total_steps": 400, "batch_size": 32, "samples_per_round": 8, "max_rounds": 4,
               "save_every": 0}
     w = Worker({})
-    idle = launch(user, ps, "ingest-idle", **config)
+    idle = launch(user, ps, "ingest-idle", **config | {"total_steps": 120})
     wait_done(idle)
     busy = launch(user, ps, "ingest-busy", **config)
     wait_until(lambda: busy.refresh_from_db() or busy.current_step >= 5, 300, "step 5")

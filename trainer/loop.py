@@ -123,12 +123,13 @@ def dapo_batch_indices(num_prompts: int, batch_size: int, seed: int, step: int, 
     return rest[(k - 1) * batch_size:k * batch_size]
 
 
-def make_scorer(config: TrainConfig) -> Callable[[Prompt, list[str]],
-                                                 tuple[list[float], list[str | None]]]:
-    """Rewards and per-response verifier errors for one prompt's responses."""
+def make_scorer(config: TrainConfig, verifier: Any = None
+                ) -> Callable[[Prompt, list[str]], tuple[list[float], list[str | None]]]:
+    """Rewards and per-response verifier errors for one prompt's responses (with ``verifier``,
+    else the config's)."""
     from trainer.verifiers import make_verifier, score_responses
 
-    verifier = make_verifier(config)
+    verifier = verifier if verifier is not None else make_verifier(config)
     return lambda prompt, texts: score_responses(verifier, texts, prompt.answer)
 
 
@@ -395,7 +396,11 @@ def train(config: TrainConfig, prompts: Sequence[Prompt], backend: Any, recorder
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     model, tokenizer = getattr(backend, "model", None), getattr(backend, "tokenizer", None)
-    scorer = make_scorer(config)
+    from trainer.verifiers import make_verifier
+
+    # One verifier (math-verify's helper process) for sampling and evaluation alike.
+    verifier = make_verifier(config)
+    scorer = make_scorer(config, verifier)
     optimizer = scheduler = ref_model = None
     pad_id = 0
     if model is not None:
@@ -453,9 +458,7 @@ def train(config: TrainConfig, prompts: Sequence[Prompt], backend: Any, recorder
         if not eval_prompts:
             return
         from trainer.evaluate import evaluate as run_eval
-        from trainer.verifiers import make_verifier
-
-        metrics = run_eval(backend, list(eval_prompts), make_verifier(config), config.eval_k,
+        metrics = run_eval(backend, list(eval_prompts), verifier, config.eval_k,
                            derive_seed(config.seed, step, _EVAL), should_stop=stop)
         recorder.on_eval(EvalRecord(step=step, metrics={k: float(v) for k, v in metrics.items()}))
 
