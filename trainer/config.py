@@ -42,6 +42,14 @@ BUILTIN_TASK = "builtin:arithmetic"
 # What the built-in tiny model trains with (DESIGN.md section 3). The ``lr`` default is the
 # paper's 1e-6 for 1.5B-7B models, at which the tiny model hardly moves.
 BUILTIN_MODEL_LR = 2e-4
+# Responses per prompt and step at most: the per-prompt counts are PostgreSQL smallint columns.
+MAX_SAMPLES_PER_PROMPT = 32_767
+# Seeds are stored in PostgreSQL integer columns (int32).
+MAX_SEED = 2**31 - 1
+# Longest file path accepted (Linux's PATH_MAX, which includes the terminating NUL) and longest
+# path component (NAME_MAX); a longer one is "File name too long" from the operating system.
+MAX_PATH_CHARS = 4095
+MAX_NAME_CHARS = 255
 
 
 def recommended_lr(model: str) -> float:
@@ -59,9 +67,15 @@ class ConfigError(ValueError):
         self.reason = reason
 
 
-def _f(default: Any, help: str, group: str, unit: str = "") -> Any:
-    """A dataclass field carrying a one-line help text, a form group and a unit for the UI."""
-    return field(default=default, metadata={"help": help, "group": group, "unit": unit})
+def _f(default: Any, help: str, group: str, unit: str = "", *, ge: float | None = None,
+       gt: float | None = None, le: float | None = None, lt: float | None = None) -> Any:
+    """A dataclass field carrying a one-line help text, a form group and a unit for the UI, and
+    for a number its bounds: ``ge``/``gt`` below (inclusive/exclusive), ``le``/``lt`` above.
+    Every numeric field has both a lower and an upper bound (a test checks): an unbounded value
+    is unbounded work for a worker (``ppo_epochs = 10**9`` holds it forever)."""
+    bounds = {k: v for k, v in (("ge", ge), ("gt", gt), ("le", le), ("lt", lt)) if v is not None}
+    return field(default=default, metadata={"help": help, "group": group, "unit": unit,
+                                            **bounds})
 
 
 @dataclass
@@ -74,24 +88,26 @@ class TrainConfig:
                         "of n, groups with all-equal rewards dropped, further batches of prompts "
                         "drawn until B groups carry signal).", "algorithm")
     group_size: int = _f(4, "n: responses per prompt kept for the update.", "algorithm",
-                         "responses")
+                         "responses", ge=2, le=1024)
     samples_per_round: int = _f(8, "M: new responses drawn per active prompt and round (M >= n); "
-                                "ignored by GRPO.", "algorithm", "responses")
+                                "ignored by GRPO.", "algorithm", "responses", ge=1, le=4096)
     max_rounds: int = _f(4, "N: sampling rounds at most; a prompt draws at most M*N responses.",
-                         "algorithm", "rounds")
+                         "algorithm", "rounds", ge=1, le=1024)
     K_pos: int | None = _f(None, "Seq exit rule: stop sampling a prompt once it has at least "
                            "K_pos positives (empty: 1 for ada-pos, n//2 for ada-balance).",
-                           "algorithm", "responses")
+                           "algorithm", "responses", ge=0, le=MAX_SAMPLES_PER_PROMPT)
     K_neg: int | None = _f(None, "Seq exit rule: a prompt also needs at least K_neg negatives to "
                            "stop (empty: 0 for ada-pos, n - n//2 for ada-balance).", "algorithm",
-                           "responses")
+                           "responses", ge=0, le=MAX_SAMPLES_PER_PROMPT)
     budget_per_prompt: int = _f(8, "Est: samples per prompt on average; a step draws exactly "
                                 "budget_per_prompt x B (default 8: the budget of GRPO n=8).",
-                                "est", "responses")
+                                "est", "responses", ge=1, le=MAX_SAMPLES_PER_PROMPT)
     est_min_samples: int = _f(2, "Est: N_min, fewest samples a prompt gets (2: the smallest "
-                              "group with a baseline).", "est", "responses")
+                              "group with a baseline).", "est", "responses",
+                              ge=1, le=MAX_SAMPLES_PER_PROMPT)
     est_max_samples: int = _f(32, "Est: N_max, most samples a prompt gets (32: the Seq "
-                              "variants' cap M x N at the defaults).", "est", "responses")
+                              "variants' cap M x N at the defaults).", "est", "responses",
+                              ge=1, le=MAX_SAMPLES_PER_PROMPT)
     est_weight: str = _f("inv-sqrt", "Est: allocation weight w(p), inv-sqrt = 1/sqrt(p + eps) "
                          "(the paper's hybrid for the log objective) or inv = 1/(p + eps) (the "
                          "paper's ablation; the authors' experimental code).", "est")
@@ -99,15 +115,16 @@ class TrainConfig:
                                    "the hybrid's residual weight (off: plain r - mean).",
                                    "est")
     est_alpha: float = _f(1.0, "Est: alpha of the Beta(alpha, beta) prior of the pass-rate "
-                          "estimate (authors' code: 1).", "est", "pseudo-positives")
+                          "estimate (authors' code: 1).", "est", "pseudo-positives",
+                          ge=0, le=1_000_000)
     est_beta: float = _f(16.0, "Est: beta of the Beta(alpha, beta) prior (authors' code: 16).",
-                         "est", "pseudo-negatives")
+                         "est", "pseudo-negatives", ge=0, le=1_000_000)
     est_lambda: float = _f(0.9, "Est: decay of the estimator's counts before each update "
-                           "(authors' code: 0.9; 1: never forget).", "est")
+                           "(authors' code: 0.9; 1: never forget).", "est", ge=0, le=1)
     est_eps: float = _f(1e-6, "Est: eps in 1/sqrt(p + eps) and 1/sqrt(mean reward + eps).",
-                        "est")
+                        "est", gt=0, le=1)
     positive_threshold: float = _f(0.5, "A response is positive when its reward exceeds this.",
-                                   "algorithm")
+                                   "algorithm", ge=0, le=1)
     std_normalize: bool | None = _f(None, "Divide advantages by the std (empty: on for GRPO, off "
                                     "for Reinforce-Ada; off for GRPO is Dr.GRPO).", "algorithm")
     passive_filtering: bool = _f(False, "Drop groups whose advantages are all zero from the "
@@ -119,19 +136,26 @@ class TrainConfig:
     max_num_gen_batches: int = _f(10, "dapo: batches of B prompts drawn at most per step while "
                                   "fewer than B groups carry signal (verl's "
                                   "max_num_gen_batches); the step then trains on what it has.",
-                                  "algorithm", "batches")
+                                  "algorithm", "batches", ge=1, le=100)
     # --- data ----------------------------------------------------------------------------------
     prompts: str = _f(BUILTIN_TASK, "Training prompts: builtin:arithmetic or a JSONL/Parquet file "
                       "(prompt, answer; verl layout accepted).", "data")
     eval_prompts: str = _f("", "Held-out prompts for evaluation (same formats; empty: a held-out "
                            "built-in set when training on builtin:arithmetic, else none).", "data")
-    task_min_digits: int = _f(1, "Built-in task: fewest digits of an operand.", "data", "digits")
-    task_max_digits: int = _f(3, "Built-in task: most digits of an operand.", "data", "digits")
+    task_min_digits: int = _f(1, "Built-in task: fewest digits of an operand.", "data", "digits",
+                              ge=1, le=9)
+    task_max_digits: int = _f(3, "Built-in task: most digits of an operand.", "data", "digits",
+                              ge=1, le=9)
     task_num_prompts: int = _f(2048, "Built-in task: training prompts generated.", "data",
-                               "prompts")
-    eval_num_prompts: int = _f(200, "Built-in task: held-out prompts generated.", "data", "prompts")
+                               "prompts", ge=1, le=1_000_000)
+    eval_num_prompts: int = _f(200, "Built-in task: held-out prompts generated.", "data", "prompts",
+                               ge=0, le=100_000)
     verifier: str = _f("auto", "auto (exact for the built-in task, math-verify otherwise), exact "
                        "or math.", "data")
+    verifier_timeout_seconds: float = _f(5.0, "Time limit of one response's verification; past "
+                                         "it the response scores 0 and counts as a verifier "
+                                         "error (0: no limit).", "data", "seconds",
+                                         ge=0, le=600)
     # --- model and generation ------------------------------------------------------------------
     model: str = _f(BUILTIN_MODEL, "builtin:tiny (warm-started tiny Qwen2) or a local Hugging "
                     "Face model directory.", "model")
@@ -146,59 +170,75 @@ class TrainConfig:
                         "requests are aborted: fewer samples, biased towards short responses; "
                         "a different algorithm).", "model")
     device: str = _f("auto", "auto, cpu or cuda.", "model")
-    temperature: float = _f(1.0, "Sampling temperature.", "model")
-    top_p: float = _f(1.0, "Nucleus sampling mass.", "model")
-    max_new_tokens: int = _f(16, "Longest response.", "model", "tokens")
+    temperature: float = _f(1.0, "Sampling temperature.", "model", gt=0, le=100)
+    top_p: float = _f(1.0, "Nucleus sampling mass.", "model", gt=0, le=1)
+    max_new_tokens: int = _f(16, "Longest response.", "model", "tokens", ge=1, le=32_768)
     rollout_dtype: str = _f("auto", "vllm: the engine's copy of the weights (auto: bfloat16 on "
                             "CUDA, float32 on CPU; the trained policy stays float32).", "model")
     vllm_kv_cache_gib: float = _f(0.0, "vllm: KV-cache size (0: 1 GiB on CPU, "
-                                  "vllm_gpu_memory_utilization on CUDA).", "model", "GiB")
+                                  "vllm_gpu_memory_utilization on CUDA).", "model", "GiB",
+                                  ge=0, le=4096)
     vllm_gpu_memory_utilization: float = _f(0.5, "vllm on CUDA: share of GPU memory the engine "
                                             "may take (the policy and its optimiser need the "
-                                            "rest).", "model")
+                                            "rest).", "model", gt=0, le=1)
     simulated_pass_rate: float = _f(0.5, "Simulated backend: pass rate of prompts without one of "
-                                    "their own (metadata pass_rate).", "model")
+                                    "their own (metadata pass_rate).", "model", ge=0, le=1)
     simulated_length_correct: float = _f(0.3, "Simulated backend: median length of a correct "
-                                         "response, as a fraction of max_new_tokens.", "model")
+                                         "response, as a fraction of max_new_tokens.", "model",
+                                         gt=0, le=1)
     simulated_length_wrong: float = _f(0.6, "Simulated backend: median length of a wrong "
                                        "response, as a fraction of max_new_tokens (wrong "
-                                       "answers run longer).", "model")
+                                       "answers run longer).", "model", gt=0, le=1)
     simulated_length_spread: float = _f(0.5, "Simulated backend: sigma of the log-normal spread "
                                         "of response lengths (per prompt and per sample).",
-                                        "model")
+                                        "model", ge=0, le=5)
     # --- optimisation --------------------------------------------------------------------------
-    batch_size: int = _f(32, "B: prompts per training step.", "optimisation", "prompts")
-    total_steps: int = _f(80, "Training steps.", "optimisation", "steps")
+    batch_size: int = _f(32, "B: prompts per training step.", "optimisation", "prompts",
+                         ge=1, le=65_536)
+    total_steps: int = _f(80, "Training steps.", "optimisation", "steps", ge=1, le=1_000_000)
     lr: float = _f(1e-6, "AdamW learning rate (paper: 1e-6 for 1.5B-7B models; the tiny model "
-                   "wants about 2e-4).", "optimisation")
-    weight_decay: float = _f(0.01, "AdamW weight decay.", "optimisation")
+                   "wants about 2e-4).", "optimisation", gt=0, lt=1)
+    weight_decay: float = _f(0.01, "AdamW weight decay.", "optimisation", ge=0, le=10)
     warmup_steps: int = _f(0, "W: constant-with-warm-up schedule as verl's: lr x k/W at "
                            "training step k (k = 0 at the first, so it trains at lr 0), then lr "
-                           "(paper: 10; 0: off).", "optimisation", "steps")
-    max_grad_norm: float = _f(1.0, "Gradient-norm clipping.", "optimisation")
-    ppo_epochs: int = _f(1, "Passes over each step's batch.", "optimisation", "epochs")
+                           "(paper: 10; 0: off).", "optimisation", "steps", ge=0, le=1_000_000)
+    max_grad_norm: float = _f(1.0, "Gradient-norm clipping.", "optimisation", gt=0, le=1_000_000)
+    ppo_epochs: int = _f(1, "Passes over each step's batch.", "optimisation", "epochs", ge=1, le=64)
     ppo_mini_batch_size: int = _f(0, "Prompts per mini-batch, one optimiser step each (0: the "
                                   "whole batch, one optimiser step per epoch: the ratio is then "
                                   "1 and clipping never acts; paper: 128 of B=512, 4 steps).",
-                                  "optimisation", "prompts")
+                                  "optimisation", "prompts", ge=0, le=65_536)
     ppo_micro_batch_size: int = _f(0, "Responses per forward/backward pass; gradients accumulate "
                                    "over a mini-batch (0: the whole mini-batch). Memory only: "
-                                   "the update is the same.", "optimisation", "responses")
-    clip_eps_low: float = _f(0.2, "PPO clip range below 1 (ratio >= 1 - eps_low).", "optimisation")
-    clip_eps_high: float = _f(0.28, "PPO clip range above 1 (clip-higher).", "optimisation")
+                                   "the update is the same.", "optimisation", "responses",
+                                   ge=0, le=1_048_576)
+    clip_eps_low: float = _f(0.2, "PPO clip range below 1 (ratio >= 1 - eps_low).", "optimisation",
+                             gt=0, lt=1)
+    clip_eps_high: float = _f(0.28, "PPO clip range above 1 (clip-higher).", "optimisation",
+                              gt=0, lt=1)
+    # c <= 1 would cap a negative-advantage token below its unclipped value at ratio 1.
     clip_ratio_c: float = _f(3.0, "Dual-clip c: a token with a negative advantage contributes at "
                              "most -A x c (verl's default 3; the authors' Reinforce-Ada script "
-                             "10).", "optimisation")
-    entropy_coef: float = _f(1e-4, "Entropy bonus coefficient (0: off).", "optimisation")
-    kl_coef: float = _f(0.0, "KL penalty to the frozen initial policy (0: off).", "optimisation")
+                             "10).", "optimisation", gt=1, le=1_000_000)
+    entropy_coef: float = _f(1e-4, "Entropy bonus coefficient (0: off).", "optimisation",
+                             ge=0, le=10)
+    kl_coef: float = _f(0.0, "KL penalty to the frozen initial policy (0: off).", "optimisation",
+                        ge=0, le=100)
     tis_cap: float = _f(0.0, "Truncated importance sampling against the rollout/policy "
                         "mismatch (vllm): weight each token's loss by min(exp(policy_old - "
-                        "rollout), C); C here (0: off; 2 is common).", "optimisation")
+                        "rollout), C); C here (0: off; 2 is common).", "optimisation",
+                        ge=0, le=1_000_000)
     # --- bookkeeping ---------------------------------------------------------------------------
-    seed: int = _f(0, "Seed of data order, sampling and down-sampling.", "run")
-    save_every: int = _f(10, "Checkpoint every K steps (0: only at the end).", "run", "steps")
-    eval_every: int = _f(20, "Evaluate every E steps (0: never).", "run", "steps")
-    eval_k: int = _f(8, "Samples per eval prompt for avg@k and pass@k.", "run", "samples")
+    seed: int = _f(0, "Seed of data order, sampling and down-sampling.", "run", ge=0, le=MAX_SEED)
+    save_every: int = _f(10, "Checkpoint every K steps (0: only at the end).", "run", "steps",
+                         ge=0, le=1_000_000)
+    eval_every: int = _f(20, "Evaluate every E steps (0: never).", "run", "steps",
+                         ge=0, le=1_000_000)
+    eval_k: int = _f(8, "Samples per eval prompt for avg@k and pass@k.", "run", "samples",
+                     ge=1, le=1024)
+    max_wall_seconds: float = _f(0.0, "Wall-time limit of the run; past it the run stops at the "
+                                 "next check and ends failed, saying so (0: no limit).", "run",
+                                 "seconds", ge=0, le=366 * 24 * 3600)
 
     # ------------------------------------------------------------------------------------------
     @property
@@ -237,6 +277,22 @@ class TrainConfig:
             return self.est_max_samples
         return self.samples_per_round * self.max_rounds if self.is_adaptive else self.group_size
 
+    @property
+    def max_samples_per_step(self) -> int:
+        """Responses a step draws at most: B x n (GRPO), B x n x max_num_gen_batches (DAPO),
+        B x M x N (Seq), B x budget (Est)."""
+        if self.algorithm == "ada-est":
+            return self.batch_size * self.budget_per_prompt
+        if self.algorithm == "dapo":
+            return self.batch_size * self.group_size * self.max_num_gen_batches
+        return self.batch_size * self.max_samples_per_prompt
+
+    @property
+    def max_step_tokens(self) -> int:
+        """A step's generation work at most, in tokens: responses x max_new_tokens (B x M x N x
+        max_new_tokens for Seq); what a queue's RUN_MAX_STEP_TOKENS caps."""
+        return self.max_samples_per_step * self.max_new_tokens
+
     def validate(self) -> TrainConfig:
         """Raise the first of ``errors()``; return self when valid."""
         errors = self.errors()
@@ -261,68 +317,43 @@ class TrainConfig:
         for name, choices in CHOICE_FIELDS.items():
             yield from _choice(name, getattr(self, name), choices)
         yield from self._scheduler_errors()
-        for name in ("group_size", "samples_per_round", "max_rounds", "batch_size", "total_steps",
-                     "max_new_tokens", "ppo_epochs", "eval_k", "task_num_prompts",
-                     "budget_per_prompt", "est_min_samples", "est_max_samples",
-                     "max_num_gen_batches"):
-            yield from _positive(name, getattr(self, name))
-        for name in ("warmup_steps", "save_every", "eval_every", "ppo_mini_batch_size",
-                     "ppo_micro_batch_size",
-                     "eval_num_prompts", "seed"):
-            if getattr(self, name) < 0:
-                yield ConfigError(name, "must be >= 0")
-        if self.group_size < 2:
-            yield ConfigError("group_size", "must be >= 2 (a group of one has no baseline)")
+        out_of_bounds = set()
+        for f in fields(self):
+            for error in _bound_errors(f.name, getattr(self, f.name), f.metadata):
+                out_of_bounds.add(f.name)
+                yield error
         if self.is_seq and self.samples_per_round < self.group_size:
             yield ConfigError("samples_per_round", f"must be >= group_size ({self.group_size}), "
                               f"got {self.samples_per_round}")
+        if (self.is_adaptive and self.algorithm != "ada-est"
+                and not out_of_bounds & {"samples_per_round", "max_rounds"}
+                and self.samples_per_round * self.max_rounds > MAX_SAMPLES_PER_PROMPT):
+            # Per-prompt counts are smallint columns; and no prompt needs 32k responses.
+            yield ConfigError("max_rounds", f"samples_per_round x max_rounds = "
+                              f"{self.samples_per_round * self.max_rounds} responses per prompt; "
+                              f"at most {MAX_SAMPLES_PER_PROMPT}")
         yield from self._exit_count_errors()
         yield from self._est_errors()
-        if not 0.0 <= self.positive_threshold <= 1.0:
-            yield ConfigError("positive_threshold", "must be within [0, 1]")
-        if not 0.0 < self.lr < 1.0:
-            yield ConfigError("lr", "must be within (0, 1)")
-        if self.temperature <= 0:
-            yield ConfigError("temperature", "must be > 0")
-        if not 0.0 < self.top_p <= 1.0:
-            yield ConfigError("top_p", "must be within (0, 1]")
-        for name in ("clip_eps_low", "clip_eps_high"):
-            if not 0.0 < getattr(self, name) < 1.0:
-                yield ConfigError(name, "must be within (0, 1)")
-        if not self.clip_ratio_c > 1.0:
-            # c <= 1 would cap a negative-advantage token below its unclipped value at ratio 1.
-            yield ConfigError("clip_ratio_c", f"must be > 1, got {self.clip_ratio_c}")
-        for name in ("weight_decay", "entropy_coef", "kl_coef", "tis_cap", "vllm_kv_cache_gib"):
-            if getattr(self, name) < 0:
-                yield ConfigError(name, "must be >= 0")
-        if self.max_grad_norm <= 0:
-            yield ConfigError("max_grad_norm", "must be > 0")
         if self.ppo_mini_batch_size > self.batch_size:
             yield ConfigError("ppo_mini_batch_size", f"must be <= batch_size ({self.batch_size})")
-        if not 0.0 <= self.simulated_pass_rate <= 1.0:
-            yield ConfigError("simulated_pass_rate", "must be within [0, 1]")
-        for name in ("simulated_length_correct", "simulated_length_wrong"):
-            if not 0.0 < getattr(self, name) <= 1.0:
-                yield ConfigError(name, "must be within (0, 1] (a fraction of max_new_tokens)")
-        if self.simulated_length_spread < 0:
-            yield ConfigError("simulated_length_spread", "must be >= 0")
-        if not 1 <= self.task_min_digits <= self.task_max_digits <= 9:
+        if self.task_min_digits > self.task_max_digits:
             yield ConfigError("task_max_digits",
                               "need 1 <= task_min_digits <= task_max_digits <= 9")
-        if self.model != BUILTIN_MODEL and self.backend != "simulated":
+        for name in ("model", "prompts", "eval_prompts"):
+            yield from _path_errors(name, getattr(self, name))
+        if (self.model != BUILTIN_MODEL and self.backend != "simulated"
+                and _path_ok(self.model)):
             if not (Path(self.model) / "config.json").is_file():
                 yield ConfigError("model", f"no Hugging Face model directory (config.json) at "
                                   f"{self.model!r}; use {BUILTIN_MODEL} or a local directory")
         for name in ("prompts", "eval_prompts"):
             value = getattr(self, name)
-            if value and value != BUILTIN_TASK and not Path(value).is_file():
+            if value and value != BUILTIN_TASK and _path_ok(value) and not Path(value).is_file():
                 yield ConfigError(name, f"no such file: {value!r} (use {BUILTIN_TASK} or a "
                                   "JSONL/Parquet file)")
         if self.tis_cap and self.tis_cap < 1.0:
             yield ConfigError("tis_cap", "must be 0 (off) or >= 1 (a cap below 1 would shrink "
                               "every token's weight)")
-        if not 0.0 < self.vllm_gpu_memory_utilization <= 1.0:
-            yield ConfigError("vllm_gpu_memory_utilization", "must be within (0, 1]")
 
     def _scheduler_errors(self) -> Iterator[ConfigError]:
         if self.scheduler == "round" or self.scheduler not in SCHEDULERS:
@@ -339,10 +370,6 @@ class TrainConfig:
                               "exit rule to stream")
 
     def _exit_count_errors(self) -> Iterator[ConfigError]:
-        for name in ("K_pos", "K_neg"):
-            value = getattr(self, name)
-            if value is not None and value < 0:
-                yield ConfigError(name, f"must be >= 0, got {value}")
         if not self.is_seq or any(v is not None and v < 0 for v in (self.K_pos, self.K_neg)):
             return
         k_pos, k_neg = self.exit_counts
@@ -367,15 +394,9 @@ class TrainConfig:
             yield ConfigError("budget_per_prompt", f"must be within [est_min_samples, "
                               f"est_max_samples] = [{self.est_min_samples}, "
                               f"{self.est_max_samples}], got {self.budget_per_prompt}")
-        if self.est_alpha < 0 or self.est_beta < 0:
-            yield ConfigError("est_alpha" if self.est_alpha < 0 else "est_beta", "must be >= 0")
-        if self.est_alpha + self.est_beta <= 0:
+        if self.est_alpha >= 0 and self.est_beta >= 0 and self.est_alpha + self.est_beta <= 0:
             # p-hat of a prompt never sampled would be 0/0.
             yield ConfigError("est_beta", "est_alpha + est_beta must be > 0")
-        if not 0.0 <= self.est_lambda <= 1.0:
-            yield ConfigError("est_lambda", "must be within [0, 1]")
-        if not 0.0 < self.est_eps <= 1.0:
-            yield ConfigError("est_eps", "must be within (0, 1]")
 
     # ------------------------------------------------------------------------------------------
     @classmethod
@@ -425,8 +446,68 @@ def field_specs() -> list[dict[str, Any]]:
     for f in fields(TrainConfig):
         out.append({"name": f.name, "type": str(f.type), "default": f.default,
                     "help": f.metadata.get("help", ""), "group": f.metadata.get("group", ""),
-                    "unit": f.metadata.get("unit", "")})
+                    "unit": f.metadata.get("unit", ""),
+                    **{k: f.metadata[k] for k in BOUND_KEYS if k in f.metadata}})
     return out
+
+
+BOUND_KEYS = ("ge", "gt", "le", "lt")
+
+
+def bounds_text(spec: dict[str, Any]) -> str:
+    """A field's bounds in interval notation, e.g. ``[1, 64]`` or ``(0, 1)``; "" if none."""
+    lo = f"[{_num(spec['ge'])}" if "ge" in spec else f"({_num(spec['gt'])}" if "gt" in spec \
+        else ""
+    hi = f"{_num(spec['le'])}]" if "le" in spec else f"{_num(spec['lt'])})" if "lt" in spec \
+        else ""
+    return f"{lo}, {hi}" if lo and hi else ""
+
+
+def _num(x: float) -> str:
+    return f"{x:,}".replace(",", "_") if isinstance(x, int) and abs(x) >= 10_000 else f"{x:g}"
+
+
+def config_reference() -> str:
+    """docs/config.md: every field with its default, bounds, unit and help (a test keeps the
+    file equal to this)."""
+    lines = ["# Run configuration reference", "",
+             "Generated from `trainer/config.py` (`python -m trainer.config > docs/config.md`); "
+             "`TrainConfig.validate()` enforces the bounds, naming the field, for the command line "
+             "and the dashboard alike, and the launch form carries them as `min`/`max`. A bracket "
+             "includes the bound, a parenthesis excludes it.", "",
+             f"Across fields: `samples_per_round x max_rounds` (Seq) is at most "
+             f"{MAX_SAMPLES_PER_PROMPT} responses per prompt; paths are at most {MAX_PATH_CHARS} "
+             f"characters ({MAX_NAME_CHARS} per component). The platform also caps a step's work "
+             "per queue, `max_samples_per_step x max_new_tokens` (B x M x N x max_new_tokens for "
+             "Seq), with the `RUN_MAX_STEP_TOKENS` setting.", "",
+             "| field | default | bounds | unit | meaning |", "| --- | --- | --- | --- | --- |"]
+    for spec in field_specs():
+        default = "empty" if spec["default"] is None else f"`{spec['default']}`"
+        lines.append(f"| `{spec['name']}` | {default} | {bounds_text(spec)} | {spec['unit']} | "
+                     f"{spec['help'].replace('|', '/')} |")
+    return "\n".join(lines) + "\n"
+
+
+def _bound_errors(name: str, value: Any, meta: Any) -> Iterator[ConfigError]:
+    if value is None or isinstance(value, (bool, str)) or not any(k in meta for k in BOUND_KEYS):
+        return
+    spec = {k: meta[k] for k in BOUND_KEYS if k in meta}
+    if (("ge" in spec and value < spec["ge"]) or ("gt" in spec and value <= spec["gt"])
+            or ("le" in spec and value > spec["le"]) or ("lt" in spec and value >= spec["lt"])):
+        yield ConfigError(name, f"must be within {bounds_text(spec)}, got {value!r}")
+
+
+def _path_errors(name: str, value: str) -> Iterator[ConfigError]:
+    if "\0" in value:
+        yield ConfigError(name, "a path cannot contain a NUL character")
+    elif len(value) > MAX_PATH_CHARS:
+        yield ConfigError(name, f"a path of {len(value)} characters; at most {MAX_PATH_CHARS}")
+    elif any(len(part) > MAX_NAME_CHARS for part in value.split("/")):
+        yield ConfigError(name, f"a path component is longer than {MAX_NAME_CHARS} characters")
+
+
+def _path_ok(value: str) -> bool:
+    return not any(True for _ in _path_errors("", value))
 
 
 def default_exit_counts(algorithm: str, group_size: int) -> tuple[int, int]:
@@ -464,12 +545,11 @@ def _choice(name: str, value: str, choices: tuple[str, ...]) -> Iterator[ConfigE
         yield ConfigError(name, f"unknown value {value!r}; choose one of {', '.join(choices)}")
 
 
-def _positive(name: str, value: int) -> Iterator[ConfigError]:
-    if value < 1:
-        yield ConfigError(name, f"must be >= 1, got {value}")
-
-
 def _similar(a: str, b: str) -> bool:
     import difflib
 
     return difflib.SequenceMatcher(None, a, b).ratio() > 0.75
+
+
+if __name__ == "__main__":
+    print(config_reference(), end="")

@@ -17,10 +17,10 @@ import argparse
 import json
 import math
 import sys
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
-from trainer.types import GenerationBackend, Prompt
+from trainer.types import GenerationBackend, Prompt, StopRequested
 from trainer.verifiers import Verifier, score_responses
 
 
@@ -45,12 +45,13 @@ def all_correct_at_k(n: int, c: int, k: int) -> float:
 
 
 def evaluate(backend: GenerationBackend, prompts: Sequence[Prompt], verifier: Verifier,
-             k: int = 8, seed: int = 0, batch_prompts: int = 64, progress: bool = False
-             ) -> dict[str, Any]:
+             k: int = 8, seed: int = 0, batch_prompts: int = 64, progress: bool = False,
+             should_stop: Callable[[], bool] | None = None) -> dict[str, Any]:
     """Greedy accuracy (one deterministic response per prompt) and avg@k / pass@k from ``k``
     samples per prompt at the backend's temperature, with ``pass@j`` and ``all_correct@j`` for
     every j <= k from the same samples. Prompts go in chunks of ``batch_prompts`` to bound memory
-    and drive the progress bar."""
+    and drive the progress bar. ``should_stop`` is polled before each generation call: when it
+    says stop, ``StopRequested`` is raised (evaluation changes no weights: always clean)."""
     from tqdm import tqdm
 
     if k < 1:
@@ -64,7 +65,9 @@ def evaluate(backend: GenerationBackend, prompts: Sequence[Prompt], verifier: Ve
                file=sys.stderr)
     for start in range(0, len(prompts), batch_prompts):
         chunk = list(prompts[start:start + batch_prompts])
+        _check_stop(should_stop)
         greedy = backend.generate(chunk, [1] * len(chunk), seed=seed, greedy=True)
+        _check_stop(should_stop)
         sampled = backend.generate(chunk, [k] * len(chunk), seed=seed + start)
         for prompt, g_group, s_group in zip(chunk, greedy, sampled, strict=True):
             g_rewards, g_errors = score_responses(verifier, [g.text for g in g_group],
@@ -90,6 +93,11 @@ def evaluate(backend: GenerationBackend, prompts: Sequence[Prompt], verifier: Ve
         **{f"all_correct@{j}": all_correct_sums[j] / n for j in range(1, k + 1)},
         "verifier_errors": errors,
     }
+
+
+def _check_stop(should_stop: Callable[[], bool] | None) -> None:
+    if should_stop is not None and should_stop():
+        raise StopRequested("evaluation", clean=True)
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:

@@ -43,6 +43,7 @@ from trainer.types import (
     RoundStat,
     SampleRecord,
     StepRecord,
+    StopRequested,
 )
 
 # Sub-streams of derive_seed(config.seed, step, <stream>).
@@ -51,11 +52,14 @@ _GEN, _DOWNSAMPLE, _UPDATE, _EVAL = 0, 1, 2, 3
 _DAPO_BATCHES = 11
 # trainer_state.json key of Reinforce-Ada-Est's estimator (run state, like the weights).
 ESTIMATOR_STATE = "pass_rate_estimator"
+# trainer_state.json key of the seconds trained up to the checkpoint: a resumed run's wall-time
+# limit counts them.
+ELAPSED_STATE = "elapsed_seconds"
 
 
 @dataclass
 class TrainResult:
-    status: str                    # "completed" or "cancelled"
+    status: str                    # "completed", "cancelled" or "time_limit"
     last_step: int                 # last completed step (0: none)
     checkpoint: str | None         # latest checkpoint written
     metrics: dict[str, float] = field(default_factory=dict)  # of the last completed step
@@ -63,6 +67,29 @@ class TrainResult:
     @property
     def cancelled(self) -> bool:
         return self.status == "cancelled"
+
+
+class StopPolicy:
+    """The loop's one stop signal: the caller's ``should_stop`` (cancel, lost lease) or the
+    run's wall-time limit (``max_wall_seconds``, counting ``elapsed`` seconds trained before a
+    resume). ``reason`` says which fired first."""
+
+    def __init__(self, should_stop: Callable[[], bool] | None, limit_seconds: float,
+                 elapsed: float = 0.0) -> None:
+        self.should_stop, self.limit = should_stop, float(limit_seconds)
+        self.started = time.monotonic() - elapsed
+        self.reason: str | None = None
+
+    def elapsed(self) -> float:
+        return time.monotonic() - self.started
+
+    def __call__(self) -> bool:
+        if self.reason is None:
+            if self.limit and self.elapsed() > self.limit:
+                self.reason = "time_limit"
+            elif self.should_stop is not None and self.should_stop():
+                self.reason = "cancelled"
+        return self.reason is not None
 
 
 def batch_indices(num_prompts: int, batch_size: int, seed: int, step: int) -> list[int]:
@@ -96,12 +123,13 @@ def dapo_batch_indices(num_prompts: int, batch_size: int, seed: int, step: int, 
     return rest[(k - 1) * batch_size:k * batch_size]
 
 
-def make_scorer(config: TrainConfig) -> Callable[[Prompt, list[str]],
-                                                 tuple[list[float], list[str | None]]]:
-    """Rewards and per-response verifier errors for one prompt's responses."""
+def make_scorer(config: TrainConfig, verifier: Any = None
+                ) -> Callable[[Prompt, list[str]], tuple[list[float], list[str | None]]]:
+    """Rewards and per-response verifier errors for one prompt's responses (with ``verifier``,
+    else the config's)."""
     from trainer.verifiers import make_verifier, score_responses
 
-    verifier = make_verifier(config)
+    verifier = verifier if verifier is not None else make_verifier(config)
     return lambda prompt, texts: score_responses(verifier, texts, prompt.answer)
 
 
@@ -357,10 +385,15 @@ def train(config: TrainConfig, prompts: Sequence[Prompt], backend: Any, recorder
     """Train ``backend.model`` (or just sample, for the simulated backend) for
     ``config.total_steps`` steps, emitting every event to ``recorder``.
 
-    ``should_stop`` is polled between sampling rounds: when it returns True the run stops
-    cleanly, makes sure a checkpoint of the last completed step exists and returns a result with
-    ``status == "cancelled"``. ``resume_from`` (a checkpoint directory) restores weights,
-    optimiser, scheduler, RNG states and step; the next step is the one after the checkpoint's.
+    ``should_stop`` is polled between sampling rounds, before every mini-batch of the update and
+    before every generation call of an evaluation: when it returns True the run stops cleanly,
+    makes sure a checkpoint of the last completed step exists (unless the update had already
+    taken an optimiser step: weights half-way through a step are never saved) and returns a
+    result with ``status == "cancelled"``; past ``config.max_wall_seconds`` the same happens
+    with ``status == "time_limit"``. A step's evaluation runs before its checkpoint is saved, so
+    a crash between the two replays both on resume. ``resume_from`` (a checkpoint directory)
+    restores weights, optimiser, scheduler, RNG states and step; the next step is the one after
+    the checkpoint's.
     """
     from trainer import checkpoint as ckpt
 
@@ -368,7 +401,11 @@ def train(config: TrainConfig, prompts: Sequence[Prompt], backend: Any, recorder
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     model, tokenizer = getattr(backend, "model", None), getattr(backend, "tokenizer", None)
-    scorer = make_scorer(config)
+    from trainer.verifiers import make_verifier
+
+    # One verifier (math-verify's helper process) for sampling and evaluation alike.
+    verifier = make_verifier(config)
+    scorer = make_scorer(config, verifier)
     optimizer = scheduler = ref_model = None
     pad_id = 0
     if model is not None:
@@ -377,12 +414,14 @@ def train(config: TrainConfig, prompts: Sequence[Prompt], backend: Any, recorder
         optimizer, scheduler = make_optimizer(model, config)
         pad_id = int(getattr(tokenizer, "pad_token_id", None) or 0)
     start = 0
+    elapsed = 0.0
     last_ckpt: str | None = None
     estimator = make_estimator(config)
     if resume_from is not None:
         state = ckpt.load_checkpoint(resume_from, model=model, optimizer=optimizer,
                                      scheduler=scheduler)
         start = int(state["step"])
+        elapsed = float(state.get(ELAPSED_STATE, 0.0))
         if estimator is not None:
             if ESTIMATOR_STATE not in state:
                 raise ValueError(f"checkpoint {resume_from} has no {ESTIMATOR_STATE}: it was "
@@ -401,8 +440,16 @@ def train(config: TrainConfig, prompts: Sequence[Prompt], backend: Any, recorder
     if ref_model is not None:
         ref_model.eval().requires_grad_(False)
 
+    stop = StopPolicy(should_stop, config.max_wall_seconds, elapsed)
+    last_metrics: dict[str, float] = {}
+
     def save(step: int) -> str:
-        extra = None if estimator is None else {ESTIMATOR_STATE: estimator.state_dict()}
+        before = getattr(recorder, "before_checkpoint", None)
+        if before is not None:
+            before(step)  # may raise: e.g. the run's lease is lost, so no files are written
+        extra = {ELAPSED_STATE: stop.elapsed()}
+        if estimator is not None:
+            extra[ESTIMATOR_STATE] = estimator.state_dict()
         path = ckpt.save_checkpoint(ckpt.checkpoint_dir(out, step), step=step,
                                     config=config.to_dict(), model=model, tokenizer=tokenizer,
                                     optimizer=optimizer, scheduler=scheduler, extra=extra)
@@ -416,15 +463,21 @@ def train(config: TrainConfig, prompts: Sequence[Prompt], backend: Any, recorder
         if not eval_prompts:
             return
         from trainer.evaluate import evaluate as run_eval
-        from trainer.verifiers import make_verifier
-
-        metrics = run_eval(backend, list(eval_prompts), make_verifier(config), config.eval_k,
-                           derive_seed(config.seed, step, _EVAL))
+        metrics = run_eval(backend, list(eval_prompts), verifier, config.eval_k,
+                           derive_seed(config.seed, step, _EVAL), should_stop=stop)
         recorder.on_eval(EvalRecord(step=step, metrics={k: float(v) for k, v in metrics.items()}))
 
+    def stopped(done: int, clean: bool) -> TrainResult:
+        nonlocal last_ckpt
+        if clean and (last_ckpt is None or ckpt.read_state(last_ckpt)["step"] != done):
+            last_ckpt = save(done)
+        return TrainResult(stop.reason or "cancelled", done, last_ckpt, last_metrics)
+
     if start == 0 and config.eval_every:
-        evaluate(0)
-    last_metrics: dict[str, float] = {}
+        try:
+            evaluate(0)
+        except StopRequested:
+            return stopped(0, clean=True)
     for step in range(start + 1, config.total_steps + 1):
         t_step = time.perf_counter()
         batch = [prompts[i] for i in batch_indices(len(prompts), config.batch_size, config.seed,
@@ -438,15 +491,12 @@ def train(config: TrainConfig, prompts: Sequence[Prompt], backend: Any, recorder
                                                            config.seed, step, k)]
 
         sampled = sample_step(config, batch, backend, scorer, step, estimator,
-                              on_round=on_round, should_stop=should_stop,
+                              on_round=on_round, should_stop=stop,
                               more_prompts=more_prompts)
         res, outcome, allocation = sampled.result, sampled.outcome, sampled.allocation
         batch = sampled.prompts  # DAPO: every batch of prompts it drew
         if res is None:
-            done = step - 1
-            if last_ckpt is None or ckpt.read_state(last_ckpt)["step"] != done:
-                last_ckpt = save(done)
-            return TrainResult("cancelled", done, last_ckpt, last_metrics)
+            return stopped(step - 1, clean=True)
         kept = res.kept
         if config.passive_filtering:
             kept = passive_filter(res.advantages, res.sample_prompt, res.kept, res.num_prompts)
@@ -456,10 +506,14 @@ def train(config: TrainConfig, prompts: Sequence[Prompt], backend: Any, recorder
 
         t_update = time.perf_counter()
         if model is not None:
-            upd = _update(model, optimizer, scheduler, config, res, outcome, batch, kept,
-                          pad_id=pad_id, ref_model=ref_model,
-                          seed=derive_seed(config.seed, step, _UPDATE), tokenizer=tokenizer,
-                          backend=backend)
+            try:
+                upd = _update(model, optimizer, scheduler, config, res, outcome, batch, kept,
+                              pad_id=pad_id, ref_model=ref_model,
+                              seed=derive_seed(config.seed, step, _UPDATE), tokenizer=tokenizer,
+                              backend=backend, should_stop=stop)
+            except StopRequested as exc:
+                # Est's estimator already counted this step: only a clean stop may save.
+                return stopped(step - 1, clean=exc.clean and estimator is None)
             t_sync = time.perf_counter()
             backend.sync_weights()
             upd["time_sync"] = time.perf_counter() - t_sync
@@ -481,16 +535,20 @@ def train(config: TrainConfig, prompts: Sequence[Prompt], backend: Any, recorder
         recorder.on_step(StepRecord(step=step, metrics=metrics, rounds=list(outcome.round_stats),
                                     prompts=prompt_recs, samples=sample_recs))
         last_metrics = metrics
+        if config.eval_every and step % config.eval_every == 0:
+            try:
+                evaluate(step)
+            except StopRequested:
+                return stopped(step, clean=True)
         if (config.save_every and step % config.save_every == 0) or step == config.total_steps:
             last_ckpt = save(step)
-        if config.eval_every and step % config.eval_every == 0:
-            evaluate(step)
     return TrainResult("completed", config.total_steps, last_ckpt, last_metrics)
 
 
 def _update(model: Any, optimizer: Any, scheduler: Any, config: TrainConfig, res: SamplerResult,
             outcome: RoundsOutcome, batch: Sequence[Prompt], kept: np.ndarray, *, pad_id: int,
-            ref_model: Any, seed: int, tokenizer: Any, backend: Any) -> dict[str, float]:
+            ref_model: Any, seed: int, tokenizer: Any, backend: Any,
+            should_stop: Callable[[], bool] | None = None) -> dict[str, float]:
     from trainer.update import UpdateBatch, update_policy
 
     ub = UpdateBatch([], [], [], [], [], [])
@@ -506,7 +564,8 @@ def _update(model: Any, optimizer: Any, scheduler: Any, config: TrainConfig, res
         ub.rollout_logprobs.append(g.rollout_logprobs)
     metrics = update_policy(model, optimizer, scheduler, ub, config, pad_token_id=pad_id,
                             ref_model=ref_model, seed=seed,
-                            micro_batch_size=config.ppo_micro_batch_size or None)
+                            micro_batch_size=config.ppo_micro_batch_size or None,
+                            should_stop=should_stop)
     if not math.isfinite(metrics["policy_loss"]):
         raise FloatingPointError(f"non-finite policy loss {metrics['policy_loss']}")
     return metrics

@@ -22,7 +22,7 @@ from typing import Any
 
 import numpy as np
 
-from trainer.config import ALGORITHMS, ConfigError
+from trainer.config import ALGORITHMS, MAX_SEED, ConfigError
 from trainer.types import Prompt
 
 # GRPO's group sizes the preflight predicts besides the run's own n: a larger group is GRPO's
@@ -171,7 +171,9 @@ def predict(rates: Sequence[float], *, batch_size: int, group_size: int,
         try:
             results = [simulate(algorithm, chosen, group_size=n,
                                 samples_per_round=max(samples_per_round, n),
-                                max_rounds=max_rounds, seed=derive_seed(seed, r), steps=steps)
+                                max_rounds=max_rounds,
+                                # A config seed is an int32 (MAX_SEED).
+                                seed=derive_seed(seed, r) % (MAX_SEED + 1), steps=steps)
                        for r, chosen in enumerate(runs)]
         except (ConfigError, ValueError) as exc:  # e.g. an algorithm without simulator support
             row["error"] = str(exc)

@@ -150,6 +150,19 @@ class Recorder(Protocol):
 
     def on_checkpoint(self, record: CheckpointRecord) -> None: ...
 
+    # Optional: ``before_checkpoint(step)`` is called before a checkpoint's files are written
+    # and may raise to prevent the write (a worker that lost its run's lease writes no files).
+
+
+class StopRequested(Exception):  # noqa: N818 - a signal, not an error
+    """``should_stop()`` said stop inside a long inner loop (the update's mini-batches, the
+    evaluation's batches). ``clean``: nothing was changed yet (no optimiser step taken), so the
+    weights are still those of the last completed step."""
+
+    def __init__(self, where: str, *, clean: bool) -> None:
+        super().__init__(f"stop requested during {where}")
+        self.where, self.clean = where, clean
+
     def on_eval(self, record: EvalRecord) -> None: ...
 
 

@@ -14,7 +14,7 @@ sampling weights, as it does here).
 from __future__ import annotations
 
 import warnings
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -22,6 +22,7 @@ import numpy as np
 import torch
 
 from trainer.loss import entropy_bonus, kl_penalty, ppo_clip_loss, truncated_is_weights
+from trainer.types import StopRequested
 
 UPDATE_METRICS = ("policy_loss", "entropy", "kl", "clip_frac_low", "clip_frac_high",
                   "dual_clip_frac", "grad_norm", "lr", "optimizer_steps")
@@ -109,8 +110,8 @@ def _logprobs_no_grad(model: Any, batch: UpdateBatch, idx: list[int], pad_token_
 
 def update_policy(model: Any, optimizer: torch.optim.Optimizer, scheduler: Any,
                   batch: UpdateBatch, config: Any, *, pad_token_id: int,
-                  ref_model: Any = None, seed: int = 0, micro_batch_size: int | None = None
-                  ) -> dict[str, float]:
+                  ref_model: Any = None, seed: int = 0, micro_batch_size: int | None = None,
+                  should_stop: Callable[[], bool] | None = None) -> dict[str, float]:
     """One training step's policy update. Returns the UPDATE_METRICS, averaged over mini-batches
     (``lr`` is the learning rate the step used).
 
@@ -118,6 +119,10 @@ def update_policy(model: Any, optimizer: torch.optim.Optimizer, scheduler: Any,
     shuffled per epoch by ``seed``; each is one optimiser step whose loss is the token-mean over
     the mini-batch (micro-batches of ``micro_batch_size`` responses accumulate gradients divided
     by the mini-batch's token count, so splitting does not change the gradient).
+
+    ``should_stop`` is polled before every mini-batch (``ppo_epochs`` x mini-batches can take
+    long): when it says stop, ``StopRequested`` is raised, ``clean`` when no optimiser step was
+    taken yet.
     """
     lr = float(optimizer.param_groups[0]["lr"])
     metrics = dict.fromkeys(UPDATE_METRICS, 0.0)
@@ -166,6 +171,9 @@ def update_policy(model: Any, optimizer: torch.optim.Optimizer, scheduler: Any,
     for epoch in range(config.ppo_epochs):
         order = np.random.default_rng([seed, epoch]).permutation(len(groups)).tolist()
         for start in range(0, len(groups), mb_prompts):
+            if should_stop is not None and should_stop():
+                optimizer.zero_grad(set_to_none=True)
+                raise StopRequested("the policy update", clean=n_updates == 0)
             idx = [i for k in order[start:start + mb_prompts] for i in members[groups[k]]]
             n_tokens = float(sum(len(batch.response_ids[i]) for i in idx))
             optimizer.zero_grad(set_to_none=True)

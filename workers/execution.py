@@ -6,6 +6,15 @@ lease before every write; a copy of the task that Celery redelivers while the le
 nothing. When a worker dies its heartbeat goes stale, and the next worker to get the task takes
 the lease over and resumes from the run's last checkpoint, after deleting the records of the
 steps past it (the trainer emits them again).
+
+The training itself runs in a child process of the worker (``python -m workers.run_process``,
+a fresh interpreter: no fork of a process with threads, CUDA or an OpenMP pool), so that a run
+that kills its process (out of memory, a segfault in a native library) does not take the worker
+with it: the worker sees the child die, counts a lost attempt and puts the run back on its
+queue, or ends it ``failed`` with "worker lost N times" once ``RUN_MAX_ATTEMPTS`` attempts were
+lost (``services.acquire_run_lease`` refuses a further one likewise when whole workers died).
+The child dies with the worker (``PR_SET_PDEATHSIG``): a killed worker leaves no training behind
+it that could write over its successor.
 """
 
 from __future__ import annotations
@@ -14,11 +23,16 @@ import importlib
 import logging
 import os
 import shutil
+import signal
 import socket
+import subprocess
+import sys
 import threading
+import time
 import traceback
 import uuid
 from collections.abc import Sequence
+from pathlib import Path
 from typing import Any
 
 from django.conf import settings
@@ -28,9 +42,10 @@ from experiments.models import Run
 
 from trainer.config import TrainConfig
 from trainer.types import Prompt
-from workers.recorder import LeaseLost, PostgresRecorder
+from workers.recorder import LeaseLost, PostgresRecorder, reconnecting
 
 logger = logging.getLogger("workers.execution")
+ROOT = Path(__file__).resolve().parents[1]
 
 # Test seam: "module:function" taking (backend, config) and returning the backend to train
 # with. The lifecycle tests use it to pace generation and to inject failures into the real
@@ -60,7 +75,10 @@ class Heartbeat(threading.Thread):
                         self.lost.set()
                         return
                 except Exception:  # a database blip must not kill the heartbeat for good
-                    logger.exception("run %s: heartbeat failed", self.run_id)
+                    logger.exception("run %s: heartbeat failed; reconnecting", self.run_id)
+                    # A broken connection stays broken (Django does not reconnect inside a
+                    # thread that never ends a request): drop it, the next beat opens a new one.
+                    self._drop_connection()
         finally:
             connection.close()  # this thread's own connection
 
@@ -68,21 +86,33 @@ class Heartbeat(threading.Thread):
         self._stop_event.set()
         self.join(timeout=10)
 
+    @staticmethod
+    def _drop_connection() -> None:
+        try:
+            connection.close()
+        except Exception:  # noqa: BLE001 - closing a dead connection may fail too
+            pass
+
 
 class StopCheck:
-    """``should_stop`` for ``trainer.train``, polled between rounds: a cancel request or a lost
-    lease stops the run cleanly."""
+    """``should_stop`` for ``trainer.train``, polled between rounds, mini-batches and evaluation
+    batches: a cancel request or a lost lease stops the run cleanly. The database is asked at
+    most every ``RUN_STOP_POLL_SECONDS`` (the update polls per mini-batch, which can be
+    milliseconds apart)."""
 
-    def __init__(self, run_id: int, owner: str, heartbeat: Heartbeat) -> None:
-        self.run_id, self.owner, self.heartbeat = run_id, owner, heartbeat
+    def __init__(self, run_id: int, owner: str, poll_seconds: float | None = None) -> None:
+        self.run_id, self.owner = run_id, owner
+        self.poll = settings.RUN_STOP_POLL_SECONDS if poll_seconds is None else poll_seconds
         self.cancelled = False
         self.lease_lost = False
+        self._asked = float("-inf")
 
     def __call__(self) -> bool:
-        if self.heartbeat.lost.is_set():
-            self.lease_lost = True
-        else:
-            self.cancelled, self.lease_lost = services.run_should_stop(self.run_id, self.owner)
+        now = time.monotonic()
+        if not (self.cancelled or self.lease_lost) and now - self._asked >= self.poll:
+            self._asked = now
+            self.cancelled, self.lease_lost = reconnecting(services.run_should_stop)(
+                self.run_id, self.owner)
         return self.cancelled or self.lease_lost
 
 
@@ -104,12 +134,13 @@ def make_backend(config: TrainConfig, prompts: Sequence[Prompt]) -> Any:
 
 
 def execute(run_id: int) -> str:
-    """Execute (or resume) run ``run_id``; returns what happened, for the worker's log."""
+    """Execute (or resume) run ``run_id`` in a child process; returns what happened, for the
+    worker's log."""
     owner = new_lease_owner()
     run = services.acquire_run_lease(run_id, owner)
     if run is None:
-        logger.info("run %s: skipped (finished, cancelled, deleted or leased by a live worker)",
-                    run_id)
+        logger.info("run %s: skipped (finished, cancelled, deleted, leased by a live worker or "
+                    "out of attempts)", run_id)
         return "skipped"
     logger.info("run %s: lease taken by %s (attempt %s)", run_id, owner, run.attempts)
     heartbeat = Heartbeat(run_id, owner, settings.RUN_HEARTBEAT_SECONDS)
@@ -118,19 +149,61 @@ def execute(run_id: int) -> str:
         if run.cancel_requested:  # cancelled while its worker was dead
             services.finish_run(run_id, owner, Run.Status.CANCELLED)
             return "cancelled"
-        status = _train(run, owner, heartbeat)
+        returncode = _run_child(run_id, owner)
+    finally:
+        heartbeat.stop()
+    # This thread's connection sat idle for the whole run: the database may have restarted.
+    connection.close()
+    if returncode == 0:
+        status = reconnecting(_run_status)(run_id)
+        logger.info("run %s: %s", run_id, status or "deleted")
+        return str(status or "deleted")
+    how = (f"killed by {signal.Signals(-returncode).name}" if returncode < 0
+           else f"exited with code {returncode}")
+    outcome = reconnecting(services.run_process_lost)(run_id, owner,
+                                                      f"the run's process was {how}")
+    logger.error("run %s: the run's process was %s; %s", run_id, how, outcome)
+    return outcome
+
+
+def _run_status(run_id: int) -> str | None:
+    return Run.objects.filter(pk=run_id).values_list("status", flat=True).first()
+
+
+def _run_child(run_id: int, owner: str) -> int:
+    """Train in a child process and wait for it; its exit status (negative: killed by that
+    signal). The child logs to the worker's own output."""
+    cmd = [sys.executable, "-m", "workers.run_process", str(run_id), owner, str(os.getpid())]
+    proc = subprocess.Popen(cmd, cwd=ROOT, stdin=subprocess.DEVNULL)
+    try:
+        return proc.wait()
+    except BaseException:
+        # The worker is stopping (cold shutdown raises out of the task): the run must not go on
+        # training without its heartbeat.
+        proc.kill()
+        proc.wait()
+        raise
+
+
+def run_in_this_process(run_id: int, owner: str) -> str:
+    """The child's work: train run ``run_id`` under the lease ``owner`` the worker took, record
+    every step and the outcome (succeeded, cancelled, failed with the traceback)."""
+    run = Run.objects.select_related("prompt_set", "eval_set").filter(
+        pk=run_id, lease_owner=owner).first()
+    if run is None:
+        return _lease_lost(run_id)
+    try:
+        status = _train(run, owner)
     except LeaseLost:
         return _lease_lost(run_id)
     except Exception as exc:
-        if heartbeat.lost.is_set():
+        if reconnecting(services.run_should_stop)(run_id, owner)[1]:
             return _lease_lost(run_id)
         logger.exception("run %s failed", run_id)
-        services.finish_run(run_id, owner, Run.Status.FAILED,
-                            error=f"{type(exc).__name__}: {exc}"[:10_000],
-                            traceback=traceback.format_exc())
+        reconnecting(services.finish_run)(run_id, owner, Run.Status.FAILED,
+                                          error=f"{type(exc).__name__}: {exc}"[:10_000],
+                                          traceback=traceback.format_exc())
         return "failed"
-    finally:
-        heartbeat.stop()
     logger.info("run %s: %s", run_id, status)
     return status
 
@@ -146,7 +219,7 @@ def _lease_lost(run_id: int) -> str:
     return "lease lost"
 
 
-def _train(run: Run, owner: str, heartbeat: Heartbeat) -> str:
+def _train(run: Run, owner: str) -> str:
     import trainer
 
     config = TrainConfig.from_dict(run.config)
@@ -157,7 +230,7 @@ def _train(run: Run, owner: str, heartbeat: Heartbeat) -> str:
     prompts = trainer_prompts(run.prompt_set_id)
     eval_prompts = trainer_prompts(run.eval_set_id) if run.eval_set_id else None
     backend = make_backend(config, prompts)
-    should_stop = StopCheck(run.pk, owner, heartbeat)
+    should_stop = StopCheck(run.pk, owner)
     try:
         result = trainer.train(config, prompts, backend,
                                PostgresRecorder(run.pk, lease_owner=owner), should_stop,
@@ -172,7 +245,15 @@ def _train(run: Run, owner: str, heartbeat: Heartbeat) -> str:
             close()
     if should_stop.lease_lost:
         raise LeaseLost(f"run {run.pk}: lease lost")
-    status = Run.Status.CANCELLED if result.status == "cancelled" else Run.Status.SUCCEEDED
-    if not services.finish_run(run.pk, owner, status):
+    error = ""
+    if result.status == "time_limit":
+        status = Run.Status.FAILED
+        error = (f"wall-time limit reached: max_wall_seconds = {config.max_wall_seconds:g} s; "
+                 f"stopped after step {result.last_step}")
+    elif result.status == "cancelled":
+        status = Run.Status.CANCELLED
+    else:
+        status = Run.Status.SUCCEEDED
+    if not reconnecting(services.finish_run)(run.pk, owner, status, error=error):
         raise LeaseLost(f"run {run.pk}: lease lost")
     return status

@@ -9,12 +9,15 @@ no row is ever duplicated. A recorder that holds a lease writes only while it st
 
 from __future__ import annotations
 
+import functools
 import json
+import logging
 import math
-from collections.abc import Iterable, Iterator, Sequence
-from typing import Any
+import time
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from typing import Any, TypeVar
 
-from django.db import connection, transaction
+from django.db import InterfaceError, OperationalError, connection, transaction
 from django.utils import timezone
 from experiments.models import Run
 
@@ -31,8 +34,44 @@ ROUNDSTAT_COLUMNS = ("run_id", "step", "round", "active_prompts", "samples", "po
                      "finished", "tokens")
 
 
+logger = logging.getLogger("workers.recorder")
+T = TypeVar("T")
+# How long a worker keeps retrying a write while the database is unreachable (a restart, a
+# failover) before the run fails: longer than a PostgreSQL restart, shorter than forever.
+RECONNECT_SECONDS = 120.0
+
+
 class LeaseLost(RuntimeError):
     """Another worker took the run over (or it was deleted): stop without writing."""
+
+
+def reconnecting(fn: Callable[..., T]) -> Callable[..., T]:
+    """Retry ``fn`` while the database connection is broken (``OperationalError``,
+    ``InterfaceError``: a restarted server, a dropped socket), reconnecting each time, for up to
+    ``RECONNECT_SECONDS``. Only for idempotent writes (every recorder write is: per-step rows are
+    replaced, checkpoints and evaluations upserted), and never inside an outer transaction,
+    which a broken connection has lost anyway."""
+
+    @functools.wraps(fn)
+    def call(*args: Any, **kwargs: Any) -> T:
+        deadline = time.monotonic() + RECONNECT_SECONDS
+        delay = 0.2
+        while True:
+            try:
+                return fn(*args, **kwargs)
+            except (OperationalError, InterfaceError) as exc:
+                if connection.in_atomic_block or time.monotonic() > deadline:
+                    raise
+                logger.warning("database unreachable (%s); reconnecting in %.1f s",
+                               str(exc).strip().splitlines()[0] if str(exc) else exc, delay)
+                try:
+                    connection.close()
+                except Exception:  # noqa: BLE001 - the broken connection may not close cleanly
+                    pass
+                time.sleep(delay)
+                delay = min(delay * 2, 5.0)
+
+    return call
 
 
 def finite_or_none(value: Any) -> float | None:
@@ -83,6 +122,7 @@ class PostgresRecorder:
         self.retention = Run.objects.values_list("retention", flat=True).get(pk=run_id)
 
     # -- trainer.types.Recorder ------------------------------------------------------------------
+    @reconnecting
     def on_round(self, step: int, stat: RoundStat) -> None:
         """Live progress between rounds; doubles as a heartbeat."""
         runs = Run.objects.filter(pk=self.run_id)
@@ -92,6 +132,7 @@ class PostgresRecorder:
                 and self.lease_owner is not None:
             raise LeaseLost(f"run {self.run_id}: lease lost")
 
+    @reconnecting
     def on_step(self, record: StepRecord) -> None:
         run_id, step = self.run_id, record.step
         m = record.metrics
@@ -141,9 +182,18 @@ class PostgresRecorder:
                     "  latest_real_reward = %s, heartbeat_at = now() WHERE id = %s",
                     [step, run_id, finite_or_none(m.get("real_reward")), run_id])
 
+    @reconnecting
+    def before_checkpoint(self, step: int) -> None:
+        """Called before a checkpoint's files are written: a worker that lost its lease (the
+        run was taken over or deleted) must not write files into the run's folder."""
+        with transaction.atomic():
+            self._lock_run()
+
+    @reconnecting
     def on_checkpoint(self, record: CheckpointRecord) -> None:
         self._upsert_step_row("experiments_checkpoint", "path", record.step, str(record.path))
 
+    @reconnecting
     def on_eval(self, record: EvalRecord) -> None:
         self._upsert_step_row("experiments_evalresult", "metrics", record.step,
                               json.dumps(clean_metrics(record.metrics)))

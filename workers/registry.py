@@ -3,8 +3,13 @@
 A busy ``-P solo`` worker cannot answer Celery's broadcast pings until its run ends, so each
 worker process publishes itself from a thread instead: a Redis key ``rada:workers:<hostname>``
 with its queues, refreshed every ``REGISTRY_INTERVAL`` seconds and expiring after three missed
-refreshes. The same thread re-enqueues runs of its queues whose lease went stale (the worker
-that held it died), so a run resumes even when no Celery redelivery is due.
+refreshes. The same thread is the run sweep: once per lease period
+(``RUN_LEASE_TIMEOUT_SECONDS``) it re-enqueues the runs of its queues whose lease went stale (the
+worker that held it died) and the queued runs the broker never took (a launch while it was
+down), and every queued run at the worker's start and after a broker restart (Redis's
+``run_id`` changed: messages of a broker without persistence are gone). A timer in each worker
+rather than Celery beat: beat is one more process to deploy and keep single, and a sweep where
+the workers are needs nothing else to be up; duplicate messages are harmless (the lease).
 """
 
 from __future__ import annotations
@@ -58,18 +63,21 @@ class RegistryThread(threading.Thread):
     def run(self) -> None:
         last_sweep = 0.0
         first = True
+        broker_id = None
         while not self.stopping.is_set():
             try:
-                broker().set(self.key, json.dumps(self.info), ex=max(int(REGISTRY_INTERVAL * 3), 3))
+                client = broker()
+                client.set(self.key, json.dumps(self.info), ex=max(int(REGISTRY_INTERVAL * 3), 3))
+                restarted = broker_id is not None and client.info("server")["run_id"] != broker_id
+                broker_id = client.info("server")["run_id"]
                 now = time.monotonic()
-                if first or now - last_sweep >= settings.RUN_LEASE_TIMEOUT_SECONDS:
+                if first or restarted or now - last_sweep >= settings.RUN_LEASE_TIMEOUT_SECONDS:
                     from experiments.services import requeue_orphaned_runs
 
-                    # At start-up queued runs too: a broker without persistence may have
-                    # lost their messages. Duplicates are no-ops thanks to the lease.
-                    ids = requeue_orphaned_runs(self.queues, include_queued=first)
+                    ids = requeue_orphaned_runs(self.queues, include_queued=first or restarted)
                     if ids:
-                        logger.info("re-enqueued runs %s", ids)
+                        logger.info("re-enqueued runs %s%s", ids,
+                                    " (the broker restarted)" if restarted else "")
                     last_sweep, first = now, False
             except Exception:  # keep publishing through broker or database blips
                 logger.exception("worker registry")

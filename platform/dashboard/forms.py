@@ -55,12 +55,17 @@ def _config_field(spec: dict[str, Any]) -> forms.Field:
             **{**common, "initial": "" if default is None else str(default).lower()})
     if typ == "bool":
         return forms.BooleanField(required=False, **common)
+    # The config's bounds become the input's min/max (an exclusive bound too: the browser
+    # then allows the bound itself, which the config's own check names).
+    lo = spec.get("ge", spec.get("gt"))
+    hi = spec.get("le", spec.get("lt"))
     if typ == "int":
-        return forms.IntegerField(**common)
+        return forms.IntegerField(min_value=lo, max_value=hi, **common)
     if typ == "int | None":  # empty: the algorithm's default
-        return forms.IntegerField(required=False, **common)
+        return forms.IntegerField(required=False, min_value=lo, max_value=hi, **common)
     if typ == "float":
-        return forms.FloatField(widget=forms.NumberInput(attrs={"step": "any"}), **common)
+        return forms.FloatField(widget=forms.NumberInput(attrs={"step": "any"}), min_value=lo,
+                                max_value=hi, **common)
     return forms.CharField(required=False, **common)
 
 

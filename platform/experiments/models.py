@@ -109,6 +109,9 @@ class Run(models.Model):
     samples_spent = models.BigIntegerField(default=0)
     latest_real_reward = models.FloatField(null=True, blank=True)
     cancel_requested = models.BooleanField(default=False)
+    # When the broker last took the run's task (None: never; the broker was down at launch).
+    # The workers' sweep enqueues queued runs that never reached it.
+    enqueued_at = models.DateTimeField(null=True, blank=True)
     # The lease: at most one worker executes a run; a lease whose heartbeat is older than the
     # timeout may be taken over (the worker died).
     lease_owner = models.CharField(max_length=200, blank=True)
@@ -152,7 +155,8 @@ class Step(models.Model):
     real_reward = models.FloatField(null=True)
     kept_reward = models.FloatField(null=True)
     samples = models.PositiveIntegerField(default=0)
-    tokens = models.PositiveIntegerField(default=0)
+    # B x M x N x max_new_tokens can pass 2**31 within the config's bounds.
+    tokens = models.PositiveBigIntegerField(default=0)
     wall_seconds = models.FloatField(default=0.0, help_text="Seconds since the run started.")
     created_at = models.DateTimeField(auto_now_add=True)
 
@@ -170,7 +174,7 @@ class RoundStat(models.Model):
     samples = models.PositiveIntegerField()
     positives = models.PositiveIntegerField()
     finished = models.PositiveIntegerField()
-    tokens = models.PositiveIntegerField(default=0)
+    tokens = models.PositiveBigIntegerField(default=0)
 
     class Meta:
         ordering = ["run", "step", "round"]

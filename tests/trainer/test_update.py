@@ -163,3 +163,33 @@ def test_rollout_gap_by_hand_and_in_the_update() -> None:
     m = update_policy(model, *make_optimizer(model, config), batch(), config, pad_token_id=0,
                       seed=0)
     assert "rollout_logprob_diff_mean" not in m
+
+
+def test_should_stop_is_polled_before_every_mini_batch() -> None:
+    """ppo_epochs x mini-batches can hold a worker long: the update asks before each one and
+    raises StopRequested, clean only when no optimiser step was taken yet."""
+    from trainer.types import StopRequested
+
+    config = TrainConfig(lr=2e-3, batch_size=2, ppo_mini_batch_size=1, ppo_epochs=64)
+    model = tiny_qwen2()
+    opt, sched = make_optimizer(model, config)
+    polls = []
+
+    def stop_at_third() -> bool:
+        polls.append(1)
+        return len(polls) == 3
+
+    before = {k: v.clone() for k, v in model.state_dict().items()}
+    with pytest.raises(StopRequested) as exc:
+        update_policy(model, opt, sched, batch(), config, pad_token_id=0,
+                      should_stop=stop_at_third)
+    assert not exc.value.clean and len(polls) == 3  # two mini-batches of 128 were taken
+    assert opt.state_dict()["state"][0]["step"] == 2
+    assert any(not torch.equal(before[k], v) for k, v in model.state_dict().items())
+    model = tiny_qwen2()
+    opt, sched = make_optimizer(model, config)
+    with pytest.raises(StopRequested) as exc:
+        update_policy(model, opt, sched, batch(), config, pad_token_id=0,
+                      should_stop=lambda: True)
+    assert exc.value.clean
+    assert all(torch.equal(before[k], v) for k, v in model.state_dict().items())

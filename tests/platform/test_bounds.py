@@ -1,0 +1,103 @@
+"""Bounded work at launch: the config's bounds in the launch form, the per-queue cap on a step's
+generation work (``RUN_MAX_STEP_TOKENS``), and values past the integer columns refused with the
+field named instead of a database error."""
+
+from __future__ import annotations
+
+import re
+
+import pytest
+from django.contrib.auth.models import User
+from django.test import Client
+from django.urls import reverse
+from experiments import services
+from experiments.models import Run
+
+from trainer.config import MAX_SEED, field_specs
+
+from .dashboard_fixtures import make_prompt_set
+from .test_dashboard_views import _launch_data
+
+pytestmark = pytest.mark.django_db
+
+SIM = {"backend": "simulated", "batch_size": 4, "total_steps": 2, "eval_every": 0}
+
+
+@pytest.fixture
+def owner() -> User:
+    return User.objects.create_user("owner", password="pw-owner-123")
+
+
+@pytest.fixture
+def owner_client(owner: User) -> Client:
+    c = Client()
+    c.force_login(owner)
+    return c
+
+
+def test_launch_form_inputs_carry_the_config_bounds(owner_client: Client) -> None:
+    make_prompt_set()
+    page = owner_client.get(reverse("dashboard:run_launch")).content.decode()
+    checked = 0
+    for spec in field_specs():
+        hi = spec.get("le", spec.get("lt"))
+        if hi is None or spec["name"] in ("prompts", "eval_prompts"):
+            continue
+        tag = re.search(rf'<input[^>]*name="{spec["name"]}"[^>]*>', page)
+        assert tag, spec["name"]
+        assert f'max="{hi}"' in tag.group(0), (spec["name"], tag.group(0))
+        lo = spec.get("ge", spec.get("gt"))
+        assert f'min="{lo}"' in tag.group(0), (spec["name"], tag.group(0))
+        checked += 1
+    assert checked > 30
+
+
+def test_step_work_past_the_queue_cap_is_refused_naming_the_figure(
+        owner: User, settings: object) -> None:
+    settings.RUN_MAX_STEP_TOKENS = {"cpu": 10_000, "gpu": 10**9}
+    ps = make_prompt_set(size=64)
+    config = SIM | {"algorithm": "ada-balance", "batch_size": 32, "samples_per_round": 8,
+                    "max_rounds": 4, "max_new_tokens": 16}  # 32 x 8 x 4 x 16 = 16,384 tokens
+    with pytest.raises(services.LaunchError) as exc:
+        services.launch_run(owner, "too much", config, ps, queue="cpu")
+    assert exc.value.field == "max_new_tokens"
+    assert "16,384 tokens" in exc.value.reason and "at most 10,000" in exc.value.reason
+    assert "RUN_MAX_STEP_TOKENS" in exc.value.reason and "cpu queue" in exc.value.reason
+    assert not Run.objects.exists()
+    # The gpu queue's cap is larger; within the cpu cap is fine too.
+    assert services.launch_errors(config, name="x", prompt_set=ps, queue="gpu",
+                                  retention="all") == []
+    assert services.launch_errors(config | {"max_new_tokens": 8}, name="x", prompt_set=ps,
+                                  queue="cpu", retention="all") == []
+
+
+def test_work_cap_error_shows_next_to_the_field_in_the_form(owner_client: Client,
+                                                           settings: object) -> None:
+    settings.RUN_MAX_STEP_TOKENS = {"cpu": 1000, "gpu": 10**9}
+    ps = make_prompt_set(size=64)
+    resp = owner_client.post(reverse("dashboard:run_launch"),
+                             _launch_data(ps, batch_size=8, max_new_tokens=16))
+    assert resp.status_code == 200
+    html = resp.content.decode()
+    block = html[html.index('id="field-max_new_tokens"'):]
+    block = block[:block.index('id="field-', 10)]
+    assert "the cpu queue allows at most 1,000 per step" in block
+    assert not Run.objects.exists()
+
+
+@pytest.mark.parametrize(("field", "value"), [("seed", MAX_SEED + 1), ("total_steps", 2**31),
+                                               ("ppo_epochs", 10**9), ("max_rounds", 10**6)])
+def test_values_past_the_columns_are_form_errors_not_server_errors(
+        owner_client: Client, field: str, value: int) -> None:
+    ps = make_prompt_set(size=64)
+    resp = owner_client.post(reverse("dashboard:run_launch"), _launch_data(ps, **{field: value}))
+    assert resp.status_code == 200
+    html = resp.content.decode()
+    block = html[html.index(f'id="field-{field}"'):]
+    block = block[:block.index('id="field-', 10)]
+    assert "less than or equal to" in block or "must be within" in block
+    assert not Run.objects.exists()
+    with pytest.raises(services.LaunchError) as exc:
+        services.launch_run(Run._meta.get_field("owner").related_model.objects.first(), "x",
+                            SIM | {field: value}, ps)
+    assert exc.value.field == field
