@@ -326,10 +326,19 @@ def render_ci(per_seed: dict[int, dict[str, dict[str, Any]]], window: int, k: in
             f"| real reward, last {window} | greedy | avg@{k} | "
             + " | ".join(f"pass@{j}" for j in ks) + " |")
     out = [head, "| --- |" + " ---: |" * (10 + len(ks) - 1)]
+    nan = float("nan")
+    if algos:
+        # Step 0 is the warm start itself, evaluated with each seed's eval seed (every arm of a
+        # seed evaluates the same weights with the same seed: one row).
+        first = [s[algos[0]]["eval0"] or {} for s in per_seed.values()]
+        out.append("| warm start (step 0) | | | | | | | | "
+                   f"{_pm([e.get('greedy_accuracy', nan) for e in first])} | "
+                   f"{_pm([e.get(f'avg@{k}', nan) for e in first])} | "
+                   + " | ".join(_pm([e.get(f"pass@{j}", nan) for e in first]) for j in ks)
+                   + " |")
     for a in algos:
         rows = [s[a] for s in per_seed.values()]
         last = [r["eval_last"] or {} for r in rows]
-        nan = float("nan")
         out.append(
             f"| {a} | {_pm([r['zero_adv'] for r in rows])} | "
             f"{_pm([r['drawn_zero'] for r in rows])} | "
