@@ -397,6 +397,7 @@ def render_curves(per_seed: dict[int, dict[str, dict[str, Any]]], window: int) -
 
 # Paired comparisons (same seed): Reinforce-Ada against the baselines nearest its budget.
 PAIRS = (("ada-balance", "grpo-n16"), ("ada-balance", "dapo"), ("ada-pos", "grpo-n8"),
+         ("ada-pos", "grpo-n16"),
          ("ada-pos", "dapo"), ("ada-est", "grpo-n8"), ("dapo", "grpo"))
 
 
