@@ -255,6 +255,10 @@ def collect(runs: list[tuple[str, Path, Path, bool]], window: int) -> dict[str, 
         if not run["steps"]:
             print(f"{a}: no steps under {run_dir}", file=sys.stderr)
             continue
+        if run["wall_s"] is None:  # written when the run ends: cut or still running
+            print(f"{a}: incomplete under {run_dir} ({len(run['steps'])} steps), left out",
+                  file=sys.stderr)
+            continue
         summaries[a] = summarise(run, window)
     return summaries
 
@@ -326,10 +330,19 @@ def render_ci(per_seed: dict[int, dict[str, dict[str, Any]]], window: int, k: in
             f"| real reward, last {window} | greedy | avg@{k} | "
             + " | ".join(f"pass@{j}" for j in ks) + " |")
     out = [head, "| --- |" + " ---: |" * (10 + len(ks) - 1)]
+    nan = float("nan")
+    if algos:
+        # Step 0 is the warm start itself, evaluated with each seed's eval seed (every arm of a
+        # seed evaluates the same weights with the same seed: one row).
+        first = [s[algos[0]]["eval0"] or {} for s in per_seed.values()]
+        out.append("| warm start (step 0) | | | | | | | | "
+                   f"{_pm([e.get('greedy_accuracy', nan) for e in first])} | "
+                   f"{_pm([e.get(f'avg@{k}', nan) for e in first])} | "
+                   + " | ".join(_pm([e.get(f"pass@{j}", nan) for e in first]) for j in ks)
+                   + " |")
     for a in algos:
         rows = [s[a] for s in per_seed.values()]
         last = [r["eval_last"] or {} for r in rows]
-        nan = float("nan")
         out.append(
             f"| {a} | {_pm([r['zero_adv'] for r in rows])} | "
             f"{_pm([r['drawn_zero'] for r in rows])} | "
@@ -379,6 +392,40 @@ def render_curves(per_seed: dict[int, dict[str, dict[str, Any]]], window: int) -
             cells = [_pm([_reward_at(s[a]["curve"], b, window) for s in per_seed.values()])
                      for b in budgets]
             out.append(f"| {a} | " + " | ".join(cells) + " |")
+    return "\n".join(out)
+
+
+# Paired comparisons (same seed): Reinforce-Ada against the baselines nearest its budget.
+PAIRS = (("ada-balance", "grpo-n16"), ("ada-balance", "dapo"), ("ada-pos", "grpo-n8"),
+         ("ada-pos", "grpo-n16"),
+         ("ada-pos", "dapo"), ("ada-est", "grpo-n8"), ("dapo", "grpo"))
+
+
+def render_pairs(per_seed: dict[int, dict[str, dict[str, Any]]], window: int, k: int) -> str:
+    """Differences A - B per seed (same seed: same warm start, data order and eval seed), mean
+    ± 95% t-interval: samples, real reward over the last ``window`` steps, the last
+    evaluation's greedy accuracy, avg@k and pass@j."""
+    ks = [j for j in PASS_KS if j <= k]
+    nan = float("nan")
+    out = [f"| A - B | samples A / B | real reward, last {window} | greedy | avg@{k} | "
+           + " | ".join(f"pass@{j}" for j in ks) + " |",
+           "| --- |" + " ---: |" * (4 + len(ks))]
+    for a, b in PAIRS:
+        seeds = [s for s in per_seed.values() if a in s and b in s]
+        if not seeds:
+            continue
+
+        def diff(f: Any, seeds: list[dict[str, Any]] = seeds, a: str = a, b: str = b
+                 ) -> str:
+            return _pm([f(s[a]) - f(s[b]) for s in seeds])
+
+        def ev(key: str) -> Any:
+            return lambda r: (r["eval_last"] or {}).get(key, nan)
+
+        ratio = _mean([s[a]["samples_total"] / s[b]["samples_total"] for s in seeds])
+        out.append(f"| {a} - {b} | {ratio:.2f} | {diff(lambda r: r['reward_end'])} | "
+                   f"{diff(ev('greedy_accuracy'))} | {diff(ev(f'avg@{k}'))} | "
+                   + " | ".join(diff(ev(f"pass@{j}")) for j in ks) + " |")
     return "\n".join(out)
 
 
@@ -432,7 +479,9 @@ def main() -> None:
         Path(args.json).write_text(json.dumps(per_seed, indent=2))
     print(f"### mean over seeds {args.seeds}\n\n{render_mean(per_seed, args.window, k)}\n")
     print(f"### means ± 95% CI over seeds {args.seeds}\n\n"
-          f"{render_ci(per_seed, args.window, k)}\n\n{render_curves(per_seed, args.window)}")
+          f"{render_ci(per_seed, args.window, k)}\n\n{render_curves(per_seed, args.window)}\n\n"
+          f"Paired differences (same seed), mean ± 95% CI:\n\n"
+          f"{render_pairs(per_seed, args.window, k)}")
 
 
 if __name__ == "__main__":
