@@ -165,6 +165,19 @@ def test_round_trip_export_import_gives_identical_records(recorded: Run, user: A
 
 
 @pytest.mark.django_db
+def test_export_run_command_writes_the_same_bundle(recorded: Run, user: Any,
+                                                   tmp_path: Path) -> None:
+    out = io.StringIO()
+    call_command("export_run", str(recorded.pk), str(tmp_path), stdout=out)
+    path = tmp_path / f"run-{recorded.pk}-bundle.zip"
+    assert str(path) in out.getvalue()
+    result = import_run(path, user)
+    assert records(result.run) == records(recorded)
+    with pytest.raises(CommandError, match="run_id: no run"):
+        call_command("export_run", "99999999", str(tmp_path))
+
+
+@pytest.mark.django_db
 def test_bundle_into_a_platform_without_its_prompt_set_brings_the_prompts(
         recorded: Run, user: Any, tmp_path: Path) -> None:
     folder = tmp_path / "b"
