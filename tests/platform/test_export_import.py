@@ -316,3 +316,46 @@ def test_a_damaged_bundle_names_the_file_and_stores_nothing(recorded: Run, user:
     with pytest.raises(CommandError, match="manifest.json: the run lacks algorithm"):
         call_command("import_run", str(folder), owner="alice")
     assert Run.objects.count() == runs
+
+
+@pytest.mark.django_db
+def test_import_of_a_cli_run_on_a_prompt_file_catches_up_when_reimported(
+        tmp_path: Path, user: Any) -> None:
+    """A CLI run on a JSONL file of prompts, imported while it had recorded 2 of its 4 steps
+    (cancelled, saying so), then again once it finished: the same run, now complete."""
+    import shutil
+
+    prompts = tmp_path / "sums.jsonl"
+    prompts.write_text("".join(json.dumps({"prompt": f"{i}+1=", "answer": str(i + 1),
+                                           "pass_rate": 0.5}) + "\n" for i in range(10)))
+    (tmp_path / "run.toml").write_text(
+        CLI_TOML.replace('prompts = "builtin:arithmetic"', f'prompts = "{prompts}"')
+        .replace("eval_every = 2", "eval_every = 0").replace("save_every = 2", "save_every = 0"))
+    out = tmp_path / "out"
+    done = subprocess.run([sys.executable, "-m", "trainer", "run", "--config",
+                           str(tmp_path / "run.toml"), "--out", str(out), "--no-progress"],
+                          cwd=ROOT, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr
+    full = (out / "events.jsonl").read_text()
+    partial = tmp_path / "partial"
+    shutil.copytree(out, partial)
+    events = [json.loads(line) for line in full.splitlines()]
+    (partial / "events.jsonl").write_text("".join(
+        json.dumps(e) + "\n" for e in events if e.get("step", 0) <= 2))
+
+    first = import_run(partial, user)
+    assert (first.run.status, first.run.current_step) == ("cancelled", 2)
+    assert "2 of 4" in first.run.error
+    ps = first.run.prompt_set
+    assert (ps.source, ps.size, ps.name.startswith("sums.jsonl [")) == ("upload", 10, True)
+    assert first.run.eval_set is None
+
+    (partial / "events.jsonl").write_text(full)
+    again = import_run(partial, user)
+    assert not again.created and again.run.pk == first.run.pk
+    assert (again.run.status, again.run.current_step, again.run.error) == ("succeeded", 4, "")
+    assert Step.objects.filter(run=again.run).count() == 4
+    assert again.run.samples_spent == sum(len(e["samples"]) for e in events
+                                          if e["type"] == "step")
+    # Another folder of the same run shares the prompt set.
+    assert import_run(out, user).run.prompt_set_id == ps.pk
