@@ -2,7 +2,8 @@
 """Export and import of a run's Parquet bundle (``experiments.bundles``, ``experiments.imports``)
 at growing sizes: wall time, bundle size, and the peak growth of this process's resident memory
 while it runs (sampled every 10 ms by a thread with psutil), to show that memory stays flat as
-the run grows (rows are streamed in chunks of ``bundles.CHUNK_ROWS``).
+the run grows (rows are streamed in chunks of ``bundles.CHUNK_ROWS``); and the API's samples page
+(1,000 rows) at the start and at the end of the run, through a cursor and through OFFSET.
 
 Rows are synthetic: steps of 512 prompts x 16 samples with 200-character responses (random hex:
 about as compressible as real text), written with COPY as the recorder writes them. Run one size
@@ -23,6 +24,7 @@ import tempfile
 import threading
 import time
 from pathlib import Path
+from typing import Any
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path[:0] = [str(ROOT), str(ROOT / "platform")]
@@ -101,6 +103,31 @@ def fill(run: Run, steps: int, prompt_ids: list[int]) -> None:
                                          samples_spent=steps * PROMPTS * SAMPLES)
 
 
+def page_times(run: Run, steps: int, prompt_ids: list[int]) -> str:
+    """Median ms of the API's samples page (1,000 rows): the first, the last through a cursor,
+    and the last through OFFSET (what a cursor avoids), 5 times each."""
+    from api.selectors import encode_cursor, sample_page
+    from experiments.models import Sample
+
+    total = steps * PROMPTS * SAMPLES
+    last = encode_cursor(steps, prompt_ids[-63], 0)  # about 1,000 rows before the end
+
+    def median_ms(fn: Any) -> float:
+        times = []
+        for _ in range(5):
+            t0 = time.perf_counter()
+            fn()
+            times.append((time.perf_counter() - t0) * 1000)
+        return sorted(times)[2]
+
+    first = median_ms(lambda: sample_page(run, cursor=None, limit=1000))
+    by_cursor = median_ms(lambda: sample_page(run, cursor=last, limit=1000))
+    by_offset = median_ms(lambda: list(
+        Sample.objects.filter(run=run).order_by("step", "prompt_id", "index")
+        .values_list("step", "prompt_id", "index", "response")[total - 1000:total]))
+    return f"{first:.0f} / {by_cursor:.0f} / {by_offset:.0f}"
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--steps", type=int, nargs="+", default=[10])
@@ -117,14 +144,16 @@ def main() -> None:
         print(f"chunk {bundles.CHUNK_ROWS} rows; {PROMPTS} prompts x {SAMPLES} samples per "
               f"step, {CHARS}-character responses")
         print("| steps | sample rows | export s | bundle MiB | export peak RSS +MiB "
-          "| import s | import peak RSS +MiB |")
-        print("| ---: | ---: | ---: | ---: | ---: | ---: | ---: |")
+              "| import s | import peak RSS +MiB | samples page of 1,000 (ms): first / last by "
+              "cursor / last by OFFSET |")
+        print("| ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |")
     for steps in args.steps:
         run = Run.objects.create(owner=user, name=f"bench-export-{steps}", algorithm="grpo",
                                  config={"total_steps": steps}, prompt_set=ps, model="x",
                                  total_steps=steps)
         fill(run, steps, prompt_ids)
         run.refresh_from_db()
+        pages = page_times(run, steps, prompt_ids)
         with tempfile.TemporaryDirectory() as tmp:
             path = Path(tmp) / "bundle.zip"
             with PeakRss() as mem_out, open(path, "wb") as fh:
@@ -137,7 +166,7 @@ def main() -> None:
                 imported = import_run(path, user).run
                 t_import = time.perf_counter() - t0
         print(f"| {steps} | {steps * PROMPTS * SAMPLES:,} | {t_export:.1f} | {size:.1f} | "
-              f"{mem_out.mib:.0f} | {t_import:.1f} | {mem_in.mib:.0f} |", flush=True)
+              f"{mem_out.mib:.0f} | {t_import:.1f} | {mem_in.mib:.0f} | {pages} |", flush=True)
         for r in (run, imported):
             delete_run_records(r.pk)
             Run.objects.filter(pk=r.pk).delete()

@@ -6,6 +6,7 @@ from django.contrib import messages
 from django.contrib.auth.decorators import login_required
 from django.http import Http404, HttpRequest, HttpResponse
 from django.shortcuts import redirect, render
+from django.views.decorators.cache import never_cache
 from django.views.decorators.http import require_POST
 from experiments.services import LaunchError
 
@@ -13,6 +14,7 @@ from api import services
 from api.models import ApiToken
 
 
+@never_cache  # the page shows a new token once: no copy of it in any cache
 @login_required
 def account(request: HttpRequest) -> HttpResponse:
     new_token, error = "", ""

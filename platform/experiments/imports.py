@@ -365,9 +365,13 @@ def _copy_parquet(run_id: int, path: Path, table: str, names: list[str], ids: di
                   *, timestamps: bool) -> None:
     """COPY a bundle table into ``table`` for run ``run_id``, ``IMPORT_BATCH_ROWS`` at a time,
     prompt ids mapped to this platform's."""
+    import pyarrow as pa
     import pyarrow.parquet as pq
 
-    source = pq.ParquetFile(path)
+    # Buffered reads, no pre-buffering, and freed Arrow memory given back after each batch:
+    # without them the import's memory grew with the run (249 MiB more for 2M sample rows,
+    # 15 MiB with them: docs/benchmarks.md).
+    source = pq.ParquetFile(path, pre_buffer=False, buffer_size=1 << 20)
     out_cols = ["run_id", *names, *(["created_at"] if timestamps else [])]
     now = timezone.now()
     for batch in source.iter_batches(batch_size=IMPORT_BATCH_ROWS, columns=names):
@@ -380,6 +384,8 @@ def _copy_parquet(run_id: int, path: Path, table: str, names: list[str], ids: di
             cols[i] = [ids[p] for p in cols[i]]
         extra = (now,) if timestamps else ()
         _copy(table, out_cols, ((run_id, *row, *extra) for row in zip(*cols, strict=True)))
+        del batch, cols
+        pa.default_memory_pool().release_unused()
 
 
 MANIFEST_KEYS = ("name", "algorithm", "model", "seed", "queue", "retention", "total_steps",

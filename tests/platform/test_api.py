@@ -89,6 +89,7 @@ def test_token_is_stored_hashed_and_authenticates_until_revoked(user: Any, clien
     assert page.status_code == 200
     plain = page.context["new_token"]
     assert plain.startswith("rada_") and plain in page.content.decode()
+    assert "no-store" in page["Cache-Control"]
     token = ApiToken.objects.get(user=user)
     # Only the hash is stored, and the list shows a prefix, not the token.
     assert token.key_hash == hash_token(plain) and plain not in token.key_hash

@@ -165,6 +165,19 @@ def test_round_trip_export_import_gives_identical_records(recorded: Run, user: A
 
 
 @pytest.mark.django_db
+def test_export_run_command_writes_the_same_bundle(recorded: Run, user: Any,
+                                                   tmp_path: Path) -> None:
+    out = io.StringIO()
+    call_command("export_run", str(recorded.pk), str(tmp_path), stdout=out)
+    path = tmp_path / f"run-{recorded.pk}-bundle.zip"
+    assert str(path) in out.getvalue()
+    result = import_run(path, user)
+    assert records(result.run) == records(recorded)
+    with pytest.raises(CommandError, match="run_id: no run"):
+        call_command("export_run", "99999999", str(tmp_path))
+
+
+@pytest.mark.django_db
 def test_bundle_into_a_platform_without_its_prompt_set_brings_the_prompts(
         recorded: Run, user: Any, tmp_path: Path) -> None:
     folder = tmp_path / "b"
@@ -303,3 +316,46 @@ def test_a_damaged_bundle_names_the_file_and_stores_nothing(recorded: Run, user:
     with pytest.raises(CommandError, match="manifest.json: the run lacks algorithm"):
         call_command("import_run", str(folder), owner="alice")
     assert Run.objects.count() == runs
+
+
+@pytest.mark.django_db
+def test_import_of_a_cli_run_on_a_prompt_file_catches_up_when_reimported(
+        tmp_path: Path, user: Any) -> None:
+    """A CLI run on a JSONL file of prompts, imported while it had recorded 2 of its 4 steps
+    (cancelled, saying so), then again once it finished: the same run, now complete."""
+    import shutil
+
+    prompts = tmp_path / "sums.jsonl"
+    prompts.write_text("".join(json.dumps({"prompt": f"{i}+1=", "answer": str(i + 1),
+                                           "pass_rate": 0.5}) + "\n" for i in range(10)))
+    (tmp_path / "run.toml").write_text(
+        CLI_TOML.replace('prompts = "builtin:arithmetic"', f'prompts = "{prompts}"')
+        .replace("eval_every = 2", "eval_every = 0").replace("save_every = 2", "save_every = 0"))
+    out = tmp_path / "out"
+    done = subprocess.run([sys.executable, "-m", "trainer", "run", "--config",
+                           str(tmp_path / "run.toml"), "--out", str(out), "--no-progress"],
+                          cwd=ROOT, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr
+    full = (out / "events.jsonl").read_text()
+    partial = tmp_path / "partial"
+    shutil.copytree(out, partial)
+    events = [json.loads(line) for line in full.splitlines()]
+    (partial / "events.jsonl").write_text("".join(
+        json.dumps(e) + "\n" for e in events if e.get("step", 0) <= 2))
+
+    first = import_run(partial, user)
+    assert (first.run.status, first.run.current_step) == ("cancelled", 2)
+    assert "2 of 4" in first.run.error
+    ps = first.run.prompt_set
+    assert (ps.source, ps.size, ps.name.startswith("sums.jsonl [")) == ("upload", 10, True)
+    assert first.run.eval_set is None
+
+    (partial / "events.jsonl").write_text(full)
+    again = import_run(partial, user)
+    assert not again.created and again.run.pk == first.run.pk
+    assert (again.run.status, again.run.current_step, again.run.error) == ("succeeded", 4, "")
+    assert Step.objects.filter(run=again.run).count() == 4
+    assert again.run.samples_spent == sum(len(e["samples"]) for e in events
+                                          if e["type"] == "step")
+    # Another folder of the same run shares the prompt set.
+    assert import_run(out, user).run.prompt_set_id == ps.pk
