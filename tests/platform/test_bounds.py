@@ -23,18 +23,6 @@ pytestmark = pytest.mark.django_db
 SIM = {"backend": "simulated", "batch_size": 4, "total_steps": 2, "eval_every": 0}
 
 
-@pytest.fixture
-def owner() -> User:
-    return User.objects.create_user("owner", password="pw-owner-123")
-
-
-@pytest.fixture
-def owner_client(owner: User) -> Client:
-    c = Client()
-    c.force_login(owner)
-    return c
-
-
 def test_launch_form_inputs_carry_the_config_bounds(owner_client: Client) -> None:
     make_prompt_set()
     page = owner_client.get(reverse("dashboard:run_launch")).content.decode()

@@ -17,30 +17,6 @@ pytestmark = pytest.mark.django_db
 
 
 @pytest.fixture
-def owner() -> User:
-    return User.objects.create_user("owner", password="pw-owner-123")
-
-
-@pytest.fixture
-def other() -> User:
-    return User.objects.create_user("other", password="pw-other-123")
-
-
-@pytest.fixture
-def owner_client(owner: User) -> Client:
-    c = Client()
-    c.force_login(owner)
-    return c
-
-
-@pytest.fixture
-def other_client(other: User) -> Client:
-    c = Client()
-    c.force_login(other)
-    return c
-
-
-@pytest.fixture
 def run(owner: User) -> Run:
     return make_run(owner, make_prompt_set(), name="balance-0")
 

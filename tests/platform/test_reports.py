@@ -33,11 +33,6 @@ LABELS = [selectors.algorithm_label("grpo", 4), selectors.algorithm_label("ada-p
 
 
 @pytest.fixture
-def owner() -> User:
-    return User.objects.create_user("owner", password="pw-owner-123")
-
-
-@pytest.fixture
 def sweep(owner: User) -> Sweep:
     """Six recorded runs: algorithms x seeds, evaluated at steps 0, 3 and 6."""
     ps = make_prompt_set(size=12)
