@@ -61,37 +61,14 @@ def log(msg: str) -> None:
 
 # --- processes ----------------------------------------------------------------------------------
 
-class Worker:
-    def __init__(self, env: dict[str, str]) -> None:
-        self.name = f"drill-{uuid.uuid4().hex[:6]}"
-        LOG_DIR.mkdir(parents=True, exist_ok=True)
-        self.log_path = LOG_DIR / f"{self.name}.log"
-        with open(self.log_path, "wb") as out:
-            self.proc = subprocess.Popen(
-                [sys.executable, "-m", "celery", "-A", "workers.celery_app", "worker", "-P",
-                 "solo", "-Q", "cpu", "-n", f"{self.name}@%h", "--loglevel", "INFO",
-                 "--without-gossip", "--without-mingle"],
-                cwd=ROOT, env={**os.environ, **WORKER_ENV, **env}, stdout=out,
-                stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
+def start_worker(env: dict[str, str]) -> Any:
+    """A real worker on the cpu queue with the drills' lease settings (the tests' process
+    wrapper: log, alive, kill, stop)."""
+    from tests.fixtures.services import spawn_worker
 
-    def log(self) -> str:
-        return self.log_path.read_text(errors="replace")
-
-    def alive(self) -> bool:
-        return self.proc.poll() is None
-
-    def kill(self) -> None:
-        if self.alive():
-            self.proc.kill()
-            self.proc.wait()
-
-    def stop(self) -> None:
-        if self.alive():
-            self.proc.send_signal(signal.SIGQUIT)
-            try:
-                self.proc.wait(20)
-            except subprocess.TimeoutExpired:
-                self.kill()
+    name = f"drill-{uuid.uuid4().hex[:6]}"
+    LOG_DIR.mkdir(parents=True, exist_ok=True)
+    return spawn_worker(name, "cpu", LOG_DIR / f"{name}.log", {**os.environ, **WORKER_ENV, **env})
 
 
 def wait_until(predicate: Any, timeout: float, what: str, interval: float = 0.2) -> Any:
@@ -188,7 +165,7 @@ def drill_kills(user: Any, ps: Any, kills: int, rng: random.Random) -> dict[str,
     env = {"RADA_TEST_GENERATE_SLEEP": "0.05", "RUN_MAX_ATTEMPTS": str(kills + 5)}
     log("kills: the uninterrupted reference run")
     ref = launch(user, ps, "reference", total_steps=steps)
-    w = Worker(env)
+    w = start_worker(env)
     t0 = time.monotonic()
     wait_done(ref)
     ref_seconds = time.monotonic() - t0
@@ -197,7 +174,7 @@ def drill_kills(user: Any, ps: Any, kills: int, rng: random.Random) -> dict[str,
     t0 = time.monotonic()
     done = 0
     while done < kills and status(run) not in ("succeeded", "failed"):
-        w = Worker(env)
+        w = start_worker(env)
         wait_until(lambda w=w: status(run) == "running"
                    and f"run {run.pk}: lease taken" in w.log(), 120, "a worker to take the run")
         time.sleep(rng.uniform(0.5, 4.0))
@@ -208,7 +185,7 @@ def drill_kills(user: Any, ps: Any, kills: int, rng: random.Random) -> dict[str,
         done += 1
         run.refresh_from_db()
         log(f"kills: SIGKILL {done}/{kills} at step {run.current_step}")
-    w = Worker(env)
+    w = start_worker(env)
     wait_done(run)
     seconds = time.monotonic() - t0
     w.stop()
@@ -224,7 +201,7 @@ def drill_redis(user: Any, ps: Any) -> dict[str, Any]:
 
     url = os.environ["CELERY_BROKER_URL"]
     port = int(url.rsplit(":", 1)[1].split("/")[0])
-    w = Worker({"RADA_TEST_GENERATE_SLEEP": "0.05"})
+    w = start_worker({"RADA_TEST_GENERATE_SLEEP": "0.05"})
     first = launch(user, ps, "redis-training", total_steps=30)
     second = launch(user, ps, "redis-waiting", total_steps=4)
     wait_until(lambda: first.refresh_from_db() or first.current_step >= 3, 300, "step 3")
@@ -263,7 +240,7 @@ def drill_postgres(user: Any, ps: Any, base: str) -> dict[str, Any]:
     from services import Postgres, _pg_bin
 
     datadir = ROOT / "var" / "drills" / "pgdata"
-    w = Worker({"RADA_TEST_GENERATE_SLEEP": "0.05"})
+    w = start_worker({"RADA_TEST_GENERATE_SLEEP": "0.05"})
     run = launch(user, ps, "pg-restart", total_steps=30)
     wait_until(lambda: run.refresh_from_db() or run.current_step >= 3, 300, "step 3")
     web = Reader(base)
@@ -289,7 +266,7 @@ def drill_postgres(user: Any, ps: Any, base: str) -> dict[str, Any]:
 
 
 def drill_poison(user: Any, ps_poison: Any, ps: Any) -> dict[str, Any]:
-    w = Worker({})
+    w = start_worker({})
     run = launch(user, ps_poison, "poison", total_steps=5)
     t0 = time.monotonic()
     wait_done(run)
@@ -354,7 +331,7 @@ def drill_load(user: Any, ps: Any, base: str, readers: int, seconds: float) -> d
     # No pacing: the recorder's ingest is what the readers compete with.
     config = {"total_steps": 400, "batch_size": 32, "samples_per_round": 8, "max_rounds": 4,
               "save_every": 0}
-    w = Worker({})
+    w = start_worker({})
     idle = launch(user, ps, "ingest-idle", **config | {"total_steps": 120})
     wait_done(idle)
     busy = launch(user, ps, "ingest-busy", **config)
