@@ -235,6 +235,12 @@ CHART_APPLIES: dict[str, Any] = {
 }
 
 
+def run_config(run: Run) -> TrainConfig:
+    """The run's stored config as a TrainConfig (keys a later version dropped are ignored)."""
+    known = {f.name for f in dataclasses.fields(TrainConfig)}
+    return TrainConfig(**{k: v for k, v in (run.config or {}).items() if k in known})
+
+
 def metric_chart(run: Run, name: str, max_points: int = MAX_POINTS) -> Fig:
     title, ytitle, keys, stacked = METRIC_CHARTS[name]
     s = selectors.step_series(run.pk, tuple(k for k, _ in keys))
@@ -254,7 +260,14 @@ def metric_chart(run: Run, name: str, max_points: int = MAX_POINTS) -> Fig:
         # fp32 gaps are ~1e-6 nats: "2e-6" reads as a number, Plotly's SI "2µ" does not.
         layout["yaxis"]["exponentformat"] = "e"
     fig = _empty_note({"data": data, "layout": layout}, s["step"])
-    if s["step"] and all(v is None for key, _ in keys for v in s[key]):
+    if name == "clip" and s["step"] and run_config(run).optimizer_steps == 1:
+        # One optimiser step per training step: the ratio is exactly 1, so nothing can clip.
+        # Zero lines are then the configuration, not a measurement worth reading.
+        fig["layout"]["annotations"] = [{
+            "text": "one optimiser step per training step: the ratio is 1, nothing clips<br>"
+                    "(more mini-batches or epochs engage clipping; docs/paper-fidelity.md)",
+            "showarrow": False, "xref": "paper", "yref": "paper", "x": 0.5, "y": 0.6}]
+    elif s["step"] and all(v is None for key, _ in keys for v in s[key]):
         # Steps exist but none carries these metrics (e.g. the rollout gap of a run whose
         # backend samples from the policy itself): say so instead of drawing empty axes.
         fig["layout"]["annotations"] = [{
@@ -292,9 +305,7 @@ def heatmap(run: Run, *, sort: str = "samples", query: str = "",
     xtitle = "training step" + (f" ({width} steps per column)" if width > 1 else "")
     step_hover = "step %{x}" if width == 1 else f"steps around %{{x}} ({width} per column)"
     who = "prompt %{y}" if v.bin_size == 1 else f"prompts at rows %{{y}} ({v.bin_size} per bin)"
-    known = {f.name for f in dataclasses.fields(TrainConfig)}
-    most = TrainConfig(**{k: v for k, v in (run.config or {}).items()
-                          if k in known}).max_samples_per_prompt
+    most = run_config(run).max_samples_per_prompt
     data = [{
         "type": "heatmap", "name": "samples spent", "x": v.x, "y": v.labels, "z": v.z,
         "hovertemplate": f"{who}, {step_hover}<br>%{{text}}<extra></extra>",

@@ -56,16 +56,18 @@ def _config_field(spec: dict[str, Any]) -> forms.Field:
     if typ == "bool":
         return forms.BooleanField(required=False, **common)
     # The config's bounds become the input's min/max (an exclusive bound too: the browser
-    # then allows the bound itself, which the config's own check names).
-    lo = spec.get("ge", spec.get("gt"))
-    hi = spec.get("le", spec.get("lt"))
+    # then allows the bound itself). Only the browser hint: the check and its message are the
+    # config's own ("must be within (0, 100], got 0"), one wording for every field.
+    attrs = {k: v for k, v in (("min", spec.get("ge", spec.get("gt"))),
+                               ("max", spec.get("le", spec.get("lt")))) if v is not None}
     if typ == "int":
-        return forms.IntegerField(min_value=lo, max_value=hi, **common)
+        return forms.IntegerField(widget=forms.NumberInput(attrs=attrs), **common)
     if typ == "int | None":  # empty: the algorithm's default
-        return forms.IntegerField(required=False, min_value=lo, max_value=hi, **common)
+        return forms.IntegerField(required=False, widget=forms.NumberInput(attrs=attrs),
+                                  **common)
     if typ == "float":
-        return forms.FloatField(widget=forms.NumberInput(attrs={"step": "any"}), min_value=lo,
-                                max_value=hi, **common)
+        return forms.FloatField(widget=forms.NumberInput(attrs={"step": "any", **attrs}),
+                                **common)
     return forms.CharField(required=False, **common)
 
 

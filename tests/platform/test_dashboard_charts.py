@@ -549,3 +549,20 @@ def test_a_dapo_run_goes_through_every_platform_path() -> None:
     report = reports.build_report([dapo, grpo])
     assert [g["label"] for g in report["groups"]] == ["GRPO n=4", "DAPO"]
     assert c.get(reverse("dashboard:report") + f"?runs={dapo.pk},{grpo.pk}").status_code == 200
+
+
+def test_clip_chart_says_why_it_is_flat_with_one_optimiser_step(
+        client_and_run: tuple[Client, Run]) -> None:
+    """With one optimiser step per training step the PPO ratio is 1 and the clip fractions are 0
+    by construction: the chart says so. With two mini-batches it shows the lines alone."""
+    c, run = client_and_run
+    assert run.config["ppo_mini_batch_size"] == 0 and run.config["ppo_epochs"] == 1
+    note = _chart(c, run, "clip")["layout"]["annotations"][0]["text"]
+    assert note.startswith("one optimiser step per training step")
+    owner = User.objects.get(username="owner")
+    two = record_run(make_run(owner, run.prompt_set, name="two", total_steps=2, batch_size=4,
+                              ppo_mini_batch_size=2))
+    fig = _chart(c, two, "clip")
+    assert not fig["layout"].get("annotations")
+    assert [t["name"] for t in fig["data"]][:2] == ["clipped at 1 - eps_low",
+                                                    "clipped at 1 + eps_high"]
