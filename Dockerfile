@@ -27,4 +27,4 @@ RUN useradd --create-home --uid 1000 rada \
 USER rada
 
 EXPOSE 8000
-CMD ["gunicorn", "webapp.wsgi", "--pythonpath", "/app,/app/platform", "--bind", "0.0.0.0:8000", "--workers", "3", "--timeout", "120"]
+CMD ["gunicorn", "webapp.wsgi", "--pythonpath", "/app,/app/platform", "--bind", "0.0.0.0:8000", "--workers", "3", "--worker-class", "gthread", "--threads", "4", "--timeout", "120"]

@@ -49,6 +49,8 @@ def test_web_migrates_and_serves_with_gunicorn(compose: dict[str, Any]) -> None:
     cmd = command(web)
     assert "manage.py migrate" in cmd and "collectstatic" in cmd
     assert "gunicorn webapp.wsgi" in cmd and "--pythonpath /app,/app/platform" in cmd
+    # Threaded workers: a long export keeps its worker alive past the 120 s timeout.
+    assert "--worker-class gthread" in cmd
     assert "8000:8000" in web["ports"]
     assert "/healthz" in " ".join(web["healthcheck"]["test"])
     assert web["depends_on"] == {"db": {"condition": "service_healthy"},

@@ -29,6 +29,9 @@ from experiments import services
 from experiments.models import PromptSet, Run
 
 ROOT = Path(settings.BASE_DIR)
+# Threaded workers: a long request (a large run's Parquet export) keeps its worker's heartbeat
+# going, where a sync worker past --timeout is killed mid-download. Same in docker-compose.yml.
+GUNICORN_THREADS = ("--worker-class", "gthread", "--threads", "4", "--timeout", "120")
 TRAIN_SET = "arithmetic (built-in)"
 EVAL_SET = "arithmetic held-out (built-in)"
 DEMO_PREFIX = "demo"
@@ -137,7 +140,7 @@ class Command(BaseCommand):
         web = subprocess.Popen(
             [sys.executable, "-m", "gunicorn", "webapp.wsgi", "--pythonpath",
              f"{ROOT},{ROOT / 'platform'}", "--bind", f"{host}:{port}", "--workers", "2",
-             "--timeout", "120", "--access-logfile", "-"],
+             *GUNICORN_THREADS, "--access-logfile", "-"],
             cwd=ROOT, env=env, stdout=open(logs / "web.log", "ab"), stderr=subprocess.STDOUT,
             start_new_session=True)
         worker = subprocess.Popen(

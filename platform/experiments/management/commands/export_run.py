@@ -1,5 +1,5 @@
 """``python manage.py export_run RUN_ID OUT.zip``: a run's Parquet bundle written on the server,
-for runs whose export takes longer than a web request may (gunicorn's 120 s timeout)."""
+for exports past a proxy's request timeout, or without the web server."""
 
 from __future__ import annotations
 
