@@ -59,6 +59,8 @@ def log(msg: str) -> None:
     print(f"[{time.strftime('%H:%M:%S')}] {msg}", flush=True)
 
 
+WORKERS: list[Any] = []  # every worker started, stopped at the end whatever happens
+
 # --- processes ----------------------------------------------------------------------------------
 
 def start_worker(env: dict[str, str]) -> Any:
@@ -68,7 +70,10 @@ def start_worker(env: dict[str, str]) -> Any:
 
     name = f"drill-{uuid.uuid4().hex[:6]}"
     LOG_DIR.mkdir(parents=True, exist_ok=True)
-    return spawn_worker(name, "cpu", LOG_DIR / f"{name}.log", {**os.environ, **WORKER_ENV, **env})
+    worker = spawn_worker(name, "cpu", LOG_DIR / f"{name}.log",
+                          {**os.environ, **WORKER_ENV, **env})
+    WORKERS.append(worker)
+    return worker
 
 
 def wait_until(predicate: Any, timeout: float, what: str, interval: float = 0.2) -> Any:
@@ -160,8 +165,8 @@ def duplicates_and_gaps(run: Any, total: int) -> tuple[int, list[int]]:
 
 # --- drills -------------------------------------------------------------------------------------
 
-def drill_kills(user: Any, ps: Any, kills: int, rng: random.Random) -> dict[str, Any]:
-    steps = 40
+def drill_kills(user: Any, ps: Any, kills: int, rng: random.Random, steps: int = 60
+                ) -> dict[str, Any]:
     env = {"RADA_TEST_GENERATE_SLEEP": "0.05", "RUN_MAX_ATTEMPTS": str(kills + 5)}
     log("kills: the uninterrupted reference run")
     ref = launch(user, ps, "reference", total_steps=steps)
@@ -177,7 +182,13 @@ def drill_kills(user: Any, ps: Any, kills: int, rng: random.Random) -> dict[str,
         w = start_worker(env)
         wait_until(lambda w=w: status(run) == "running"
                    and f"run {run.pk}: lease taken" in w.log(), 120, "a worker to take the run")
-        time.sleep(rng.uniform(0.5, 4.0))
+        # A random moment once this worker has recorded a step (its resume replays from the
+        # checkpoint: killing it before it records anything would only repeat that).
+        run.refresh_from_db()
+        taken_at = run.current_step
+        wait_until(lambda t=taken_at: run.refresh_from_db() or run.current_step > t
+                   or run.status != "running", 120, "a step on this worker")
+        time.sleep(rng.uniform(0.0, 2.0))
         if status(run) != "running":
             w.stop()
             break
@@ -280,10 +291,10 @@ def drill_poison(user: Any, ps_poison: Any, ps: Any) -> dict[str, Any]:
 
 
 class Reader:
-    def __init__(self, base: str) -> None:
+    def __init__(self, base: str, jar: http.cookiejar.CookieJar | None = None) -> None:
         self.base = base
-        self.opener = urllib.request.build_opener(
-            urllib.request.HTTPCookieProcessor(http.cookiejar.CookieJar()))
+        self.jar = jar if jar is not None else http.cookiejar.CookieJar()
+        self.opener = urllib.request.build_opener(urllib.request.HTTPCookieProcessor(self.jar))
 
     def get(self, path: str) -> int:
         try:
@@ -327,7 +338,8 @@ def ingest_rate(run: Any, since: Any = None, until: Any = None) -> float:
     return sum(s for _, s in stamps[1:]) / span if span > 0 else 0.0
 
 
-def drill_load(user: Any, ps: Any, base: str, readers: int, seconds: float) -> dict[str, Any]:
+def drill_load(user: Any, ps: Any, base: str, readers: int, seconds: float,
+               think: float) -> dict[str, Any]:
     # No pacing: the recorder's ingest is what the readers compete with.
     config = {"total_steps": 400, "batch_size": 32, "samples_per_round": 8, "max_rounds": 4,
               "save_every": 0}
@@ -344,15 +356,18 @@ def drill_load(user: Any, ps: Any, base: str, readers: int, seconds: float) -> d
     lock = threading.Lock()
     stop_at = time.monotonic() + seconds
 
+    # One sign-in shared by the readers (its session cookie): 50 password hashes (PBKDF2, about
+    # a second of CPU each here) would be the whole measurement otherwise.
+    signed_in = Reader(base)
+    signed_in.login()
+
     def reader(i: int) -> None:
-        r = Reader(base)
-        try:
-            r.login()
-        except Exception as exc:  # noqa: BLE001 - counted
-            with lock:
-                errors.append(f"login: {exc}")
-            return
+        jar = http.cookiejar.CookieJar()
+        for cookie in signed_in.jar:
+            jar.set_cookie(cookie)
+        r = Reader(base, jar)
         rng = random.Random(i)
+        time.sleep(rng.uniform(0, think))  # readers arrive spread over one think time
         while time.monotonic() < stop_at:
             path = rng.choice(paths)
             t0 = time.perf_counter()
@@ -366,6 +381,7 @@ def drill_load(user: Any, ps: Any, base: str, readers: int, seconds: float) -> d
                 latencies.append((time.perf_counter() - t0) * 1000)
                 if code != 200:
                     errors.append(f"{path}: {detail}")
+            time.sleep(think)  # a browser's poll interval, not a request loop
 
     from django.utils import timezone
 
@@ -382,7 +398,8 @@ def drill_load(user: Any, ps: Any, base: str, readers: int, seconds: float) -> d
     wait_done(busy)
     w.stop()
     latencies.sort()
-    return {"readers": readers, "seconds": seconds, "requests": len(latencies),
+    return {"readers": readers, "seconds": seconds, "think_s": think,
+            "requests": len(latencies),
             "p50_ms": statistics.median(latencies) if latencies else None,
             "p95_ms": latencies[int(0.95 * (len(latencies) - 1))] if latencies else None,
             "errors": len(errors), "error_examples": errors[:5],
@@ -403,11 +420,19 @@ def gunicorn(port: int, workers: int) -> subprocess.Popen[bytes]:
         cwd=ROOT, env=env, start_new_session=True)
 
 
+def _terminate(signum: int, frame: Any) -> None:
+    raise SystemExit(f"signal {signum}")
+
+
 def main() -> None:
+    signal.signal(signal.SIGTERM, _terminate)  # the finally blocks stop gunicorn and workers
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--kills", type=int, default=10)
     parser.add_argument("--readers", type=int, default=50)
     parser.add_argument("--seconds", type=float, default=30.0)
+    parser.add_argument("--think", type=float, default=2.0,
+                        help="seconds each reader waits between requests (the dashboard polls a "
+                             "running run's status every 2 s)")
     parser.add_argument("--port", type=int, default=8765)
     parser.add_argument("--web-workers", type=int, default=2)
     parser.add_argument("--only", default="kills,redis,postgres,poison,load")
@@ -435,7 +460,7 @@ def main() -> None:
                            ("postgres", lambda: drill_postgres(user, ps, base)),
                            ("poison", lambda: drill_poison(user, ps_poison, ps)),
                            ("load", lambda: drill_load(user, ps, base, args.readers,
-                                                       args.seconds))):
+                                                       args.seconds, args.think))):
             if name not in only:
                 continue
             log(f"drill {name}")
@@ -450,6 +475,8 @@ def main() -> None:
         web.wait(timeout=30)
         for proc in _STARTED:
             proc.kill()
+        for worker in WORKERS:
+            worker.kill()
     print("\n## results")
     for name, result in results.items():
         print(f"- {name}: {result}")
