@@ -158,12 +158,17 @@ def execute(run_id: int) -> str:
         status = reconnecting(_run_status)(run_id)
         logger.info("run %s: %s", run_id, status or "deleted")
         return str(status or "deleted")
-    how = (f"killed by {signal.Signals(-returncode).name}" if returncode < 0
-           else f"exited with code {returncode}")
+    how = how_it_ended(returncode)
     outcome = reconnecting(services.run_process_lost)(run_id, owner,
                                                       f"the run's process was {how}")
     logger.error("run %s: the run's process was %s; %s", run_id, how, outcome)
     return outcome
+
+
+def how_it_ended(returncode: int) -> str:
+    """A child's exit status in words: "killed by SIGKILL", "exited with code 1"."""
+    return (f"killed by {signal.Signals(-returncode).name}" if returncode < 0
+            else f"exited with code {returncode}")
 
 
 def _run_status(run_id: int) -> str | None:
@@ -173,7 +178,12 @@ def _run_status(run_id: int) -> str | None:
 def _run_child(run_id: int, owner: str) -> int:
     """Train in a child process and wait for it; its exit status (negative: killed by that
     signal). The child logs to the worker's own output."""
-    cmd = [sys.executable, "-m", "workers.run_process", str(run_id), owner, str(os.getpid())]
+    return run_child(str(run_id), owner)
+
+
+def run_child(*args: str) -> int:
+    """``python -m workers.run_process ARGS... WORKER_PID`` and wait for it; its exit status."""
+    cmd = [sys.executable, "-m", "workers.run_process", *args, str(os.getpid())]
     proc = subprocess.Popen(cmd, cwd=ROOT, stdin=subprocess.DEVNULL)
     try:
         return proc.wait()

@@ -2,6 +2,10 @@
 verifier (those a run with its config would use), ``k`` responses for each prompt of a seeded
 subset of its prompt set. Progress goes to the estimate row after every chunk of prompts; a
 cancel request stops it before the next chunk.
+
+The sampling runs in a child process of the worker, as a run's training does
+(``workers.run_process``): a model that kills its process (OOM, a native crash) fails the
+estimate with the reason, and the worker goes on.
 """
 
 from __future__ import annotations
@@ -15,20 +19,43 @@ from experiments.models import Estimate
 
 from trainer.config import TrainConfig
 from trainer.preflight import PassRateSample, choose_prompts, sample_pass_rates
-from workers.execution import make_backend, new_lease_owner, trainer_prompts
+from workers.execution import (
+    how_it_ended,
+    make_backend,
+    new_lease_owner,
+    run_child,
+    trainer_prompts,
+)
 
 logger = logging.getLogger("workers.preflight")
 
 
 def execute_estimate(estimate_id: int) -> str:
-    """Sample estimate ``estimate_id``; returns what happened, for the worker's log."""
-    from trainer.loop import make_scorer  # the run's verifier, as the training loop scores
-
+    """Sample estimate ``estimate_id`` in a child process; returns what happened, for the
+    worker's log."""
     owner = new_lease_owner()
-    estimate = services.acquire_estimate(estimate_id, owner)
-    if estimate is None:
+    if services.acquire_estimate(estimate_id, owner) is None:
         logger.info("estimate %s: skipped (finished, cancelled, gone or taken)", estimate_id)
         return "skipped"
+    returncode = run_child("estimate", str(estimate_id), owner)
+    if returncode == 0:
+        return str(Estimate.objects.filter(pk=estimate_id).values_list("status", flat=True)
+                   .first() or "deleted")
+    how = how_it_ended(returncode)
+    logger.error("estimate %s: its process was %s", estimate_id, how)
+    # Not tried again: an estimate is cheap to request anew, a poison one would kill the next.
+    services.finish_estimate(estimate_id, owner, Estimate.Status.FAILED,
+                             error=f"the estimate's process was {how} (out of memory, or a "
+                                   "crash in the model's native code); not tried again")
+    return "failed"
+
+
+def estimate_in_this_process(estimate_id: int, owner: str) -> str:
+    """The child's work: sample estimate ``estimate_id`` under the lease ``owner`` the worker
+    took and store the outcome."""
+    from trainer.loop import make_scorer  # the run's verifier, as the training loop scores
+
+    estimate = Estimate.objects.select_related("prompt_set").get(pk=estimate_id)
     state = {"cancel": False, "lost": False}
 
     def on_progress(done: int, sample: PassRateSample) -> None:

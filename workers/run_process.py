@@ -1,8 +1,11 @@
-"""The child process that trains one run for a worker (see ``workers.execution``):
-``python -m workers.run_process RUN_ID LEASE_OWNER WORKER_PID``.
+"""The child process that does one run's (or one preflight estimate's) work for a worker, so
+that a crash of the work (OOM, a segfault in a native library) kills the child, not the worker:
+``python -m workers.run_process RUN_ID LEASE_OWNER WORKER_PID`` (see ``workers.execution``), or
+``python -m workers.run_process estimate ESTIMATE_ID LEASE_OWNER WORKER_PID``
+(``workers.preflight``).
 
-Exit status 0: the run's outcome is recorded (or the lease was lost and nothing more is to be
-written). Anything else, a signal included, is a lost attempt for the worker to count.
+Exit status 0: the outcome is recorded (or the lease was lost and nothing more is to be
+written). Anything else, a signal included, is a lost attempt for the worker to handle.
 """
 
 from __future__ import annotations
@@ -24,12 +27,19 @@ def die_with(parent_pid: int) -> None:
 
 
 def main(argv: list[str]) -> int:
-    run_id, owner, parent = int(argv[1]), argv[2], int(argv[3])
+    kind, args = ("estimate", argv[2:]) if argv[1] == "estimate" else ("run", argv[1:])
+    work_id, owner, parent = int(args[0]), args[1], int(args[2])
     die_with(parent)
     import workers.celery_app  # noqa: F401  (sys.path and django.setup(), as in the worker)
-    from workers.execution import run_in_this_process
 
-    run_in_this_process(run_id, owner)
+    if kind == "estimate":
+        from workers.preflight import estimate_in_this_process
+
+        estimate_in_this_process(work_id, owner)
+    else:
+        from workers.execution import run_in_this_process
+
+        run_in_this_process(work_id, owner)
     return 0
 
 

@@ -85,6 +85,29 @@ def test_a_poison_run_fails_after_the_attempt_cap_and_the_worker_survives(
     assert worker.alive()
 
 
+def test_a_poison_estimate_fails_with_the_reason_and_the_worker_survives(
+        start_worker: Any, user: Any, prompt_set_factory: Any) -> None:
+    """A preflight estimate samples in a child process too: a model that kills its process
+    fails the estimate at once (no retry: it would kill the next worker too), and the worker
+    goes on to train a run."""
+    from experiments import preflight
+    from experiments.models import Estimate
+
+    from .test_preflight import wait_estimate
+
+    worker = start_worker("cpu", env=HOOK)
+    poison = prompt_set_factory(12, pass_rate=0.5, metadata={"kill_self_at_call": 1})
+    estimate = preflight.request_estimate(user, SIM, poison, samples_per_prompt=4, num_prompts=8)
+    estimate = wait_estimate(estimate)
+    assert estimate.status == Estimate.Status.FAILED
+    assert estimate.error.startswith("the estimate's process was killed by SIGKILL")
+    assert worker.alive()
+    ok = services.launch_run(user, "fine", SIM | {"total_steps": 2},
+                             prompt_set_factory(12, pass_rate=0.5))
+    assert wait_status(ok).status == Run.Status.SUCCEEDED
+    assert worker.alive()
+
+
 def test_a_run_whose_workers_died_at_the_cap_is_failed_by_the_next_worker(
         start_worker: Any, user: Any, prompt_set_factory: Any) -> None:
     """Whole workers lost (no one saw the process die): the next worker to get the run counts
