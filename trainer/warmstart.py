@@ -78,10 +78,16 @@ def warmstart(out: str | Path, *, steps: int = DEFAULT_STEPS, batch_size: int = 
     if task not in TASKS:
         raise ValueError(f"unknown task {task!r}; choose one of {', '.join(TASKS)}")
     configure_threads(threads)
+    tokenizer = build_tokenizer()
     if init is not None:
-        model, tokenizer = load_model_dir(Path(init), "cpu")
+        # The built-in tokenizer, not the checkpoint's: transformers loads a saved copy of it as
+        # its Qwen2 tokenizer class (the model type's), which drops the spaces that separate the
+        # long variant's sums; training on those ids would teach answers without separators.
+        model, _ = load_model_dir(Path(init), "cpu")
+        if model.config.vocab_size != len(tokenizer):
+            raise ValueError(f"--init {init}: vocabulary of {model.config.vocab_size} tokens, "
+                             f"not the built-in tokenizer's {len(tokenizer)}")
     else:
-        tokenizer = build_tokenizer()
         model = build_tiny_model(tokenizer, seed=seed)
     model.train()
     optimizer = torch.optim.AdamW(model.parameters(), lr=lr, weight_decay=0.01,
