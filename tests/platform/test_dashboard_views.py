@@ -309,6 +309,10 @@ def test_generate_builtin_set(owner_client: Client) -> None:
     assert all(t.count("+") >= 1 and t.endswith("=")
                for t in long_set.prompts.values_list("text", flat=True))
     assert max(t.count("+") for t in long_set.prompts.values_list("text", flat=True)) >= 3
+    preview = owner_client.get(reverse("dashboard:prompt_set_detail",
+                                       args=[long_set.pk])).content.decode()
+    assert "answers are the running sums after each" in preview
+    assert "sum&#x27;s digits reversed" not in preview
     resp = owner_client.post(reverse("dashboard:prompt_sets"), {
         "builtin-name": "long5", "builtin-task": "arithmetic-long", "builtin-num_prompts": 40,
         "builtin-min_digits": 1, "builtin-max_digits": 5, "builtin-seed": 3})
