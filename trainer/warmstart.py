@@ -29,6 +29,10 @@ DEFAULT_BATCH_SIZE = 128
 DEFAULT_LR = 3e-3
 DEFAULT_TARGET = 0.6
 DEFAULT_MAX_SECONDS = 540.0
+# The long variant's CLI defaults: its transition came at step ~1450-1700 of batch 64 (435 s on
+# 2 threads, docs/benchmarks.md); batch 64 learns more per second than 128 on this CPU.
+LONG_MODEL_DIR_NAME = "tiny-long"
+LONG_DEFAULTS = {"steps": 2500, "batch_size": 64, "max_seconds": 960.0}
 # Held-out 2-digit prompts that decide when to stop; the report uses other prompts, so the
 # histogram is not measured on the prompts that picked the stopping step.
 _STOP_CHECK_SEED = 2000
@@ -307,9 +311,11 @@ def ensure_builtin_model(progress: bool = True) -> Path:
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--out", default=None,
                         help="checkpoint directory (default: the built-in model directory, "
-                             "$TRAINER_BUILTIN_MODEL_DIR or var/models/tiny)")
-    parser.add_argument("--steps", type=int, default=DEFAULT_STEPS,
-                        help=f"optimizer steps at most (default {DEFAULT_STEPS})")
+                             "$TRAINER_BUILTIN_MODEL_DIR or var/models/tiny; long variant: "
+                             "tiny-long next to it)")
+    parser.add_argument("--steps", type=int, default=None,
+                        help=f"optimizer steps at most (default {DEFAULT_STEPS}; long variant "
+                             f"{LONG_DEFAULTS['steps']})")
     parser.add_argument("--task", choices=TASKS, default="arithmetic",
                         help="the built-in task (builtin:arithmetic) or its long-answer variant "
                              "(builtin:arithmetic-long); default arithmetic")
@@ -321,10 +327,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                              f"(2-digit sums; long variant: every length) reaches this (default "
                              f"{DEFAULT_TARGET}, long variant {DEFAULT_LONG_TARGET}; 0: run all "
                              "steps)")
-    parser.add_argument("--max-seconds", type=float, default=DEFAULT_MAX_SECONDS,
-                        help=f"stop training after this long (default {DEFAULT_MAX_SECONDS:.0f})")
-    parser.add_argument("--batch-size", type=int, default=DEFAULT_BATCH_SIZE,
-                        help=f"problems per step (default {DEFAULT_BATCH_SIZE})")
+    parser.add_argument("--max-seconds", type=float, default=None,
+                        help=f"stop training after this long (default {DEFAULT_MAX_SECONDS:.0f}; "
+                             f"long variant {LONG_DEFAULTS['max_seconds']:.0f})")
+    parser.add_argument("--batch-size", type=int, default=None,
+                        help=f"problems per step (default {DEFAULT_BATCH_SIZE}; long variant "
+                             f"{LONG_DEFAULTS['batch_size']})")
     parser.add_argument("--lr", type=float, default=DEFAULT_LR,
                         help="AdamW learning rate, constant after a short warm-up "
                              f"(default {DEFAULT_LR})")
@@ -341,10 +349,19 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def run_cli(args: argparse.Namespace) -> int:
     from trainer.model import builtin_model_dir
 
-    out = Path(args.out) if args.out else builtin_model_dir()
+    # The long variant's model lives next to the built-in one, never in its place.
+    default = builtin_model_dir()
+    if args.task == "arithmetic-long":
+        default = default.parent / LONG_MODEL_DIR_NAME
+    out = Path(args.out) if args.out else default
     if (out / "config.json").is_file() and not args.force:
         print(f"{out} already holds a checkpoint; pass --force to overwrite it", file=sys.stderr)
         return 1
+    base = {"steps": DEFAULT_STEPS, "batch_size": DEFAULT_BATCH_SIZE,
+            "max_seconds": DEFAULT_MAX_SECONDS}
+    for name, value in (LONG_DEFAULTS if args.task == "arithmetic-long" else base).items():
+        if getattr(args, name) is None:
+            setattr(args, name, value)
     if args.target_pass_rate is None:
         args.target_pass_rate = DEFAULT_TARGET if args.task == "arithmetic" else DEFAULT_LONG_TARGET
     if args.init is not None and not (Path(args.init) / "config.json").is_file():

@@ -84,3 +84,15 @@ def test_long_task_warm_start_from_a_checkpoint(tiny_model_dir: Path, tmp_path: 
     assert main(["warmstart", "--task", "arithmetic-long", "--init", str(tmp_path / "none"),
                  "--out", str(tmp_path / "x")]) == 2
     assert "--init" in capsys.readouterr().err
+
+
+def test_long_task_default_out_is_next_to_the_builtin_model(tmp_path: Path, capsys,
+                                                            monkeypatch: pytest.MonkeyPatch
+                                                            ) -> None:
+    from trainer.cli import main
+
+    monkeypatch.setenv(MODEL_DIR_ENV, str(tmp_path / "tiny"))
+    (tmp_path / "tiny-long").mkdir()
+    (tmp_path / "tiny-long" / "config.json").write_text("{}")
+    assert main(["warmstart", "--task", "arithmetic-long"]) == 1  # never the built-in's dir
+    assert str(tmp_path / "tiny-long") in capsys.readouterr().err
