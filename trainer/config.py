@@ -39,9 +39,16 @@ CHOICE_FIELDS: dict[str, tuple[str, ...]] = {
     "rollout_dtype": ROLLOUT_DTYPES, "est_weight": EST_WEIGHTS, "scheduler": SCHEDULERS}
 BUILTIN_MODEL = "builtin:tiny"
 BUILTIN_TASK = "builtin:arithmetic"
+# The long-answer variant (trainer.tasks.arithmetic_long_prompts): 2-8 operands, every running
+# sum, answers of a few to ~35 tokens, for workloads whose response lengths must vary.
+BUILTIN_LONG_TASK = "builtin:arithmetic-long"
+BUILTIN_TASKS = (BUILTIN_TASK, BUILTIN_LONG_TASK)
 # What the built-in tiny model trains with (DESIGN.md section 3). The ``lr`` default is the
 # paper's 1e-6 for 1.5B-7B models, at which the tiny model hardly moves.
 BUILTIN_MODEL_LR = 2e-4
+# The long variant's largest operand (trainer.tasks.LONG_MAX_DIGITS; not imported: this module
+# stays free of the trainer's other modules' imports).
+LONG_MAX_DIGITS = 4
 # Responses per prompt and step at most: the per-prompt counts are PostgreSQL smallint columns.
 MAX_SAMPLES_PER_PROMPT = 32_767
 # Seeds are stored in PostgreSQL integer columns (int32).
@@ -138,13 +145,15 @@ class TrainConfig:
                                   "max_num_gen_batches); the step then trains on what it has.",
                                   "algorithm", "batches", ge=1, le=100)
     # --- data ----------------------------------------------------------------------------------
-    prompts: str = _f(BUILTIN_TASK, "Training prompts: builtin:arithmetic or a JSONL/Parquet file "
-                      "(prompt, answer; verl layout accepted).", "data")
+    prompts: str = _f(BUILTIN_TASK, "Training prompts: builtin:arithmetic, "
+                      "builtin:arithmetic-long (2-8 operands, every running sum: longer answers) "
+                      "or a JSONL/Parquet file (prompt, answer; verl layout accepted).", "data")
     eval_prompts: str = _f("", "Held-out prompts for evaluation (same formats; empty: a held-out "
-                           "built-in set when training on builtin:arithmetic, else none).", "data")
+                           "built-in set when training on a built-in task, else none).", "data")
     task_min_digits: int = _f(1, "Built-in task: fewest digits of an operand.", "data", "digits",
                               ge=1, le=9)
-    task_max_digits: int = _f(3, "Built-in task: most digits of an operand.", "data", "digits",
+    task_max_digits: int = _f(3, "Built-in task: most digits of an operand (at most 4 with "
+                              "builtin:arithmetic-long).", "data", "digits",
                               ge=1, le=9)
     task_num_prompts: int = _f(2048, "Built-in task: training prompts generated.", "data",
                                "prompts", ge=1, le=1_000_000)
@@ -339,6 +348,11 @@ class TrainConfig:
         if self.task_min_digits > self.task_max_digits:
             yield ConfigError("task_max_digits",
                               "need 1 <= task_min_digits <= task_max_digits <= 9")
+        if (BUILTIN_LONG_TASK in (self.prompts, self.eval_prompts)
+                and self.task_max_digits > LONG_MAX_DIGITS):
+            yield ConfigError("task_max_digits", f"must be <= {LONG_MAX_DIGITS} with "
+                              f"{BUILTIN_LONG_TASK} (8 operands and their sums must fit the tiny "
+                              f"model's 128 positions), got {self.task_max_digits}")
         for name in ("model", "prompts", "eval_prompts"):
             yield from _path_errors(name, getattr(self, name))
         if (self.model != BUILTIN_MODEL and self.backend != "simulated"
@@ -348,9 +362,10 @@ class TrainConfig:
                                   f"{self.model!r}; use {BUILTIN_MODEL} or a local directory")
         for name in ("prompts", "eval_prompts"):
             value = getattr(self, name)
-            if value and value != BUILTIN_TASK and _path_ok(value) and not Path(value).is_file():
-                yield ConfigError(name, f"no such file: {value!r} (use {BUILTIN_TASK} or a "
-                                  "JSONL/Parquet file)")
+            if value and value not in BUILTIN_TASKS and _path_ok(value) \
+                    and not Path(value).is_file():
+                yield ConfigError(name, f"no such file: {value!r} (use {BUILTIN_TASK}, "
+                                  f"{BUILTIN_LONG_TASK} or a JSONL/Parquet file)")
         if self.tis_cap and self.tis_cap < 1.0:
             yield ConfigError("tis_cap", "must be 0 (off) or >= 1 (a cap below 1 would shrink "
                               "every token's weight)")

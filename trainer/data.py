@@ -237,24 +237,37 @@ def _jsonable(value: Any) -> bool:
 def resolve_prompts(config: TrainConfig) -> tuple[list[Prompt], list[Prompt]]:
     """(training prompts, evaluation prompts) for a run.
 
-    ``builtin:arithmetic`` draws ``task_num_prompts`` training problems and, unless
-    ``eval_prompts`` names a file, ``eval_num_prompts`` held-out problems disjoint from them. A file
-    of training prompts has no eval set unless ``eval_prompts`` names one.
+    A built-in task (``builtin:arithmetic``, ``builtin:arithmetic-long``) draws
+    ``task_num_prompts`` training problems and, unless ``eval_prompts`` names a file,
+    ``eval_num_prompts`` held-out problems of ``eval_prompts``' task (default: the training task)
+    disjoint from them. A file of training prompts has no eval set unless ``eval_prompts`` names
+    one.
     """
-    from trainer.config import BUILTIN_TASK
-    from trainer.tasks import arithmetic_prompts
+    from trainer.config import BUILTIN_TASKS
 
-    lo, hi = config.task_min_digits, config.task_max_digits
-    if config.prompts == BUILTIN_TASK:
-        train = arithmetic_prompts(config.task_num_prompts, lo, hi, seed=BUILTIN_TRAIN_SEED)
+    if config.prompts in BUILTIN_TASKS:
+        train = builtin_prompts(config.prompts, config.task_num_prompts, config,
+                                seed=BUILTIN_TRAIN_SEED)
     else:
         train = load_prompts(config.prompts)
-    if config.eval_prompts and config.eval_prompts != BUILTIN_TASK:
+    if config.eval_prompts and config.eval_prompts not in BUILTIN_TASKS:
         evals = load_prompts(config.eval_prompts)
-    elif config.eval_prompts == BUILTIN_TASK or config.prompts == BUILTIN_TASK:
-        exclude = {p.text for p in train} if config.prompts == BUILTIN_TASK else set()
-        evals = arithmetic_prompts(config.eval_num_prompts, lo, hi, seed=BUILTIN_EVAL_SEED,
-                                   exclude=exclude) if config.eval_num_prompts else []
+    elif config.eval_prompts in BUILTIN_TASKS or config.prompts in BUILTIN_TASKS:
+        # Both tasks share the 2-operand problems, so the exclusion holds across them too.
+        exclude = {p.text for p in train} if config.prompts in BUILTIN_TASKS else set()
+        evals = builtin_prompts(config.eval_prompts or config.prompts, config.eval_num_prompts,
+                                config, seed=BUILTIN_EVAL_SEED, exclude=exclude
+                                ) if config.eval_num_prompts else []
     else:
         evals = []
     return train, evals
+
+
+def builtin_prompts(task: str, n: int, config: TrainConfig, seed: int,
+                    exclude: set[str] | frozenset[str] = frozenset()) -> list[Prompt]:
+    """``n`` problems of the built-in ``task`` with the config's operand digits."""
+    from trainer.config import BUILTIN_TASK
+    from trainer.tasks import arithmetic_long_prompts, arithmetic_prompts
+
+    make = arithmetic_prompts if task == BUILTIN_TASK else arithmetic_long_prompts
+    return make(n, config.task_min_digits, config.task_max_digits, seed=seed, exclude=exclude)

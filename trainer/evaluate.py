@@ -104,8 +104,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--model", default="builtin:tiny",
                         help="builtin:tiny or a local Hugging Face model directory")
     parser.add_argument("--prompts", default="builtin:arithmetic",
-                        help="a JSONL/Parquet prompt file, or builtin:arithmetic (its held-out "
-                             "eval set)")
+                        help="a JSONL/Parquet prompt file, or builtin:arithmetic / "
+                             "builtin:arithmetic-long (its held-out eval set)")
     parser.add_argument("--num-prompts", type=int, default=200,
                         help="built-in task: held-out prompts (default 200)")
     parser.add_argument("-k", "--k", type=int, default=8,
@@ -123,7 +123,7 @@ def run_cli(args: argparse.Namespace) -> int:
     # trainer.model before torch (hf imports it): it sets OMP_WAIT_POLICY, read when torch loads.
     from trainer.model import ModelNotFoundError, load_policy  # isort: skip
     from trainer.backends.hf import HFBackend
-    from trainer.config import BUILTIN_TASK, ConfigError, TrainConfig
+    from trainer.config import BUILTIN_TASKS, ConfigError, TrainConfig
     from trainer.data import DataError, resolve_prompts
     from trainer.verifiers import make_verifier
 
@@ -132,7 +132,7 @@ def run_cli(args: argparse.Namespace) -> int:
                              top_p=args.top_p, max_new_tokens=args.max_new_tokens,
                              verifier=args.verifier, eval_k=args.k, seed=args.seed,
                              eval_num_prompts=args.num_prompts, prompts=args.prompts,
-                             eval_prompts=args.prompts if args.prompts != BUILTIN_TASK else "")
+                             eval_prompts=args.prompts if args.prompts not in BUILTIN_TASKS else "")
         config.validate()
         _, prompts = resolve_prompts(config)
         model, tokenizer = load_policy(config)

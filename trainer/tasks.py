@@ -97,3 +97,77 @@ def _capacity(min_digits: int, max_digits: int, exact: int | None) -> int:
         below = 10 ** (exact - 1) if exact > 1 else 0
         return per * per - below * below
     return per * per
+
+
+# --- the long-answer variant (``builtin:arithmetic-long``) ---------------------------------------
+# The built-in answers are 1-4 digits: a round's responses all finish within a few engine steps of
+# each other, too short to show the round barrier of adaptive sampling (docs/schedulers.md). This
+# variant chains k operands, k drawn per prompt, and asks for every running sum, so an answer's
+# length grows with k: a few tokens for k = 2 (where it is the built-in task itself) to about 35
+# for k = 8 three-digit operands. Sums are separated by a space: the character tokenizer has no
+# comma, and a new character would change the vocabulary of every saved checkpoint.
+LONG_ANSWER_FORMAT = ("the running sums after each '+', each with its digits reversed, separated "
+                      "by spaces")
+LONG_MIN_OPERANDS = 2
+LONG_MAX_OPERANDS = 8
+# Operands of at most 4 digits: 8 of them, their 7 sums and the separators stay within the tiny
+# model's 128 positions (a 5-digit k = 8 problem needs 48 + 1 + 48 + 1 = 98, 4 digits 86; the cap
+# leaves room for a wrong answer that runs on).
+LONG_MAX_DIGITS = 4
+
+
+def running_sums_answer(operands: list[int]) -> str:
+    """The long variant's answer: ``12+345+6=`` -> ``753 363`` (357 and 363, digits reversed)."""
+    sums, total = [], operands[0]
+    for x in operands[1:]:
+        total += x
+        sums.append(str(total)[::-1])
+    return " ".join(sums)
+
+
+def format_long_prompt(operands: list[int]) -> str:
+    return "+".join(str(x) for x in operands) + "="
+
+
+def sample_long_operands(rng: random.Random, min_digits: int, max_digits: int,
+                         min_operands: int = LONG_MIN_OPERANDS,
+                         max_operands: int = LONG_MAX_OPERANDS) -> list[int]:
+    """k uniform in [min_operands, max_operands], then each operand as ``sample_operands`` draws
+    one (digit count uniform, then the value)."""
+    k = rng.randint(min_operands, max_operands)
+    return [_operand(rng, rng.randint(min_digits, max_digits)) for _ in range(k)]
+
+
+def arithmetic_long_prompts(n: int, min_digits: int = 1, max_digits: int = 3, seed: int = 0,
+                            exclude: Collection[str] = (), min_operands: int = LONG_MIN_OPERANDS,
+                            max_operands: int = LONG_MAX_OPERANDS) -> list[Prompt]:
+    """``n`` distinct long-answer prompts (``a+b+...=``, answer ``running_sums_answer``), the
+    same for the same arguments. ``exclude`` holds prompt texts to avoid (held-out sets)."""
+    if not 1 <= min_digits <= max_digits <= LONG_MAX_DIGITS:
+        raise ValueError(f"need 1 <= min_digits <= max_digits <= {LONG_MAX_DIGITS} for the "
+                         "long-answer task")
+    if not 2 <= min_operands <= max_operands <= LONG_MAX_OPERANDS:
+        raise ValueError(f"need 2 <= min_operands <= max_operands <= {LONG_MAX_OPERANDS}")
+    per = 10**max_digits - (10 ** (min_digits - 1) if min_digits > 1 else 0)
+    capacity = sum(per**k for k in range(min_operands, max_operands + 1))
+    if n > capacity - len(exclude):
+        raise ValueError(f"cannot draw {n} distinct prompts with {min_operands}-{max_operands} "
+                         f"operands of {min_digits}-{max_digits} digits")
+    rng = random.Random(seed)
+    excluded = set(exclude)
+    seen: set[str] = set()
+    out: list[Prompt] = []
+    while len(out) < n:
+        operands = sample_long_operands(rng, min_digits, max_digits, min_operands, max_operands)
+        text = format_long_prompt(operands)
+        if text in seen or text in excluded:
+            continue
+        seen.add(text)
+        answer = running_sums_answer(operands)
+        out.append(Prompt(
+            id=f"arithl-{text[:-1]}", text=text, answer=answer,
+            metadata={"task": "arithmetic-long", "operands": len(operands),
+                      "digits": max(len(str(x)) for x in operands),
+                      "answer_chars": len(answer)},
+        ))
+    return out

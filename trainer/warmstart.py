@@ -1,4 +1,5 @@
-"""Supervised warm start of the built-in tiny model on the arithmetic task.
+"""Supervised warm start of the built-in tiny model on the arithmetic task (or its long-answer
+variant, ``--task arithmetic-long``).
 
 RL from a random policy gets no reward at all. The warm start trains by teacher forcing (cross
 entropy on the answer tokens and EOS) just long enough that per-prompt pass rates are spread
@@ -28,17 +29,28 @@ DEFAULT_BATCH_SIZE = 128
 DEFAULT_LR = 3e-3
 DEFAULT_TARGET = 0.6
 DEFAULT_MAX_SECONDS = 540.0
+# The long variant's CLI defaults: its transition came at step ~1450-1700 of batch 64 (435 s on
+# 2 threads, docs/benchmarks.md); batch 64 learns more per second than 128 on this CPU.
+LONG_MODEL_DIR_NAME = "tiny-long"
+LONG_DEFAULTS = {"steps": 2500, "batch_size": 64, "max_seconds": 960.0}
 # Held-out 2-digit prompts that decide when to stop; the report uses other prompts, so the
 # histogram is not measured on the prompts that picked the stopping step.
 _STOP_CHECK_SEED = 2000
+TASKS = ("arithmetic", "arithmetic-long")
+# The long variant's stop check is the mean over prompts of every length (2-8 operands of 1-3
+# digits): 2-operand sums are solved long before 8-operand chains, so a mean of 0.3 leaves the
+# long chains mostly unsolved, the spread RL needs (measured in docs/benchmarks.md).
+DEFAULT_LONG_TARGET = 0.3
+# Generation limit of the checks: the longest right answer plus room to be wrong.
+_CHECK_TOKENS = {"arithmetic": 8, "arithmetic-long": 40}
 
 
 def warmstart(out: str | Path, *, steps: int = DEFAULT_STEPS, batch_size: int = DEFAULT_BATCH_SIZE,
               lr: float = DEFAULT_LR, seed: int = 0, min_digits: int = 1, max_digits: int = 3,
               target_pass_rate: float = DEFAULT_TARGET, check_every: int = 50,
               max_seconds: float = DEFAULT_MAX_SECONDS, report_prompts: int = 64,
-              report_samples: int = 32, progress: bool = True, threads: int | None = None
-              ) -> dict[str, Any]:
+              report_samples: int = 32, progress: bool = True, threads: int | None = None,
+              task: str = "arithmetic", init: str | Path | None = None) -> dict[str, Any]:
     """Build, train and save the tiny model into ``out``; return the report (also saved there).
 
     Trains until the mean pass rate at temperature 1 on held-out 2-digit prompts reaches
@@ -51,26 +63,56 @@ def warmstart(out: str | Path, *, steps: int = DEFAULT_STEPS, batch_size: int = 
     AdamW at constant ``lr`` after a short linear warm-up, no gradient clipping (clipping at 1.0
     slowed the early phase in a 300-step comparison). ``report_prompts=0`` skips the histogram.
     ``threads`` overrides torch's CPU thread count (see ``model.configure_threads``).
+
+    ``task="arithmetic-long"`` trains on ``builtin:arithmetic-long`` problems (2-8 operands,
+    every running sum), checks the mean pass rate on 32 held-out problems of that task, and
+    reports pass rates per operand count. ``init`` starts from a saved checkpoint (e.g. the
+    built-in warm start) instead of random weights.
     """
     # trainer.model before torch: it sets OMP_WAIT_POLICY, which torch reads when it loads.
-    from trainer.model import build_tiny_model, configure_threads, save_checkpoint  # isort: skip
+    from trainer.model import (build_tiny_model, configure_threads, load_model_dir,  # isort: skip
+                               save_checkpoint)
     import torch
     from tqdm import tqdm
 
+    from trainer import tasks
     from trainer.policy import response_logprobs
-    from trainer.tasks import arithmetic_prompts, format_prompt, reversed_sum, sample_operands
     from trainer.tokenizer import build_tokenizer
 
+    if task not in TASKS:
+        raise ValueError(f"unknown task {task!r}; choose one of {', '.join(TASKS)}")
     configure_threads(threads)
     tokenizer = build_tokenizer()
-    model = build_tiny_model(tokenizer, seed=seed)
+    if init is not None:
+        # The built-in tokenizer, not the checkpoint's: transformers loads a saved copy of it as
+        # its Qwen2 tokenizer class (the model type's), which drops the spaces that separate the
+        # long variant's sums; training on those ids would teach answers without separators.
+        model, _ = load_model_dir(Path(init), "cpu")
+        if model.config.vocab_size != len(tokenizer):
+            raise ValueError(f"--init {init}: vocabulary of {model.config.vocab_size} tokens, "
+                             f"not the built-in tokenizer's {len(tokenizer)}")
+    else:
+        model = build_tiny_model(tokenizer, seed=seed)
     model.train()
     optimizer = torch.optim.AdamW(model.parameters(), lr=lr, weight_decay=0.01,
                                   betas=(0.9, 0.95))
     warmup = max(1, min(50, steps // 10))
     scheduler = torch.optim.lr_scheduler.LambdaLR(
         optimizer, lambda step: min(1.0, (step + 1) / warmup))
-    stop_prompts = arithmetic_prompts(32, seed=_STOP_CHECK_SEED, exact_digits=2)
+    if task == "arithmetic":
+        stop_prompts = tasks.arithmetic_prompts(32, seed=_STOP_CHECK_SEED, exact_digits=2)
+
+        def problem(rng: random.Random) -> tuple[str, str]:
+            a, b = tasks.sample_operands(rng, min_digits, max_digits)
+            return tasks.format_prompt(a, b), tasks.reversed_sum(a, b)
+    else:
+        stop_prompts = tasks.arithmetic_long_prompts(32, min_digits, max_digits,
+                                                     seed=_STOP_CHECK_SEED)
+
+        def problem(rng: random.Random) -> tuple[str, str]:
+            operands = tasks.sample_long_operands(rng, min_digits, max_digits)
+            return tasks.format_long_prompt(operands), tasks.running_sums_answer(operands)
+    check_tokens = _CHECK_TOKENS[task]
     rng = random.Random(seed)
     eos = tokenizer.eos_token_id
     started = time.perf_counter()
@@ -80,11 +122,11 @@ def warmstart(out: str | Path, *, steps: int = DEFAULT_STEPS, batch_size: int = 
     done = 0
     bar = tqdm(range(steps), desc="warm start", disable=not progress, file=sys.stderr)
     for step in bar:
-        pairs = [sample_operands(rng, min_digits, max_digits) for _ in range(batch_size)]
-        prompt_ids = [tokenizer(format_prompt(a, b))["input_ids"] for a, b in pairs]
+        problems = [problem(rng) for _ in range(batch_size)]
+        prompt_ids = [tokenizer(text)["input_ids"] for text, _ in problems]
         # Answer digits come from the tokenizer's vocabulary, one token per character.
-        answer_ids = [tokenizer(reversed_sum(a, b), add_special_tokens=False)["input_ids"] + [eos]
-                      for a, b in pairs]
+        answer_ids = [tokenizer(answer, add_special_tokens=False)["input_ids"] + [eos]
+                      for _, answer in problems]
         logprobs, _, mask = response_logprobs(model, prompt_ids, answer_ids,
                                               tokenizer.pad_token_id)
         loss = -(logprobs * mask).sum() / mask.sum()
@@ -96,10 +138,12 @@ def warmstart(out: str | Path, *, steps: int = DEFAULT_STEPS, batch_size: int = 
         done = step + 1
         if target_pass_rate > 0 and done % check_every == 0:
             model.eval()
-            rate = _mean_pass_rate(model, tokenizer, stop_prompts, samples=8, seed=seed + done)
+            rate = _mean_pass_rate(model, tokenizer, stop_prompts, samples=8, seed=seed + done,
+                                   max_new_tokens=check_tokens)
             model.train()
-            checks.append({"step": done, "pass_rate_2_digit": round(rate, 4)})
-            bar.set_postfix(loss=f"{loss_value:.3f}", pass2=f"{rate:.2f}")
+            checks.append({"step": done, ("pass_rate_2_digit" if task == "arithmetic"
+                                          else "pass_rate"): round(rate, 4)})
+            bar.set_postfix(loss=f"{loss_value:.3f}", passrate=f"{rate:.2f}")
             if rate >= target_pass_rate:
                 stop_reason = "target reached"
                 break
@@ -113,6 +157,7 @@ def warmstart(out: str | Path, *, steps: int = DEFAULT_STEPS, batch_size: int = 
     model.eval()
     out = save_checkpoint(model, tokenizer, out)
     report: dict[str, Any] = {
+        "task": task, "init": str(init) if init is not None else None,
         "steps": done, "max_steps": steps, "stop_reason": stop_reason,
         "target_pass_rate": target_pass_rate, "batch_size": batch_size, "lr": lr, "seed": seed,
         "min_digits": min_digits, "max_digits": max_digits,
@@ -120,19 +165,22 @@ def warmstart(out: str | Path, *, steps: int = DEFAULT_STEPS, batch_size: int = 
         "threads": torch.get_num_threads(), "checks": checks,
     }
     if report_prompts:
-        report["pass_rates"] = pass_rate_report(model, tokenizer, report_prompts, report_samples,
-                                                seed=seed, progress=progress)
+        report["pass_rates"] = (
+            pass_rate_report(model, tokenizer, report_prompts, report_samples, seed=seed,
+                             progress=progress) if task == "arithmetic" else
+            long_pass_rate_report(model, tokenizer, report_prompts, report_samples, seed=seed,
+                                  progress=progress))
     # Last, so that a directory with the report is a finished one.
     (out / REPORT_NAME).write_text(json.dumps(report, indent=2) + "\n")
     return report
 
 
 def _mean_pass_rate(model: Any, tokenizer: Any, prompts: Sequence[Any], samples: int,
-                    seed: int) -> float:
+                    seed: int, max_new_tokens: int = 8) -> float:
     from trainer.backends.hf import HFBackend
     from trainer.verifiers import exact_verifier, score_responses
 
-    backend = HFBackend(model, tokenizer, temperature=1.0, max_new_tokens=8,
+    backend = HFBackend(model, tokenizer, temperature=1.0, max_new_tokens=max_new_tokens,
                         record_logprobs=False)
     total = 0.0
     for prompt, group in zip(prompts, backend.generate(prompts, [samples] * len(prompts),
@@ -170,6 +218,41 @@ def pass_rate_report(model: Any, tokenizer: Any, n_prompts: int = 64, samples: i
             print(f"{d}-digit prompts: mean pass rate {s['mean']:.2f}, never solved "
                   f"{s['never']}/{s['prompts']}, always solved {s['always']}/{s['prompts']}, "
                   f"histogram {s['histogram']}", file=sys.stderr)
+    return result
+
+
+def long_pass_rate_report(model: Any, tokenizer: Any, n_prompts: int = 64, samples: int = 32,
+                          seed: int = 0, operands: Sequence[int] = (2, 4, 6, 8),
+                          progress: bool = False) -> dict[str, Any]:
+    """The long variant's report: per-prompt pass rates at temperature 1 on held-out
+    ``builtin:arithmetic-long`` prompts (1-3 digit operands) with each of ``operands`` operands,
+    and the mean response length in tokens (what the schedulers' benchmark needs to vary)."""
+    from trainer.backends.hf import HFBackend
+    from trainer.data import BUILTIN_TRAIN_SEED
+    from trainer.tasks import arithmetic_long_prompts
+    from trainer.verifiers import exact_verifier, score_responses
+
+    train = {p.text for p in arithmetic_long_prompts(2048, 1, 3, seed=BUILTIN_TRAIN_SEED)}
+    backend = HFBackend(model, tokenizer, temperature=1.0,
+                        max_new_tokens=_CHECK_TOKENS["arithmetic-long"], record_logprobs=False)
+    result: dict[str, Any] = {"samples_per_prompt": samples, "temperature": 1.0}
+    for k in operands:
+        prompts = arithmetic_long_prompts(n_prompts, 1, 3, seed=3000 + k, exclude=train,
+                                          min_operands=k, max_operands=k)
+        gens = backend.generate(prompts, [samples] * len(prompts), seed=seed)
+        rates, lengths = [], []
+        for prompt, group in zip(prompts, gens, strict=True):
+            rewards, _ = score_responses(exact_verifier, [g.text for g in group], prompt.answer)
+            rates.append(sum(rewards) / len(rewards))
+            lengths += [len(g.response_token_ids) for g in group]
+        summary = summarize_pass_rates(rates)
+        summary["mean_response_tokens"] = round(sum(lengths) / len(lengths), 2)
+        result[f"{k}_operands"] = summary
+        if progress:
+            print(f"{k} operands: mean pass rate {summary['mean']:.2f}, never solved "
+                  f"{summary['never']}/{summary['prompts']}, always solved "
+                  f"{summary['always']}/{summary['prompts']}, histogram {summary['histogram']}, "
+                  f"mean response {summary['mean_response_tokens']} tokens", file=sys.stderr)
     return result
 
 
@@ -228,16 +311,28 @@ def ensure_builtin_model(progress: bool = True) -> Path:
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--out", default=None,
                         help="checkpoint directory (default: the built-in model directory, "
-                             "$TRAINER_BUILTIN_MODEL_DIR or var/models/tiny)")
-    parser.add_argument("--steps", type=int, default=DEFAULT_STEPS,
-                        help=f"optimizer steps at most (default {DEFAULT_STEPS})")
-    parser.add_argument("--target-pass-rate", type=float, default=DEFAULT_TARGET,
-                        help="stop once the mean pass rate at temperature 1 on held-out 2-digit "
-                             f"prompts reaches this (default {DEFAULT_TARGET}; 0: run all steps)")
-    parser.add_argument("--max-seconds", type=float, default=DEFAULT_MAX_SECONDS,
-                        help=f"stop training after this long (default {DEFAULT_MAX_SECONDS:.0f})")
-    parser.add_argument("--batch-size", type=int, default=DEFAULT_BATCH_SIZE,
-                        help=f"problems per step (default {DEFAULT_BATCH_SIZE})")
+                             "$TRAINER_BUILTIN_MODEL_DIR or var/models/tiny; long variant: "
+                             "tiny-long next to it)")
+    parser.add_argument("--steps", type=int, default=None,
+                        help=f"optimizer steps at most (default {DEFAULT_STEPS}; long variant "
+                             f"{LONG_DEFAULTS['steps']})")
+    parser.add_argument("--task", choices=TASKS, default="arithmetic",
+                        help="the built-in task (builtin:arithmetic) or its long-answer variant "
+                             "(builtin:arithmetic-long); default arithmetic")
+    parser.add_argument("--init", default=None,
+                        help="start from this checkpoint directory instead of random weights "
+                             "(e.g. var/models/tiny for the long variant)")
+    parser.add_argument("--target-pass-rate", type=float, default=None,
+                        help="stop once the mean pass rate at temperature 1 on held-out prompts "
+                             f"(2-digit sums; long variant: every length) reaches this (default "
+                             f"{DEFAULT_TARGET}, long variant {DEFAULT_LONG_TARGET}; 0: run all "
+                             "steps)")
+    parser.add_argument("--max-seconds", type=float, default=None,
+                        help=f"stop training after this long (default {DEFAULT_MAX_SECONDS:.0f}; "
+                             f"long variant {LONG_DEFAULTS['max_seconds']:.0f})")
+    parser.add_argument("--batch-size", type=int, default=None,
+                        help=f"problems per step (default {DEFAULT_BATCH_SIZE}; long variant "
+                             f"{LONG_DEFAULTS['batch_size']})")
     parser.add_argument("--lr", type=float, default=DEFAULT_LR,
                         help="AdamW learning rate, constant after a short warm-up "
                              f"(default {DEFAULT_LR})")
@@ -254,10 +349,24 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def run_cli(args: argparse.Namespace) -> int:
     from trainer.model import builtin_model_dir
 
-    out = Path(args.out) if args.out else builtin_model_dir()
+    # The long variant's model lives next to the built-in one, never in its place.
+    default = builtin_model_dir()
+    if args.task == "arithmetic-long":
+        default = default.parent / LONG_MODEL_DIR_NAME
+    out = Path(args.out) if args.out else default
     if (out / "config.json").is_file() and not args.force:
         print(f"{out} already holds a checkpoint; pass --force to overwrite it", file=sys.stderr)
         return 1
+    base = {"steps": DEFAULT_STEPS, "batch_size": DEFAULT_BATCH_SIZE,
+            "max_seconds": DEFAULT_MAX_SECONDS}
+    for name, value in (LONG_DEFAULTS if args.task == "arithmetic-long" else base).items():
+        if getattr(args, name) is None:
+            setattr(args, name, value)
+    if args.target_pass_rate is None:
+        args.target_pass_rate = DEFAULT_TARGET if args.task == "arithmetic" else DEFAULT_LONG_TARGET
+    if args.init is not None and not (Path(args.init) / "config.json").is_file():
+        print(f"--init: {args.init} holds no checkpoint (no config.json)", file=sys.stderr)
+        return 2
     if args.steps < 1 or args.batch_size < 1 or not 0 < args.lr < 1 \
             or not 0 <= args.target_pass_rate <= 1:
         print("--steps and --batch-size must be >= 1, --lr within (0, 1) and "
@@ -268,7 +377,7 @@ def run_cli(args: argparse.Namespace) -> int:
     warmstart_atomic(out, steps=args.steps, batch_size=args.batch_size, lr=args.lr,
                      seed=args.seed, report_prompts=args.report_prompts,
                      target_pass_rate=args.target_pass_rate, max_seconds=args.max_seconds,
-                     threads=args.threads)
+                     threads=args.threads, task=args.task, init=args.init)
     report = json.loads((out / REPORT_NAME).read_text())
     print(json.dumps(report, indent=2))
     print(f"checkpoint written to {out}", file=sys.stderr)

@@ -247,6 +247,11 @@ class UploadForm(forms.Form):
 
 class BuiltinForm(forms.Form):
     name = forms.CharField(max_length=200, initial="arithmetic")
+    task = forms.ChoiceField(
+        choices=[("arithmetic", "arithmetic: a+b=, the sum's digits reversed"),
+                 ("arithmetic-long", "arithmetic-long: 2-8 operands, every running sum reversed "
+                                     "(longer answers; at most 4 digits)")],
+        initial="arithmetic", required=False, help_text="Which built-in task.")
     num_prompts = forms.IntegerField(min_value=1, max_value=100_000, initial=2048,
                                      help_text="Unit: prompts.")
     min_digits = forms.IntegerField(min_value=1, max_value=9, initial=1,
@@ -260,6 +265,9 @@ class BuiltinForm(forms.Form):
         if PromptSet.objects.filter(name=name).exists():
             raise forms.ValidationError("a prompt set of this name exists")
         return name
+
+    def clean_task(self) -> str:
+        return self.cleaned_data["task"] or "arithmetic"  # a post without it: the plain task
 
     def clean(self) -> dict[str, Any]:
         cleaned = super().clean()

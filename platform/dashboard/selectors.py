@@ -143,11 +143,18 @@ def prompt_sets() -> QuerySet[PromptSet]:
 
 def answer_note(prompt_set: PromptSet, prompt: Prompt | None = None) -> str:
     """Words on how the set's answers are written where it is not the obvious way: the built-in
-    task's answers are the sum's digits reversed ("749" answers 946+1=)."""
-    from trainer.tasks import ANSWER_FORMAT
+    task's answers are the sum's digits reversed ("749" answers 946+1=), its long variant's the
+    running sums so written, separated by spaces."""
+    from trainer.tasks import ANSWER_FORMAT, LONG_ANSWER_FORMAT
 
     if prompt_set.source != PromptSet.Source.BUILTIN:
         return ""
+    # Generated and CLI-imported long sets both name their task in the description.
+    if "arithmetic-long" in prompt_set.description:
+        if prompt is None:
+            return f"answers are {LONG_ANSWER_FORMAT}"
+        sums = " ".join(s[::-1] for s in prompt.answer.split())
+        return f"{LONG_ANSWER_FORMAT}: {prompt.answer} are the sums {sums}"
     if prompt is None:
         return f"answers are {ANSWER_FORMAT}"
     return f"{ANSWER_FORMAT}: {prompt.answer} is the sum {prompt.answer.strip()[::-1]}"

@@ -347,7 +347,8 @@ def prompt_sets(request: HttpRequest) -> HttpResponse:
                 try:
                     ps = services.create_builtin_prompt_set(
                         request.user, d["name"], num_prompts=d["num_prompts"],
-                        min_digits=d["min_digits"], max_digits=d["max_digits"], seed=d["seed"])
+                        min_digits=d["min_digits"], max_digits=d["max_digits"], seed=d["seed"],
+                        task=d["task"])
                 except services.LaunchError as exc:
                     builtin.add_error(exc.field if exc.field in builtin.fields else None,
                                       exc.reason)

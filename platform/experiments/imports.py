@@ -199,7 +199,7 @@ def _events(folder: Path) -> Iterator[tuple[int, dict[str, Any]]]:
 
 
 def _import_cli_run(folder: Path, owner: User, name: str | None) -> ImportResult:
-    from trainer.config import BUILTIN_TASK, ConfigError, TrainConfig
+    from trainer.config import BUILTIN_TASKS, ConfigError, TrainConfig
     from trainer.data import DataError, resolve_prompts
 
     raw = _cli_config(folder)
@@ -212,8 +212,8 @@ def _import_cli_run(folder: Path, owner: User, name: str | None) -> ImportResult
     except (DataError, ValueError, OSError) as exc:
         raise ImportError_("prompts", f"cannot read the run's prompts ({config.prompts}): "
                                       f"{exc}") from None
-    builtin = config.prompts == BUILTIN_TASK
-    label = (f"{BUILTIN_TASK} {config.task_num_prompts} prompts "
+    builtin = config.prompts in BUILTIN_TASKS
+    label = (f"{config.prompts} {config.task_num_prompts} prompts "
              f"{config.task_min_digits}-{config.task_max_digits} digits" if builtin
              else Path(config.prompts).name)
     key = import_key(folder, "cli")
@@ -223,12 +223,12 @@ def _import_cli_run(folder: Path, owner: User, name: str | None) -> ImportResult
         ids = dict(zip((p.id for p in prompts), Prompt.objects.filter(
             prompt_set=prompt_set).order_by("index").values_list("pk", flat=True), strict=True))
         # The held-out prompts too: the run page names them, and a relaunch evaluates on them.
-        eval_label = (f"{BUILTIN_TASK} held-out {len(eval_prompts)} prompts" if not
-                      config.eval_prompts or config.eval_prompts == BUILTIN_TASK
-                      else Path(config.eval_prompts).name)
+        eval_builtin = not config.eval_prompts or config.eval_prompts in BUILTIN_TASKS
+        eval_label = (f"{config.eval_prompts or config.prompts} held-out {len(eval_prompts)} "
+                      "prompts" if eval_builtin else Path(config.eval_prompts).name)
         eval_set = _prompt_set_for(eval_prompts, eval_label, PromptSet.Source.BUILTIN
-                                   if eval_label.startswith(BUILTIN_TASK)
-                                   else PromptSet.Source.UPLOAD) if eval_prompts else None
+                                   if eval_builtin else PromptSet.Source.UPLOAD
+                                   ) if eval_prompts else None
         run, created = _upsert_run(key, owner, {
             "name": name or folder.resolve().name, "algorithm": config.algorithm,
             "config": config.to_dict(), "prompt_set": prompt_set, "eval_set": eval_set,

@@ -137,10 +137,12 @@ def create_prompt_set_from_upload(owner: User, name: str, upload: IO[bytes],
 
 def create_builtin_prompt_set(owner: User | None, name: str, n: int | None = None,
                               min_digits: int = 1, max_digits: int = 3, seed: int = 0, *,
-                              num_prompts: int | None = None) -> PromptSet:
-    """Generate the built-in arithmetic task (``a+b=``, answer digits reversed). ``num_prompts``
-    is an alias of ``n`` (the launch form's field name)."""
-    from trainer.tasks import arithmetic_prompts
+                              num_prompts: int | None = None,
+                              task: str = "arithmetic") -> PromptSet:
+    """Generate the built-in arithmetic task (``a+b=``, answer digits reversed) or, with
+    ``task="arithmetic-long"``, its long-answer variant (2-8 operands, every running sum).
+    ``num_prompts`` is an alias of ``n`` (the launch form's field name)."""
+    from trainer.tasks import LONG_MAX_DIGITS, arithmetic_long_prompts, arithmetic_prompts
 
     n = n if n is not None else num_prompts
     if n is None:
@@ -148,12 +150,19 @@ def create_builtin_prompt_set(owner: User | None, name: str, n: int | None = Non
 
     if not 1 <= n <= 1_000_000:
         raise LaunchError("n", "must be within [1, 1000000]")
-    if not 1 <= min_digits <= max_digits <= 9:
-        raise LaunchError("max_digits", "need 1 <= min_digits <= max_digits <= 9")
-    prompts = arithmetic_prompts(n=n, min_digits=min_digits, max_digits=max_digits, seed=seed)
+    if task not in ("arithmetic", "arithmetic-long"):
+        raise LaunchError("task", f"must be arithmetic or arithmetic-long, got {task!r}")
+    most = 9 if task == "arithmetic" else LONG_MAX_DIGITS
+    if not 1 <= min_digits <= max_digits <= most:
+        raise LaunchError("max_digits", f"need 1 <= min_digits <= max_digits <= {most}")
+    make = arithmetic_prompts if task == "arithmetic" else arithmetic_long_prompts
+    try:
+        prompts = make(n, min_digits, max_digits, seed=seed)
+    except ValueError as exc:  # more distinct prompts than the digits allow
+        raise LaunchError("num_prompts", str(exc)) from exc
     return import_prompt_set(
         owner=owner, name=name, prompts=prompts, source=PromptSet.Source.BUILTIN,
-        description=f"built-in arithmetic: {n} prompts, {min_digits}-{max_digits} digits, "
+        description=f"built-in {task}: {n} prompts, {min_digits}-{max_digits} digits, "
                     f"seed {seed}")
 
 

@@ -299,6 +299,26 @@ def test_generate_builtin_set(owner_client: Client) -> None:
     assert resp.status_code == 302
     ps = PromptSet.objects.get(name="arith")
     assert ps.prompts.count() == 50 and ps.source == PromptSet.Source.BUILTIN
+    # The long-answer variant, from the same form; past its digit limit, an error on the field.
+    resp = owner_client.post(reverse("dashboard:prompt_sets"), {
+        "builtin-name": "long", "builtin-task": "arithmetic-long", "builtin-num_prompts": 40,
+        "builtin-min_digits": 1, "builtin-max_digits": 3, "builtin-seed": 3})
+    assert resp.status_code == 302
+    long_set = PromptSet.objects.get(name="long")
+    assert long_set.prompts.count() == 40 and "arithmetic-long" in long_set.description
+    assert all(t.count("+") >= 1 and t.endswith("=")
+               for t in long_set.prompts.values_list("text", flat=True))
+    assert max(t.count("+") for t in long_set.prompts.values_list("text", flat=True)) >= 3
+    preview = owner_client.get(reverse("dashboard:prompt_set_detail",
+                                       args=[long_set.pk])).content.decode()
+    assert "answers are the running sums after each" in preview
+    assert "sum&#x27;s digits reversed" not in preview
+    resp = owner_client.post(reverse("dashboard:prompt_sets"), {
+        "builtin-name": "long5", "builtin-task": "arithmetic-long", "builtin-num_prompts": 40,
+        "builtin-min_digits": 1, "builtin-max_digits": 5, "builtin-seed": 3})
+    assert resp.status_code == 200
+    assert "need 1 &lt;= min_digits &lt;= max_digits &lt;= 4" in resp.content.decode()
+    assert not PromptSet.objects.filter(name="long5").exists()
 
 
 def test_run_page_live_status_and_failure(run: Run, owner_client: Client) -> None:

@@ -6,7 +6,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from trainer.config import TrainConfig
+from trainer.config import ConfigError, TrainConfig
 from trainer.data import (
     DataError,
     Limits,
@@ -15,6 +15,7 @@ from trainer.data import (
     load_prompts_from_bytes,
     resolve_prompts,
 )
+from trainer.verifiers import exact_verifier, make_verifier
 
 
 def _jsonl(path: Path, rows: list) -> Path:
@@ -180,3 +181,26 @@ def test_resolve_files(tmp_path: Path) -> None:
     assert len(train) == 1 and evals == []
     train, evals = resolve_prompts(TrainConfig(prompts=str(path), eval_prompts=str(path)))
     assert len(evals) == 1
+
+
+def test_resolve_builtin_long_task() -> None:
+    cfg = TrainConfig(prompts="builtin:arithmetic-long", task_num_prompts=300,
+                      eval_num_prompts=50).validate()
+    train, evals = resolve_prompts(cfg)
+    assert len(train) == 300 and len(evals) == 50
+    assert {p.metadata["task"] for p in train + evals} == {"arithmetic-long"}
+    assert not {p.text for p in train} & {p.text for p in evals}
+    assert resolve_prompts(cfg) == (train, evals)
+    assert make_verifier(cfg) is exact_verifier
+    # Evaluating a plain-task run on the long variant: held out from the shared 2-operand sums.
+    train, evals = resolve_prompts(TrainConfig(task_num_prompts=300, eval_num_prompts=50,
+                                               eval_prompts="builtin:arithmetic-long"))
+    assert {p.metadata["task"] for p in evals} == {"arithmetic-long"}
+    assert not {p.text for p in train} & {p.text for p in evals}
+
+
+def test_long_task_digit_limit_names_the_field() -> None:
+    with pytest.raises(ConfigError, match="task_max_digits: must be <= 4 with "
+                                          "builtin:arithmetic-long"):
+        TrainConfig(prompts="builtin:arithmetic-long", task_max_digits=5).validate()
+    TrainConfig(prompts="builtin:arithmetic", task_max_digits=9).validate()

@@ -14,7 +14,7 @@ import pytest
 from tests.fixtures.vllm import TEST_KV_CACHE_GIB, requires_vllm
 from trainer.config import TrainConfig
 from trainer.recorders import ListRecorder
-from trainer.tasks import arithmetic_prompts
+from trainer.tasks import arithmetic_long_prompts, arithmetic_prompts
 from trainer.types import STEP_METRICS
 
 pytestmark = [requires_vllm(), pytest.mark.slow]
@@ -102,6 +102,19 @@ def test_request_seeds_make_a_prompts_samples_independent_of_its_batch(
     # The first samples of a larger draw are the same draws: sample j depends on j, not count.
     more = vllm_backend.generate(PROMPTS[:1], [9], seed=2**62 + 5)
     assert ids(more)[0][:6] == ids(both)[0]
+
+
+def test_prompts_beyond_one_engine_steps_token_budget(vllm_backend: Any) -> None:
+    """256 seeded requests whose prompts hold more than vLLM's CPU default of 4096 tokens a step
+    (B=32 x M=8 long-answer prompts): the backend's budget keeps the engine from splitting a
+    prefill, on which vllm 0.32 fails rewinding a CPU generator."""
+    prompts = arithmetic_long_prompts(32, 1, 3, seed=5, min_operands=8, max_operands=8)
+    encoded = [vllm_backend.tokenizer(p.text)["input_ids"] for p in prompts]
+    assert 8 * sum(len(e) for e in encoded) > 4096
+    out = vllm_backend.generate(prompts, [8] * 32, seed=3)
+    assert [len(g) for g in out] == [8] * 32
+    alone = vllm_backend.generate(prompts[7:8], [8], seed=3)
+    assert [g.response_token_ids for g in alone[0]] == [g.response_token_ids for g in out[7]]
 
 
 def test_sync_after_a_policy_update_moves_the_engine(restore_policy: Any) -> None:

@@ -58,3 +58,41 @@ def test_cli_time_limit_still_writes_a_loadable_checkpoint(tmp_path: Path, capsy
     assert json.loads((out / REPORT_NAME).read_text()) == report
     AutoModelForCausalLM.from_pretrained(out, local_files_only=True)
     assert not (tmp_path / ".ws.tmp").exists()
+
+
+def test_long_task_warm_start_from_a_checkpoint(tiny_model_dir: Path, tmp_path: Path,
+                                                capsys) -> None:
+    """``--task arithmetic-long --init DIR``: continues from the checkpoint's weights and reports
+    pass rates and response lengths per operand count (a few steps: the recipe itself is
+    measured in docs/benchmarks.md, not here)."""
+    from trainer.cli import main
+
+    out = tmp_path / "long"
+    rc = main(["warmstart", "--task", "arithmetic-long", "--init", str(tiny_model_dir),
+               "--out", str(out), "--steps", "2", "--batch-size", "4", "--report-prompts", "2",
+               "--target-pass-rate", "0", "--threads", "1"])
+    assert rc == 0
+    report = json.loads(capsys.readouterr().out)
+    assert (report["task"], report["init"], report["steps"]) == (
+        "arithmetic-long", str(tiny_model_dir), 2)
+    rates = report["pass_rates"]
+    assert [k for k in rates if k.endswith("_operands")] == [
+        "2_operands", "4_operands", "6_operands", "8_operands"]
+    assert all(rates[k]["prompts"] == 2 and rates[k]["mean_response_tokens"] >= 1
+               for k in rates if k.endswith("_operands"))
+    AutoModelForCausalLM.from_pretrained(out, local_files_only=True)
+    assert main(["warmstart", "--task", "arithmetic-long", "--init", str(tmp_path / "none"),
+                 "--out", str(tmp_path / "x")]) == 2
+    assert "--init" in capsys.readouterr().err
+
+
+def test_long_task_default_out_is_next_to_the_builtin_model(tmp_path: Path, capsys,
+                                                            monkeypatch: pytest.MonkeyPatch
+                                                            ) -> None:
+    from trainer.cli import main
+
+    monkeypatch.setenv(MODEL_DIR_ENV, str(tmp_path / "tiny"))
+    (tmp_path / "tiny-long").mkdir()
+    (tmp_path / "tiny-long" / "config.json").write_text("{}")
+    assert main(["warmstart", "--task", "arithmetic-long"]) == 1  # never the built-in's dir
+    assert str(tmp_path / "tiny-long") in capsys.readouterr().err

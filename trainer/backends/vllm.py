@@ -118,10 +118,18 @@ class VLLMBackend:
         if dtype == "auto":
             dtype = "bfloat16" if device == "cuda" else "float32"
         self.dtype = dtype
-        memory: dict[str, Any] = {"gpu_memory_utilization": gpu_memory_utilization}
+        engine_args: dict[str, Any] = {"gpu_memory_utilization": gpu_memory_utilization}
         if device == "cpu" or kv_cache_gib > 0:
             gib = kv_cache_gib or DEFAULT_CPU_KV_CACHE_GIB
-            memory = {"kv_cache_memory_bytes": int(gib * 2**30)}
+            engine_args = {"kv_cache_memory_bytes": int(gib * 2**30)}
+        max_len = getattr(model.config, "max_position_embeddings", None)
+        if device == "cpu" and max_len:
+            # vLLM's CPU defaults (256 sequences, 4096 tokens a step) split a prefill across steps
+            # once 256 prompts hold more than 4096 tokens (B=32 x M=8 long-answer prompts do);
+            # the split step then rewinds each seeded request's generator, which a CPU
+            # generator cannot do ("CPU Generator does not use offset", vllm 0.32). A budget of
+            # every sequence at full length never splits one.
+            engine_args |= {"max_num_seqs": 256, "max_num_batched_tokens": 256 * max_len}
         # The engine loads from a directory: hand it the policy's current weights (a resumed
         # run's, not the original model's).
         self._weights_dir = tempfile.TemporaryDirectory(prefix="trainer-vllm-")
@@ -134,8 +142,8 @@ class VLLMBackend:
         try:
             self.llm = LLM(model=self._weights_dir.name, dtype=dtype, seed=seed,
                            enforce_eager=True, logprobs_mode="processed_logprobs",
-                           max_model_len=getattr(model.config, "max_position_embeddings", None),
-                           **memory)
+                           max_model_len=max_len,
+                           **engine_args)
         finally:
             torch.set_num_threads = set_num_threads
 
