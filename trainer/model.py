@@ -125,16 +125,36 @@ def resolve_model_path(model: str) -> Path:
     return path
 
 
+def is_builtin_tokenizer(path: str | Path) -> bool:
+    """The directory's tokenizer is the built-in character tokenizer (trainer.tokenizer): a
+    WordLevel vocabulary of exactly its tokens."""
+    import json
+
+    from trainer.tokenizer import CHARACTERS, SPECIAL_TOKENS
+
+    try:
+        model = json.loads((Path(path) / "tokenizer.json").read_text())["model"]
+    except (OSError, ValueError, KeyError):
+        return False
+    builtin = {tok: i for i, tok in enumerate(SPECIAL_TOKENS + CHARACTERS)}
+    return model.get("type") == "WordLevel" and model.get("vocab") == builtin
+
+
 def load_model_dir(path: str | Path, device: str = "auto"
                    ) -> tuple[PreTrainedModel, PreTrainedTokenizerBase]:
     """Load a local HF model directory (weights + tokenizer), offline, onto ``device``."""
     import torch
-    from transformers import AutoModelForCausalLM, AutoTokenizer
+    from transformers import AutoModelForCausalLM, AutoTokenizer, PreTrainedTokenizerFast
 
     configure_threads()
     _quiet_transformers()
     dev = resolve_device(device)
-    tokenizer = AutoTokenizer.from_pretrained(path, local_files_only=True)
+    if is_builtin_tokenizer(path):
+        # The built-in character tokenizer loads as itself: AutoTokenizer takes the model type's
+        # class (Qwen2's), whose byte-level pre-tokenizer drops every space ("12 + 3" -> "12+3").
+        tokenizer = PreTrainedTokenizerFast.from_pretrained(path, local_files_only=True)
+    else:
+        tokenizer = AutoTokenizer.from_pretrained(path, local_files_only=True)
     # Batched generation needs left padding (prompts must end where responses begin) and a pad id.
     tokenizer.padding_side = "left"
     if tokenizer.pad_token_id is None:

@@ -74,3 +74,20 @@ def test_device_selection() -> None:
     if not torch.cuda.is_available():
         with pytest.raises(RuntimeError, match="CUDA"):
             resolve_device("cuda")
+
+
+def test_a_saved_builtin_tokenizer_loads_back_as_itself(tmp_path: Path) -> None:
+    """Spaces survive a checkpoint: transformers' AutoTokenizer would take Qwen2's class for
+    this directory, whose byte-level pre-tokenizer drops every space of a prompt ("12 + 3" was
+    encoded as "12+3"), so uploaded prompt sets with spaces reached the built-in model mangled."""
+    from trainer.model import is_builtin_tokenizer, load_model_dir
+
+    tok = build_tokenizer()
+    save_checkpoint(build_tiny_model(tok), tok, tmp_path / "m")
+    assert is_builtin_tokenizer(tmp_path / "m") and not is_builtin_tokenizer(tmp_path)
+    _, loaded = load_model_dir(tmp_path / "m", "cpu")
+    for text in ("12 + 3 = ", "753 363", "1+2="):
+        assert loaded(text)["input_ids"] == tok(text)["input_ids"], text
+        ids = loaded(text, add_special_tokens=False)["input_ids"]
+        assert loaded.decode(ids) == text
+    assert loaded.padding_side == "left" and loaded.pad_token_id == tok.pad_token_id
