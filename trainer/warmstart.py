@@ -84,9 +84,8 @@ def warmstart(out: str | Path, *, steps: int = DEFAULT_STEPS, batch_size: int = 
     configure_threads(threads)
     tokenizer = build_tokenizer()
     if init is not None:
-        # The built-in tokenizer, not the checkpoint's: transformers loads a saved copy of it as
-        # its Qwen2 tokenizer class (the model type's), which drops the spaces that separate the
-        # long variant's sums; training on those ids would teach answers without separators.
+        # The warm start trains on the built-in tokenizer's ids; a checkpoint to continue from
+        # must share its vocabulary (checked here).
         model, _ = load_model_dir(Path(init), "cpu")
         if model.config.vocab_size != len(tokenizer):
             raise ValueError(f"--init {init}: vocabulary of {model.config.vocab_size} tokens, "

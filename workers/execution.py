@@ -149,7 +149,7 @@ def execute(run_id: int) -> str:
         if run.cancel_requested:  # cancelled while its worker was dead
             services.finish_run(run_id, owner, Run.Status.CANCELLED)
             return "cancelled"
-        returncode = _run_child(run_id, owner)
+        returncode = run_child(str(run_id), owner)
     finally:
         heartbeat.stop()
     # This thread's connection sat idle for the whole run: the database may have restarted.
@@ -175,14 +175,10 @@ def _run_status(run_id: int) -> str | None:
     return Run.objects.filter(pk=run_id).values_list("status", flat=True).first()
 
 
-def _run_child(run_id: int, owner: str) -> int:
-    """Train in a child process and wait for it; its exit status (negative: killed by that
-    signal). The child logs to the worker's own output."""
-    return run_child(str(run_id), owner)
-
-
 def run_child(*args: str) -> int:
-    """``python -m workers.run_process ARGS... WORKER_PID`` and wait for it; its exit status."""
+    """``python -m workers.run_process ARGS... WORKER_PID`` (a run's training, or an estimate's
+    sampling) and wait for it; its exit status (negative: killed by that signal). The child logs
+    to the worker's own output."""
     cmd = [sys.executable, "-m", "workers.run_process", *args, str(os.getpid())]
     proc = subprocess.Popen(cmd, cwd=ROOT, stdin=subprocess.DEVNULL)
     try:
