@@ -113,10 +113,6 @@ class Client:
     def get(self, path: str, **params: Any) -> Any:
         return self.call("GET", path, params=params)
 
-    def post_json(self, path: str, data: Any) -> Any:
-        return self.call("POST", path, body=json.dumps(data).encode(),
-                         content_type="application/json")
-
     def post_toml(self, path: str, toml: bytes, params: dict[str, Any]) -> Any:
         return self.call("POST", path, body=toml, params=params,
                          content_type="application/toml")

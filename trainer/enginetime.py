@@ -152,7 +152,3 @@ class EventEngine:
     def run_to_completion(self) -> None:
         while self.pending():
             self.step()
-
-    def new_step(self) -> None:
-        """A new training step: the policy changed, cached prefixes are stale."""
-        self._prefilled.clear()
