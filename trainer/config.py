@@ -423,6 +423,13 @@ class TrainConfig:
         return cls(**data)
 
     @classmethod
+    def from_stored(cls, data: dict[str, Any] | None) -> TrainConfig:
+        """A config as a run stored it, not validated: keys a later version dropped are ignored
+        and keys it lacks take this version's defaults, so a reader never repeats a default."""
+        known = {f.name for f in fields(cls)}
+        return cls(**{k: v for k, v in (data or {}).items() if k in known})
+
+    @classmethod
     def dict_errors(cls, data: dict[str, Any]) -> list[ConfigError]:
         """Every error ``from_dict(data)`` would raise the first of: unknown keys, then
         ``errors()`` of the known ones."""

@@ -155,8 +155,9 @@ def run_detail(request: HttpRequest, run_id: int) -> HttpResponse:
              "rows": f"{rows[0]}-{rows[1]}" if rows else ""}
     return render(request, "dashboard/run_detail.html", {
         **_status_context(request, run),
-        "charts": charts.charts_for(run),
-        "est_charts": charts.EST_CHARTS if run.algorithm == "ada-est" else (),
+        "config": charts.run_config(run),
+        "chart_sections": [(section, [charts.RUN_CHARTS[n] for n in names])
+                           for section, names in charts.sections_for(run)],
         "config_rows": sorted((run.config or {}).items()),
         "heatmap_sorts": heatmap.SORTS,
         "heatmap": {**options, "params": shown,
@@ -182,7 +183,7 @@ def run_status(request: HttpRequest, run_id: int) -> HttpResponse:
 @login_required
 def run_chart(request: HttpRequest, run_id: int, name: str) -> HttpResponse:
     run = _run_or_404(run_id)
-    if name not in charts.RUN_CHARTS and name not in charts.EST_CHARTS:
+    if name not in charts.RUN_CHARTS:
         raise Http404("no such chart")
     # A finished run's figures are final: keep the encoded JSON (the heatmap's is 400 KiB at
     # paper scale, and re-encoding it costs more than the rest of the request). The key holds
@@ -289,25 +290,18 @@ def prompt_history(request: HttpRequest, run_id: int, prompt_id: int) -> HttpRes
     return render(request, "dashboard/prompt_history.html",
                   {"run": run, "prompt": prompt, **history,
                    "answer_note": selectors.answer_note(run.prompt_set, prompt),
-                   "summary_rows": _summary_rows(history["all_steps"])})
+                   "summary_rows": _summary_rows(history["all_steps"],
+                                                 selectors.outcome_words(run))})
 
 
-def _summary_rows(steps: list[tuple[Any, ...]]) -> str:
+def _summary_rows(steps: list[tuple[Any, ...]], words: dict[str, bool]) -> str:
     """The all-steps table body. A prompt of a 600-step run has 600 rows; Django's template loop
     takes ~100 ms for them, format_html_join a few (values are escaped all the same)."""
-    def outcome(exit_round: int | None, missing: str, p_hat: float | None,
-                allocated: int | None) -> str:
-        if allocated is not None:
-            return f"Est: {allocated} allocated at p-hat " + (
-                "–" if p_hat is None else f"{p_hat:.3f}")
-        if exit_round is None:
-            return "unresolved" + (f" (missing {missing})" if missing else "")
-        return f"eliminated after round {exit_round}"
-
     return format_html_join(
         "", "<tr><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td>"
         "<td>{} / {}</td><td>{}</td></tr>",
-        ((s[0], s[1], s[2], s[3], s[4], outcome(s[5], s[6], s[10], s[11]), s[7], s[8],
+        ((s[0], s[1], s[2], s[3], s[4],
+          selectors.prompt_step_outcome(s[5], s[6], s[10], s[11], **words), s[7], s[8],
           f"{s[9]:.3f}")
          for s in steps))
 

@@ -162,8 +162,8 @@ def finish_estimate(estimate_id: int, owner: str, status: str, *, results: list[
 
 def run_shape(estimate: Estimate, overrides: dict[str, Any] | None = None) -> dict[str, int]:
     """B, n, M, N of the predictions: the requesting config's, or those of ``overrides``."""
-    cfg = estimate.config or {}
-    shape = {k: int(cfg.get(k, getattr(TrainConfig, k)))
+    cfg = TrainConfig.from_stored(estimate.config)
+    shape = {k: int(getattr(cfg, k))
              for k in ("batch_size", "group_size", "samples_per_round", "max_rounds")}
     shape.update({k: int(v) for k, v in (overrides or {}).items() if v is not None and k in shape})
     return shape
@@ -175,7 +175,7 @@ def _shape_key(shape: dict[str, int]) -> str:
 
 def estimate_summary(estimate: Estimate) -> dict[str, Any]:
     """Measured pass rates, warnings and throughput of a sample (empty before it finishes)."""
-    threshold = float((estimate.config or {}).get("positive_threshold", 0.5))
+    threshold = TrainConfig.from_stored(estimate.config).positive_threshold
     rewards = [r["rewards"] for r in estimate.results]
     errors = [int(r.get("errors", 0)) for r in estimate.results]
     samples = sum(len(r) for r in rewards)
