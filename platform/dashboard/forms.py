@@ -23,7 +23,7 @@ from trainer.config import (
     recommended_lr,
 )
 
-from .selectors import ALGORITHM_LABELS
+from .selectors import ALGORITHM_LABELS, DiffCell, RunSettings, settings_diff
 
 # Set from the chosen prompt sets by the launch service, not typed by the user.
 SERVICE_OWNED = ("prompts", "eval_prompts")
@@ -190,25 +190,29 @@ def initial_from_run(run: Run) -> dict[str, Any]:
         initial["std_normalize"] = str(initial["std_normalize"]).lower()
     elif "std_normalize" in initial:
         initial["std_normalize"] = ""
-    initial.update(name=services.derived_run_name(run.name, " (clone)"),
+    initial.update(name=clone_name(run),
                    prompt_set=run.prompt_set_id, eval_set=run.eval_set_id, queue=run.queue,
                    retention=run.retention)
     return initial
 
 
-def clone_diff(form: LaunchForm, source: Run) -> list[tuple[str, Any, Any]]:
-    """(field, source run's value, new value) for everything the user changed."""
-    new = form.config_dict()
-    old = source.config or {}
-    out = [(k, old.get(k), v) for k, v in new.items() if old.get(k) != v]
-    for label, before, after in (
-            ("prompt set", source.prompt_set, form.cleaned_data["prompt_set"]),
-            ("eval set", source.eval_set, form.cleaned_data["eval_set"]),
-            ("queue", source.queue, form.cleaned_data["queue"]),
-            ("retention", source.retention, form.cleaned_data["retention"])):
-        if before != after:
-            out.append((label, before, after))
-    return out
+def clone_name(run: Run) -> str:
+    """The name a clone of ``run`` starts with: the source's and " (clone)". A sweep's run is
+    named after the sweep ("sweep [seed=1]"); its clone belongs to no sweep, so it is named
+    after the values the run was swept at instead ("seed=1 (clone)")."""
+    if run.sweep is None:
+        return services.derived_run_name(run.name, " (clone)")
+    point = {f: (run.config or {}).get(f) for f in run.sweep.fields}
+    return services.derived_run_name(services.point_label(point), " (clone)")
+
+
+def clone_diff(form: LaunchForm, source: Run) -> list[tuple[str, list[DiffCell]]]:
+    """The settings of the valid form that resolve otherwise than the source run's, as
+    ``selectors.settings_diff`` finds them: [source's cell, this launch's cell]."""
+    d = form.cleaned_data
+    launch = RunSettings(form.config_dict(), d["prompt_set"], d["eval_set"], d["queue"],
+                         d["retention"])
+    return settings_diff([RunSettings.of(source), launch])
 
 
 class UploadForm(forms.Form):

@@ -508,19 +508,76 @@ def last_evals(run_ids: list[int]) -> dict[int, tuple[int, dict[str, Any]]]:
                 "ORDER BY run_id, step DESC", [run_ids])}
 
 
-def config_diff(runs: list[Run]) -> list[tuple[str, list[Any]]]:
-    """Config keys whose values are not the same in every run, with each run's value."""
-    keys = sorted({k for r in runs for k in (r.config or {})})
-    out: list[tuple[str, list[Any]]] = []
-    for label, values in (("prompt set", [r.prompt_set.name for r in runs]),
-                          ("queue", [r.queue for r in runs])):
+# The device a run's "auto" resolves to on each queue's workers.
+QUEUE_DEVICES = {"cpu": "cpu", "gpu": "cuda"}
+
+
+@dataclass(frozen=True)
+class DiffCell:
+    """One run's value of a setting: as it resolves for the run (``value``) and, where the run
+    spelled it otherwise ("auto", empty), as set (``raw``; None when the same)."""
+
+    value: Any
+    raw: Any = None
+    resolved: bool = False  # the value is ``raw`` resolved ("auto" -> "exact")
+
+    @property
+    def raw_text(self) -> str:
+        return "empty" if self.raw is None else str(self.raw)
+
+
+@dataclass(frozen=True)
+class RunSettings:
+    """What a run is launched with: a run's, or a launch form's before it is a run."""
+
+    config: dict[str, Any]
+    prompt_set: PromptSet
+    eval_set: PromptSet | None
+    queue: str
+    retention: str
+
+    @classmethod
+    def of(cls, run: Run) -> RunSettings:
+        return cls(run.config or {}, run.prompt_set, run.eval_set, run.queue, run.retention)
+
+    def resolved(self) -> dict[str, Any]:
+        """The config with every "auto" or empty field as it resolves for this run
+        (``TrainConfig.resolved``): the prompt set says whether the prompts are the built-in
+        task, the queue on which device it runs."""
+        return TrainConfig.from_stored(self.config).resolved(
+            device=QUEUE_DEVICES.get(self.queue),
+            builtin_prompts=self.prompt_set.source == PromptSet.Source.BUILTIN)
+
+
+def settings_diff(items: list[RunSettings]) -> list[tuple[str, list[DiffCell]]]:
+    """The settings whose resolved values are not the same in every item, with each one's value:
+    ``verifier = auto`` and ``exact`` on a built-in prompt set are the same setting and no
+    difference; a value spelled otherwise than it resolves carries its spelling (``raw``)."""
+    out: list[tuple[str, list[DiffCell]]] = []
+    for label, values in (
+            ("prompt set", [i.prompt_set.name for i in items]),
+            ("eval set", [i.eval_set.name if i.eval_set else "none" for i in items]),
+            ("queue", [i.queue for i in items]),
+            ("retention", [Run.Retention(i.retention).label for i in items])):
         if any(v != values[0] for v in values[1:]):
-            out.append((label, list(values)))
+            out.append((label, [DiffCell(v) for v in values]))
+    resolved = [i.resolved() for i in items]
+    raw = [i.config for i in items]
+    keys = sorted({k for c in resolved for k in c} | {k for c in raw for k in c})
     for k in keys:
-        values = [(r.config or {}).get(k) for r in runs]
+        values = [c[k] if k in c else rc.get(k) for c, rc in zip(resolved, raw, strict=True)]
         if any(v != values[0] for v in values[1:]):
-            out.append((k, values))
+            cells = []
+            for value, rc in zip(values, raw, strict=True):
+                spelled = rc.get(k, "(not stored: the default)")
+                cells.append(DiffCell(value, spelled, resolved=spelled != value))
+            out.append((k, cells))
     return out
+
+
+def config_diff(runs: list[Run]) -> list[tuple[str, list[DiffCell]]]:
+    """``settings_diff`` of runs (compare; a clone against its source)."""
+    return settings_diff([RunSettings.of(r) for r in runs])
 
 
 # --- reports -----------------------------------------------------------------------------------

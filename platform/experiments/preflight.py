@@ -32,7 +32,7 @@ from experiments.services import (
     queue_errors,
 )
 from trainer.config import TrainConfig
-from trainer.preflight import pass_rates, predict, preflight_warnings
+from trainer.preflight import PREDICTION_COLUMNS, pass_rates, predict, preflight_warnings
 
 # The settings a sample depends on; the others (algorithm, optimisation) only change predictions.
 SAMPLING_FIELDS = ("model", "backend", "device", "temperature", "top_p", "max_new_tokens",
@@ -173,6 +173,12 @@ def _shape_key(shape: dict[str, int]) -> str:
     return "B{batch_size}-n{group_size}-M{samples_per_round}-N{max_rounds}".format(**shape)
 
 
+def _current(rows: list[dict[str, Any]]) -> bool:
+    """Whether stored rows have this version's columns (``PREDICTION_COLUMNS``): rows an older
+    version stored, whose columns meant other things, are computed afresh."""
+    return all(r.get("error") or all(c.key in r for c in PREDICTION_COLUMNS) for r in rows)
+
+
 def estimate_summary(estimate: Estimate) -> dict[str, Any]:
     """Measured pass rates, warnings and throughput of a sample (empty before it finishes)."""
     threshold = TrainConfig.from_stored(estimate.config).positive_threshold
@@ -200,7 +206,7 @@ def estimate_predictions(estimate: Estimate, shape: dict[str, int]) -> list[dict
         return []
     key = _shape_key(shape)
     stored = (estimate.predictions or {}).get(key)
-    if stored is not None:
+    if stored is not None and _current(stored):
         return stored
     summary = estimate_summary(estimate)
     rows = predict(summary["pass_rates"], seconds_per_sample=summary["seconds_per_sample"],
