@@ -180,10 +180,10 @@ def _status_context(request: HttpRequest, run: Run) -> dict[str, Any]:
 
 @login_required
 def run_status(request: HttpRequest, run_id: int) -> HttpResponse:
-    """The live header of the run page; htmx polls it while the run is queued or running. The
-    run's actions come along out of band: Delete appears the moment a run finishes."""
-    return render(request, "dashboard/_run_status.html",
-                  {**_status_context(request, _run_or_404(run_id)), "oob": True})
+    """The live part of the run page (title, actions, status card), polled by htmx while the
+    run is queued or running and swapped whole: Delete appears the moment a run finishes."""
+    return render(request, "dashboard/_run_live.html",
+                  _status_context(request, _run_or_404(run_id)))
 
 
 @login_required
