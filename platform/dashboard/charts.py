@@ -17,6 +17,7 @@ from typing import Any
 import numpy as np
 from experiments.models import Run
 
+from trainer.algorithms import get_algorithm, is_algorithm
 from trainer.allocation import ALLOCATION_WEIGHTS
 from trainer.config import TrainConfig
 
@@ -338,7 +339,7 @@ def heatmap(run: Run, *, sort: str = "samples", query: str = "",
 
 def prompt_pass_rate(run: Run, prompt_id: int) -> Fig:
     p = selectors.prompt_pass_rates(run.pk, prompt_id)
-    est = run.algorithm == "ada-est"
+    est = is_algorithm(run.algorithm) and get_algorithm(run.algorithm).allocates
     hover = [f"{n} samples" + (" (allocated)" if est else ", " + (
                  f"exit after round {e}" if e is not None else "unresolved"))
              for n, e in zip(p["samples"], p["exit_round"], strict=True)]
@@ -369,7 +370,7 @@ def est_p_hat_trace(steps: list[int], p_hat: list[float | None]) -> dict[str, An
 def _est_note(fig: Fig, empty: bool, run: Run) -> Fig:
     if empty:
         fig = _empty_note(fig, [])
-        if run.algorithm != "ada-est":
+        if not (is_algorithm(run.algorithm) and get_algorithm(run.algorithm).allocates):
             fig["layout"]["annotations"][0]["text"] = "not a Reinforce-Ada Est run"
     return fig
 
@@ -487,7 +488,7 @@ COMPARE_METRICS = {"real_reward": "real reward (0-1)", "kept_reward": "kept-batc
 
 def _run_label(run: Run) -> str:
     return plotly_text(f"{run.name} "
-                       f"({selectors.ALGORITHM_LABELS.get(run.algorithm, run.algorithm)})")
+                       f"({selectors.algorithm_label(run.algorithm)})")
 
 
 def compare(runs: list[Run], x_axis: str = "step", metric: str = "real_reward",

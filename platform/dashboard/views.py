@@ -30,6 +30,7 @@ from experiments import selectors as experiment_selectors
 from experiments.models import Estimate, Prompt, PromptSet, Run, Sweep
 from webapp.uploads import accepts_files, rejected_files
 
+from trainer.algorithms import get_algorithm, is_algorithm
 from trainer.config import BUILTIN_MODEL
 
 from . import charts, heatmap, params, reports, selectors
@@ -72,7 +73,7 @@ def run_list(request: HttpRequest) -> HttpResponse:
     sweep = params.get_id(request.GET, "sweep")
     filters = selectors.RunFilters(
         status=params.get_choice(request.GET, "status", Run.Status.values),
-        algorithm=params.get_choice(request.GET, "algorithm", selectors.ALGORITHM_LABELS),
+        algorithm=params.get_choice(request.GET, "algorithm", selectors.algorithm_labels()),
         prompt_set=str(prompt_set) if prompt_set else "", q=params.get_text(request.GET, "q"),
         sweep=str(sweep) if sweep else "")
     runs = list(selectors.run_list(filters)[:500])
@@ -81,7 +82,7 @@ def run_list(request: HttpRequest) -> HttpResponse:
         if isinstance(item, selectors.SweepGroup):
             item.can_manage = services.can_modify_sweep(item.sweep, request.user)
     context = {"runs": runs, "rows": rows, "filters": filters,
-               "statuses": Run.Status.choices, "algorithms": selectors.ALGORITHM_LABELS,
+               "statuses": Run.Status.choices, "algorithms": selectors.algorithm_labels(),
                "prompt_sets": selectors.prompt_sets(),
                "any_active": any(r.status in Run.ACTIVE_STATUSES for r in runs)}
     if request.htmx:
@@ -156,7 +157,8 @@ def run_detail(request: HttpRequest, run_id: int) -> HttpResponse:
     return render(request, "dashboard/run_detail.html", {
         **_status_context(request, run),
         "charts": charts.charts_for(run),
-        "est_charts": charts.EST_CHARTS if run.algorithm == "ada-est" else (),
+        "est_charts": charts.EST_CHARTS if is_algorithm(run.algorithm)
+        and get_algorithm(run.algorithm).allocates else (),
         "config_rows": sorted((run.config or {}).items()),
         "heatmap_sorts": heatmap.SORTS,
         "heatmap": {**options, "params": shown,
@@ -168,7 +170,7 @@ def _status_context(request: HttpRequest, run: Run) -> dict[str, Any]:
     return {"run": run, "eta": selectors.run_eta(run), "poll_seconds": POLL_SECONDS,
             "can_manage": services.can_modify_run(run, request.user),
             "active": run.status in Run.ACTIVE_STATUSES,
-            "algorithm_label": selectors.ALGORITHM_LABELS.get(run.algorithm, run.algorithm)}
+            "algorithm_label": selectors.algorithm_label(run.algorithm)}
 
 
 @login_required
@@ -410,7 +412,7 @@ def compare(request: HttpRequest) -> HttpResponse:
         "runs": runs, "query": runs_query, "final": selectors.final_metrics(runs),
         "diff": selectors.config_diff(runs), "x_axes": charts.X_AXES,
         "metrics": charts.COMPARE_METRICS, "x": x, "metric": metric,
-        "algorithm_labels": selectors.ALGORITHM_LABELS,
+        "algorithm_labels": selectors.algorithm_labels(),
     })
 
 
