@@ -87,8 +87,12 @@ def seed(args: argparse.Namespace) -> None:
     raw = connection.connection  # psycopg 3 connection under Django's wrapper
     for name, algorithm, seed_, with_samples in specs:
         t0 = time.perf_counter()
-        cfg = TrainConfig(algorithm=algorithm, seed=seed_, batch_size=PROMPTS,
-                          total_steps=STEPS).to_dict()
+        config = TrainConfig(algorithm=algorithm, seed=seed_, batch_size=PROMPTS,
+                             total_steps=STEPS)
+        cfg = config.to_dict()
+        # The synthetic records follow the algorithm's own exit rule (one round without one).
+        record = config.algorithm_record
+        k_pos, k_neg = config.exit_counts
         run = Run.objects.create(owner=user, name=name, algorithm=algorithm, config=cfg,
                                  prompt_set=ps, model=cfg["model"], seed=seed_,
                                  total_steps=STEPS, status=Run.Status.SUCCEEDED,
@@ -112,8 +116,8 @@ def seed(args: argparse.Namespace) -> None:
                     p = min(0.98, base[j] + drift)
                     pool: list[tuple[int, float]] = []
                     exit_round = None
-                    rounds = 1 if algorithm == "grpo" else 4
-                    per_round = 4 if algorithm == "grpo" else 8
+                    rounds = 4 if record.eliminates else 1
+                    per_round = 8 if record.eliminates else 4
                     for rnd in range(1, rounds + 1):
                         active_per_round[rnd - 1] += 1
                         for _ in range(per_round):
@@ -122,8 +126,8 @@ def seed(args: argparse.Namespace) -> None:
                             pos_per_round[rnd - 1] += int(r > 0.5)
                         pos = sum(1 for _, r in pool if r > 0.5)
                         neg = len(pool) - pos
-                        done = (algorithm == "grpo" or (pos >= 1 if algorithm == "ada-pos"
-                                                        else pos >= 2 and neg >= 2))
+                        done = not record.eliminates or bool(
+                            record.exit_rule(pos, neg, k_pos, k_neg))
                         if done:
                             exit_round = rnd
                             finished_per_round[rnd - 1] += 1
@@ -172,8 +176,8 @@ def seed(args: argparse.Namespace) -> None:
                 for rnd in range(4):
                     if active_per_round[rnd]:
                         round_rows.append((run.pk, step, rnd + 1, active_per_round[rnd],
-                                           active_per_round[rnd] * (4 if algorithm == "grpo"
-                                                                    else 8),
+                                           active_per_round[rnd] * (8 if record.eliminates
+                                                                    else 4),
                                            pos_per_round[rnd], finished_per_round[rnd], 0))
                 _copy(cur, Step._meta.db_table, ["run_id", "step", "metrics", "real_reward",
                                                  "kept_reward", "samples", "tokens",

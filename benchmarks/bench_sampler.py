@@ -28,7 +28,7 @@ def one_step(rule: str, rates: np.ndarray, rng: np.random.Generator, n: int, m: 
     P = len(rates)
     draws = (rng.random((rounds, P, m)) < rates[None, :, None]).astype(np.float64)
     t0 = time.perf_counter()
-    s = AdaptiveSampler(P, exit_rule=rule, group_size=n, samples_per_round=m, max_rounds=rounds,
+    s = AdaptiveSampler(P, algorithm=rule, group_size=n, samples_per_round=m, max_rounds=rounds,
                         seed=0)
     while not s.done:
         active = np.flatnonzero(s._active)

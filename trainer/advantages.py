@@ -12,6 +12,7 @@ uses (``torch.std``); a group of one has std 0.
 from __future__ import annotations
 
 from collections.abc import Callable
+from typing import Any
 
 import numpy as np
 
@@ -97,10 +98,18 @@ ADVANTAGE_ESTIMATORS: dict[str, AdvantageEstimator] = {
     "group": group_advantages,
     "hybrid": hybrid_advantages,
 }
+# Each algorithm names its estimator in its record (``trainer.algorithms``, ``advantage``).
 
-# Which estimator each algorithm uses (DESIGN.md section 3).
-ALGORITHM_ESTIMATOR: dict[str, str] = {"grpo": "group", "dapo": "group", "ada-pos": "global",
-                                       "ada-balance": "global", "ada-est": "hybrid"}
+
+def signal_groups(res: Any) -> np.ndarray:
+    """Per prompt of a ``SamplerResult``: whether its rewards are not all equal (DAPO's filter
+    keeps a group whose reward std is > 0; with pass/fail rewards that is "at least one right
+    and one wrong")."""
+    lo = np.full(res.num_prompts, np.inf)
+    hi = np.full(res.num_prompts, -np.inf)
+    np.minimum.at(lo, res.sample_prompt, res.rewards)
+    np.maximum.at(hi, res.sample_prompt, res.rewards)
+    return hi > lo
 
 
 def zero_advantage_groups(advantages: np.ndarray, groups: np.ndarray, kept: np.ndarray,

@@ -256,8 +256,9 @@ def simulate(algorithm: str, pass_rates: Sequence[float], *, group_size: int = 4
     batch with ``batch`` (1-based) and ``index`` into ``pass_rates``; its steps carry
     ``gen_batches``.
     """
+    from trainer.algorithms import get_algorithm
     from trainer.backends.simulated import SimulatedBackend
-    from trainer.loop import make_estimator, make_scorer, sample_step
+    from trainer.loop import make_scorer, sample_step
     from trainer.types import Prompt
 
     if steps < 1:
@@ -268,15 +269,15 @@ def simulate(algorithm: str, pass_rates: Sequence[float], *, group_size: int = 4
         "batch_size": max(1, len(pass_rates)), **(overrides or {})})
     prompts = [Prompt(id=str(i), text=f"simulated prompt {i}", answer="1",
                       metadata={"pass_rate": rate}) for i, rate in enumerate(pass_rates)]
-    backend, scorer, estimator = SimulatedBackend(config), make_scorer(config), \
-        make_estimator(config)
+    backend, scorer = SimulatedBackend(config), make_scorer(config)
+    state = get_algorithm(config.algorithm).new_state(config)
     out = []
     for step in range(1, steps + 1):
         def more_prompts(k: int, step: int = step) -> list[Prompt]:
             return [Prompt(id=f"{p.id}/{step}/{k}", text=p.text, answer=p.answer,
                            metadata=p.metadata) for p in prompts]
 
-        sampled = sample_step(config, prompts, backend, scorer, step, estimator,
+        sampled = sample_step(config, prompts, backend, scorer, step, state,
                               more_prompts=more_prompts)
         out.append({"step": step, **_simulated_step(config, pass_rates, sampled)})
     if steps == 1:
@@ -286,7 +287,10 @@ def simulate(algorithm: str, pass_rates: Sequence[float], *, group_size: int = 4
 
 def _simulated_step(config: TrainConfig, pass_rates: Sequence[float],
                     sampled: Any) -> dict[str, Any]:
+    from trainer.algorithms import get_algorithm
+
     res, allocation = sampled.result, sampled.allocation
+    batches = get_algorithm(config.algorithm).draws_batches
     out = []
     for i in range(res.num_prompts):
         rate = pass_rates[i % len(pass_rates)]
@@ -301,10 +305,10 @@ def _simulated_step(config: TrainConfig, pass_rates: Sequence[float],
                "advantages": advantages}
         if allocation is not None:
             row |= {"p_hat": float(allocation.p_hat[i]), "allocated": int(allocation.counts[i])}
-        if config.algorithm == "dapo":
+        if batches:  # exit_round numbers the batch a prompt came in (DAPO)
             row |= {"batch": int(res.exit_round[i])}
         out.append(row)
-    extra = {"gen_batches": int(res.exit_round.max())} if config.algorithm == "dapo" else {}
+    extra = {"gen_batches": int(res.exit_round.max())} if batches else {}
     return {"total_samples": int(res.samples.sum()), "prompts": out, **extra}
 
 

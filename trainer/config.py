@@ -18,17 +18,16 @@ from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
-# GRPO; Reinforce-Ada's sequential variants (v3 "Seq": sample in rounds until K_pos positives and
-# K_neg negatives; v1/v2 called them ada-pos and ada-balance) and its estimation-based one
-# (v3 "Est": one round, samples allocated per prompt from a persistent pass-rate estimate).
-# DAPO's dynamic sampling (``dapo``) is the baseline that also spends extra samples to keep only
-# groups with signal (Yu et al., 2025; verl's ``filter_groups``).
-ALGORITHMS = ("grpo", "dapo", "ada-pos", "ada-balance", "ada-est")
-SEQ_ALGORITHMS = ("ada-pos", "ada-balance")
+from trainer.algorithms import ALGORITHM_NAMES, Algorithm, algorithms, get_algorithm
+from trainer.algorithms.seq import MAX_SAMPLES_PER_PROMPT
+from trainer.schedulers import SCHEDULERS
+
+# The registered algorithms' names, read live (trainer.algorithms: GRPO; DAPO; Reinforce-Ada's
+# Seq-pos and Seq-balance, v1/v2's ada-pos and ada-balance; Reinforce-Ada Est; and any algorithm
+# registered later).
+ALGORITHMS = ALGORITHM_NAMES
 EST_WEIGHTS = ("inv-sqrt", "inv")
 BACKENDS = ("hf", "vllm", "simulated")
-# Generation schedulers (trainer.schedulers; DESIGN.md section 7).
-SCHEDULERS = ("round", "per-prompt", "streaming")
 VERIFIERS = ("auto", "exact", "math")
 DEVICES = ("auto", "cpu", "cuda")
 ROLLOUT_DTYPES = ("auto", "float32", "bfloat16", "float16")
@@ -43,14 +42,14 @@ BUILTIN_TASK = "builtin:arithmetic"
 # sum, answers of a few to ~35 tokens, for workloads whose response lengths must vary.
 BUILTIN_LONG_TASK = "builtin:arithmetic-long"
 BUILTIN_TASKS = (BUILTIN_TASK, BUILTIN_LONG_TASK)
-# What the built-in tiny model trains with (DESIGN.md section 3). The ``lr`` default is the
+# What the built-in tiny model trains with (docs/architecture.md). The ``lr`` default is the
 # paper's 1e-6 for 1.5B-7B models, at which the tiny model hardly moves.
 BUILTIN_MODEL_LR = 2e-4
 # The long variant's largest operand (trainer.tasks.LONG_MAX_DIGITS; not imported: this module
 # stays free of the trainer's other modules' imports).
 LONG_MAX_DIGITS = 4
-# Responses per prompt and step at most: the per-prompt counts are PostgreSQL smallint columns.
-MAX_SAMPLES_PER_PROMPT = 32_767
+# Responses per prompt and step at most (MAX_SAMPLES_PER_PROMPT, above): the per-prompt counts
+# are PostgreSQL smallint columns.
 # Seeds are stored in PostgreSQL integer columns (int32).
 MAX_SEED = 2**31 - 1
 # Longest file path accepted (Linux's PATH_MAX, which includes the terminating NUL) and longest
@@ -88,12 +87,8 @@ def _f(default: Any, help: str, group: str, unit: str = "", *, ge: float | None 
 @dataclass
 class TrainConfig:
     # --- algorithm -----------------------------------------------------------------------------
-    algorithm: str = _f("ada-balance", "grpo; ada-pos (Seq-pos: sample in rounds until K_pos "
-                        "positives); ada-balance (Seq-balance: until K_pos positives and K_neg "
-                        "negatives); ada-est (Est: one round, samples allocated per prompt from a "
-                        "persistent pass-rate estimate); dapo (DAPO dynamic sampling: GRPO groups "
-                        "of n, groups with all-equal rewards dropped, further batches of prompts "
-                        "drawn until B groups carry signal).", "algorithm")
+    algorithm: str = _f("ada-balance", "; ".join(
+        f"{a.name} ({a.help})" if a.help else a.name for a in algorithms()) + ".", "algorithm")
     group_size: int = _f(4, "n: responses per prompt kept for the update.", "algorithm",
                          "responses", ge=2, le=1024)
     samples_per_round: int = _f(8, "M: new responses drawn per active prompt and round (M >= n); "
@@ -251,19 +246,22 @@ class TrainConfig:
 
     # ------------------------------------------------------------------------------------------
     @property
-    def is_adaptive(self) -> bool:
-        """Reinforce-Ada (Seq or Est); GRPO and DAPO draw n per prompt."""
-        return self.algorithm not in ("grpo", "dapo")
+    def algorithm_record(self) -> Algorithm | None:
+        """The record of ``algorithm`` (``trainer.algorithms``); None while the name is unknown
+        (``errors()`` reports it, and the properties below then fall back to GRPO's shape)."""
+        return get_algorithm(self.algorithm) if self.algorithm in ALGORITHM_NAMES else None
 
     @property
     def is_seq(self) -> bool:
         """Sampling in rounds with an exit rule (v3 "Seq": ada-pos, ada-balance)."""
-        return self.algorithm in SEQ_ALGORITHMS
+        record = self.algorithm_record
+        return record is not None and record.eliminates
 
     @property
     def exit_counts(self) -> tuple[int, int]:
         """(K_pos, K_neg) of the Seq exit rule; empty fields take the v1/v2 rules' values."""
-        k_pos, k_neg = default_exit_counts(self.algorithm, self.group_size)
+        record = self.algorithm_record
+        k_pos, k_neg = record.default_exit_counts(self.group_size) if record else (0, 0)
         return (k_pos if self.K_pos is None else self.K_pos,
                 k_neg if self.K_neg is None else self.K_neg)
 
@@ -276,25 +274,27 @@ class TrainConfig:
 
     @property
     def use_std_normalization(self) -> bool:
+        """``std_normalize``, or where empty the algorithm's default (on for GRPO and DAPO, off
+        for Reinforce-Ada)."""
         if self.std_normalize is None:
-            return self.algorithm in ("grpo", "dapo")  # DAPO keeps GRPO's advantage
+            record = self.algorithm_record
+            return record.std_normalize if record else False
         return self.std_normalize
 
     @property
     def max_samples_per_prompt(self) -> int:
-        if self.algorithm == "ada-est":
-            return self.est_max_samples
-        return self.samples_per_round * self.max_rounds if self.is_adaptive else self.group_size
+        """Responses one prompt draws in a step at most: n (GRPO, DAPO), M x N (Seq),
+        est_max_samples (Est)."""
+        record = self.algorithm_record
+        return record.max_samples_per_prompt(self) if record else self.group_size
 
     @property
     def max_samples_per_step(self) -> int:
         """Responses a step draws at most: B x n (GRPO), B x n x max_num_gen_batches (DAPO),
         B x M x N (Seq), B x budget (Est)."""
-        if self.algorithm == "ada-est":
-            return self.batch_size * self.budget_per_prompt
-        if self.algorithm == "dapo":
-            return self.batch_size * self.group_size * self.max_num_gen_batches
-        return self.batch_size * self.max_samples_per_prompt
+        record = self.algorithm_record
+        return record.max_samples_per_step(self) if record \
+            else self.batch_size * self.group_size
 
     @property
     def max_step_tokens(self) -> int:
@@ -331,17 +331,12 @@ class TrainConfig:
             for error in _bound_errors(f.name, getattr(self, f.name), f.metadata):
                 out_of_bounds.add(f.name)
                 yield error
-        if self.is_seq and self.samples_per_round < self.group_size:
-            yield ConfigError("samples_per_round", f"must be >= group_size ({self.group_size}), "
-                              f"got {self.samples_per_round}")
-        if (self.is_adaptive and self.algorithm != "ada-est"
-                and not out_of_bounds & {"samples_per_round", "max_rounds"}
-                and self.samples_per_round * self.max_rounds > MAX_SAMPLES_PER_PROMPT):
-            # Per-prompt counts are smallint columns; and no prompt needs 32k responses.
-            yield ConfigError("max_rounds", f"samples_per_round x max_rounds = "
-                              f"{self.samples_per_round * self.max_rounds:,} responses per "
-                              f"prompt; at most {MAX_SAMPLES_PER_PROMPT:,}")
-        yield from self._exit_count_errors()
+        record = self.algorithm_record
+        if record is not None:
+            # The algorithm's own checks (Seq: M >= n, M x N within the smallint columns, exit
+            # counts that can be met).
+            for name, reason in record.config_errors(self, out_of_bounds):
+                yield ConfigError(name, reason)
         yield from self._est_errors()
         if self.ppo_mini_batch_size > self.batch_size:
             yield ConfigError("ppo_mini_batch_size", f"must be <= batch_size ({self.batch_size})")
@@ -378,24 +373,12 @@ class TrainConfig:
                               f"{self.scheduler!r}: transformers' generate draws a whole batch "
                               "at once, while per-prompt and streaming submit and abort single "
                               "requests (backend vllm or simulated)")
-        if self.algorithm == "ada-est":
-            yield ConfigError("scheduler", f"ada-est supports only 'round', got "
-                              f"{self.scheduler!r}: it draws a single round with per-prompt "
-                              "sample counts, so there is no later round to start early and no "
-                              "exit rule to stream")
-
-    def _exit_count_errors(self) -> Iterator[ConfigError]:
-        if not self.is_seq or any(v is not None and v < 0 for v in (self.K_pos, self.K_neg)):
-            return
-        k_pos, k_neg = self.exit_counts
-        if k_pos + k_neg < 1:
-            yield ConfigError("K_pos", "K_pos + K_neg must be >= 1 (with 0 and 0 every prompt "
-                              "would stop before it was sampled)")
-        cap = self.samples_per_round * self.max_rounds
-        # An invalid M or N is reported on its own field; the cap it implies would say nothing.
-        if k_pos + k_neg > cap and self.samples_per_round >= 1 and self.max_rounds >= 1:
-            yield ConfigError("K_pos", f"K_pos + K_neg = {k_pos + k_neg} can never be met within "
-                              f"samples_per_round x max_rounds = {cap:,} samples")
+        record = self.algorithm_record
+        if record is not None and record.schedulers is not None \
+                and self.scheduler not in record.schedulers:
+            only = ", ".join(f"'{s}'" for s in record.schedulers)
+            yield ConfigError("scheduler", f"{record.name} supports only {only}, got "
+                              f"{self.scheduler!r}: {record.schedulers_reason}")
 
     def _est_errors(self) -> Iterator[ConfigError]:
         counts = (self.budget_per_prompt, self.est_min_samples, self.est_max_samples)
@@ -567,16 +550,6 @@ def _path_errors(name: str, value: str) -> Iterator[ConfigError]:
 
 def _path_ok(value: str) -> bool:
     return not any(True for _ in _path_errors("", value))
-
-
-def default_exit_counts(algorithm: str, group_size: int) -> tuple[int, int]:
-    """(K_pos, K_neg) of the v1/v2 exit rules: ada-pos stops at 1 positive; ada-balance at n//2
-    positives and n - n//2 negatives. (0, 0) for algorithms without an exit rule."""
-    if algorithm == "ada-pos":
-        return 1, 0
-    if algorithm == "ada-balance":
-        return group_size // 2, group_size - group_size // 2
-    return 0, 0
 
 
 def _type_errors(name: str, value: Any, annotation: str) -> Iterator[ConfigError]:

@@ -3,8 +3,8 @@ by ``python -m trainer warmstart`` into ``builtin_model_dir()``, and loaded like
 Face model directory.
 
 Size: hidden 128, 4 layers, 4 query / 2 key-value heads, MLP 384, tied embeddings, about 0.8M
-parameters (DESIGN.md section 3): small enough to train by RL on 2 CPU cores in minutes, large
-enough to learn reversed-digit addition.
+parameters (docs/architecture.md, "The built-in model"): small enough to train by RL on 2 CPU
+cores in minutes, large enough to learn reversed-digit addition.
 """
 
 from __future__ import annotations

@@ -4,8 +4,8 @@ sampling will cost and how much signal it will get, before a run is launched.
 1. ``sample_pass_rates``: ``k`` responses for each prompt of a seeded subset, scored with the
    run's verifier (a worker does this with the run's model, backend and generation settings);
 2. ``predict``: those pass rates fed to the simulator, the code of ``python -m trainer simulate``
-   (``trainer.cli.simulate``), for every algorithm of ``trainer.config.ALGORITHMS`` at the run's
-   B, n, M and N (and GRPO at larger n, the sample-matched baseline);
+   (``trainer.cli.simulate``), for every registered algorithm (``trainer.algorithms``) at the
+   run's B, n, M and N (and GRPO at larger n, the sample-matched baseline);
 3. ``preflight_warnings``: pass rates that carry no signal, or a verifier that raises.
 
 A prompt never solved in ``k`` samples is simulated as never solved: with k = 16 a prompt of
@@ -22,12 +22,14 @@ from typing import Any
 
 import numpy as np
 
-from trainer.config import ALGORITHMS, MAX_SEED, ConfigError
+from trainer import seeds
+from trainer.algorithms import algorithms, get_algorithm
+from trainer.config import MAX_SEED, ConfigError
 from trainer.types import Prompt
 
-# GRPO's group sizes the preflight predicts besides the run's own n: a larger group is GRPO's
-# answer to signal collapse, at a budget comparable to Reinforce-Ada's.
-GRPO_GROUP_SIZES = (4, 8, 16)
+# Each algorithm's record names the group sizes predicted besides the run's own n
+# (``Algorithm.preflight_group_sizes``): GRPO's 4, 8 and 16, a larger group being GRPO's answer
+# to signal collapse, at a budget comparable to Reinforce-Ada's.
 # Warn when at least this fraction of the sampled prompts was never or always solved...
 NO_SIGNAL_FRACTION = 0.9
 # ... or when the verifier raised on at least this fraction of the responses.
@@ -38,10 +40,10 @@ SIMULATED_DRAWS = 512
 # ... and at most this many simulated responses per algorithm, so that a prediction for a large
 # M x N stays a fraction of a second (fewer draws, each still a whole pass over the prompts).
 SIMULATED_RESPONSES = 1 << 17
-# Reinforce-Ada-Est allocates from an estimate built over earlier visits: its prediction is the
-# second half of this many simulated steps over the same prompts (the first half lets the
-# estimate form; a single step would only show the prior's uniform allocation).
-EST_SIMULATED_STEPS = 10
+# An algorithm with persistent state (Est allocates from an estimate built over earlier visits)
+# is predicted from the second half of this many simulated steps over the same prompts (the first
+# half lets the state form; a single step of Est would only show the prior's uniform allocation).
+STATEFUL_SIMULATED_STEPS = 10
 
 Scorer = Callable[[Prompt, list[str]], tuple[list[float], list[str | None]]]
 
@@ -85,7 +87,7 @@ PREDICTION_COLUMNS: tuple[Column, ...] = (
 
 def choose_prompts(num_available: int, count: int, seed: int) -> list[int]:
     """Indices of a seeded uniform subset of ``count`` prompts (all of them when fewer)."""
-    rng = np.random.default_rng([seed, 11])
+    rng = np.random.default_rng([seed, seeds.PREFLIGHT_PROMPTS])
     if count >= num_available:
         return list(range(num_available))
     return sorted(rng.choice(num_available, size=count, replace=False).tolist())
@@ -116,7 +118,7 @@ def sample_pass_rates(backend: Any, prompts: Sequence[Prompt], k: int, score: Sc
     """Draw ``k`` responses per prompt, ``chunk_size`` prompts per ``backend.generate`` call,
     and score them. ``on_progress(prompts done, sample so far)`` follows every chunk;
     ``should_stop`` is polled before each one (a cancelled sample keeps what it has)."""
-    from trainer.sampler import derive_seed
+    from trainer.seeds import derive_seed
 
     out = PassRateSample()
     for start in range(0, len(prompts), chunk_size):
@@ -168,10 +170,11 @@ def preflight_warnings(rewards: Sequence[Sequence[float]], errors: Sequence[int]
 
 
 def variants(group_size: int) -> list[tuple[str, int]]:
-    """The (algorithm, n) pairs a preflight predicts: GRPO at the run's n and at
-    ``GRPO_GROUP_SIZES``, every other algorithm of ``ALGORITHMS`` at the run's n."""
-    grpo = sorted({group_size, *GRPO_GROUP_SIZES})
-    return [("grpo", n) for n in grpo] + [(a, group_size) for a in ALGORITHMS if a != "grpo"]
+    """The (algorithm, n) pairs a preflight predicts: every registered algorithm at the run's n,
+    and those with ``preflight_group_sizes`` (GRPO) at those sizes too."""
+    return [(a.name, n) for a in algorithms()
+            for n in (sorted({group_size, *a.preflight_group_sizes})
+                      if a.preflight_group_sizes else [group_size])]
 
 
 def predict(rates: Sequence[float], *, batch_size: int, group_size: int,
@@ -185,7 +188,7 @@ def predict(rates: Sequence[float], *, batch_size: int, group_size: int,
     prompt draws, fewer when M x N is large (at most ``SIMULATED_RESPONSES`` responses).
     """
     from trainer.cli import simulate
-    from trainer.sampler import derive_seed
+    from trainer.seeds import derive_seed
 
     if not rates:
         return []
@@ -194,13 +197,14 @@ def predict(rates: Sequence[float], *, batch_size: int, group_size: int,
     draws = max(1, min(draws, SIMULATED_RESPONSES // max(samples_per_round * max_rounds, 16)))
     passes = [list(rates)] * max(1, -(-draws // len(rates)))
     if draws < len(rates):
-        rng = np.random.default_rng([seed, 13])
+        rng = np.random.default_rng([seed, seeds.PREFLIGHT_SUBSET])
         passes = [[rates[i] for i in rng.choice(len(rates), size=draws, replace=False)]]
     rows: list[dict[str, Any]] = []
     for algorithm, n in variants(group_size):
         row: dict[str, Any] = {"algorithm": algorithm, "group_size": n, "error": None}
-        steps = EST_SIMULATED_STEPS if algorithm == "ada-est" else 1
-        # Est's counted steps each draw every prompt once: fewer passes give as many draws.
+        record = get_algorithm(algorithm)
+        steps = STATEFUL_SIMULATED_STEPS if record.make_state is not None else 1
+        # Counted steps each draw every prompt once: fewer passes give as many draws.
         runs = passes[:max(1, len(passes) // (steps - steps // 2))]
         try:
             results = [simulate(algorithm, chosen, group_size=n,
@@ -217,8 +221,8 @@ def predict(rates: Sequence[float], *, batch_size: int, group_size: int,
                  for step in (res["steps"][steps // 2:] if steps > 1 else [res])
                  for p in step["prompts"]]
         samples = float(np.mean([p["samples"] for p in drawn]))
-        if algorithm == "dapo":
-            # Per prompt of the step's batch: the further batches' samples count too.
+        if record.draws_batches:
+            # Per prompt of the step's batch: the further batches' samples count too (DAPO).
             samples = sum(r["total_samples"] for r in results) / sum(len(c) for c in runs)
         kept = [p for p in drawn if p["advantages"]]
         row.update(

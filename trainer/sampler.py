@@ -1,115 +1,67 @@
 """Reinforce-Ada's adaptive sampler (arXiv 2510.04996) as an incremental state machine.
 
-One ``AdaptiveSampler`` covers one training step. A scheduler feeds it rewards with ``observe``;
-``end_round`` retires the active prompts whose exit rule is met; ``finalize`` down-samples every
-prompt's pool to the update group and computes advantages (DESIGN.md section 3):
+One ``AdaptiveSampler`` covers one training step. A scheduler (``trainer.schedulers``) feeds it
+rewards with ``observe``; ``end_round`` retires the active prompts whose exit rule is met;
+``finalize`` down-samples every prompt's pool to the update group and computes advantages
+(docs/architecture.md, "The algorithm"):
 
 1. every prompt starts active; each round draws ``samples_per_round`` (M) responses per active
    prompt, for at most ``max_rounds`` (N) rounds;
-2. after each round an active prompt meeting its exit rule becomes inactive (``EXIT_RULES``):
-   v3's Seq rule is "at least K_pos positives and at least K_neg negatives"; ada-pos defaults to
-   (1, 0) and ada-balance to (n//2, n - n//2);
+2. after each round an active prompt meeting its algorithm's exit rule becomes inactive
+   (``Algorithm.exit_rule``; v3's Seq rule is "at least K_pos positives and at least K_neg
+   negatives"; ada-pos defaults to (1, 0) and ada-balance to (n//2, n - n//2));
 3. prompts still active after the last round are "unresolved";
 4. the update group is a down-sample of the pool to ``min(n, pool)`` responses: up to ``n//2``
    positives and up to ``n - n//2`` negatives, then the free slots from whichever side has more
-   left. An unresolved ``ada-pos`` prompt targets ``clamp(ceil(pos/pool * n), 1, n-1)``
-   positives instead. Within a side the choice is seeded and uniform;
-5. advantages come from ``trainer.advantages`` (global baseline for Reinforce-Ada, group
-   statistics for GRPO).
+   left (``Algorithm.positive_target`` may aim for another number of positives: an unresolved
+   Seq-pos prompt mirrors its pool). Within a side the choice is seeded and uniform;
+5. advantages come from the algorithm's estimator in ``trainer.advantages`` (global baseline
+   for Reinforce-Ada, group statistics for GRPO).
 
-GRPO is the same machine with the ``grpo`` rule: one round of ``n`` samples, everything kept.
-Reinforce-Ada-Est (``ada-est``) is one round too, of ``allocation[i]`` samples for prompt i
-(``trainer.allocation``), everything kept, with the hybrid advantage.
+An algorithm without an exit rule takes one round: ``group_size`` samples per prompt
+(GRPO, and DAPO per batch), or ``allocation[i]`` samples for prompt i when it allocates
+(Est, ``trainer.allocation``); an algorithm that does not down-sample keeps the whole pool.
 
-The round-based ``run_rounds`` drives the sampler with ``observe_many`` / ``end_round``. The
-schedulers of ``trainer.schedulers`` drive the same object one prompt at a time: after
-``start_per_prompt()`` every prompt has its own round counter (``prompt_round``), and
-``end_prompt_round(i)`` closes prompt i's current round alone, checks its exit rule and says
-whether it should draw another (``rule_met`` lets a streaming scheduler stop a prompt mid-round).
-Round statistics come out the same either way: round t's ``RoundStat`` is emitted once no prompt
-is still sampling in round t or earlier. State lives in numpy arrays and the bookkeeping is
-vectorised so a 512 x 32 step costs about a millisecond.
+The round scheduler drives the sampler with ``observe_many`` / ``end_round``. The per-prompt
+schedulers drive the same object one prompt at a time: after ``start_per_prompt()`` every
+prompt has its own round counter (``prompt_round``), and ``end_prompt_round(i)`` closes prompt
+i's current round alone, checks its exit rule and says whether it should draw another
+(``rule_met`` lets a streaming scheduler stop a prompt mid-round). Round statistics come out the
+same either way: round t's ``RoundStat`` is emitted once no prompt is still sampling in round t
+or earlier. State lives in numpy arrays and the bookkeeping is vectorised so a 512 x 32 step
+costs about a millisecond.
 
 Pure python/numpy: no torch here.
 """
 
 from __future__ import annotations
 
-import hashlib
-import time
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from trainer.advantages import ADVANTAGE_ESTIMATORS, ALGORITHM_ESTIMATOR, EPS
-from trainer.config import TrainConfig, default_exit_counts
-from trainer.types import Generation, Prompt, RoundStat
+from trainer.advantages import ADVANTAGE_ESTIMATORS, EPS
+from trainer.algorithms.base import Algorithm, get_algorithm
+from trainer.types import RoundStat
 
-ExitRule = Callable[[np.ndarray, np.ndarray, int, int], np.ndarray]
+if TYPE_CHECKING:
+    from trainer.config import TrainConfig
 
 
-def _rule_one_round(pos: np.ndarray, neg: np.ndarray, k_pos: int, k_neg: int) -> np.ndarray:
-    # GRPO and Est have no exit rule: one round, then every prompt is done.
+def _one_round(pos: np.ndarray, neg: np.ndarray, k_pos: int, k_neg: int) -> np.ndarray:
+    # No exit rule (GRPO, DAPO's batches, Est): one round, then every prompt is done; its
+    # exit_round is 1.
     return np.ones(np.shape(pos), dtype=bool)
 
 
-def _rule_exit_counts(pos: np.ndarray, neg: np.ndarray, k_pos: int, k_neg: int) -> np.ndarray:
-    # v3's Seq rule: at least K_pos positives and at least K_neg negatives. ada-pos is
-    # (K_pos, K_neg) = (1, 0) and ada-balance (n//2, n - n//2) by default.
-    return (np.asarray(pos) >= k_pos) & (np.asarray(neg) >= k_neg)
-
-
-# Exit rules take per-prompt positive and negative counts and the exit counts; vectorised.
-EXIT_RULES: dict[str, ExitRule] = {
-    "grpo": _rule_one_round,
-    "dapo": _rule_one_round,  # one GRPO round per batch of prompts (``concat_results``)
-    "ada-pos": _rule_exit_counts,
-    "ada-balance": _rule_exit_counts,
-    "ada-est": _rule_one_round,
-}
-
-
-def positive_target(exit_rule: str, resolved: np.ndarray, positives: np.ndarray,
+def positive_target(algorithm: str | Algorithm, resolved: np.ndarray, positives: np.ndarray,
                     pool: np.ndarray, n: int) -> np.ndarray:
-    """How many positives the down-sample aims for, per prompt.
-
-    ``n//2`` in general. For an unresolved ``ada-pos`` prompt the target follows the pool's own
-    positive rate, ``clamp(ceil(pos/pool * n), 1, n-1)``, so the kept group mirrors what was seen
-    instead of forcing balance. (With the round-based ``ada-pos`` rule an unresolved prompt has no
-    positive, so the target cannot be met and the fill takes negatives; the rule matters for
-    schedulers that stop early for other reasons.)
-    """
-    target = np.full(np.shape(positives), n // 2, dtype=np.int64)
-    if exit_rule == "ada-pos":
-        pool_safe = np.maximum(pool, 1)
-        prop = np.ceil(positives * n / pool_safe - 1e-9).astype(np.int64)
-        prop = np.clip(prop, 1, n - 1)
-        target = np.where(resolved, target, prop)
-    return target
-
-
-def derive_seed(*parts: int) -> int:
-    """A 63-bit seed from several integers (run seed, step, round, ...): independent streams for
-    every (step, round) so that resuming at step k replays exactly what an uninterrupted run
-    would have drawn."""
-    return int(np.random.SeedSequence([int(p) for p in parts]).generate_state(2, np.uint64)[0]
-               >> np.uint64(1))
-
-
-def prompt_key(prompt_id: str) -> int:
-    """A 64-bit integer standing for a prompt id in seed derivations (a hash, stable across
-    processes, unlike ``hash()``)."""
-    return int.from_bytes(hashlib.blake2b(prompt_id.encode(), digest_size=8).digest(), "big")
-
-
-def request_seed(seed: int, prompt_id: str, sample: int) -> int:
-    """The seed of one sampling request: sample ``sample`` of prompt ``prompt_id`` in a
-    ``generate`` call seeded ``seed`` (itself ``derive_seed(run seed, step, stream, round)``).
-    A function of those alone, so a prompt's samples do not depend on which other prompts share
-    the call, and a resumed run or a per-prompt scheduler draws the same ones. 63 bits: torch
-    generators take signed 64-bit seeds (a seed >= 2**63 raises an overflow)."""
-    return derive_seed(seed, prompt_key(prompt_id), sample)
+    """How many positives the down-sample aims for, per prompt: ``n//2`` in general, the
+    algorithm's own rule where it has one (``Algorithm.positive_target``; Seq-pos mirrors an
+    unresolved prompt's pool: ``clamp(ceil(pos/pool * n), 1, n-1)``)."""
+    return get_algorithm(algorithm).positive_target(resolved, positives, pool, n)
 
 
 @dataclass
@@ -197,43 +149,44 @@ class AdaptiveSampler:
     nothing is down-sampled. ``eps``: the estimator's epsilon (``trainer.advantages``).
     """
 
-    def __init__(self, num_prompts: int, *, exit_rule: str, group_size: int,
+    def __init__(self, num_prompts: int, *, algorithm: str | Algorithm, group_size: int,
                  samples_per_round: int, max_rounds: int, positive_threshold: float = 0.5,
                  std_normalize: bool | None = None, advantage_estimator: str | None = None,
                  seed: int = 0, k_pos: int | None = None, k_neg: int | None = None,
                  allocation: Sequence[int] | np.ndarray | None = None,
                  eps: float = EPS) -> None:
-        if exit_rule not in EXIT_RULES:
-            raise ValueError(f"unknown exit rule {exit_rule!r}; choose one of "
-                             f"{', '.join(EXIT_RULES)}")
+        try:
+            algo = get_algorithm(algorithm)
+        except KeyError:
+            raise ValueError(f"unknown exit rule {algorithm!r}: no algorithm of that name is "
+                             f"registered (trainer.algorithms)") from None
         if group_size < 1 or num_prompts < 0:
             raise ValueError("group_size must be >= 1 and num_prompts >= 0")
-        self.exit_rule = exit_rule
+        self.algorithm = algo
+        self.exit_rule = algo.exit_rule or _one_round
         self.num_prompts = num_prompts
         self.group_size = group_size
-        default_pos, default_neg = default_exit_counts(exit_rule, group_size)
+        default_pos, default_neg = algo.default_exit_counts(group_size)
         self.k_pos = default_pos if k_pos is None else k_pos
         self.k_neg = default_neg if k_neg is None else k_neg
         self.allocation: np.ndarray | None = None
-        if exit_rule in ("grpo", "dapo"):
-            samples_per_round, max_rounds = group_size, 1
-        if exit_rule == "ada-est":
+        if algo.allocates:
             if allocation is None or len(allocation) != num_prompts:
-                raise ValueError("ada-est needs an allocation: samples for every prompt")
+                raise ValueError(f"{algo.name} needs an allocation: samples for every prompt")
             self.allocation = np.asarray(allocation, dtype=np.int64)
             if num_prompts and self.allocation.min() < 1:
                 raise ValueError("every prompt needs at least one sample")
             samples_per_round = int(self.allocation.max()) if num_prompts else 0
             max_rounds = 1
-        self.downsample = exit_rule != "ada-est"
+        elif not algo.eliminates:
+            samples_per_round, max_rounds = group_size, 1
+        self.downsample = algo.downsample
         self.samples_per_round = samples_per_round
         self.max_rounds = max_rounds
         self.eps = eps
         self.positive_threshold = positive_threshold
-        self.std_normalize = (exit_rule in ("grpo", "dapo")) if std_normalize is None \
-            else std_normalize
-        self.advantage_estimator = advantage_estimator or ALGORITHM_ESTIMATOR.get(exit_rule,
-                                                                                  "global")
+        self.std_normalize = algo.std_normalize if std_normalize is None else std_normalize
+        self.advantage_estimator = advantage_estimator or algo.advantage
         self.seed = seed
         self.round = 1  # the round being observed (1-based), round-based use
         # Per-prompt use (start_per_prompt): each prompt's own current round, whether it still
@@ -287,7 +240,7 @@ class AdaptiveSampler:
     @property
     def has_exit_rule(self) -> bool:
         """Whether a prompt can stop before ``max_rounds`` (Seq); GRPO and Est take one round."""
-        return EXIT_RULES[self.exit_rule] is _rule_exit_counts
+        return self.algorithm.eliminates
 
     def pool_size(self, prompt_idx: int) -> int:
         """Samples observed for the prompt so far."""
@@ -295,8 +248,8 @@ class AdaptiveSampler:
 
     def rule_met(self, prompt_idx: int) -> bool:
         """Whether the prompt's exit rule holds on what was observed so far (streaming hook)."""
-        return bool(EXIT_RULES[self.exit_rule](self._pos[prompt_idx], self._neg[prompt_idx],
-                                               self.k_pos, self.k_neg))
+        return bool(self.exit_rule(self._pos[prompt_idx], self._neg[prompt_idx], self.k_pos,
+                                   self.k_neg))
 
     def observe(self, prompt_idx: int, reward: float) -> None:
         """Add one reward to an active prompt's pool in the current round."""
@@ -364,8 +317,7 @@ class AdaptiveSampler:
         sampled = self._seen_this_round
         active_before = int((self._active & sampled).sum())
         self._rounds_used += sampled
-        met = self._active & EXIT_RULES[self.exit_rule](self._pos, self._neg, self.k_pos,
-                                                        self.k_neg)
+        met = self._active & self.exit_rule(self._pos, self._neg, self.k_pos, self.k_neg)
         self._exit_round[met] = self.round
         self._active &= ~met
         stat = RoundStat(round=self.round, active_prompts=active_before,
@@ -415,8 +367,7 @@ class AdaptiveSampler:
             self._first_n[i] = self._pos[i] + self._neg[i]
         sampled = self._cur_n[i] > 0
         self._rounds_used[i] += int(sampled)
-        met = bool(EXIT_RULES[self.exit_rule](self._pos[i], self._neg[i], self.k_pos,
-                                              self.k_neg))
+        met = bool(self.exit_rule(self._pos[i], self._neg[i], self.k_pos, self.k_neg))
         self._round_sums[t - 1] += (int(sampled), self._cur_n[i], self._cur_pos[i], int(met),
                                     tokens)
         self._cur_n[i] = self._cur_pos[i] = 0
@@ -475,7 +426,7 @@ class AdaptiveSampler:
 
         # Targets per prompt and side, then fill the free slots from the side with more left.
         size = np.minimum(n, pool)
-        pos_t = positive_target(self.exit_rule, resolved, pos_n, pool, n)
+        pos_t = self.algorithm.positive_target(resolved, pos_n, pool, n)
         take_pos = np.minimum(pos_t, pos_n)
         take_neg = np.minimum(n - pos_t, neg_n)
         free = size - take_pos - take_neg
@@ -502,7 +453,7 @@ class AdaptiveSampler:
         rank[by_key] = np.arange(len(p)) - block_start[block]
         quota = np.where(positive, take_pos[p], take_neg[p])
         kept = rank < quota
-        if not self.downsample:  # Est trains on every sample
+        if not self.downsample:  # e.g. Est: trains on every sample
             take_pos, take_neg, kept = pos_n.copy(), neg_n.copy(), np.ones(len(p), dtype=bool)
 
         baseline = np.divide(np.bincount(p, weights=r, minlength=P), pool,
@@ -524,147 +475,17 @@ class AdaptiveSampler:
             offsets=offsets)
 
 
-def signal_groups(res: SamplerResult) -> np.ndarray:
-    """Per prompt: whether its rewards are not all equal (DAPO's filter keeps a group whose
-    reward std is > 0; with pass/fail rewards that is "at least one right and one wrong")."""
-    lo = np.full(res.num_prompts, np.inf)
-    hi = np.full(res.num_prompts, -np.inf)
-    np.minimum.at(lo, res.sample_prompt, res.rewards)
-    np.maximum.at(hi, res.sample_prompt, res.rewards)
-    return hi > lo
-
-
-def concat_results(results: Sequence[SamplerResult], keep_groups: int | None = None
-                   ) -> SamplerResult:
-    """DAPO's step as one ``SamplerResult``: the GRPO results of its batches of prompts, batch k
-    (0-based) numbered round k + 1 (so ``sample_round``, ``exit_round`` and the round stats say
-    which batch a prompt came in), prompts in draw order.
-
-    Only groups with signal stay kept, and of those the first ``keep_groups`` in draw order
-    (verl's ``filter_groups`` truncates the collected groups to the train batch size the same
-    way); every other sample is not kept and its advantage 0. Advantages are each group's own
-    (GRPO), so concatenating changes none of them."""
-    parts = list(results)
-    counts = [r.num_prompts for r in parts]
-    offsets = np.concatenate([[0], np.cumsum([int(r.offsets[-1]) for r in parts])]
-                             ).astype(np.int64)
-    first_prompt = np.concatenate([[0], np.cumsum(counts)]).astype(np.int64)
-
-    def cat(name: str) -> np.ndarray:
-        return np.concatenate([getattr(r, name) for r in parts]) if parts else np.zeros(0)
-
-    sample_prompt = np.concatenate(
-        [r.sample_prompt + first_prompt[k] for k, r in enumerate(parts)]
-    ).astype(np.int64) if parts else np.zeros(0, np.int64)
-    signal = np.concatenate([signal_groups(r) for r in parts]) if parts \
-        else np.zeros(0, bool)
-    chosen = signal.copy()
-    if keep_groups is not None:
-        chosen &= np.cumsum(signal) <= keep_groups
-    kept = cat("kept").astype(bool) & chosen[sample_prompt]
-    advantages = np.where(kept, cat("advantages"), 0.0)
-    batch_of = np.repeat(np.arange(len(parts)), counts).astype(np.int64)
-    kept_pos = np.where(chosen, cat("kept_positives"), 0).astype(np.int64)
-    kept_neg = np.where(chosen, cat("kept_negatives"), 0).astype(np.int64)
-    return SamplerResult(
-        sample_prompt=sample_prompt,
-        sample_pool_index=cat("sample_pool_index").astype(np.int64),
-        sample_round=np.concatenate([np.full(int(r.offsets[-1]), k + 1, np.int64)
-                                     for k, r in enumerate(parts)]) if parts
-        else np.zeros(0, np.int64),
-        sample_order=np.concatenate([r.sample_order + offsets[k] for k, r in enumerate(parts)]
-                                    ).astype(np.int64) if parts else np.zeros(0, np.int64),
-        rewards=cat("rewards").astype(np.float64), positive=cat("positive").astype(bool),
-        kept=kept, advantages=advantages, samples=cat("samples").astype(np.int64),
-        positives=cat("positives").astype(np.int64), negatives=cat("negatives").astype(np.int64),
-        rounds_used=cat("rounds_used").astype(np.int64), exit_round=batch_of + 1,
-        missing=[m for r in parts for m in r.missing], baseline=cat("baseline"),
-        kept_positives=kept_pos, kept_negatives=kept_neg,
-        first_round_positives=cat("first_round_positives").astype(np.int64),
-        first_round_samples=cat("first_round_samples").astype(np.int64),
-        offsets=np.concatenate([[0], np.cumsum(cat("samples"))]).astype(np.int64))
-
-
 def make_sampler(config: TrainConfig, num_prompts: int, seed: int,
                  allocation: Sequence[int] | np.ndarray | None = None) -> AdaptiveSampler:
-    """The sampler a ``TrainConfig`` asks for; ``allocation``: Est's samples per prompt."""
+    """The sampler a ``TrainConfig`` asks for; ``allocation``: samples per prompt of an
+    algorithm that allocates (Est)."""
     c = config
-    est = c.algorithm == "ada-est"
+    algo = get_algorithm(c.algorithm)
+    options: dict[str, Any] = {"eps": EPS, **algo.sampler_options(c)}
     k_pos, k_neg = c.exit_counts
     return AdaptiveSampler(
-        num_prompts, exit_rule=c.algorithm, group_size=c.group_size,
+        num_prompts, algorithm=algo, group_size=c.group_size,
         samples_per_round=c.samples_per_round, max_rounds=c.max_rounds,
         positive_threshold=c.positive_threshold, std_normalize=c.use_std_normalization,
-        # Without the residual weight, Est's advantage is the plain global-baseline one.
-        advantage_estimator="global" if est and not c.est_residual_weight else None,
-        seed=seed, k_pos=k_pos, k_neg=k_neg, allocation=allocation,
-        eps=c.est_eps if est else EPS)
-
-
-# --- the round scheduler --------------------------------------------------------------------------
-
-Scorer = Callable[[Prompt, list[str]], tuple[list[float], list[str | None]]]
-
-
-@dataclass
-class RoundsOutcome:
-    """What ``run_rounds`` gathered. ``generations[i]`` and ``errors[i]`` are prompt i's pool in
-    observation order (the order ``SamplerResult`` calls the pool index)."""
-
-    generations: list[list[Generation]]
-    rewards: list[list[float]]
-    errors: list[list[str | None]]
-    round_stats: list[RoundStat]
-    cancelled: bool = False
-    time_generation: float = 0.0
-    time_scoring: float = 0.0
-    # Response tokens generated but never pooled: requests aborted by the streaming scheduler
-    # (or a cancel) and responses that finished after their prompt had stopped.
-    tokens_discarded: int = 0
-
-
-def run_rounds(sampler: AdaptiveSampler, prompts: Sequence[Prompt], backend: object,
-               score: Scorer, *, seed: int,
-               on_round: Callable[[RoundStat], None] | None = None,
-               should_stop: Callable[[], bool] | None = None) -> RoundsOutcome:
-    """Drive ``sampler`` round by round: draw ``round_counts`` responses for every active prompt
-    in one batched ``backend.generate`` call, score them, observe, close the round.
-
-    Round t's generation seed is ``derive_seed(seed, t)``. ``should_stop`` is checked between
-    rounds; when it says stop, the outcome comes back with ``cancelled=True`` and the sampler is
-    left unfinalized.
-    """
-    n_prompts = len(prompts)
-    gens: list[list[Generation]] = [[] for _ in range(n_prompts)]
-    rewards: list[list[float]] = [[] for _ in range(n_prompts)]
-    errors: list[list[str | None]] = [[] for _ in range(n_prompts)]
-    out = RoundsOutcome(gens, rewards, errors, sampler.round_stats)
-    while not sampler.done:
-        if should_stop is not None and should_stop():
-            out.cancelled = True
-            return out
-        active = sampler.active_indices()
-        t0 = time.perf_counter()
-        drawn = backend.generate([prompts[i] for i in active],  # type: ignore[attr-defined]
-                                 sampler.round_counts(active),
-                                 seed=derive_seed(seed, sampler.round))
-        t1 = time.perf_counter()
-        idx: list[int] = []
-        rew: list[float] = []
-        tokens = 0
-        for i, g in zip(active, drawn, strict=True):
-            r, e = score(prompts[i], [x.text for x in g])
-            gens[i].extend(g)
-            rewards[i].extend(r)
-            errors[i].extend(e)
-            idx.extend([i] * len(g))
-            rew.extend(r)
-            tokens += sum(len(x.response_token_ids) for x in g)
-        t2 = time.perf_counter()
-        out.time_generation += t1 - t0
-        out.time_scoring += t2 - t1
-        sampler.observe_many(idx, rew)
-        stat = sampler.end_round(tokens=tokens)
-        if on_round is not None:
-            on_round(stat)
-    return out
+        advantage_estimator=options.get("advantage"), seed=seed, k_pos=k_pos, k_neg=k_neg,
+        allocation=allocation, eps=options["eps"])

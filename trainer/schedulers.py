@@ -1,8 +1,9 @@
 """Generation schedulers: how the requests of one step's adaptive sampling reach the engine.
 
-Every scheduler drives the same ``AdaptiveSampler`` (DESIGN.md section 7):
+Every scheduler drives the same ``AdaptiveSampler`` (docs/architecture.md, "Schedulers and
+backends"):
 
-- ``round`` (``trainer.sampler.run_rounds``): round t for every active prompt in one batched
+- ``round`` (``run_rounds``): round t for every active prompt in one batched
   ``generate`` call, then round t+1. The slowest response of round t holds every prompt back,
   and later rounds run small batches.
 - ``per-prompt``: all first-round requests go in at once; as soon as the M samples of a prompt's
@@ -28,19 +29,91 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Hashable, Sequence
+from dataclasses import dataclass
 from typing import Protocol
 
-from trainer.config import SCHEDULERS
-from trainer.sampler import AdaptiveSampler, RoundsOutcome, Scorer, derive_seed, run_rounds
+from trainer.sampler import AdaptiveSampler
+from trainer.seeds import derive_seed
 from trainer.types import Generation, Prompt, RoundStat
 
-__all__ = ["SCHEDULERS", "RequestEngine", "run_per_prompt", "run_rounds", "run_scheduler"]
+__all__ = ["SCHEDULERS", "RequestEngine", "RoundsOutcome", "Scorer", "run_per_prompt",
+           "run_rounds", "run_scheduler"]
+
+# The config's ``scheduler`` values (validated in trainer.config).
+SCHEDULERS = ("round", "per-prompt", "streaming")
 
 # How often ``should_stop`` is polled while requests are in flight: a platform worker's check is
 # a database query, and an engine step can take microseconds (simulated) to milliseconds.
 STOP_POLL_S = 0.2
 # Backends whose engine takes and aborts single requests (``request_engine()``).
 REQUEST_BACKENDS = ("vllm", "simulated")
+
+# Rewards and per-response verifier errors of one prompt's responses.
+Scorer = Callable[[Prompt, list[str]], tuple[list[float], list[str | None]]]
+
+
+@dataclass
+class RoundsOutcome:
+    """What ``run_rounds`` gathered. ``generations[i]`` and ``errors[i]`` are prompt i's pool in
+    observation order (the order ``SamplerResult`` calls the pool index)."""
+
+    generations: list[list[Generation]]
+    rewards: list[list[float]]
+    errors: list[list[str | None]]
+    round_stats: list[RoundStat]
+    cancelled: bool = False
+    time_generation: float = 0.0
+    time_scoring: float = 0.0
+    # Response tokens generated but never pooled: requests aborted by the streaming scheduler
+    # (or a cancel) and responses that finished after their prompt had stopped.
+    tokens_discarded: int = 0
+
+
+def run_rounds(sampler: AdaptiveSampler, prompts: Sequence[Prompt], backend: object,
+               score: Scorer, *, seed: int,
+               on_round: Callable[[RoundStat], None] | None = None,
+               should_stop: Callable[[], bool] | None = None) -> RoundsOutcome:
+    """Drive ``sampler`` round by round: draw ``round_counts`` responses for every active prompt
+    in one batched ``backend.generate`` call, score them, observe, close the round.
+
+    Round t's generation seed is ``derive_seed(seed, t)``. ``should_stop`` is checked between
+    rounds; when it says stop, the outcome comes back with ``cancelled=True`` and the sampler is
+    left unfinalized.
+    """
+    n_prompts = len(prompts)
+    gens: list[list[Generation]] = [[] for _ in range(n_prompts)]
+    rewards: list[list[float]] = [[] for _ in range(n_prompts)]
+    errors: list[list[str | None]] = [[] for _ in range(n_prompts)]
+    out = RoundsOutcome(gens, rewards, errors, sampler.round_stats)
+    while not sampler.done:
+        if should_stop is not None and should_stop():
+            out.cancelled = True
+            return out
+        active = sampler.active_indices()
+        t0 = time.perf_counter()
+        drawn = backend.generate([prompts[i] for i in active],  # type: ignore[attr-defined]
+                                 sampler.round_counts(active),
+                                 seed=derive_seed(seed, sampler.round))
+        t1 = time.perf_counter()
+        idx: list[int] = []
+        rew: list[float] = []
+        tokens = 0
+        for i, g in zip(active, drawn, strict=True):
+            r, e = score(prompts[i], [x.text for x in g])
+            gens[i].extend(g)
+            rewards[i].extend(r)
+            errors[i].extend(e)
+            idx.extend([i] * len(g))
+            rew.extend(r)
+            tokens += sum(len(x.response_token_ids) for x in g)
+        t2 = time.perf_counter()
+        out.time_generation += t1 - t0
+        out.time_scoring += t2 - t1
+        sampler.observe_many(idx, rew)
+        stat = sampler.end_round(tokens=tokens)
+        if on_round is not None:
+            on_round(stat)
+    return out
 
 
 class RequestEngine(Protocol):

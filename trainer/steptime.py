@@ -23,9 +23,12 @@ from typing import Any
 
 import numpy as np
 
+from trainer import seeds
+from trainer.algorithms import baseline
 from trainer.config import SCHEDULERS, ConfigError, TrainConfig
 from trainer.enginetime import PAPER_MAX_RESPONSE_TOKENS, EngineTimeModel, LengthModel
 
+# The algorithms the paper times in its Table 2 (the baseline, GRPO, first).
 ALGORITHMS = ("grpo", "ada-pos", "ada-balance")
 
 
@@ -58,7 +61,7 @@ class StepTime:
 
 def paper_pass_rates(batch_size: int, alpha: float, beta: float, seed: int) -> list[float]:
     """``batch_size`` pass rates drawn from Beta(alpha, beta), seeded."""
-    return np.random.default_rng([seed, 11]).beta(alpha, beta, batch_size).tolist()
+    return np.random.default_rng([seed, seeds.PASS_RATES]).beta(alpha, beta, batch_size).tolist()
 
 
 def simulate_step_time(algorithm: str, scheduler: str, pass_rates: Sequence[float], *,
@@ -120,7 +123,8 @@ def study(pass_rates: Sequence[float], *, algorithms: Sequence[str] = ALGORITHMS
 
 def ratio_to_grpo(results: Sequence[StepTime]) -> dict[tuple[str, str], float]:
     """Each result's step time over round-based GRPO's (the baseline as the paper runs it)."""
-    base = next(r.step_s for r in results if (r.algorithm, r.scheduler) == ("grpo", "round"))
+    name = baseline().name
+    base = next(r.step_s for r in results if r.algorithm == name and r.scheduler == "round")
     return {(r.algorithm, r.scheduler): r.step_s / base for r in results}
 
 
@@ -222,8 +226,8 @@ def run_cli(args: argparse.Namespace) -> int:
         if args.max_tokens < 1:
             raise ConfigError("max-tokens", f"must be >= 1, got {args.max_tokens}")
         algorithms = _names(args.algorithms, ALGORITHMS, "algorithms")
-        if "grpo" not in algorithms:
-            algorithms.insert(0, "grpo")  # the ratios' baseline
+        if baseline().name not in algorithms:
+            algorithms.insert(0, baseline().name)  # the ratios' baseline
         schedulers = _names(args.schedulers, SCHEDULERS, "schedulers")
         if "round" not in schedulers:
             schedulers.insert(0, "round")

@@ -262,17 +262,5 @@ STEP_METRICS: dict[str, Metric | str] = {
        for key, t in zip(PASS_RATE_METRICS, PASS_RATE_THRESHOLDS, strict=True)},
 }
 
-# Further keys of Reinforce-Ada-Est's steps (``ada-est`` only).
-EST_STEP_METRICS: dict[str, str] = {
-    "p_hat_mean": "mean pass-rate estimate of the batch before sampling (0-1)",
-    "alloc_scale": "c of the allocation N = clip(c * w(p_hat), N_min, N_max) (samples per unit "
-                   "weight)",
-}
-
-# Further keys of DAPO's steps (``dapo`` only): its dynamic sampling's cost.
-DAPO_STEP_METRICS: dict[str, str] = {
-    "gen_batches": "batches of B prompts drawn this step (1 + further batches)",
-    "signal_groups": "groups with signal (rewards not all equal) among every batch drawn; the "
-                     "update takes the first B",
-    "prompts_drawn": "prompts sampled this step over every batch",
-}
+# Each algorithm declares the further keys of its own steps in its record
+# (``trainer.algorithms``: ``Algorithm.step_metrics``; all of them: ``step_metric_declarations``).

@@ -769,7 +769,7 @@ COMPARE_METRICS = {"real_reward": "real reward (0-1)", "kept_reward": "kept-batc
 
 def _run_label(run: Run) -> str:
     return plotly_text(f"{run.name} "
-                       f"({selectors.ALGORITHM_LABELS.get(run.algorithm, run.algorithm)})")
+                       f"({selectors.algorithm_label(run.algorithm)})")
 
 
 def compare(runs: list[Run], x_axis: str = "step", metric: str = "real_reward",

@@ -12,18 +12,17 @@ from django import forms
 from experiments import preflight, services
 from experiments.models import PromptSet, Run
 
+from trainer.algorithms import algorithms
 from trainer.config import (
-    ALGORITHMS,
     BUILTIN_MODEL,
     BUILTIN_TASK,
     CHOICE_FIELDS,
-    SEQ_ALGORITHMS,
     TrainConfig,
     field_specs,
     recommended_lr,
 )
 
-from .selectors import ALGORITHM_LABELS, DiffCell, RunSettings, settings_diff
+from .selectors import DiffCell, RunSettings, settings_diff
 
 # Set from the chosen prompt sets by the launch service, not typed by the user.
 SERVICE_OWNED = ("prompts", "eval_prompts")
@@ -32,10 +31,19 @@ SERVICE_OWNED = ("prompts", "eval_prompts")
 SCHEDULER_NOTES = {"per-prompt": " (same samples as round, no round barrier; vllm, simulated)",
                    "streaming": " (a different algorithm: favours short responses; vllm, "
                                 "simulated)"}
-CHOICES = {name: [(v, v) for v in values] for name, values in CHOICE_FIELDS.items()} | {
-    "algorithm": [(a, ALGORITHM_LABELS[a] + (f" (v1/v2: {a})" if a in SEQ_ALGORITHMS else ""))
-                  for a in ALGORITHMS],
-    "scheduler": [(s, s + SCHEDULER_NOTES.get(s, "")) for s in CHOICE_FIELDS["scheduler"]]}
+
+
+def choices(name: str) -> list[tuple[str, str]] | None:
+    """The dropdown of config field ``name`` (None: not a choice field), read when a form is
+    built: an algorithm registered after this module was imported is offered too."""
+    if name == "algorithm":
+        return [(a.name, a.choice_label) for a in algorithms()]
+    if name == "scheduler":
+        return [(s, s + SCHEDULER_NOTES.get(s, "")) for s in CHOICE_FIELDS["scheduler"]]
+    if name in CHOICE_FIELDS:
+        return [(v, v) for v in CHOICE_FIELDS[name]]
+    return None
+
 GROUP_TITLES = {"algorithm": "Algorithm", "est": "Reinforce-Ada Est (ada-est only)",
                 "model": "Model and generation",
                 "optimisation": "Optimisation", "data": "Built-in task and verifier",
@@ -46,8 +54,9 @@ def _config_field(spec: dict[str, Any]) -> forms.Field:
     name, typ, default = spec["name"], spec["type"], spec["default"]
     help_text = spec["help"] + (f" Unit: {spec['unit']}." if spec["unit"] else "")
     common: dict[str, Any] = {"help_text": help_text, "initial": default, "label": name}
-    if name in CHOICES:
-        return forms.ChoiceField(choices=CHOICES[name], **common)
+    options = choices(name)
+    if options is not None:
+        return forms.ChoiceField(choices=options, **common)
     if typ.startswith("bool") and "None" in typ:
         return forms.TypedChoiceField(
             choices=[("", "default"), ("true", "on"), ("false", "off")], required=False,

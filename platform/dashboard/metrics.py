@@ -10,15 +10,8 @@ from __future__ import annotations
 
 from collections.abc import Iterator, Mapping, Set
 
-from trainer.config import ALGORITHMS
-from trainer.types import (
-    DAPO_STEP_METRICS,
-    EST_STEP_METRICS,
-    OPTIONAL_STEP_METRICS,
-    STEP_METRICS,
-    Metric,
-    as_metric,
-)
+from trainer.algorithms import get_algorithm, is_algorithm, step_metric_declarations
+from trainer.types import Metric, as_metric
 
 Domain = tuple[float | None, float | None]
 FRACTION: Domain = (0.0, 1.0)
@@ -34,11 +27,10 @@ CHART_QUANTITIES: dict[str, Domain] = {
 
 
 def algorithm_declarations(algorithm: str) -> Mapping[str, Metric | str]:
-    """The extra step metrics ``algorithm`` declares, as declared (none for an unknown algorithm:
-    an imported run of an algorithm this platform no longer has still draws its generic
+    """The extra step metrics ``algorithm``'s record declares, as declared (none for a name no
+    longer registered: an imported run of a removed algorithm still draws its generic
     charts)."""
-    # Until the algorithm registry lands the two algorithms with extra metrics are listed here.
-    return {"ada-est": EST_STEP_METRICS, "dapo": DAPO_STEP_METRICS}.get(algorithm, {})
+    return get_algorithm(algorithm).step_metrics if is_algorithm(algorithm) else {}
 
 
 def algorithm_metrics(algorithm: str) -> dict[str, Metric]:
@@ -47,22 +39,15 @@ def algorithm_metrics(algorithm: str) -> dict[str, Metric]:
 
 
 def algorithm_eliminates(algorithm: str) -> bool:
-    """Whether ``algorithm`` samples in rounds and retires prompts by an exit rule (Seq); GRPO,
-    DAPO and Est sample every prompt once per step (DAPO once per batch) and eliminate none."""
-    return algorithm in ("ada-pos", "ada-balance")
-
-
-def registered_algorithms() -> tuple[str, ...]:
-    return ALGORITHMS
+    """Whether ``algorithm`` retires prompts by an exit rule (Seq); GRPO, DAPO and Est sample
+    every prompt in one round (DAPO: once per batch) and eliminate none."""
+    return is_algorithm(algorithm) and get_algorithm(algorithm).eliminates
 
 
 def declared() -> dict[str, Metric]:
-    """Every step metric a run may record: the common ones, the optional ones and every
-    registered algorithm's own."""
-    out = {key: as_metric(m) for key, m in {**STEP_METRICS, **OPTIONAL_STEP_METRICS}.items()}
-    for algorithm in registered_algorithms():
-        out.update(algorithm_metrics(algorithm))
-    return out
+    """Every step metric a run may record (``trainer.algorithms.step_metric_declarations``: the
+    common ones, the optional ones and every registered algorithm's own)."""
+    return {key: as_metric(m) for key, m in step_metric_declarations().items()}
 
 
 def metric(key: str) -> Metric:

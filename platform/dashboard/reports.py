@@ -23,7 +23,7 @@ from typing import Any
 
 from experiments.models import Run
 
-from trainer.config import ALGORITHMS
+from trainer.algorithms import ALGORITHM_NAMES, baseline, get_algorithm, is_algorithm
 from trainer.types import PASS_RATE_METRICS, PASS_RATE_THRESHOLDS
 
 from . import selectors
@@ -99,12 +99,12 @@ Rows = list[dict[str, Any]]
 # --- groups ------------------------------------------------------------------------------------
 
 def group_runs(runs: list[Run]) -> list[list[Run]]:
-    """Runs whose settings differ only by seed, together: in ``ALGORITHMS`` order (GRPO first),
+    """Runs whose settings differ only by seed, together: in the registry's order (GRPO first),
     then in launch order; each group's runs by seed."""
     by_key: dict[str, list[Run]] = {}
     for run in runs:
         by_key.setdefault(selectors.seed_group_key(run), []).append(run)
-    order = {a: i for i, a in enumerate(ALGORITHMS)}
+    order = {a: i for i, a in enumerate(ALGORITHM_NAMES)}
     groups = sorted(by_key.values(), key=lambda g: (order.get(g[0].algorithm, len(order)),
                                                     min(r.pk for r in g)))
     return [sorted(g, key=lambda r: (r.seed, r.pk)) for g in groups]
@@ -122,7 +122,9 @@ def group_labels(groups: list[list[Run]]) -> list[str]:
     labels = []
     for i, run in enumerate(firsts):
         # GRPO's group size is its budget, so its label names it ("GRPO n=16").
-        grpo_n = (run.config or {}).get("group_size") if run.algorithm == "grpo" else None
+        grpo_n = (run.config or {}).get("group_size") \
+            if is_algorithm(run.algorithm) and get_algorithm(run.algorithm).label_shows_group_size \
+            else None
         label = selectors.algorithm_label(run.algorithm, grpo_n)
         extra = ", ".join(f"{k}={settings[k][i]}" for k in differing
                           if not (grpo_n and k == "group_size"))
@@ -228,7 +230,7 @@ def _table_cost_rows(labels: list[str], groups: list[list[Run]],
         row["tokens_per_step"] = _mean_or_none(_mean_or_none(s["tokens"]) for s in per_run)
         rows.append(row)
     base = next((row for row, g in zip(rows, groups, strict=True)
-                 if g[0].algorithm == "grpo" and row["seeds"]), None)
+                 if g[0].algorithm == baseline().name and row["seeds"]), None)
     for row in rows:
         for col, ratio in (("step_seconds", "step_seconds_vs_grpo"),
                            ("samples_per_step", "samples_vs_grpo")):

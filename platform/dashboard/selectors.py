@@ -33,6 +33,7 @@ from experiments.models import (
 )
 from experiments.selectors import SweepStatus, sweep_statuses
 
+from trainer.algorithms import algorithms, get_algorithm, is_algorithm
 from trainer.config import TrainConfig
 
 from . import metrics as declared_metrics
@@ -48,17 +49,55 @@ STEP_COLUMNS = ("step", "real_reward", "kept_reward", "samples", "tokens", "wall
 # uncached path with it).
 CACHE_FINISHED = os.environ.get("DASHBOARD_CACHE", "1") != "0"
 
-# v3 of the paper renames v1/v2's ada-pos and ada-balance "Seq-pos" and "Seq-balance" and adds
-# the estimation-based "Est".
-ALGORITHM_LABELS = {"grpo": "GRPO", "dapo": "DAPO", "ada-pos": "Reinforce-Ada Seq-pos",
-                    "ada-balance": "Reinforce-Ada Seq-balance", "ada-est": "Reinforce-Ada Est"}
+def algorithm_labels() -> dict[str, str]:
+    """Name -> label of every registered algorithm (``trainer.algorithms``), in registry order;
+    read live, so an algorithm registered later is listed too."""
+    return {a.name: a.label for a in algorithms()}
 
 
 def algorithm_label(algorithm: str, group_size: int | None = None) -> str:
     """How the dashboard names an algorithm; with ``group_size``, GRPO's ("GRPO n=16"): GRPO
-    with a larger group is another budget, the others keep n for the update only."""
-    label = ALGORITHM_LABELS.get(algorithm, algorithm)
-    return f"{label} n={group_size}" if group_size and algorithm == "grpo" else label
+    with a larger group is another budget, the others keep n for the update only. A name no
+    longer registered (a run of a removed algorithm) shows as itself."""
+    if not is_algorithm(algorithm):
+        return algorithm
+    return get_algorithm(algorithm).label_for(group_size)
+
+
+# How a run's sampling settings read, per config field an algorithm lists in its record's
+# ``summary_fields``: (on the run page, in the runs list's cell, in that cell's title). A field
+# not listed here reads "field = value".
+SHAPE_WORDS = {
+    "group_size": ("n = {}", "{}", "n = {}"),
+    "samples_per_round": ("M = {}", "{}", "M = {} samples per round"),
+    "max_rounds": ("N = {}", "×{}", "N = {} rounds"),
+    "budget_per_prompt": ("budget {} samples per prompt", "{}/prompt",
+                          "{} samples per prompt on average (Est allocates them by the pass-rate "
+                          "estimate, in one round)"),
+    "max_num_gen_batches": ("up to {} batches", "≤{} batches",
+                            "up to {} batches of B prompts per step"),
+}
+
+
+def run_shape(run: Run) -> dict[str, str]:
+    """A run's batch and sampling settings in words, from its algorithm's ``summary_fields``:
+    ``meta`` for the run page ("B = 32 prompts, n = 4, M = 8, N = 4"), ``short`` and ``title``
+    for the runs list ("32 · 4 · 8×4")."""
+    cfg = run.config or {}
+    fields = get_algorithm(run.algorithm).summary_fields if is_algorithm(run.algorithm) \
+        else ("group_size",)
+    generic = ("{f} = {{}}", "{{}}", "{f} = {{}}")
+    words = [(f, SHAPE_WORDS.get(f) or tuple(w.format(f=f) for w in generic)) for f in fields
+             if f in cfg]
+    meta = [f"B = {cfg.get('batch_size')} prompts", f"n = {cfg.get('group_size')}"]
+    meta += [w[0].format(cfg[f]) for f, w in words if f != "group_size"]
+    short = str(cfg.get("batch_size"))
+    for f, w in words:
+        part = w[1].format(cfg[f])
+        short += part if part.startswith("×") else f" · {part}"
+    title = ", ".join([f"B = {cfg.get('batch_size')} prompts per step",
+                       *(w[2].format(cfg[f]) for f, w in words)])
+    return {"meta": ", ".join(meta), "short": short, "title": title}
 
 
 def _fetch(sql: str, params: list[Any]) -> list[tuple[Any, ...]]:

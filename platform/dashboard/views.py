@@ -74,7 +74,7 @@ def run_list(request: HttpRequest) -> HttpResponse:
     sweep = params.get_id(request.GET, "sweep")
     filters = selectors.RunFilters(
         status=params.get_choice(request.GET, "status", Run.Status.values),
-        algorithm=params.get_choice(request.GET, "algorithm", selectors.ALGORITHM_LABELS),
+        algorithm=params.get_choice(request.GET, "algorithm", selectors.algorithm_labels()),
         prompt_set=str(prompt_set) if prompt_set else "", q=params.get_text(request.GET, "q"),
         sweep=str(sweep) if sweep else "")
     runs = list(selectors.run_list(filters)[:500])
@@ -83,7 +83,7 @@ def run_list(request: HttpRequest) -> HttpResponse:
         if isinstance(item, selectors.SweepGroup):
             item.can_manage = services.can_modify_sweep(item.sweep, request.user)
     context = {"runs": runs, "rows": rows, "filters": filters,
-               "statuses": Run.Status.choices, "algorithms": selectors.ALGORITHM_LABELS,
+               "statuses": Run.Status.choices, "algorithms": selectors.algorithm_labels(),
                "prompt_sets": selectors.prompt_sets(),
                "any_active": any(r.status in Run.ACTIVE_STATUSES for r in runs)}
     if request.htmx:
@@ -175,7 +175,7 @@ def _status_context(request: HttpRequest, run: Run) -> dict[str, Any]:
     return {"run": run, "eta": selectors.run_eta(run), "poll_seconds": POLL_SECONDS,
             "can_manage": services.can_modify_run(run, request.user),
             "active": run.status in Run.ACTIVE_STATUSES,
-            "algorithm_label": selectors.ALGORITHM_LABELS.get(run.algorithm, run.algorithm)}
+            "algorithm_label": selectors.algorithm_label(run.algorithm)}
 
 
 @login_required
@@ -413,7 +413,7 @@ def compare(request: HttpRequest) -> HttpResponse:
         "runs": runs, "query": runs_query, "final": selectors.final_metrics(runs),
         "diff": selectors.config_diff(runs), "x_axes": charts.X_AXES,
         "metrics": charts.COMPARE_METRICS, "x": x, "metric": metric,
-        "algorithm_labels": selectors.ALGORITHM_LABELS,
+        "algorithm_labels": selectors.algorithm_labels(),
     })
 
 

@@ -28,6 +28,7 @@ from django.utils import timezone
 
 from experiments import selectors
 from experiments.models import Checkpoint, PromptSet, Run, Sweep
+from trainer.algorithms import get_algorithm
 from trainer.config import TrainConfig, field_specs
 
 User = AbstractBaseUser | AnonymousUser
@@ -228,10 +229,7 @@ def step_work_errors(config_dict: dict[str, Any], queue: str) -> list[tuple[str,
     work = config.max_step_tokens
     if cap is None or work <= cap:
         return []
-    shape = ("batch_size x samples_per_round x max_rounds" if config.is_seq else
-             "batch_size x budget_per_prompt" if config.algorithm == "ada-est" else
-             "batch_size x group_size x max_num_gen_batches" if config.algorithm == "dapo" else
-             "batch_size x group_size")
+    shape = get_algorithm(config.algorithm).step_shape
     return [("max_new_tokens", f"a step may generate {work:,} tokens ({shape} = "
              f"{config.max_samples_per_step:,} responses x max_new_tokens "
              f"{config.max_new_tokens}); the {queue} queue allows at most {cap:,} per step "

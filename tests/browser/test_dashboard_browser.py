@@ -48,7 +48,7 @@ def _launch(page: Any, base: str, name: str, prompt_set: PromptSet, **fields: st
     page.fill("#id_model", "builtin:tiny")
     page.select_option("#id_backend", "hf")
     page.select_option("#id_device", "cpu")
-    page.fill("#id_lr", "0.0002")  # the tiny model's learning rate (DESIGN.md section 3)
+    page.fill("#id_lr", "0.0002")  # the tiny model's learning rate (docs/architecture.md)
     page.fill("#id_total_steps", str(STEPS))
     page.fill("#id_batch_size", str(BATCH))
     page.fill("#id_max_new_tokens", str(MAX_NEW_TOKENS))

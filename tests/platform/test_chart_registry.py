@@ -10,14 +10,15 @@ from dataclasses import fields
 from pathlib import Path
 
 import pytest
-from dashboard import charts, metrics, selectors
+from dashboard import charts, selectors
 from django.contrib.auth.models import User
 from django.test import Client
 from django.urls import reverse
 from experiments.models import Prompt, PromptSet, PromptStep, Run, Step
 
+from trainer.algorithms import get_algorithm
 from trainer.config import TrainConfig
-from trainer.types import DAPO_STEP_METRICS, EST_STEP_METRICS, OPTIONAL_STEP_METRICS, STEP_METRICS
+from trainer.types import OPTIONAL_STEP_METRICS, STEP_METRICS
 
 from .dashboard_fixtures import make_prompt_set, make_run, record_run
 
@@ -60,12 +61,14 @@ def mixed_set() -> PromptSet:
 def test_every_declared_metric_is_readable_with_its_domain() -> None:
     """The charts' keys and domains are the trainer's declarations: DAPO's batches, Est's
     estimate and every common metric can be read, fractions are pinned to [0, 1]."""
-    declared = {**STEP_METRICS, **OPTIONAL_STEP_METRICS, **EST_STEP_METRICS,
-                **DAPO_STEP_METRICS}
+    declared = {**STEP_METRICS, **OPTIONAL_STEP_METRICS,
+                **get_algorithm("ada-est").step_metrics, **get_algorithm("dapo").step_metrics}
     assert set(declared) <= set(selectors.METRIC_KEYS)
     assert {"gen_batches", "signal_groups", "prompts_drawn"} <= set(selectors.METRIC_KEYS)
     assert charts.METRIC_DOMAINS["zero_adv_frac"] == (0.0, 1.0)
     assert charts.METRIC_DOMAINS["samples"] == (0.0, None)
+    assert charts.METRIC_DOMAINS["p_hat_mean"] == (0.0, 1.0)  # an algorithm's own, declared
+    assert charts.METRIC_DOMAINS["gen_batches"] == (0.0, None)
     assert "no_such_metric" not in selectors.METRIC_KEYS
     with pytest.raises(ValueError, match="unknown metrics"):
         selectors.step_series(1, ("no_such_metric",))
@@ -159,34 +162,49 @@ def test_dapo_gets_a_chart_of_its_batches_prompts_and_groups_with_signal(
 
 
 def test_an_algorithms_declared_metrics_get_a_chart(owner: User, client: Client,
-                                                    mixed_set: PromptSet,
-                                                    monkeypatch: pytest.MonkeyPatch) -> None:
-    """Extra step metrics an algorithm declares and no chart draws are charted by the generic
-    chart, one panel per unit, with no edit to the dashboard."""
+                                                    mixed_set: PromptSet) -> None:
+    """Extra step metrics an algorithm registered at run time declares, and no chart draws, are
+    charted by the generic chart: one panel per unit, axes pinned to their domain, a plain
+    description charted too. No edit to the dashboard."""
+    import dataclasses
+
+    import numpy as np
+
+    from tests.trainer.test_algorithm_registry import TOY
+    from trainer.advantages import signal_groups
+    from trainer.algorithms import register_algorithm, unregister_algorithm
     from trainer.types import count, fraction
 
-    declared = {"toy_dropped": count("groups the toy rule dropped", "groups"),
-                "toy_share": fraction("share of the batch the toy rule kept"),
-                "toy_plain": "declared as a plain description"}
-    real = metrics.algorithm_declarations
-    monkeypatch.setattr(metrics, "algorithm_declarations",
-                        lambda a: declared if a == "grpo" else real(a))
-    run = make_run(owner, mixed_set, name="toy-like", algorithm="grpo", total_steps=2,
-                   batch_size=4)
-    records = record_run(run)
-    for i, step in enumerate(Step.objects.filter(run=records).order_by("step"), 1):
-        step.metrics = {**step.metrics, "toy_dropped": i, "toy_share": 0.25 * i,
-                        "toy_plain": 10 * i}
-        step.save()
-    assert "algorithm_metrics" in charts.charts_for(run)
-    fig = _chart(client, run, "algorithm_metrics")
-    assert _trace(fig, "toy dropped")["y"] == [1, 2]
-    assert _trace(fig, "toy share")["y"] == [0.25, 0.5]
-    assert _trace(fig, "toy plain")["y"] == [10, 20]
+    def toy_metrics(config: TrainConfig, res: object, allocation: object) -> dict[str, float]:
+        equal = float(np.sum(~signal_groups(res)))
+        return {"toy_dropped": equal, "toy_share": 1 - equal / res.num_prompts,
+                "toy_plain": 10.0}
+
+    toy = dataclasses.replace(TOY, name="toy-units", label="Toy with units", step_metrics={
+        "toy_dropped": count("groups the toy rule dropped", "groups"),
+        "toy_share": fraction("share of the batch the toy rule kept"),
+        "toy_plain": "declared as a plain description"}, extra_metrics=toy_metrics)
+    register_algorithm(toy)
+    try:
+        run = record_run(make_run(owner, mixed_set, name="toy-units", algorithm=toy.name,
+                                  total_steps=2, batch_size=4))
+        assert {"toy_dropped", "toy_share"} <= set(selectors.METRIC_KEYS)
+        assert "algorithm_metrics" in charts.charts_for(run)
+        page = client.get(reverse("dashboard:run_detail", args=[run.pk])).content.decode()
+        assert 'id="chart-algorithm_metrics"' in page
+        fig = _chart(client, run, "algorithm_metrics")
+    finally:
+        unregister_algorithm(toy.name)
+    steps = list(Step.objects.filter(run=run).order_by("step"))
+    assert _trace(fig, "toy dropped")["y"] == [s.metrics["toy_dropped"] for s in steps]
+    assert _trace(fig, "toy share")["y"] == [s.metrics["toy_share"] for s in steps]
+    assert _trace(fig, "toy plain")["y"] == [10.0, 10.0]
+    assert fig["layout"]["title"]["text"].startswith("Toy with units")
     titles = [fig["layout"][k]["title"]["text"] for k in sorted(fig["layout"])
               if k.startswith("yaxis")]
     assert titles == ["toy dropped (groups)", "toy share (0-1)", "toy plain"]
     assert fig["layout"]["yaxis2"]["range"] == pytest.approx([-0.02, 1.02])
+    assert fig["layout"]["yaxis"]["rangemode"] == "tozero"
 
 
 def test_budget_chart_gives_samples_and_tokens_axes_of_their_own(

@@ -1,5 +1,5 @@
-"""The web process never imports torch or transformers (DESIGN.md section 2): it validates
-configs with ``trainer.config`` and enqueues work by task name."""
+"""The web process never imports torch or transformers (docs/architecture.md, "The parts"): it
+validates configs with ``trainer.config`` and enqueues work by task name."""
 
 from __future__ import annotations
 

@@ -10,8 +10,8 @@ from trainer import train
 from trainer.backends.simulated import SimulatedBackend
 from trainer.checkpoint import latest_checkpoint, read_state
 from trainer.config import TrainConfig
-from trainer.loop import batch_indices
 from trainer.recorders import JsonlRecorder, ListRecorder, read_events
+from trainer.seeds import batch_indices
 from trainer.types import PASS_RATE_THRESHOLDS, STEP_METRICS, Prompt
 
 
@@ -230,8 +230,10 @@ def test_est_resume_from_a_checkpoint_without_estimator_fails(tmp_path) -> None:
 def _first_round_metrics(algorithm: str, script: dict[str, list[int]],
                          allocation: list[int] | None = None) -> dict[str, float]:
     from tests.trainer.scripted import ScriptedBackend, scripted_prompts
-    from trainer.loop import make_scorer, step_metrics
-    from trainer.sampler import make_sampler, run_rounds
+    from trainer.loop import make_scorer
+    from trainer.metrics import step_metrics
+    from trainer.sampler import make_sampler
+    from trainer.schedulers import run_rounds
 
     config = sim_config(algorithm=algorithm, batch_size=len(script), group_size=4,
                         samples_per_round=8, max_rounds=4, budget_per_prompt=4,
@@ -308,12 +310,12 @@ def _dapo_run(tmp_path, outcomes: list[list[list[int]]], num_prompts: int, **kw)
     """A one-step DAPO run (B = 2, n = 4) whose batch k's i-th prompt answers outcomes[k][i]
     (the prompts of each batch come from the loop's own seeded draws)."""
     from tests.trainer.scripted import ScriptedBackend, scripted_prompts
-    from trainer.loop import dapo_batch_indices
+    from trainer.algorithms.dapo import further_batch_indices
 
     ids = [f"q{i}" for i in range(num_prompts)]
     config = sim_config(algorithm="dapo", batch_size=2, group_size=4, total_steps=1, **kw)
     batches = [batch_indices(num_prompts, 2, config.seed, 1)] + [
-        dapo_batch_indices(num_prompts, 2, config.seed, 1, k) for k in range(1, 10)]
+        further_batch_indices(num_prompts, 2, config.seed, 1, k) for k in range(1, 10)]
     script = {pid: [0] * 4 for pid in ids}
     for k, batch in enumerate(outcomes):
         for i, o in zip(batches[k], batch, strict=True):
@@ -380,12 +382,13 @@ def test_dapo_stops_when_the_prompt_set_runs_out(tmp_path) -> None:
 
 
 def test_dapo_further_batches_are_seeded_and_never_repeat_a_prompt() -> None:
-    from trainer.loop import dapo_batch_indices
+    from trainer.algorithms.dapo import further_batch_indices
 
     first = batch_indices(10, 3, 0, 5)
-    further = [dapo_batch_indices(10, 3, 0, 5, k) for k in (1, 2, 3, 4)]
+    further = [further_batch_indices(10, 3, 0, 5, k) for k in (1, 2, 3, 4)]
     assert [len(b) for b in further] == [3, 3, 1, 0]
     drawn = first + sum(further, [])
     assert sorted(drawn) == list(range(10))
-    assert further[0] == dapo_batch_indices(10, 3, 0, 5, 1)
-    assert further[0] != dapo_batch_indices(10, 3, 0, 6, 1) or first != batch_indices(10, 3, 0, 6)
+    assert further[0] == further_batch_indices(10, 3, 0, 5, 1)
+    assert further[0] != further_batch_indices(10, 3, 0, 6, 1) \
+        or first != batch_indices(10, 3, 0, 6)

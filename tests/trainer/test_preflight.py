@@ -117,11 +117,22 @@ def test_verifier_errors_warn_from_ten_percent() -> None:
     assert len(warning) == 1 and "10 of 100 responses" in warning[0]
 
 
-def test_an_algorithm_the_simulator_rejects_is_reported_not_raised(
-        monkeypatch: pytest.MonkeyPatch) -> None:
+def test_an_algorithm_the_simulator_rejects_is_reported_not_raised() -> None:
     # What a new algorithm looks like before its simulator support lands: listed, not predicted.
-    monkeypatch.setattr(preflight, "ALGORITHMS", (*preflight.ALGORITHMS, "future-algo"))
-    rows = preflight.predict([0.5] * 8, **SHAPE)
+    import dataclasses
+
+    from trainer.algorithms import GRPO, register_algorithm, unregister_algorithm
+
+    def unsupported(ctx: object) -> None:
+        raise ValueError("future-algo: the simulated backend cannot sample it yet")
+
+    register_algorithm(dataclasses.replace(GRPO, name="future-algo", label="Future",
+                                           sample_step=unsupported, baseline=False,
+                                           preflight_group_sizes=(), label_shows_group_size=False))
+    try:
+        rows = preflight.predict([0.5] * 8, **SHAPE)
+    finally:
+        unregister_algorithm("future-algo")
     future = [r for r in rows if r["algorithm"] == "future-algo"]
     assert len(future) == 1 and future[0]["error"]
     assert all(r["error"] is None for r in rows if r["algorithm"] != "future-algo")

@@ -1,23 +1,19 @@
-"""The adaptive sampler on scripted reward streams: every branch of DESIGN.md section 3."""
+"""The adaptive sampler on scripted reward streams: every branch of the algorithm
+(docs/architecture.md, "The algorithm")."""
 
 from __future__ import annotations
 
 import numpy as np
 import pytest
 
-from trainer.sampler import (
-    AdaptiveSampler,
-    derive_seed,
-    positive_target,
-    prompt_key,
-    request_seed,
-)
+from trainer.sampler import AdaptiveSampler, positive_target
+from trainer.seeds import derive_seed, prompt_key, request_seed
 
 
 def drive(rule: str, streams: list[list[list[float]]], *, n: int = 4, m: int = 8,
           rounds: int = 4, seed: int = 0) -> AdaptiveSampler:
     """Feed streams[prompt][round] (rewards of that round) to active prompts, round by round."""
-    s = AdaptiveSampler(len(streams), exit_rule=rule, group_size=n, samples_per_round=m,
+    s = AdaptiveSampler(len(streams), algorithm=rule, group_size=n, samples_per_round=m,
                         max_rounds=rounds, seed=seed)
     while not s.done:
         for i in s.active_indices():
@@ -104,7 +100,7 @@ def test_ada_pos_resolved_fill_from_negatives() -> None:
 
 
 def test_pool_smaller_than_group_size() -> None:
-    s = AdaptiveSampler(2, exit_rule="ada-balance", group_size=4, samples_per_round=2,
+    s = AdaptiveSampler(2, algorithm="ada-balance", group_size=4, samples_per_round=2,
                         max_rounds=1, seed=0)
     s.observe_many([0, 0, 1, 1], [1.0, 0.0, 1.0, 1.0])
     s.end_round()
@@ -116,7 +112,7 @@ def test_pool_smaller_than_group_size() -> None:
 
 
 def test_grpo_is_one_round_of_n_all_kept_with_group_std() -> None:
-    s = AdaptiveSampler(2, exit_rule="grpo", group_size=4, samples_per_round=8, max_rounds=4)
+    s = AdaptiveSampler(2, algorithm="grpo", group_size=4, samples_per_round=8, max_rounds=4)
     assert (s.samples_per_round, s.max_rounds) == (4, 1)
     s.observe_many([0] * 4 + [1] * 4, [1, 0, 0, 0, 1, 1, 1, 1])
     s.end_round()
@@ -133,7 +129,7 @@ def test_scalar_observe_matches_vectorised_and_is_seeded() -> None:
     rewards = [1.0, 0.0, 1.0, 1.0, 0.0, 1.0, 0.0, 1.0]
 
     def run(seed: int, scalar: bool) -> list[bool]:
-        s = AdaptiveSampler(1, exit_rule="ada-balance", group_size=4, samples_per_round=8,
+        s = AdaptiveSampler(1, algorithm="ada-balance", group_size=4, samples_per_round=8,
                             max_rounds=1, seed=seed)
         if scalar:
             for r in rewards:
@@ -155,7 +151,7 @@ def test_observing_an_inactive_prompt_fails() -> None:
     s = drive("ada-pos", [[ONES], [ZEROS] * 4], rounds=1)
     with pytest.raises(RuntimeError):
         s.finalize() and s.observe(0, 1.0)
-    s2 = AdaptiveSampler(1, exit_rule="ada-pos", group_size=4, samples_per_round=8, max_rounds=2)
+    s2 = AdaptiveSampler(1, algorithm="ada-pos", group_size=4, samples_per_round=8, max_rounds=2)
     s2.observe_many([0] * 8, ONES)
     s2.end_round()
     assert not s2.is_active(0)
@@ -165,7 +161,7 @@ def test_observing_an_inactive_prompt_fails() -> None:
 
 def test_unknown_rule() -> None:
     with pytest.raises(ValueError, match="unknown exit rule"):
-        AdaptiveSampler(1, exit_rule="nope", group_size=4, samples_per_round=8, max_rounds=1)
+        AdaptiveSampler(1, algorithm="nope", group_size=4, samples_per_round=8, max_rounds=1)
 
 
 def test_derive_seed_is_deterministic_and_distinct() -> None:
@@ -188,7 +184,7 @@ def test_request_seed_fits_torch_and_depends_on_each_part() -> None:
 
 def drive_counts(rule: str, streams: list[list[list[float]]], k_pos: int | None,
                  k_neg: int | None, *, n: int = 4, m: int = 8, rounds: int = 4) -> AdaptiveSampler:
-    s = AdaptiveSampler(len(streams), exit_rule=rule, group_size=n, samples_per_round=m,
+    s = AdaptiveSampler(len(streams), algorithm=rule, group_size=n, samples_per_round=m,
                         max_rounds=rounds, k_pos=k_pos, k_neg=k_neg)
     while not s.done:
         for i in s.active_indices():
@@ -228,15 +224,15 @@ def test_seq_balance_with_other_counts() -> None:
 
 def test_default_exit_counts_reproduce_v1_rules() -> None:
     for n in (2, 4, 5, 8):
-        s = AdaptiveSampler(1, exit_rule="ada-balance", group_size=n, samples_per_round=8,
+        s = AdaptiveSampler(1, algorithm="ada-balance", group_size=n, samples_per_round=8,
                             max_rounds=1)
         assert (s.k_pos, s.k_neg) == (n // 2, n - n // 2)
-    s = AdaptiveSampler(1, exit_rule="ada-pos", group_size=4, samples_per_round=8, max_rounds=1)
+    s = AdaptiveSampler(1, algorithm="ada-pos", group_size=4, samples_per_round=8, max_rounds=1)
     assert (s.k_pos, s.k_neg) == (1, 0)
 
 
 def test_est_is_one_round_of_the_allocation_all_kept_with_hybrid_advantages() -> None:
-    s = AdaptiveSampler(3, exit_rule="ada-est", group_size=4, samples_per_round=8, max_rounds=4,
+    s = AdaptiveSampler(3, algorithm="ada-est", group_size=4, samples_per_round=8, max_rounds=4,
                         allocation=[2, 5, 3], eps=1e-6)
     assert s.max_rounds == 1 and s.round_counts([0, 1, 2]) == [2, 5, 3]
     assert s.round_counts([2, 0]) == [3, 2]
@@ -256,7 +252,7 @@ def test_est_is_one_round_of_the_allocation_all_kept_with_hybrid_advantages() ->
 
 
 def test_est_without_residual_weight_is_the_plain_global_baseline() -> None:
-    s = AdaptiveSampler(1, exit_rule="ada-est", group_size=4, samples_per_round=8, max_rounds=1,
+    s = AdaptiveSampler(1, algorithm="ada-est", group_size=4, samples_per_round=8, max_rounds=1,
                         allocation=[4], advantage_estimator="global")
     s.observe_many([0] * 4, [1, 0, 0, 0])
     s.end_round()
@@ -265,10 +261,10 @@ def test_est_without_residual_weight_is_the_plain_global_baseline() -> None:
 
 def test_est_needs_an_allocation() -> None:
     with pytest.raises(ValueError, match="allocation"):
-        AdaptiveSampler(2, exit_rule="ada-est", group_size=4, samples_per_round=8, max_rounds=1)
+        AdaptiveSampler(2, algorithm="ada-est", group_size=4, samples_per_round=8, max_rounds=1)
     with pytest.raises(ValueError, match="allocation"):
-        AdaptiveSampler(2, exit_rule="ada-est", group_size=4, samples_per_round=8, max_rounds=1,
+        AdaptiveSampler(2, algorithm="ada-est", group_size=4, samples_per_round=8, max_rounds=1,
                         allocation=[4])
     with pytest.raises(ValueError, match="at least one"):
-        AdaptiveSampler(2, exit_rule="ada-est", group_size=4, samples_per_round=8, max_rounds=1,
+        AdaptiveSampler(2, algorithm="ada-est", group_size=4, samples_per_round=8, max_rounds=1,
                         allocation=[4, 0])

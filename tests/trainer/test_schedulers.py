@@ -12,8 +12,9 @@ from trainer.backends.simulated import SimulatedBackend
 from trainer.config import ConfigError, TrainConfig
 from trainer.loop import make_scorer, sample_step
 from trainer.recorders import ListRecorder
-from trainer.sampler import AdaptiveSampler, derive_seed, make_sampler
+from trainer.sampler import AdaptiveSampler, make_sampler
 from trainer.schedulers import run_per_prompt, run_scheduler
+from trainer.seeds import derive_seed
 from trainer.types import Prompt
 
 
@@ -38,7 +39,7 @@ def sample(cfg: TrainConfig, prompts: list[Prompt], step: int = 1):
 # --- the sampler's per-prompt rounds ---------------------------------------------------------
 
 def test_per_prompt_rounds_advance_each_prompt_alone_and_emit_round_stats_when_closed() -> None:
-    s = AdaptiveSampler(3, exit_rule="ada-balance", group_size=4, samples_per_round=4,
+    s = AdaptiveSampler(3, algorithm="ada-balance", group_size=4, samples_per_round=4,
                         max_rounds=3, seed=0)
     s.start_per_prompt()
     for r in (1.0, 1.0, 0.0, 0.0):  # prompt 0: balanced in round 1
@@ -74,11 +75,11 @@ def test_per_prompt_rounds_advance_each_prompt_alone_and_emit_round_stats_when_c
 
 
 def test_per_prompt_and_round_based_paths_do_not_mix() -> None:
-    s = AdaptiveSampler(2, exit_rule="ada-pos", group_size=2, samples_per_round=2, max_rounds=2)
+    s = AdaptiveSampler(2, algorithm="ada-pos", group_size=2, samples_per_round=2, max_rounds=2)
     s.observe(0, 1.0)
     with pytest.raises(RuntimeError, match="before the first observation"):
         s.start_per_prompt()
-    t = AdaptiveSampler(2, exit_rule="ada-pos", group_size=2, samples_per_round=2, max_rounds=2)
+    t = AdaptiveSampler(2, algorithm="ada-pos", group_size=2, samples_per_round=2, max_rounds=2)
     t.start_per_prompt()
     with pytest.raises(RuntimeError, match="end_prompt_round"):
         t.end_round()

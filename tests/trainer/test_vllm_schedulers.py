@@ -12,8 +12,9 @@ import pytest
 from tests.fixtures.vllm import requires_vllm
 from trainer.config import TrainConfig
 from trainer.loop import make_scorer, sample_step
-from trainer.sampler import derive_seed, make_sampler
+from trainer.sampler import make_sampler
 from trainer.schedulers import run_per_prompt
+from trainer.seeds import derive_seed
 from trainer.tasks import arithmetic_prompts
 
 pytestmark = [requires_vllm(), pytest.mark.slow]

@@ -44,7 +44,7 @@ import torch
 
 from trainer.config import resolve_rollout_dtype
 from trainer.model import REPO_ROOT, encode_prompt
-from trainer.sampler import request_seed
+from trainer.seeds import request_seed
 from trainer.types import Generation, Prompt
 
 # KV cache of the engine on CPU when the config leaves it to us: the tiny model needs about

@@ -2,7 +2,7 @@ from typing import Any
 
 from django import template
 
-from dashboard.selectors import is_eval_fraction
+from dashboard.selectors import is_eval_fraction, run_shape
 from trainer import formatting
 
 register = template.Library()
@@ -11,6 +11,12 @@ register = template.Library()
 def get(mapping: dict[str, Any], key: str) -> Any:
     """Look a key up in a dict (templates cannot subscript with a variable)."""
     return mapping.get(key, key)
+
+
+@register.filter(name="run_shape")
+def run_shape_filter(run: Any) -> dict[str, str]:
+    """The run's batch and sampling settings in words (``selectors.run_shape``)."""
+    return run_shape(run)
 
 
 @register.filter

@@ -158,8 +158,9 @@ class Command(BaseCommand):
             self.stdout.write("== demo runs already queued or running (they resume): "
                               + ", ".join(active.values_list("name", flat=True)))
             return
-        # Sized for 2 CPU cores: the built-in model, B=32, lr 2e-4 (DESIGN.md section 3). The
-        # worker runs one at a time: GRPO first (fast), then Reinforce-Ada-balance.
+        # Sized for 2 CPU cores: the built-in model, B=32, lr 2e-4 (docs/architecture.md, "The
+        # built-in model"). The worker runs one at a time: GRPO first (fast), then
+        # Reinforce-Ada-balance.
         base = {"backend": opts["backend"], "batch_size": opts["batch_size"],
                 "total_steps": opts["steps"], "lr": 2e-4, "seed": 0, "save_every": 10,
                 "eval_every": 20, "eval_k": 4}

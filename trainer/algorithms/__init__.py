@@ -1,0 +1,41 @@
+"""The algorithms, one record each (``Algorithm``), and the registry that every other module
+asks: ``get_algorithm(name)``, ``algorithms()``, ``ALGORITHM_NAMES``.
+
+Built in, in this order: GRPO (the baseline), DAPO, Reinforce-Ada Seq-pos and Seq-balance
+(v1/v2's ada-pos and ada-balance) and Reinforce-Ada Est. A new algorithm is one module that
+builds a record and registers it (docs/architecture.md, "Adding an algorithm")."""
+
+from __future__ import annotations
+
+from trainer.algorithms.base import (
+    ALGORITHM_NAMES,
+    SAMPLING_KINDS,
+    Algorithm,
+    SampledStep,
+    StepContext,
+    UnknownAlgorithm,
+    algorithms,
+    balanced_target,
+    baseline,
+    get_algorithm,
+    is_algorithm,
+    register_algorithm,
+    sample_batch,
+    sample_rounds,
+    step_metric_declarations,
+    unregister_algorithm,
+)
+from trainer.algorithms.dapo import DAPO
+from trainer.algorithms.est import EST
+from trainer.algorithms.grpo import GRPO
+from trainer.algorithms.seq import SEQ_BALANCE, SEQ_POS
+
+# The built-ins. Registration order is the order of every list of algorithms (the launch form,
+# preflight, reports): the baseline first.
+for _record in (GRPO, DAPO, SEQ_POS, SEQ_BALANCE, EST):
+    register_algorithm(_record)
+
+__all__ = ["ALGORITHM_NAMES", "DAPO", "EST", "GRPO", "SAMPLING_KINDS", "SEQ_BALANCE", "SEQ_POS",
+           "Algorithm", "SampledStep", "StepContext", "UnknownAlgorithm", "algorithms",
+           "balanced_target", "baseline", "get_algorithm", "is_algorithm", "register_algorithm",
+           "sample_batch", "sample_rounds", "step_metric_declarations", "unregister_algorithm"]

@@ -1,0 +1,190 @@
+"""DAPO's dynamic sampling (Yu et al., 2025; verl's ``filter_groups``): one GRPO round of n per
+prompt of a batch; groups whose rewards are all equal are dropped; while fewer than B groups
+carry signal and fewer than ``max_num_gen_batches`` batches were drawn, the next batch of
+prompts is drawn. The step trains on the first B groups with signal, with GRPO's advantage.
+
+Two deliberate differences from verl (docs/paper-fidelity.md): where verl raises once the
+batches run out, a step here trains on the groups it has (fewer than B; none leaves the update
+empty) and records how many batches it drew; and further batches are a seeded draw from the rest
+of the prompt set (``further_batch_indices``), so every step keeps its own batch (the same
+prompts as a GRPO run of the same seed) and a resumed run draws exactly the same ones."""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Sequence
+from typing import TYPE_CHECKING
+
+import numpy as np
+
+from trainer import seeds
+from trainer.advantages import signal_groups
+from trainer.algorithms.base import (
+    Algorithm,
+    SampledStep,
+    StepContext,
+    sample_rounds,
+)
+from trainer.types import count
+
+if TYPE_CHECKING:
+    from trainer.allocation import Allocation
+    from trainer.config import TrainConfig
+    from trainer.sampler import SamplerResult
+    from trainer.schedulers import RoundsOutcome
+    from trainer.types import Prompt, RoundStat
+
+
+def further_batch_indices(num_prompts: int, batch_size: int, seed: int, step: int, k: int
+                          ) -> list[int]:
+    """Prompt indices of DAPO's further batch ``k`` (1-based) of ``step``: a permutation seeded
+    by (seed, step) of the prompts not in the step's own batch (``seeds.batch_indices``), cut
+    into batches of ``batch_size``; shorter or empty when the prompt set runs out. A function
+    of (seed, step, k) alone, so resume is free and a step never draws a prompt twice.
+
+    verl draws its further batches from the data loader, so a DAPO step there consumes the
+    next steps' prompts; here every step keeps its own batch and further batches come from the
+    rest of the set."""
+    first = set(seeds.batch_indices(num_prompts, batch_size, seed, step))
+    rest = [i for i in np.random.default_rng([seed, step, seeds.DAPO_BATCHES]).permutation(
+        num_prompts).tolist() if i not in first]
+    return rest[(k - 1) * batch_size:k * batch_size]
+
+
+def sample_dapo_step(ctx: StepContext) -> SampledStep:
+    """Batches of prompts until B groups carry signal or ``max_num_gen_batches`` were drawn;
+    batch k's rounds are numbered round k + 1 (round statistics, ``exit_round``)."""
+    config = ctx.config
+    B = config.batch_size
+    more_prompts = ctx.more_prompts or (lambda k: [
+        ctx.prompt_set[i] for i in further_batch_indices(len(ctx.prompt_set), B, config.seed,
+                                                         ctx.step, k)])
+    results: list[SamplerResult] = []
+    outcomes: list[RoundsOutcome] = []
+    drawn: list[Prompt] = []
+    prompts: Sequence[Prompt] = ctx.batch
+    with_signal = 0
+    for k in range(config.max_num_gen_batches):
+        if k > 0:
+            prompts = list(more_prompts(k)) if ctx.prompt_set or ctx.more_prompts else []
+            if not prompts:
+                break  # the prompt set ran out
+
+        def renumbered(stat: RoundStat, k: int = k) -> None:
+            if ctx.on_round is not None:
+                ctx.on_round(dataclasses.replace(stat, round=k + 1))
+
+        # Batch 0 draws with GRPO's seed, so its samples are a same-seed GRPO run's.
+        gen_seed = seeds.derive_seed(config.seed, ctx.step, seeds.GENERATION) if k == 0 else \
+            seeds.derive_seed(config.seed, ctx.step, seeds.GENERATION, k)
+        res, outcome = sample_rounds(
+            ctx, prompts, generation_seed=gen_seed, on_round=renumbered,
+            downsample_seed=seeds.derive_seed(config.seed, ctx.step, seeds.DOWNSAMPLE, k))
+        if res is None:
+            return SampledStep(None, outcome, None, drawn)
+        results.append(res)
+        outcomes.append(outcome)
+        drawn.extend(prompts)
+        with_signal += int(signal_groups(res).sum())
+        if with_signal >= B:
+            break
+    return SampledStep(concat_results(results, keep_groups=B), merge_outcomes(outcomes), None,
+                       drawn)
+
+
+def merge_outcomes(outcomes: Sequence[RoundsOutcome]) -> RoundsOutcome:
+    """The batches' outcomes as one, batch k's round statistics numbered round k + 1."""
+    from trainer.schedulers import RoundsOutcome
+
+    return RoundsOutcome(
+        generations=[g for o in outcomes for g in o.generations],
+        rewards=[r for o in outcomes for r in o.rewards],
+        errors=[e for o in outcomes for e in o.errors],
+        round_stats=[dataclasses.replace(st, round=k + 1)
+                     for k, o in enumerate(outcomes) for st in o.round_stats],
+        time_generation=sum(o.time_generation for o in outcomes),
+        time_scoring=sum(o.time_scoring for o in outcomes),
+        tokens_discarded=sum(o.tokens_discarded for o in outcomes))
+
+
+def concat_results(results: Sequence[SamplerResult], keep_groups: int | None = None
+                   ) -> SamplerResult:
+    """DAPO's step as one ``SamplerResult``: the GRPO results of its batches of prompts, batch k
+    (0-based) numbered round k + 1 (so ``sample_round``, ``exit_round`` and the round stats say
+    which batch a prompt came in), prompts in draw order.
+
+    Only groups with signal stay kept, and of those the first ``keep_groups`` in draw order
+    (verl's ``filter_groups`` truncates the collected groups to the train batch size the same
+    way); every other sample is not kept and its advantage 0. Advantages are each group's own
+    (GRPO), so concatenating changes none of them."""
+    from trainer.sampler import SamplerResult
+
+    parts = list(results)
+    counts = [r.num_prompts for r in parts]
+    offsets = np.concatenate([[0], np.cumsum([int(r.offsets[-1]) for r in parts])]
+                             ).astype(np.int64)
+    first_prompt = np.concatenate([[0], np.cumsum(counts)]).astype(np.int64)
+
+    def cat(name: str) -> np.ndarray:
+        return np.concatenate([getattr(r, name) for r in parts]) if parts else np.zeros(0)
+
+    sample_prompt = np.concatenate(
+        [r.sample_prompt + first_prompt[k] for k, r in enumerate(parts)]
+    ).astype(np.int64) if parts else np.zeros(0, np.int64)
+    signal = np.concatenate([signal_groups(r) for r in parts]) if parts \
+        else np.zeros(0, bool)
+    chosen = signal.copy()
+    if keep_groups is not None:
+        chosen &= np.cumsum(signal) <= keep_groups
+    kept = cat("kept").astype(bool) & chosen[sample_prompt]
+    advantages = np.where(kept, cat("advantages"), 0.0)
+    batch_of = np.repeat(np.arange(len(parts)), counts).astype(np.int64)
+    kept_pos = np.where(chosen, cat("kept_positives"), 0).astype(np.int64)
+    kept_neg = np.where(chosen, cat("kept_negatives"), 0).astype(np.int64)
+    return SamplerResult(
+        sample_prompt=sample_prompt,
+        sample_pool_index=cat("sample_pool_index").astype(np.int64),
+        sample_round=np.concatenate([np.full(int(r.offsets[-1]), k + 1, np.int64)
+                                     for k, r in enumerate(parts)]) if parts
+        else np.zeros(0, np.int64),
+        sample_order=np.concatenate([r.sample_order + offsets[k] for k, r in enumerate(parts)]
+                                    ).astype(np.int64) if parts else np.zeros(0, np.int64),
+        rewards=cat("rewards").astype(np.float64), positive=cat("positive").astype(bool),
+        kept=kept, advantages=advantages, samples=cat("samples").astype(np.int64),
+        positives=cat("positives").astype(np.int64), negatives=cat("negatives").astype(np.int64),
+        rounds_used=cat("rounds_used").astype(np.int64), exit_round=batch_of + 1,
+        missing=[m for r in parts for m in r.missing], baseline=cat("baseline"),
+        kept_positives=kept_pos, kept_negatives=kept_neg,
+        first_round_positives=cat("first_round_positives").astype(np.int64),
+        first_round_samples=cat("first_round_samples").astype(np.int64),
+        offsets=np.concatenate([[0], np.cumsum(cat("samples"))]).astype(np.int64))
+
+
+def dapo_metrics(config: TrainConfig, res: SamplerResult,
+                 allocation: Allocation | None) -> dict[str, float]:
+    signal = signal_groups(res)
+    P = res.num_prompts
+    return {"gen_batches": float(res.exit_round.max()) if P else 0.0,
+            "signal_groups": float(signal.sum()),
+            "prompts_drawn": float(P),
+            # Every group drawn without signal is dropped, passive filtering or not.
+            "dropped_groups": float(np.sum(~signal))}
+
+
+DAPO = Algorithm(
+    name="dapo", label="DAPO",
+    help="DAPO dynamic sampling: GRPO groups of n, groups with all-equal rewards dropped, "
+         "further batches of prompts drawn until B groups carry signal",
+    sampling="batches", sample_step=sample_dapo_step,
+    advantage="group", std_normalize=True,
+    max_samples_per_prompt=lambda c: c.group_size,
+    max_samples_per_step=lambda c: c.batch_size * c.group_size * c.max_num_gen_batches,
+    step_shape="batch_size x group_size x max_num_gen_batches",
+    step_metrics={
+        "gen_batches": count("batches of B prompts drawn this step (1 + further batches)",
+                             "batches"),
+        "signal_groups": count("groups with signal (rewards not all equal) among every batch "
+                               "drawn; the update takes the first B", "groups"),
+        "prompts_drawn": count("prompts sampled this step over every batch", "prompts")},
+    extra_metrics=dapo_metrics,
+    summary_fields=("group_size", "max_num_gen_batches"))

@@ -1,0 +1,88 @@
+"""Reinforce-Ada's sequential variants (arXiv 2510.04996; v3 "Seq", v1/v2 ``ada-pos`` and
+``ada-balance``): sample a prompt in rounds of M until its exit rule holds or N rounds are
+used, down-sample the pool to a group of n, baseline from the whole pool:
+
+    exit rule (v3):  positives >= K_pos  and  negatives >= K_neg
+    Seq-pos:         (K_pos, K_neg) = (1, 0)             by default
+    Seq-balance:     (K_pos, K_neg) = (n//2, n - n//2)   by default
+    A_i = r_i - mean(pool)                               (global baseline; std optional)
+
+The down-sample takes up to n//2 positives and n - n//2 negatives, then fills from the side
+with more left; an unresolved Seq-pos prompt aims for its pool's own positive share instead
+(``proportional_target``)."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import TYPE_CHECKING
+
+import numpy as np
+
+from trainer.algorithms.base import Algorithm, sample_batch
+
+if TYPE_CHECKING:
+    from trainer.config import TrainConfig
+
+# Per-prompt counts are PostgreSQL smallint columns: no prompt draws more in a step.
+MAX_SAMPLES_PER_PROMPT = 32_767
+
+
+def exit_counts_rule(pos: np.ndarray, neg: np.ndarray, k_pos: int, k_neg: int) -> np.ndarray:
+    """v3's Seq rule: at least K_pos positives and at least K_neg negatives."""
+    return (np.asarray(pos) >= k_pos) & (np.asarray(neg) >= k_neg)
+
+
+def proportional_target(resolved: np.ndarray, positives: np.ndarray, pool: np.ndarray,
+                        n: int) -> np.ndarray:
+    """Seq-pos: an unresolved prompt's group mirrors its pool, ``clamp(ceil(pos/pool * n), 1,
+    n-1)`` positives, instead of forcing balance; a resolved one aims for n//2. (With the
+    round-based rule an unresolved Seq-pos prompt has no positive, so the target cannot be met
+    and the fill takes negatives; it matters for schedulers that stop early for other
+    reasons.)"""
+    target = np.full(np.shape(positives), n // 2, dtype=np.int64)
+    pool_safe = np.maximum(pool, 1)
+    prop = np.ceil(positives * n / pool_safe - 1e-9).astype(np.int64)
+    prop = np.clip(prop, 1, n - 1)
+    return np.where(resolved, target, prop)
+
+
+def seq_config_errors(c: TrainConfig, invalid: set[str]) -> Iterator[tuple[str, str]]:
+    if c.samples_per_round < c.group_size:
+        yield "samples_per_round", (f"must be >= group_size ({c.group_size}), got "
+                                    f"{c.samples_per_round}")
+    if not invalid & {"samples_per_round", "max_rounds"} \
+            and c.samples_per_round * c.max_rounds > MAX_SAMPLES_PER_PROMPT:
+        yield "max_rounds", (f"samples_per_round x max_rounds = "
+                             f"{c.samples_per_round * c.max_rounds:,} responses per prompt; "
+                             f"at most {MAX_SAMPLES_PER_PROMPT:,}")
+    if any(v is not None and v < 0 for v in (c.K_pos, c.K_neg)):
+        return  # reported on the field itself
+    k_pos, k_neg = c.exit_counts
+    if k_pos + k_neg < 1:
+        yield "K_pos", ("K_pos + K_neg must be >= 1 (with 0 and 0 every prompt would stop "
+                        "before it was sampled)")
+    cap = c.samples_per_round * c.max_rounds
+    # An invalid M or N is reported on its own field; the cap it implies would say nothing.
+    if k_pos + k_neg > cap and c.samples_per_round >= 1 and c.max_rounds >= 1:
+        yield "K_pos", (f"K_pos + K_neg = {k_pos + k_neg} can never be met within "
+                        f"samples_per_round x max_rounds = {cap:,} samples")
+
+
+def _seq(name: str, label: str, help: str, default_exit_counts, **extra: object) -> Algorithm:
+    return Algorithm(
+        name=name, label=label, help=help, sampling="rounds", sample_step=sample_batch,
+        exit_rule=exit_counts_rule, default_exit_counts=default_exit_counts,
+        advantage="global", std_normalize=False,
+        max_samples_per_prompt=lambda c: c.samples_per_round * c.max_rounds,
+        max_samples_per_step=lambda c: c.batch_size * c.samples_per_round * c.max_rounds,
+        step_shape="batch_size x samples_per_round x max_rounds",
+        config_errors=seq_config_errors, aka=f"v1/v2: {name}",
+        summary_fields=("group_size", "samples_per_round", "max_rounds"), **extra)
+
+
+SEQ_POS = _seq("ada-pos", "Reinforce-Ada Seq-pos",
+               "Seq-pos: sample in rounds until K_pos positives",
+               lambda n: (1, 0), positive_target=proportional_target)
+SEQ_BALANCE = _seq("ada-balance", "Reinforce-Ada Seq-balance",
+                   "Seq-balance: until K_pos positives and K_neg negatives",
+                   lambda n: (n // 2, n - n // 2))
