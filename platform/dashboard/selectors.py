@@ -33,6 +33,7 @@ from experiments.models import (
 )
 from experiments.selectors import SweepStatus, sweep_statuses
 
+from trainer import formatting as fmt
 from trainer.algorithms import algorithms, get_algorithm, is_algorithm
 from trainer.config import TrainConfig
 
@@ -83,19 +84,23 @@ def run_shape(run: Run) -> dict[str, str]:
     """A run's batch and sampling settings in words, from its algorithm's ``summary_fields``:
     ``meta`` for the run page ("B = 32 prompts, n = 4, M = 8, N = 4"), ``short`` and ``title``
     for the runs list ("32 · 4 · 8×4")."""
-    cfg = run.config or {}
+    config = TrainConfig.from_stored(run.config)
     fields = get_algorithm(run.algorithm).summary_fields if is_algorithm(run.algorithm) \
         else ("group_size",)
     generic = ("{f} = {{}}", "{{}}", "{f} = {{}}")
     words = [(f, SHAPE_WORDS.get(f) or tuple(w.format(f=f) for w in generic)) for f in fields
-             if f in cfg]
-    meta = [f"B = {cfg.get('batch_size')} prompts", f"n = {cfg.get('group_size')}"]
+             if hasattr(config, f)]
+    # Numbers as everywhere ("2,048"; trainer.formatting).
+    cfg = {f: fmt.number(getattr(config, f)) for f, _ in words}
+    batch = fmt.number(config.batch_size)
+    meta = [f"B = {fmt.count(config.batch_size, 'prompt')}",
+            f"n = {fmt.number(config.group_size)}"]
     meta += [w[0].format(cfg[f]) for f, w in words if f != "group_size"]
-    short = str(cfg.get("batch_size"))
+    short = batch
     for f, w in words:
         part = w[1].format(cfg[f])
         short += part if part.startswith("×") else f" · {part}"
-    title = ", ".join([f"B = {cfg.get('batch_size')} prompts per step",
+    title = ", ".join([f"B = {batch} prompts per step",
                        *(w[2].format(cfg[f]) for f, w in words)])
     return {"meta": ", ".join(meta), "short": short, "title": title}
 
