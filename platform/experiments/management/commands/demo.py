@@ -38,7 +38,12 @@ DEMO_PREFIX = "demo"
 
 
 def port_free(host: str, port: int) -> bool:
+    """Whether gunicorn can listen on ``port``. Bound as gunicorn binds, with SO_REUSEADDR: the
+    connections of a server stopped a moment ago (Ctrl-C) linger in TIME_WAIT and block a plain
+    bind for a minute, which moved a restart to the next port, while gunicorn itself can bind;
+    a port some process listens on is refused either way."""
     with socket.socket() as s:
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         try:
             s.bind((host, port))
             return True
@@ -63,6 +68,9 @@ class Command(BaseCommand):
         parser.add_argument("--batch-size", type=int, default=32)
         parser.add_argument("--no-demo-runs", action="store_true",
                             help="do not launch the demo pair")
+        parser.add_argument("--new-demo-runs", action="store_true",
+                            help="launch a new demo pair even if this database has one (by "
+                                 "default the pair is launched once per database)")
 
     def handle(self, *args: Any, **opts: Any) -> None:
         self.stdout.write("== migrating the database")
@@ -85,6 +93,10 @@ class Command(BaseCommand):
         port = opts["port"]
         while not port_free(opts["host"], port):
             port += 1
+        if port != opts["port"]:
+            self.stdout.write(self.style.WARNING(
+                f"== port {opts['port']} is in use by another process: serving on {port} "
+                f"(a saved `rada login --url` address needs the new port; --port chooses)"))
         logs = Path(os.environ.get("RADA_LOG_DIR", ROOT / "var" / "logs"))
         logs.mkdir(parents=True, exist_ok=True)
         procs = self.start_processes(opts["host"], port, logs)
@@ -151,13 +163,18 @@ class Command(BaseCommand):
         return {"web": web, "worker": worker}
 
     def launch_demo_pair(self, admin: Any, train_set: PromptSet, eval_set: PromptSet,
-                         opts: dict[str, Any]) -> None:
-        active = Run.objects.filter(name__startswith=DEMO_PREFIX,
-                                    status__in=Run.ACTIVE_STATUSES)
-        if active.exists():
-            self.stdout.write("== demo runs already queued or running (they resume): "
-                              + ", ".join(active.values_list("name", flat=True)))
-            return
+                         opts: dict[str, Any]) -> list[Run]:
+        """The demo pair, launched once per database: a later start shows the pair it has (an
+        unfinished one resumes) unless ``--new-demo-runs`` asks for another."""
+        earlier = Run.objects.filter(name__startswith=f"{DEMO_PREFIX} ").order_by("pk")
+        if earlier.exists() and not opts.get("new_demo_runs"):
+            active = earlier.filter(status__in=Run.ACTIVE_STATUSES)
+            what = ("queued or running (they resume)" if active.exists()
+                    else "launched on an earlier start")
+            self.stdout.write(f"== demo runs {what}: "
+                              + ", ".join(earlier.values_list("name", flat=True))
+                              + "; --new-demo-runs launches another pair")
+            return []
         # Sized for 2 CPU cores: the built-in model, B=32, lr 2e-4 (docs/architecture.md, "The
         # built-in model"). The worker runs one at a time: GRPO first (fast), then
         # Reinforce-Ada-balance.
@@ -165,11 +182,14 @@ class Command(BaseCommand):
                 "total_steps": opts["steps"], "lr": 2e-4, "seed": 0, "save_every": 10,
                 "eval_every": 20, "eval_k": 4}
         stamp = time.strftime("%H:%M")
+        launched = []
         for algorithm in ("grpo", "ada-balance"):
             run = services.launch_run(admin, f"{DEMO_PREFIX} {algorithm} seed 0 ({stamp})",
                                       base | {"algorithm": algorithm}, train_set,
                                       eval_set=eval_set, queue="cpu")
             self.stdout.write(f"== launched run {run.pk}: {run.name}")
+            launched.append(run)
+        return launched
 
     def wait(self, procs: dict[str, subprocess.Popen]) -> None:
         while True:
