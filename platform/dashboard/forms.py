@@ -80,7 +80,29 @@ def _config_field(spec: dict[str, Any]) -> forms.Field:
     return forms.CharField(required=False, **common)
 
 
-class LaunchForm(forms.Form):
+class NumbersAsTyped(forms.Form):
+    """A form whose number inputs report text typed into them. The browser sends an empty
+    value for a number input holding text ("12e", "1.2.3"), so the server saw "This field is
+    required." or, for an optional field, nothing wrong at all; static/dashboard/forms.js names
+    such inputs in ``_not_a_number`` and the field says what is wrong."""
+
+    NOT_A_NUMBER = "_not_a_number"
+    NOT_A_NUMBER_MESSAGE = "not a number: what was typed is not one (digits, e.g. 32 or 1e-4)"
+
+    def full_clean(self) -> None:
+        super().full_clean()
+        getlist = getattr(self.data, "getlist", None)
+        if not self.is_bound or getlist is None:
+            return
+        posted = set(getlist(self.NOT_A_NUMBER))
+        for name in self.fields:
+            if self.add_prefix(name) in posted:
+                self.errors.pop(name, None)
+                self.cleaned_data.pop(name, None)
+                self.add_error(name, self.NOT_A_NUMBER_MESSAGE)
+
+
+class LaunchForm(NumbersAsTyped):
     name = forms.CharField(max_length=200, help_text="A name to find the run by.")
     prompt_set = forms.ModelChoiceField(queryset=PromptSet.objects.all(),
                                         help_text="Training prompts.")
@@ -258,7 +280,7 @@ class UploadForm(forms.Form):
         return name
 
 
-class BuiltinForm(forms.Form):
+class BuiltinForm(NumbersAsTyped):
     name = forms.CharField(max_length=200, initial="arithmetic")
     task = forms.ChoiceField(
         choices=[("arithmetic", "arithmetic: a+b=, the sum's digits reversed"),

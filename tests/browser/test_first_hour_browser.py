@@ -83,3 +83,22 @@ def test_cancel_asks_in_words_and_the_console_stays_clean(live_server: Any, page
     errors = [m for m in console if m.startswith(("error", "pageerror"))
               or "oobErrorNoTarget" in m]
     assert errors == [], errors
+
+
+def test_text_typed_into_a_number_field_is_named_not_a_number(live_server: Any,
+                                                              page: Any) -> None:
+    User.objects.create_user("alice", password="alice-password-1")
+    make_prompt_set("typed-set", size=8)
+    base = live_server.url
+    sign_in(page, base)
+    page.goto(base + "/runs/new/")
+    page.fill("#id_name", "typed")
+    page.fill("#id_batch_size", "")
+    page.click("#id_batch_size")
+    page.keyboard.type("12e")  # an exponent without digits: text the input cannot read
+    assert page.evaluate("document.getElementById('id_batch_size').validity.badInput")
+    page.click("#launch-button")
+    page.wait_for_selector("#form-errors")
+    field = page.locator("#field-batch_size").inner_text()
+    assert "not a number" in field and "This field is required" not in field
+    assert not Run.objects.exists()

@@ -155,3 +155,27 @@ def test_pages_write_large_numbers_with_thousands_separators(owner: User,
         assert UNSEPARATED.findall(text) == [], (url, UNSEPARATED.findall(text))
     status = visible_text(client.get(pages[2]).content.decode())
     assert "26,688 samples spent" in status and "of 12,000" in status
+
+
+def test_text_in_a_number_field_says_not_a_number(owner: User, client: Client) -> None:
+    """The browser posts a number input holding text as empty; forms.js names it in
+    _not_a_number, and the field says "not a number" instead of "This field is required." (a
+    required field) or nothing (an optional one, K_pos)."""
+    from .test_dashboard_views import _launch_data
+
+    ps = make_prompt_set("typed-set", size=8)
+    data = {**_launch_data(ps, name="typed"), "batch_size": "", "K_pos": "",
+            "_not_a_number": ["batch_size", "K_pos"]}
+    html = client.post(reverse("dashboard:run_launch"), data).content.decode()
+    for field in ("batch_size", "K_pos"):
+        block = html[html.index(f'id="field-{field}"'):]
+        block = block[:block.index('id="field-', 10)]
+        assert "not a number" in block, field
+        assert "This field is required." not in block, field
+    assert not Run.objects.exists()
+    # The built-in set form (prefixed fields) too.
+    html = client.post(reverse("dashboard:prompt_sets"), {
+        "builtin-name": "typed", "builtin-num_prompts": "", "builtin-min_digits": "1",
+        "builtin-max_digits": "3", "builtin-seed": "0",
+        "_not_a_number": ["builtin-num_prompts"]}).content.decode()
+    assert "not a number" in html and "This field is required." not in html
