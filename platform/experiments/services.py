@@ -30,6 +30,7 @@ from experiments import selectors
 from experiments.models import Checkpoint, PromptSet, Run, Sweep
 from trainer.algorithms import get_algorithm
 from trainer.config import TrainConfig, field_specs
+from trainer.digest import PromptDigest
 
 User = AbstractBaseUser | AnonymousUser
 logger = logging.getLogger("experiments.services")
@@ -93,6 +94,7 @@ def import_prompt_set(*, owner: User | None, name: str, prompts: Iterable[Any],
             raise LaunchError("name", f"a prompt set named {name!r} exists")
         prompt_set.save()
         size = 0
+        digest = PromptDigest()
         with connection.cursor() as cursor, cursor.copy(
                 "COPY experiments_prompt (prompt_set_id, index, text, answer, metadata) "
                 "FROM STDIN") as copy:
@@ -103,12 +105,37 @@ def import_prompt_set(*, owner: User | None, name: str, prompts: Iterable[Any],
                 if "\x00" in p.text or "\x00" in p.answer or "\\u0000" in metadata:
                     raise LaunchError("file", f"prompt {i + 1} contains a NUL character")
                 copy.write_row((prompt_set.pk, i, p.text, p.answer, metadata))
+                digest.add(p.text, p.answer)
                 size = i + 1
         if not size:
             raise LaunchError("file", "no prompts")
         prompt_set.size = size
-        prompt_set.save(update_fields=["size"])
+        prompt_set.content_hash = digest.hexdigest()
+        prompt_set.save(update_fields=["size", "content_hash"])
     return prompt_set
+
+
+def find_or_import_prompt_set(prompts: Sequence[Any], *, name: str, source: str,
+                              description: str = "", owner: User | None = None,
+                              prefer: str = "") -> tuple[PromptSet, bool]:
+    """(a stored set holding exactly ``prompts`` in order, False), found by content hash
+    (``trainer.digest``) whatever its name, so that runs on the same prompts share one set and
+    compare prompt by prompt (among several, the one named ``prefer``, else the oldest); else
+    (``prompts`` imported as a new set named ``name``, True), the name suffixed with " (2)",
+    " (3)"... where another set has it."""
+    digest = PromptDigest.of(prompts)
+    same = list(PromptSet.objects.filter(content_hash=digest, size=len(prompts))
+                .order_by("pk"))
+    if same:
+        return next((ps for ps in same if ps.name == prefer), same[0]), False
+    limit = PromptSet._meta.get_field("name").max_length
+    base, unique, n = name[:limit], name[:limit], 1
+    while PromptSet.objects.filter(name=unique).exists():
+        n += 1
+        suffix = f" ({n})"
+        unique = base[:limit - len(suffix)] + suffix
+    return import_prompt_set(owner=owner, name=unique, prompts=prompts, source=source,
+                             description=description), True
 
 
 def create_prompt_set_from_upload(owner: User, name: str, upload: IO[bytes],

@@ -143,3 +143,27 @@ def test_the_demo_pair_is_launched_once_per_database(db: None) -> None:
     assert Run.objects.filter(name__startswith="demo ").count() == 2
     again = command.launch_demo_pair(admin, train_set, eval_set, {**opts, "new_demo_runs": True})
     assert len(again) == 2 and Run.objects.filter(name__startswith="demo ").count() == 4
+
+
+def test_the_demo_stores_the_clis_built_in_sets(db: None) -> None:
+    """One definition of the built-in training and held-out sets: the demo stores exactly what
+    the CLI's builtin:arithmetic trains and evaluates on, and finds them again by contents."""
+    import io
+
+    from django.contrib.auth.models import User
+    from experiments.management.commands.demo import EVAL_SET, Command
+
+    from trainer.config import TrainConfig
+    from trainer.data import resolve_prompts
+
+    admin = User.objects.create_superuser("admin-sets", "", "x-123456")
+    command = Command(stdout=io.StringIO())
+    train_set, eval_set = command.ensure_prompt_sets(admin)
+    train, heldout = resolve_prompts(TrainConfig())
+    for ps, prompts in ((train_set, train), (eval_set, heldout)):
+        stored = list(ps.prompts.order_by("index").values_list("text", "answer"))
+        assert stored == [(p.text, p.answer) for p in prompts]
+    assert eval_set.name == EVAL_SET and "1-3 digits" in eval_set.name
+    assert not {p.text for p in heldout} & {p.text for p in train}
+    assert command.ensure_prompt_sets(admin) == (train_set, eval_set)
+    assert PromptSet.objects.count() == 2
