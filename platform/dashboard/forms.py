@@ -181,8 +181,8 @@ class LaunchForm(NumbersAsTyped):
             return None
         try:
             return services.parse_sweep_spec(text)
-        except services.LaunchError as exc:
-            raise forms.ValidationError(exc.reason) from exc
+        except services.LaunchError as exc:  # every bad axis, each its own message
+            raise forms.ValidationError([reason for _, reason in exc.pairs]) from exc
 
     def clean(self) -> dict[str, Any]:
         cleaned = super().clean()

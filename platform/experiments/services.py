@@ -420,6 +420,7 @@ def parse_sweep_spec(text: str) -> Grid:
     new lines, each ``field=v1,v2,...``; an integer field also takes a range ``a..b``
     (inclusive). Values get the field's type; errors name the field ``sweep``."""
     axes: Grid = []
+    problems: list[str] = []
     for part in text.replace("\n", ";").split(";"):
         part = part.strip()
         if not part:
@@ -427,10 +428,17 @@ def parse_sweep_spec(text: str) -> Grid:
         field, eq, raw = part.partition("=")
         field = field.strip()
         if not eq or not field:
-            raise LaunchError("sweep", f"expected field=value,value,... in {part!r}")
+            problems.append(f"expected field=value,value,... in {part!r}")
+            continue
         values = [v.strip() for v in raw.split(",") if v.strip()]
         axes.append((field, values))
-    return sweep_grid(axes)
+    try:
+        grid = sweep_grid(axes) if axes or not problems else []
+    except LaunchError as exc:
+        problems += [reason for _, reason in exc.pairs]
+    if problems:
+        raise LaunchError("sweep", problems[0], more=[("sweep", p) for p in problems[1:]])
+    return grid
 
 
 def sweep_grid(axes: Any) -> Grid:
@@ -444,42 +452,61 @@ def sweep_grid(axes: Any) -> Grid:
     if not isinstance(axes, (list, tuple)):
         raise LaunchError("sweep", "expected a list of axes (field and values)")
     grid: Grid = []
+    # Every axis is checked, and every bad one named at once: "algorithm=;;seed=x" is two
+    # mistakes, not one to fix before the next is shown.
+    problems: list[str] = []
     for axis in axes:
-        if isinstance(axis, dict) and set(axis) == {"field", "values"}:
-            field, values = axis["field"], axis["values"]
-        elif isinstance(axis, (list, tuple)) and len(axis) == 2:
-            field, values = axis
-        else:
-            raise LaunchError("sweep", f"expected a field and its values, got {axis!r}")
-        if not isinstance(field, str) or field not in types:
-            close = difflib.get_close_matches(str(field), list(types), n=1)
-            hint = f" (did you mean {close[0]!r}?)" if close else ""
-            raise LaunchError("sweep", f"{field}: no such config field{hint}")
-        if field in UNSWEEPABLE:
-            raise LaunchError("sweep", f"{field}: set by the prompt set, not sweepable")
-        if any(f == field for f, _ in grid):
-            raise LaunchError("sweep", f"{field}: swept twice")
-        if isinstance(values, (str, bytes)) or not isinstance(values, (list, tuple)):
-            raise LaunchError("sweep", f"{field}: expected a list of values")
-        typed: list[Any] = []
-        for value in values:
-            typed.extend(_typed_values(field, types[field], value))
-        if not typed:
-            raise LaunchError("sweep", f"{field}: no values")
-        seen: set[str] = set()
-        for value in typed:
-            key = json.dumps(value)
-            if key in seen:
-                raise LaunchError("sweep", f"{field}: value {value!r} appears twice")
-            seen.add(key)
-        grid.append((field, typed))
+        try:
+            grid.append(_sweep_axis(axis, types, grid))
+        except LaunchError as exc:
+            problems += [reason for _, reason in exc.pairs]
+    if problems:
+        raise LaunchError("sweep", problems[0], more=[("sweep", p) for p in problems[1:]])
     if not grid:
         raise LaunchError("sweep", "a sweep needs a field and its values, e.g. seed=0,1,2")
     size = math.prod(len(values) for _, values in grid)
     if size > settings.SWEEP_MAX_RUNS:
-        raise LaunchError("sweep", f"{size} runs; a sweep may have at most "
-                          f"{settings.SWEEP_MAX_RUNS}")
+        raise LaunchError("sweep", f"{size:,} runs; a sweep may have at most "
+                          f"{settings.SWEEP_MAX_RUNS:,}")
     return grid
+
+
+def _sweep_axis(axis: Any, types: dict[str, str], grid: Grid) -> tuple[str, list[Any]]:
+    """One axis of ``sweep_grid``, checked and typed (``grid``: the axes before it)."""
+    if isinstance(axis, dict) and set(axis) == {"field", "values"}:
+        field, values = axis["field"], axis["values"]
+    elif isinstance(axis, (list, tuple)) and len(axis) == 2:
+        field, values = axis
+    else:
+        raise LaunchError("sweep", f"expected a field and its values, got {axis!r}")
+    if not isinstance(field, str) or field not in types:
+        close = difflib.get_close_matches(str(field), list(types), n=1)
+        hint = f" (did you mean {close[0]!r}?)" if close else ""
+        raise LaunchError("sweep", f"{field}: no such config field{hint}")
+    if field in UNSWEEPABLE:
+        raise LaunchError("sweep", f"{field}: set by the prompt set, not sweepable")
+    if any(f == field for f, _ in grid):
+        raise LaunchError("sweep", f"{field}: swept twice")
+    if isinstance(values, (str, bytes)) or not isinstance(values, (list, tuple)):
+        raise LaunchError("sweep", f"{field}: expected a list of values")
+    typed: list[Any] = []
+    bad: list[str] = []
+    for value in values:
+        try:
+            typed.extend(_typed_values(field, types[field], value))
+        except LaunchError as exc:
+            bad.append(exc.reason)
+    if bad:
+        raise LaunchError("sweep", bad[0], more=[("sweep", b) for b in bad[1:]])
+    if not typed:
+        raise LaunchError("sweep", f"{field}: no values")
+    seen: set[str] = set()
+    for value in typed:
+        key = json.dumps(value)
+        if key in seen:
+            raise LaunchError("sweep", f"{field}: value {value!r} appears twice")
+        seen.add(key)
+    return field, typed
 
 
 def _typed_values(field: str, annotation: str, value: Any) -> list[Any]:

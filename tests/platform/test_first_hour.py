@@ -179,3 +179,29 @@ def test_text_in_a_number_field_says_not_a_number(owner: User, client: Client) -
         "builtin-max_digits": "3", "builtin-seed": "0",
         "_not_a_number": ["builtin-num_prompts"]}).content.decode()
     assert "not a number" in html and "This field is required." not in html
+
+
+def test_a_sweep_spec_names_every_bad_axis(owner: User, client: Client) -> None:
+    """`algorithm=;;seed=x` has two mistakes: both are named, on the launch form too."""
+    from experiments import services
+
+    from .test_dashboard_views import _launch_data
+
+    with pytest.raises(services.LaunchError) as info:
+        services.parse_sweep_spec("algorithm=;;seed=x;sed=1;lr=1e-4,fast,slow;nonsense")
+    reasons = [r for _, r in info.value.pairs]
+    assert {f for f, _ in info.value.pairs} == {"sweep"}
+    assert any("algorithm: no values" in r for r in reasons)
+    assert any("seed: 'x' is not an integer" in r for r in reasons)
+    assert any("did you mean 'seed'" in r for r in reasons)
+    assert any("'fast' is not a number" in r for r in reasons)
+    assert any("'slow' is not a number" in r for r in reasons)
+    assert any("expected field=value" in r and "nonsense" in r for r in reasons)
+    ps = make_prompt_set("sweep-errors-set", size=8)
+    html = client.post(reverse("dashboard:run_launch"),
+                       {**_launch_data(ps, name="s"), "sweep": "algorithm=;;seed=x"}
+                       ).content.decode()
+    block = html[html.index('id="field-sweep"'):]
+    block = block[:block.index('id="field-', 10)]
+    assert "algorithm: no values" in block and "seed: &#x27;x&#x27; is not an integer" in block
+    assert not Run.objects.exists()
