@@ -80,6 +80,15 @@ def _config_field(spec: dict[str, Any]) -> forms.Field:
     return forms.CharField(required=False, **common)
 
 
+def bounded_int(low: int, high: int | None = None, **kwargs: Any) -> forms.IntegerField:
+    """An integer field whose bound errors read as the config's ("must be within [1, 100,000],
+    got 200000"): Django's own say "Ensure this value is less than or equal to 100000"."""
+    bounds = f"[{low:,}, {high:,}]" if high is not None else f"[{low:,}, ...)"
+    message = f"must be within {bounds}, got %(show_value)s"
+    return forms.IntegerField(min_value=low, max_value=high, error_messages={
+        "min_value": message, "max_value": message}, **kwargs)
+
+
 class NumbersAsTyped(forms.Form):
     """A form whose number inputs report text typed into them. The browser sends an empty
     value for a number input holding text ("12e", "1.2.3"), so the server saw "This field is
@@ -113,13 +122,13 @@ class LaunchForm(NumbersAsTyped):
     retention = forms.ChoiceField(choices=Run.Retention.choices, initial=Run.Retention.ALL,
                                   help_text="Which response texts are stored.")
     # The preflight (the Estimate button): not part of the run.
-    estimate_samples = forms.IntegerField(
-        required=False, min_value=1, max_value=preflight.MAX_K, initial=preflight.DEFAULT_K,
+    estimate_samples = bounded_int(
+        1, preflight.MAX_K, required=False, initial=preflight.DEFAULT_K,
         label="responses per prompt (k)",
         help_text="Estimate: responses drawn per sampled prompt. Unit: responses.")
-    estimate_prompts = forms.IntegerField(
-        required=False, min_value=1, max_value=preflight.MAX_PROMPTS,
-        initial=preflight.DEFAULT_PROMPTS, label="prompts sampled",
+    estimate_prompts = bounded_int(
+        1, preflight.MAX_PROMPTS, required=False, initial=preflight.DEFAULT_PROMPTS,
+        label="prompts sampled",
         help_text="Estimate: a seeded random subset of the prompt set. Unit: prompts.")
     RUN_SHAPE = ("batch_size", "group_size", "samples_per_round", "max_rounds")
     sweep = forms.CharField(
@@ -287,13 +296,10 @@ class BuiltinForm(NumbersAsTyped):
                  ("arithmetic-long", "arithmetic-long: 2-8 operands, every running sum reversed "
                                      "(longer answers; at most 4 digits)")],
         initial="arithmetic", required=False, help_text="Which built-in task.")
-    num_prompts = forms.IntegerField(min_value=1, max_value=100_000, initial=2048,
-                                     help_text="Unit: prompts.")
-    min_digits = forms.IntegerField(min_value=1, max_value=9, initial=1,
-                                    help_text="Fewest digits of an operand.")
-    max_digits = forms.IntegerField(min_value=1, max_value=9, initial=3,
-                                    help_text="Most digits of an operand.")
-    seed = forms.IntegerField(min_value=0, initial=0, help_text="Seed of the generator.")
+    num_prompts = bounded_int(1, 100_000, initial=2048, help_text="Unit: prompts.")
+    min_digits = bounded_int(1, 9, initial=1, help_text="Fewest digits of an operand.")
+    max_digits = bounded_int(1, 9, initial=3, help_text="Most digits of an operand.")
+    seed = bounded_int(0, initial=0, help_text="Seed of the generator.")
 
     def clean_name(self) -> str:
         name = self.cleaned_data["name"].strip()

@@ -69,9 +69,9 @@ def request_estimate(owner: User, config_dict: dict[str, Any], prompt_set: Promp
     if prompt_set is None:
         errors.append(("prompt_set", "choose a prompt set"))
     if not 1 <= samples_per_prompt <= MAX_K:
-        errors.append(("samples_per_prompt", f"must be within [1, {MAX_K}]"))
+        errors.append(("samples_per_prompt", f"must be within [1, {MAX_K:,}]"))
     if not 1 <= num_prompts <= MAX_PROMPTS:
-        errors.append(("num_prompts", f"must be within [1, {MAX_PROMPTS}]"))
+        errors.append(("num_prompts", f"must be within [1, {MAX_PROMPTS:,}]"))
     if errors:
         raise LaunchError(*errors[0], more=errors[1:])
     config = effective_verifier(TrainConfig.from_dict(dict(config_dict)), prompt_set)

@@ -177,7 +177,7 @@ def create_builtin_prompt_set(owner: User | None, name: str, n: int | None = Non
         raise LaunchError("num_prompts", "how many prompts?")
 
     if not 1 <= n <= 1_000_000:
-        raise LaunchError("n", "must be within [1, 1000000]")
+        raise LaunchError("n", "must be within [1, 1,000,000]")
     if task not in ("arithmetic", "arithmetic-long"):
         raise LaunchError("task", f"must be arithmetic or arithmetic-long, got {task!r}")
     most = 9 if task == "arithmetic" else LONG_MAX_DIGITS

@@ -205,3 +205,25 @@ def test_a_sweep_spec_names_every_bad_axis(owner: User, client: Client) -> None:
     block = block[:block.index('id="field-', 10)]
     assert "algorithm: no values" in block and "seed: &#x27;x&#x27; is not an integer" in block
     assert not Run.objects.exists()
+
+
+def test_bounds_read_one_way_with_separators(owner: User) -> None:
+    """"must be within [1, 32_768]" and Django's "less than or equal to 100000": every bound
+    reads "must be within [1, 100,000], got ..." now, the config's, the forms' and the
+    services' alike."""
+    from dashboard.forms import BuiltinForm
+    from experiments import services
+
+    from trainer.config import TrainConfig
+
+    errors = {e.field: e.reason for e in TrainConfig(max_new_tokens=40_000, K_pos=-1).errors()}
+    assert errors["max_new_tokens"] == "must be within [1, 32,768], got 40000"
+    form = BuiltinForm({"builtin-name": "b", "builtin-num_prompts": "200000",
+                        "builtin-min_digits": "0", "builtin-max_digits": "3",
+                        "builtin-seed": "-1"}, prefix="builtin")
+    assert not form.is_valid()
+    assert form.errors["num_prompts"] == ["must be within [1, 100,000], got 200000"]
+    assert form.errors["min_digits"] == ["must be within [1, 9], got 0"]
+    assert "must be within [0, ...)" in form.errors["seed"][0]
+    with pytest.raises(services.LaunchError, match=r"\[1, 1,000,000\]"):
+        services.create_builtin_prompt_set(owner, "too many", 2_000_000)
