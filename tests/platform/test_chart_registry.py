@@ -37,18 +37,6 @@ def _trace(fig: dict, name: str) -> dict:
 
 
 @pytest.fixture
-def owner() -> User:
-    return User.objects.create_user("reg-owner", password="x-123456")
-
-
-@pytest.fixture
-def client(owner: User) -> Client:
-    c = Client()
-    c.force_login(owner)
-    return c
-
-
-@pytest.fixture
 def mixed_set() -> PromptSet:
     """Half the prompts never solved, the others half the time: DAPO draws further batches."""
     ps = make_prompt_set("reg-set", size=16)
@@ -74,7 +62,7 @@ def test_every_declared_metric_is_readable_with_its_domain() -> None:
         selectors.step_series(1, ("no_such_metric",))
 
 
-def test_every_chart_of_the_registry_draws_what_it_declares(owner: User, client: Client,
+def test_every_chart_of_the_registry_draws_what_it_declares(owner: User, owner_client: Client,
                                                            mixed_set: PromptSet) -> None:
     """Each chart names the step metrics it plots; each of them is declared; every chart that
     applies to a run of each algorithm draws with a title, axis titles and named traces."""
@@ -83,24 +71,24 @@ def test_every_chart_of_the_registry_draws_what_it_declares(owner: User, client:
     for algorithm in ("grpo", "dapo", "ada-balance", "ada-est"):
         run = record_run(make_run(owner, mixed_set, name=algorithm, algorithm=algorithm,
                                   total_steps=2, batch_size=4))
-        page = client.get(reverse("dashboard:run_detail", args=[run.pk])).content.decode()
+        page = owner_client.get(reverse("dashboard:run_detail", args=[run.pk])).content.decode()
         for name in charts.charts_for(run):
             assert f'id="chart-{name}"' in page, (algorithm, name)
-            fig = _chart(client, run, name)
+            fig = _chart(owner_client, run, name)
             assert fig["layout"]["title"]["text"], (algorithm, name)
             assert fig["layout"]["xaxis"]["title"]["text"], (algorithm, name)
             assert all(t.get("name") for t in fig["data"]), (algorithm, name)
 
 
 def test_no_elimination_funnel_for_algorithms_without_an_exit_rule(
-        owner: User, client: Client, mixed_set: PromptSet) -> None:
+        owner: User, owner_client: Client, mixed_set: PromptSet) -> None:
     """GRPO and DAPO eliminate nothing: their funnel says "one round, no elimination" and splits
     every prompt's group by its rewards; nothing on the page says a prompt was resolved or
     eliminated in a round. Reinforce-Ada Seq keeps the funnel of rounds."""
     for algorithm in ("grpo", "dapo"):
         run = record_run(make_run(owner, mixed_set, name=f"{algorithm}-f", algorithm=algorithm,
                                   total_steps=3, batch_size=4))
-        fig = _chart(client, run, "funnel")
+        fig = _chart(owner_client, run, "funnel")
         assert fig["layout"]["title"]["text"].startswith("One round, no elimination")
         names = [t["name"] for t in fig["data"]]
         assert names == ["some right, some wrong (signal)", "all right (no signal)",
@@ -118,20 +106,20 @@ def test_no_elimination_funnel_for_algorithms_without_an_exit_rule(
             steps = list(Step.objects.filter(run=run).order_by("step"))
             assert fig["data"][2]["y"] == [round(s.metrics["first_round_all_wrong"] * 4)
                                            for s in steps]
-        heat = _chart(client, run, "heatmap")
+        heat = _chart(owner_client, run, "heatmap")
         assert heat["eliminates"] is False
         ps = rows.first()
-        history = client.get(reverse("dashboard:prompt_history",
+        history = owner_client.get(reverse("dashboard:prompt_history",
                                      args=[run.pk, ps.prompt_id])).content.decode()
         assert "one round, no exit rule" in history and "eliminated after" not in history
-        hover = _chart_json(client, "dashboard:prompt_chart", run.pk, ps.prompt_id)
+        hover = _chart_json(owner_client, "dashboard:prompt_chart", run.pk, ps.prompt_id)
         assert not any("exit after" in t for t in hover["data"][0]["text"])
     seq = record_run(make_run(owner, mixed_set, name="seq-f", algorithm="ada-balance",
                               total_steps=2, batch_size=4))
-    fig = _chart(client, seq, "funnel")
+    fig = _chart(owner_client, seq, "funnel")
     assert fig["layout"]["title"]["text"].startswith("Elimination funnel")
     assert any(t["name"] == "resolved in round 1" for t in fig["data"])
-    assert _chart(client, seq, "heatmap")["eliminates"] is True
+    assert _chart(owner_client, seq, "heatmap")["eliminates"] is True
 
 
 def _chart_json(c: Client, view: str, *args: int) -> dict:
@@ -141,7 +129,7 @@ def _chart_json(c: Client, view: str, *args: int) -> dict:
 
 
 def test_dapo_gets_a_chart_of_its_batches_prompts_and_groups_with_signal(
-        owner: User, client: Client, mixed_set: PromptSet) -> None:
+        owner: User, owner_client: Client, mixed_set: PromptSet) -> None:
     dapo = record_run(make_run(owner, mixed_set, name="dapo-c", algorithm="dapo", total_steps=3,
                                batch_size=4))
     grpo = record_run(make_run(owner, mixed_set, name="grpo-c", algorithm="grpo", total_steps=1,
@@ -150,7 +138,7 @@ def test_dapo_gets_a_chart_of_its_batches_prompts_and_groups_with_signal(
     assert "dapo_sampling" not in charts.charts_for(grpo)
     # Drawn by its own chart, DAPO's metrics leave nothing to the generic one.
     assert "algorithm_metrics" not in charts.charts_for(dapo)
-    fig = _chart(client, dapo, "dapo_sampling")
+    fig = _chart(owner_client, dapo, "dapo_sampling")
     steps = list(Step.objects.filter(run=dapo).order_by("step"))
     assert _trace(fig, "batches of B prompts drawn")["y"] == [s.metrics["gen_batches"]
                                                                for s in steps]
@@ -161,7 +149,7 @@ def test_dapo_gets_a_chart_of_its_batches_prompts_and_groups_with_signal(
     assert fig["layout"]["yaxis"]["title"]["text"] == "batches drawn (batches)"
 
 
-def test_an_algorithms_declared_metrics_get_a_chart(owner: User, client: Client,
+def test_an_algorithms_declared_metrics_get_a_chart(owner: User, owner_client: Client,
                                                     mixed_set: PromptSet) -> None:
     """Extra step metrics an algorithm registered at run time declares, and no chart draws, are
     charted by the generic chart: one panel per unit, axes pinned to their domain, a plain
@@ -190,9 +178,9 @@ def test_an_algorithms_declared_metrics_get_a_chart(owner: User, client: Client,
                                   total_steps=2, batch_size=4))
         assert {"toy_dropped", "toy_share"} <= set(selectors.METRIC_KEYS)
         assert "algorithm_metrics" in charts.charts_for(run)
-        page = client.get(reverse("dashboard:run_detail", args=[run.pk])).content.decode()
+        page = owner_client.get(reverse("dashboard:run_detail", args=[run.pk])).content.decode()
         assert 'id="chart-algorithm_metrics"' in page
-        fig = _chart(client, run, "algorithm_metrics")
+        fig = _chart(owner_client, run, "algorithm_metrics")
     finally:
         unregister_algorithm(toy.name)
     steps = list(Step.objects.filter(run=run).order_by("step"))
@@ -208,11 +196,11 @@ def test_an_algorithms_declared_metrics_get_a_chart(owner: User, client: Client,
 
 
 def test_budget_chart_gives_samples_and_tokens_axes_of_their_own(
-        owner: User, client: Client, mixed_set: PromptSet) -> None:
+        owner: User, owner_client: Client, mixed_set: PromptSet) -> None:
     """Tokens that grow with samples drew one line over the other on a shared, overlaid axis:
     each quantity has its own panel now, none overlays another."""
     run = record_run(make_run(owner, mixed_set, name="budget", total_steps=2, batch_size=4))
-    fig = _chart(client, run, "budget")
+    fig = _chart(owner_client, run, "budget")
     axes = {k: v for k, v in fig["layout"].items() if k.startswith("yaxis")}
     assert len(axes) == 4 and not any("overlaying" in a for a in axes.values())
     domains = sorted(tuple(a["domain"]) for a in axes.values())
@@ -233,7 +221,7 @@ def test_log_axis_ticks_read_as_numbers() -> None:
         assert values == sorted(values) and values[-1] == 1.0 and values[0] >= lo
 
 
-def test_est_charts_read_defaults_from_the_config(owner: User, client: Client,
+def test_est_charts_read_defaults_from_the_config(owner: User, owner_client: Client,
                                                   mixed_set: PromptSet) -> None:
     """A run stored before the Est fields existed draws its charts with the config's defaults,
     not with numbers the chart repeats."""
@@ -243,7 +231,7 @@ def test_est_charts_read_defaults_from_the_config(owner: User, client: Client,
                   if k not in ("est_min_samples", "est_max_samples", "budget_per_prompt")}
     run.save(update_fields=["config"])
     default = TrainConfig()
-    fig = _chart(client, run, "est_allocation")
+    fig = _chart(owner_client, run, "est_allocation")
     curve = next(t for t in fig["data"] if t["name"].startswith("N(p) = clip("))
     assert curve["name"].endswith(f", {default.est_min_samples}, {default.est_max_samples})")
     assert any(t["name"] == f"uniform: {default.budget_per_prompt} per prompt "

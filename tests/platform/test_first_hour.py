@@ -19,23 +19,11 @@ from .dashboard_fixtures import make_prompt_set, make_run, record_run
 pytestmark = pytest.mark.django_db
 
 
-@pytest.fixture
-def owner() -> User:
-    return User.objects.create_user("first-hour", password="x-123456")
-
-
-@pytest.fixture
-def client(owner: User) -> Client:
-    c = Client()
-    c.force_login(owner)
-    return c
-
-
 def _diff_keys(diff: list) -> dict[str, list]:
     return {key: cells for key, cells in diff}
 
 
-def test_compare_diffs_settings_as_they_resolve(owner: User, client: Client) -> None:
+def test_compare_diffs_settings_as_they_resolve(owner: User, owner_client: Client) -> None:
     """``verifier auto`` on a built-in set is ``exact``, ``device auto`` on the cpu queue is
     ``cpu``: no difference. A real difference is listed with the raw spelling on hover."""
     ps = make_prompt_set("resolve-set", size=8)
@@ -51,24 +39,24 @@ def test_compare_diffs_settings_as_they_resolve(owner: User, client: Client) -> 
     assert [cell.value for cell in diff["verifier"]] == ["exact", "math"]
     assert diff["verifier"][0].resolved and diff["verifier"][0].raw_text == "auto"
     assert not diff["verifier"][1].resolved
-    html = client.get(reverse("dashboard:compare") + f"?runs={a.pk}&runs={c.pk}"
+    html = owner_client.get(reverse("dashboard:compare") + f"?runs={a.pk}&runs={c.pk}"
                       ).content.decode()
     table = html[html.index('id="config-diff"'):]
     assert 'title="set as auto; resolves to exact"' in table
     assert "device" not in table[:table.index("</table>")]
-    same = client.get(reverse("dashboard:compare") + f"?runs={a.pk}&runs={b.pk}"
+    same = owner_client.get(reverse("dashboard:compare") + f"?runs={a.pk}&runs={b.pk}"
                       ).content.decode()
     assert "settings resolve to the same values" in same
 
 
-def test_a_clone_shows_its_differences_from_its_source(owner: User, client: Client) -> None:
+def test_a_clone_shows_its_differences_from_its_source(owner: User, owner_client: Client) -> None:
     ps = make_prompt_set("clone-set", size=8)
     source = record_run(make_run(owner, ps, name="source", total_steps=2))
     clone = make_run(owner, ps, name="source (clone)", total_steps=2, lr=5e-4,
                      algorithm="grpo", verifier="auto")
     clone.cloned_from = source
     clone.save()
-    html = client.get(reverse("dashboard:run_detail", args=[clone.pk])).content.decode()
+    html = owner_client.get(reverse("dashboard:run_detail", args=[clone.pk])).content.decode()
     block = html[html.index('id="source-diff"'):html.index("</details>",
                                                            html.index('id="source-diff"'))]
     text = " ".join(re.sub(r"<[^>]+>", " ", block).split())
@@ -79,9 +67,9 @@ def test_a_clone_shows_its_differences_from_its_source(owner: User, client: Clie
     again = make_run(owner, ps, name="again", total_steps=2)
     again.cloned_from = source
     again.save()
-    html = client.get(reverse("dashboard:run_detail", args=[again.pk])).content.decode()
+    html = owner_client.get(reverse("dashboard:run_detail", args=[again.pk])).content.decode()
     assert "None: this run repeats its source's settings exactly." in html
-    plain = client.get(reverse("dashboard:run_detail", args=[source.pk])).content.decode()
+    plain = owner_client.get(reverse("dashboard:run_detail", args=[source.pk])).content.decode()
     assert 'id="source-diff"' not in plain
 
 
@@ -135,7 +123,7 @@ UNSEPARATED = re.compile(r"(?<![\d.,:\-/])\d{5,}(?![\d.,:\-/])")
 
 
 def test_pages_write_large_numbers_with_thousands_separators(owner: User,
-                                                             client: Client) -> None:
+                                                             owner_client: Client) -> None:
     """"26688 samples spent" on the status card against "18,264" in the list: every page a run
     appears on writes its counts one way."""
     ps = make_prompt_set("numbers-set", size=8)
@@ -149,15 +137,15 @@ def test_pages_write_large_numbers_with_thousands_separators(owner: User,
              reverse("dashboard:prompt_sets"), reverse("dashboard:prompt_set_detail",
                                                        args=[ps.pk])]
     for url in pages:
-        resp = client.get(url)
+        resp = owner_client.get(url)
         assert resp.status_code == 200, url
         text = visible_text(resp.content.decode())
         assert UNSEPARATED.findall(text) == [], (url, UNSEPARATED.findall(text))
-    status = visible_text(client.get(pages[2]).content.decode())
+    status = visible_text(owner_client.get(pages[2]).content.decode())
     assert "26,688 samples spent" in status and "of 12,000" in status
 
 
-def test_text_in_a_number_field_says_not_a_number(owner: User, client: Client) -> None:
+def test_text_in_a_number_field_says_not_a_number(owner: User, owner_client: Client) -> None:
     """The browser posts a number input holding text as empty; forms.js names it in
     _not_a_number, and the field says "not a number" instead of "This field is required." (a
     required field) or nothing (an optional one, K_pos)."""
@@ -166,7 +154,7 @@ def test_text_in_a_number_field_says_not_a_number(owner: User, client: Client) -
     ps = make_prompt_set("typed-set", size=8)
     data = {**_launch_data(ps, name="typed"), "batch_size": "", "K_pos": "",
             "_not_a_number": ["batch_size", "K_pos"]}
-    html = client.post(reverse("dashboard:run_launch"), data).content.decode()
+    html = owner_client.post(reverse("dashboard:run_launch"), data).content.decode()
     for field in ("batch_size", "K_pos"):
         block = html[html.index(f'id="field-{field}"'):]
         block = block[:block.index('id="field-', 10)]
@@ -174,14 +162,14 @@ def test_text_in_a_number_field_says_not_a_number(owner: User, client: Client) -
         assert "This field is required." not in block, field
     assert not Run.objects.exists()
     # The built-in set form (prefixed fields) too.
-    html = client.post(reverse("dashboard:prompt_sets"), {
+    html = owner_client.post(reverse("dashboard:prompt_sets"), {
         "builtin-name": "typed", "builtin-num_prompts": "", "builtin-min_digits": "1",
         "builtin-max_digits": "3", "builtin-seed": "0",
         "_not_a_number": ["builtin-num_prompts"]}).content.decode()
     assert "not a number" in html and "This field is required." not in html
 
 
-def test_a_sweep_spec_names_every_bad_axis(owner: User, client: Client) -> None:
+def test_a_sweep_spec_names_every_bad_axis(owner: User, owner_client: Client) -> None:
     """`algorithm=;;seed=x` has two mistakes: both are named, on the launch form too."""
     from experiments import services
 
@@ -198,7 +186,7 @@ def test_a_sweep_spec_names_every_bad_axis(owner: User, client: Client) -> None:
     assert any("'slow' is not a number" in r for r in reasons)
     assert any("expected field=value" in r and "nonsense" in r for r in reasons)
     ps = make_prompt_set("sweep-errors-set", size=8)
-    html = client.post(reverse("dashboard:run_launch"),
+    html = owner_client.post(reverse("dashboard:run_launch"),
                        {**_launch_data(ps, name="s"), "sweep": "algorithm=;;seed=x"}
                        ).content.decode()
     block = html[html.index('id="field-sweep"'):]
