@@ -255,7 +255,9 @@ def test_clone_prefills_and_shows_differences_before_launch(run: Run, owner_clie
     data.update(cloned_from=run.pk, seed=5, name="clone-5")
     review = owner_client.post(reverse("dashboard:run_launch"), data)
     assert review.status_code == 200
-    assert review.context["diff"] == [("seed", 0, 5)]
+    # (setting, [the source's value, this launch's]): each as it resolves (DiffCell.value).
+    assert [(k, *(c.value for c in cells)) for k, cells in review.context["diff"]] == [
+        ("seed", 0, 5)]
     assert Run.objects.count() == 1  # nothing launched before the confirmation
     data["confirm"] = "1"
     resp = owner_client.post(reverse("dashboard:run_launch"), data)
@@ -355,7 +357,7 @@ def test_compare_page_groups_seeds_and_diffs_config(owner: User, owner_client: C
     q = "&".join(f"runs={r.pk}" for r in runs)
     page = owner_client.get(reverse("dashboard:compare") + "?" + q)
     assert page.status_code == 200
-    diff = dict(page.context["diff"])
+    diff = {k: [c.value for c in cells] for k, cells in page.context["diff"]}
     assert diff["algorithm"] == ["ada-balance", "ada-balance", "grpo"]
     assert diff["seed"] == [1, 2, 1]
     html = page.content.decode()
