@@ -135,7 +135,8 @@ def test_pages_write_large_numbers_with_thousands_separators(owner: User,
              reverse("dashboard:run_status", args=[a.pk]),
              reverse("dashboard:compare") + f"?runs={a.pk}&runs={b.pk}",
              reverse("dashboard:prompt_sets"), reverse("dashboard:prompt_set_detail",
-                                                       args=[ps.pk])]
+                                                       args=[ps.pk]),
+             reverse("dashboard:report") + f"?runs={a.pk}&runs={b.pk}"]
     for url in pages:
         resp = owner_client.get(url)
         assert resp.status_code == 200, url

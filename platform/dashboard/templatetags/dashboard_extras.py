@@ -73,8 +73,8 @@ def mean_ci(row: dict[str, Any], column: str, digits: int = 3) -> str:
     mean, half = row.get(column), row.get(f"{column}_ci95")
     if mean is None:
         return "–"
-    text = f"{mean:.{digits}f}"
-    return text + (f" ± {half:.{digits}f}" if half is not None else "")
+    text = f"{mean:,.{digits}f}"
+    return text + (f" ± {half:,.{digits}f}" if half is not None else "")
 
 
 @register.filter
