@@ -171,10 +171,17 @@ SECTIONS: dict[str, Section] = {s.key: s for s in (
 )}
 
 
-def register_chart(chart: Chart) -> Chart:
+def register_chart(chart: Chart, *, after: str | None = None) -> Chart:
+    """Add ``chart`` to the run page: last, or right after the chart named ``after``."""
     if chart.section not in SECTIONS:
         raise ValueError(f"chart {chart.name!r}: unknown section {chart.section!r}")
-    RUN_CHARTS[chart.name] = chart
+    if after is not None and after not in RUN_CHARTS:
+        raise ValueError(f"chart {chart.name!r}: no chart {after!r} to follow")
+    entries = [c for c in RUN_CHARTS.values() if c.name != chart.name]
+    at = len(entries) if after is None else [c.name for c in entries].index(after) + 1
+    entries.insert(at, chart)
+    RUN_CHARTS.clear()
+    RUN_CHARTS.update((c.name, c) for c in entries)
     return chart
 
 

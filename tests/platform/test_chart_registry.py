@@ -273,3 +273,28 @@ def test_no_module_repeats_a_config_default() -> None:
             if m.group(1) in names:
                 found.append(f"{path.relative_to(ROOT)}: {m.group(0)}")
     assert found == []
+
+
+def test_a_chart_registered_later_takes_its_place(owner: User, owner_client: Client,
+                                                  mixed_set: PromptSet) -> None:
+    """Another module adds a chart as one registry entry: it is listed where it asked to be,
+    drawn by the endpoint, shown on the page of the runs it applies to only."""
+    run = record_run(make_run(owner, mixed_set, name="later", total_steps=2, batch_size=4))
+    entry = charts.metric_chart_entry("verifier_errors", charts.MetricChart(
+        "Verifier errors", "responses scored 0 after a verifier error (responses)",
+        (("verifier_errors", "verifier errors"),)),
+        applies_to=lambda ctx: ctx.config.backend == "simulated")
+    before = dict(charts.RUN_CHARTS)
+    try:
+        charts.register_chart(entry, after="funnel")
+        names = list(charts.RUN_CHARTS)
+        assert names[names.index("funnel") + 1] == "verifier_errors"
+        assert charts.charts_for(run)[:3] == ["rewards", "funnel", "verifier_errors"]
+        fig = _chart(owner_client, run, "verifier_errors")
+        assert _trace(fig, "verifier errors")["y"] == [
+            s.metrics["verifier_errors"] for s in Step.objects.filter(run=run).order_by("step")]
+        with pytest.raises(ValueError, match="no chart"):
+            charts.register_chart(entry, after="no-such-chart")
+    finally:
+        charts.RUN_CHARTS.clear()
+        charts.RUN_CHARTS.update(before)
