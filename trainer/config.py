@@ -406,6 +406,13 @@ class TrainConfig:
         return cls(**data)
 
     @classmethod
+    def from_stored(cls, data: dict[str, Any] | None) -> TrainConfig:
+        """A config as a run stored it, not validated: keys a later version dropped are ignored
+        and keys it lacks take this version's defaults, so a reader never repeats a default."""
+        known = {f.name for f in fields(cls)}
+        return cls(**{k: v for k, v in (data or {}).items() if k in known})
+
+    @classmethod
     def dict_errors(cls, data: dict[str, Any]) -> list[ConfigError]:
         """Every error ``from_dict(data)`` would raise the first of: unknown keys, then
         ``errors()`` of the known ones."""
@@ -432,10 +439,45 @@ class TrainConfig:
     def to_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)
 
+    def resolved_verifier(self, builtin_prompts: bool | None = None) -> str:
+        """``auto``: exact match for the built-in task, math-verify for prompt files.
+        ``builtin_prompts`` says which the prompts are where ``prompts`` does not (a platform
+        run's prompts come from its prompt set)."""
+        if self.verifier != "auto":
+            return self.verifier
+        if builtin_prompts is None:
+            builtin_prompts = self.prompts in BUILTIN_TASKS
+        return "exact" if builtin_prompts else "math"
+
+    def resolved(self, *, device: str | None = None,
+                 builtin_prompts: bool | None = None) -> dict[str, Any]:
+        """``to_dict()`` with every "auto" or empty field replaced by what it means for this
+        run: the verifier, the std normalisation, Seq's exit counts and, where ``device`` (the
+        device the run executes on) is known, the device and the engine's dtype. Two configs
+        that train alike have equal resolved values, whatever the spelling."""
+        out = self.to_dict()
+        k_pos, k_neg = self.exit_counts
+        # Exit counts exist for Seq only: elsewhere they are unused, whatever was typed.
+        out.update(verifier=self.resolved_verifier(builtin_prompts),
+                   std_normalize=self.use_std_normalization,
+                   K_pos=k_pos if self.is_seq else None, K_neg=k_neg if self.is_seq else None)
+        if self.device == "auto" and device is not None:
+            out["device"] = device
+        out["rollout_dtype"] = resolve_rollout_dtype(self.rollout_dtype, out["device"])
+        return out
+
     def diff(self, other: TrainConfig) -> dict[str, tuple[Any, Any]]:
         """Fields whose values differ, as {name: (self's, other's)}."""
         a, b = self.to_dict(), other.to_dict()
         return {k: (a[k], b[k]) for k in a if a[k] != b[k]}
+
+
+def resolve_rollout_dtype(dtype: str, device: str) -> str:
+    """The vllm engine's dtype: ``auto`` is bfloat16 on CUDA and float32 on CPU (left as
+    ``auto`` while the device is)."""
+    if dtype != "auto" or device == "auto":
+        return dtype
+    return "bfloat16" if device == "cuda" else "float32"
 
 
 def field_specs() -> list[dict[str, Any]]:
@@ -462,7 +504,9 @@ def bounds_text(spec: dict[str, Any]) -> str:
 
 
 def _num(x: float) -> str:
-    return f"{x:,}".replace(",", "_") if isinstance(x, int) and abs(x) >= 10_000 else f"{x:g}"
+    # Thousands separators as everywhere else ("32,768"; trainer.formatting.number): the space
+    # after the interval's comma keeps "[1, 32,768]" unambiguous.
+    return f"{x:,}" if isinstance(x, int) else f"{x:g}"
 
 
 def config_reference() -> str:
@@ -474,10 +518,10 @@ def config_reference() -> str:
              "and the dashboard alike, and the launch form carries them as `min`/`max`. A bracket "
              "includes the bound, a parenthesis excludes it.", "",
              f"Across fields: `samples_per_round x max_rounds` (Seq) is at most "
-             f"{MAX_SAMPLES_PER_PROMPT} responses per prompt; paths are at most {MAX_PATH_CHARS} "
-             f"characters ({MAX_NAME_CHARS} per component). The platform also caps a step's work "
-             "per queue, `max_samples_per_step x max_new_tokens` (B x M x N x max_new_tokens for "
-             "Seq), with the `RUN_MAX_STEP_TOKENS` setting.", "",
+             f"{MAX_SAMPLES_PER_PROMPT:,} responses per prompt; paths are at most "
+             f"{MAX_PATH_CHARS:,} characters ({MAX_NAME_CHARS} per component). The platform "
+             "also caps a step's work per queue, `max_samples_per_step x max_new_tokens` "
+             "(B x M x N x max_new_tokens for Seq), with the `RUN_MAX_STEP_TOKENS` setting.", "",
              "| field | default | bounds | unit | meaning |", "| --- | --- | --- | --- | --- |"]
     for spec in field_specs():
         default = "empty" if spec["default"] is None else f"`{spec['default']}`"
@@ -499,7 +543,7 @@ def _path_errors(name: str, value: str) -> Iterator[ConfigError]:
     if "\0" in value:
         yield ConfigError(name, "a path cannot contain a NUL character")
     elif len(value) > MAX_PATH_CHARS:
-        yield ConfigError(name, f"a path of {len(value)} characters; at most {MAX_PATH_CHARS}")
+        yield ConfigError(name, f"a path of {len(value):,} characters; at most {MAX_PATH_CHARS:,}")
     elif any(len(part) > MAX_NAME_CHARS for part in value.split("/")):
         yield ConfigError(name, f"a path component is longer than {MAX_NAME_CHARS} characters")
 

@@ -105,11 +105,15 @@ def _jsonl_records(stream: BinaryIO, source: str) -> Iterator[tuple[str, Any]]:
             raise DataError(source, f"line {number}", "not valid UTF-8") from exc
         if not line.strip():
             continue  # blank lines (a trailing newline, spacing) are harmless
+        # Without its line ending: a line cut short would otherwise fail past the newline, and
+        # the decoder would report "line 2, column 1" of a one-line document.
+        line = line.rstrip("\r\n")
         try:
             yield f"line {number}", json.loads(line)
         except json.JSONDecodeError as exc:
-            raise DataError(source, f"line {number}", f"bad JSON: {exc.msg} at column "
-                            f"{exc.colno}") from exc
+            where = (f"at the end of the line (after column {len(line)})"
+                     if exc.pos >= len(line) else f"at column {exc.pos + 1} of {len(line)}")
+            raise DataError(source, f"line {number}", f"bad JSON: {exc.msg} {where}") from exc
 
 
 def _parquet_records(stream: BinaryIO, source: str, limits: Limits

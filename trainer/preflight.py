@@ -48,6 +48,43 @@ STATEFUL_SIMULATED_STEPS = 10
 Scorer = Callable[[Prompt, list[str]], tuple[list[float], list[str | None]]]
 
 
+@dataclass(frozen=True)
+class Column:
+    """A figure of ``predict``'s rows: its key, its name in a table, its unit ("samples", "x",
+    "fraction", "seconds") and what it means, the same for every algorithm's row."""
+
+    key: str
+    header: str
+    unit: str
+    definition: str
+
+
+PREDICTION_COLUMNS: tuple[Column, ...] = (
+    Column("samples_per_step", "samples per step", "samples",
+           "responses drawn per step, expected: B x the mean drawn per prompt of the batch "
+           "(DAPO's further batches included)"),
+    Column("multiple_of_grpo", "x GRPO's B x n", "x",
+           "samples per step divided by GRPO's B x n at the run's n"),
+    Column("zero_adv_frac", "zero-advantage kept groups", "fraction",
+           "of the groups kept for the update, the share whose advantages are all zero (all "
+           "rewards equal: no gradient); the step's zero_adv_frac metric"),
+    Column("discarded_frac", "groups discarded", "fraction",
+           "of the groups drawn, the share left out of the update: DAPO's groups without "
+           "signal and those beyond the B it trains on; the other algorithms keep every "
+           "group (down-sampling a pool keeps its group)"),
+    Column("unresolved_frac", "unresolved prompts", "fraction",
+           "of the prompts drawn, the share whose exit rule still did not hold after the last "
+           "round (Seq); algorithms without an exit rule resolve every prompt in its round"),
+    Column("missing_pos_frac", "missing positives", "fraction",
+           "unresolved for want of positives, as a share of the prompts drawn"),
+    Column("missing_neg_frac", "missing negatives", "fraction",
+           "unresolved for want of negatives, as a share of the prompts drawn"),
+    Column("step_seconds", "step time (generation + scoring)", "seconds",
+           "samples per step x the measured generation and scoring seconds per sample; the "
+           "policy update is not included"),
+)
+
+
 def choose_prompts(num_available: int, count: int, seed: int) -> list[int]:
     """Indices of a seeded uniform subset of ``count`` prompts (all of them when fewer)."""
     rng = np.random.default_rng([seed, seeds.PREFLIGHT_PROMPTS])
@@ -145,11 +182,8 @@ def predict(rates: Sequence[float], *, batch_size: int, group_size: int,
             seed: int = 0, draws: int = SIMULATED_DRAWS) -> list[dict[str, Any]]:
     """Expected per-step figures of every variant on prompts of pass rates ``rates``.
 
-    Per row: ``samples_per_step`` (B x the mean samples per prompt), ``multiple_of_grpo`` (of
-    B x n at the run's n), ``zero_adv_frac`` (kept groups whose advantages are all zero),
-    ``unresolved_frac`` split into ``missing_pos_frac`` / ``missing_neg_frac``, and
-    ``step_seconds`` (samples x measured generation and scoring seconds per sample; the policy
-    update is not included) when ``seconds_per_sample`` is given. A variant the simulator
+    Per row, the figures of ``PREDICTION_COLUMNS`` (each defined there, the same for every
+    algorithm), and ``samples_per_prompt``. A variant the simulator
     rejects comes back with ``error`` set instead. The expectation is over ``draws`` simulated
     prompt draws, fewer when M x N is large (at most ``SIMULATED_RESPONSES`` responses).
     """
@@ -195,17 +229,14 @@ def predict(rates: Sequence[float], *, batch_size: int, group_size: int,
             samples_per_prompt=samples,
             samples_per_step=batch_size * samples,
             multiple_of_grpo=samples / group_size,
+            # Over the groups kept for the update, for every algorithm alike (None: none kept).
             zero_adv_frac=(sum(all(abs(a) <= 1e-12 for a in p["advantages"]) for p in kept)
-                           / len(kept)) if kept else 0.0,
+                           / len(kept)) if kept else None,
+            discarded_frac=1 - len(kept) / len(drawn),
             unresolved_frac=sum(not p["resolved"] for p in drawn) / len(drawn),
             missing_pos_frac=sum(p["missing"] == "positives" for p in drawn) / len(drawn),
             missing_neg_frac=sum(p["missing"] == "negatives" for p in drawn) / len(drawn),
             step_seconds=(batch_size * samples * seconds_per_sample
                           if seconds_per_sample is not None else None))
-        if record.filters_groups:
-            # It trains on groups with signal only (DAPO): its figure is the share of the
-            # groups it drew and discarded.
-            row["zero_adv_frac"] = sum(p["positives"] == 0 or p["negatives"] == 0
-                                       for p in drawn) / len(drawn)
         rows.append(row)
     return rows

@@ -166,13 +166,42 @@ class StopRequested(Exception):  # noqa: N818 - a signal, not an error
     def on_eval(self, record: EvalRecord) -> None: ...
 
 
+@dataclass(frozen=True)
+class Metric:
+    """The declaration of a step metric: what it is, in which unit, within which domain. The
+    dashboard builds its charts' axes from it (an axis of bounded quantities is pinned to their
+    domain; the unit goes into the axis title), so a metric declared here, or in an algorithm's
+    record, is chartable without a second table. A plain string is accepted wherever a Metric
+    is (``as_metric``): a description with no unit and an unbounded domain."""
+
+    description: str
+    unit: str = ""                # axis unit: "0-1", "prompts", "samples", "tokens", "s", "nats"
+    low: float | None = None      # the domain; None where unbounded
+    high: float | None = None
+    label: str = ""               # a short legend name (default: the key in words)
+
+
+def fraction(description: str, label: str = "") -> Metric:
+    return Metric(description, "0-1", 0.0, 1.0, label)
+
+
+def count(description: str, unit: str, label: str = "") -> Metric:
+    return Metric(description, unit, 0.0, None, label)
+
+
+def as_metric(declared: Metric | str) -> Metric:
+    return declared if isinstance(declared, Metric) else Metric(str(declared))
+
+
 # Keys that only some steps carry: the rollout/policy mismatch exists where the backend samples
 # with an engine of its own (vllm), the truncated-importance-sampling figures where tis_cap > 0.
-OPTIONAL_STEP_METRICS: dict[str, str] = {
-    "rollout_logprob_diff_mean": "mean |policy old log-prob - engine log-prob| over kept tokens",
-    "rollout_logprob_diff_max": "max |policy old log-prob - engine log-prob| over kept tokens",
-    "tis_weight_mean": "mean truncated importance weight over kept tokens",
-    "tis_truncated_frac": "fraction of kept tokens whose importance weight hit the cap",
+OPTIONAL_STEP_METRICS: dict[str, Metric | str] = {
+    "rollout_logprob_diff_mean": count("mean |policy old log-prob - engine log-prob| over kept "
+                                       "tokens", "nats"),
+    "rollout_logprob_diff_max": count("max |policy old log-prob - engine log-prob| over kept "
+                                      "tokens", "nats"),
+    "tis_weight_mean": count("mean truncated importance weight over kept tokens", "weight"),
+    "tis_truncated_frac": fraction("fraction of kept tokens whose importance weight hit the cap"),
 }
 
 # Pass-rate thresholds of the step metrics pass_rate_le_<t> (the paper's Fig. 5 type: the share of
@@ -182,43 +211,54 @@ PASS_RATE_THRESHOLDS = (0.0, 0.25, 0.5)
 PASS_RATE_METRICS = tuple(f"pass_rate_le_{t:g}" for t in PASS_RATE_THRESHOLDS)
 
 # Keys of StepRecord.metrics that every step carries (the dashboard and the benchmarks read them).
-# Units: rewards in [0, 1]; counts; fractions in [0, 1]; seconds; tokens.
-STEP_METRICS: dict[str, str] = {
-    "reward_all": "mean reward of every sample drawn this step",
-    "real_reward": "mean over prompts of the mean reward of each prompt's first n i.i.d. samples "
-                   "(comparable to GRPO)",
-    "kept_reward": "mean reward of the responses kept for the update",
-    "samples": "responses generated this step",
-    "tokens": "response tokens generated this step",
-    "zero_adv_frac": "fraction of kept groups whose advantages are all zero",
-    "first_round_all_correct": "fraction of prompts whose first n samples were all positive "
-                               "(every algorithm: GRPO's n, the first n of Seq's round 1)",
-    "first_round_all_wrong": "fraction of prompts whose first n samples were all negative",
-    "unresolved": "prompts still active after the last round",
-    "unresolved_missing_pos": "unresolved prompts lacking positives",
-    "unresolved_missing_neg": "unresolved prompts lacking negatives",
-    "entropy": "mean token entropy of kept responses under the policy (nats)",
-    "policy_loss": "PPO-clip loss (token-mean), averaged over mini-batches",
-    "kl": "mean KL to the reference policy (0 when off)",
-    "clip_frac_low": "fraction of tokens clipped at 1 - eps_low",
-    "clip_frac_high": "fraction of tokens clipped at 1 + eps_high",
-    "dual_clip_frac": "fraction of tokens with a negative advantage capped at -A x clip_ratio_c "
-                      "(dual-clip)",
-    "optimizer_steps": "optimiser steps taken this step (mini-batches x epochs)",
-    "grad_norm": "gradient norm before clipping",
-    "response_length": "mean response length (tokens)",
-    "kept_response_length": "mean length of the responses kept for the update (tokens); "
-                            "compare across schedulers: streaming favours short responses",
-    "tokens_discarded": "response tokens generated and then thrown away: requests aborted by "
-                        "the streaming scheduler, or finished after their prompt had stopped",
-    "verifier_errors": "responses whose verifier raised (scored 0)",
-    "lr": "learning rate used",
-    "time_generation": "seconds generating",
-    "time_scoring": "seconds verifying",
-    "time_update": "seconds in the policy update",
-    "time_sync": "seconds pushing the updated weights into the generation engine (vllm)",
-    "time_step": "seconds for the whole step",
-    **{key: f"fraction of prompts whose pass rate over their first n samples is at most {t:g}"
+STEP_METRICS: dict[str, Metric | str] = {
+    "reward_all": fraction("mean reward of every sample drawn this step"),
+    "real_reward": fraction("mean over prompts of the mean reward of each prompt's first n "
+                            "i.i.d. samples (comparable to GRPO)"),
+    "kept_reward": fraction("mean reward of the responses kept for the update"),
+    "samples": count("responses generated this step", "samples"),
+    "tokens": count("response tokens generated this step", "tokens"),
+    "zero_adv_frac": fraction("fraction of kept groups whose advantages are all zero"),
+    "first_round_all_correct": fraction("fraction of prompts whose first n samples were all "
+                                        "positive (every algorithm: GRPO's n, the first n of "
+                                        "Seq's round 1)"),
+    "first_round_all_wrong": fraction("fraction of prompts whose first n samples were all "
+                                      "negative"),
+    "unresolved": count("prompts still active after the last round", "prompts"),
+    "unresolved_missing_pos": count("unresolved prompts lacking positives", "prompts"),
+    "unresolved_missing_neg": count("unresolved prompts lacking negatives", "prompts"),
+    "entropy": count("mean token entropy of kept responses under the policy", "nats"),
+    "policy_loss": Metric("PPO-clip loss (token-mean), averaged over mini-batches", "loss"),
+    "kl": count("mean KL to the reference policy (0 when off)", "nats"),
+    "clip_frac_low": fraction("fraction of tokens clipped at 1 - eps_low"),
+    "clip_frac_high": fraction("fraction of tokens clipped at 1 + eps_high"),
+    "dual_clip_frac": fraction("fraction of tokens with a negative advantage capped at "
+                               "-A x clip_ratio_c (dual-clip)"),
+    "optimizer_steps": count("optimiser steps taken this step (mini-batches x epochs)",
+                             "optimiser steps"),
+    "grad_norm": count("gradient norm before clipping", "norm"),
+    "response_length": count("mean response length", "tokens"),
+    "kept_response_length": count("mean length of the responses kept for the update; compare "
+                                  "across schedulers: streaming favours short responses",
+                                  "tokens"),
+    "tokens_discarded": count("response tokens generated and then thrown away: requests aborted "
+                              "by the streaming scheduler, or finished after their prompt had "
+                              "stopped", "tokens"),
+    "verifier_errors": count("responses whose verifier raised (scored 0)", "responses"),
+    "kept_samples": count("responses kept for the update", "samples"),
+    "dropped_groups": count("groups left out of the update: DAPO's groups without signal, or "
+                            "zero-advantage groups under passive filtering", "groups"),
+    "dropped_unresolved": count("unresolved prompts left out of the update (drop_unresolved)",
+                                "prompts"),
+    "lr": count("learning rate used", "lr"),
+    "time_generation": count("seconds generating", "s"),
+    "time_scoring": count("seconds verifying", "s"),
+    "time_update": count("seconds in the policy update", "s"),
+    "time_sync": count("seconds pushing the updated weights into the generation engine (vllm)",
+                       "s"),
+    "time_step": count("seconds for the whole step", "s"),
+    **{key: fraction(f"fraction of prompts whose pass rate over their first n samples is at "
+                     f"most {t:g}")
        for key, t in zip(PASS_RATE_METRICS, PASS_RATE_THRESHOLDS, strict=True)},
 }
 

@@ -220,11 +220,7 @@ class IsolatedVerifier:
 def make_verifier(config: TrainConfig) -> Verifier:
     """``auto``: exact match for the built-in task, math-verify for prompt files (under the
     config's per-response time limit)."""
-    from trainer.config import BUILTIN_TASKS
-
-    name = config.verifier
-    if name == "auto":
-        name = "exact" if config.prompts in BUILTIN_TASKS else "math"
+    name = config.resolved_verifier()
     try:
         verifier = VERIFIERS[name]
     except KeyError:

@@ -7,22 +7,24 @@ title, axis titles with units and a legend, which the endpoint tests check.
 
 from __future__ import annotations
 
-import dataclasses
 import html
 import math
 import statistics
 from collections import defaultdict
+from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 from experiments.models import Run
 
-from trainer.algorithms import get_algorithm, is_algorithm
+from trainer import formatting as fmt
 from trainer.allocation import ALLOCATION_WEIGHTS
 from trainer.config import TrainConfig
+from trainer.types import Metric
 
 from . import heatmap as heatmap_data
-from . import selectors
+from . import metrics, selectors
 from .downsample import bucket_mean, minmax
 
 # The most points a line keeps (min/max down-sampling). A request's ``points`` is rounded down to a
@@ -43,30 +45,17 @@ def points_level(requested: int | None) -> int:
 PALETTE = ["#0072B2", "#D55E00", "#009E73", "#CC79A7", "#E69F00", "#56B4E9", "#F0E442",
            "#000000"]
 
-# The domain of every quantity a chart plots: (lowest, highest), None where unbounded. An axis
-# that plots only bounded quantities is pinned to their domain, so a flat series (every reward
-# 0) sits at 0 on a 0-1 axis instead of mid-way on an autoscaled -1..1; counts start at 0.
-FRACTION = (0.0, 1.0)
-COUNT = (0.0, None)
-METRIC_DOMAINS: dict[str, tuple[float | None, float | None]] = {
-    **dict.fromkeys(("real_reward", "kept_reward", "reward_all", "zero_adv_frac",
-                     "first_round_all_correct", "first_round_all_wrong", "clip_frac_low",
-                     "clip_frac_high", "dual_clip_frac", "pass_rate", "eval"), FRACTION),
-    **dict.fromkeys(("samples", "tokens", "cum_samples", "cum_tokens", "entropy",
-                     "response_length", "kept_response_length", "tokens_discarded",
-                     "time_generation", "time_scoring", "time_update",
-                     "time_step", "time_sync", "rollout_logprob_diff_mean",
-                     "rollout_logprob_diff_max", "unresolved", "unresolved_missing_pos",
-                     "unresolved_missing_neg", "grad_norm", "active", "outcome", "step",
-                     "wall_seconds", "samples_per_step", "prompts"), COUNT),
-    "policy_loss": (None, None),
-}
+# The domain of every quantity a chart plots comes from the trainer's metric declarations
+# (``dashboard.metrics``). An axis that plots only bounded quantities is pinned to their domain,
+# so a flat series (every reward 0) sits at 0 on a 0-1 axis instead of mid-way on an autoscaled
+# -1..1; counts start at 0.
+METRIC_DOMAINS = metrics.METRIC_DOMAINS
 
 
-def pin_axis(axis: dict[str, Any], *metrics: str) -> dict[str, Any]:
-    """Fix ``axis`` to the domain its metrics share: a bounded one is the range (with 2% room so
-    a line at either end stays visible), one bounded below starts the axis there."""
-    domains = {METRIC_DOMAINS[m] for m in metrics}
+def pin_axis(axis: dict[str, Any], *keys: str) -> dict[str, Any]:
+    """Fix ``axis`` to the domain its quantities share: a bounded one is the range (with 2% room
+    so a line at either end stays visible), one bounded below starts the axis there."""
+    domains = {metrics.domain(k) for k in keys}
     lo, hi = domains.pop() if len(domains) == 1 else (None, None)
     if lo is not None and hi is not None:
         pad = 0.02 * (hi - lo)
@@ -119,6 +108,106 @@ def _empty_note(fig: Fig, steps: list[Any]) -> Fig:
 
 # --- run page ----------------------------------------------------------------------------------
 
+def run_config(run: Run) -> TrainConfig:
+    """The run's stored config as a TrainConfig (``TrainConfig.from_stored``)."""
+    return TrainConfig.from_stored(run.config)
+
+
+@dataclass(frozen=True)
+class ChartRun:
+    """What a chart's ``applies_to`` decides by: the run, its config, the extra step metrics its
+    algorithm declares and whether the algorithm eliminates prompts by an exit rule."""
+
+    run: Run
+    config: TrainConfig
+    algorithm_metrics: dict[str, Metric]
+    eliminates: bool
+
+    @classmethod
+    def of(cls, run: Run) -> ChartRun:
+        return cls(run, run_config(run), metrics.algorithm_metrics(run.algorithm),
+                   metrics.algorithm_eliminates(run.algorithm))
+
+    def declares(self, *keys: str) -> bool:
+        return all(k in self.algorithm_metrics for k in keys)
+
+
+def _always(_: ChartRun) -> bool:
+    return True
+
+
+@dataclass(frozen=True)
+class Chart:
+    """One chart of the run page. ``build(run, max_points, **options)`` returns the figure;
+    ``applies_to`` says whether the run page shows it for a run (its endpoint draws it for any
+    run, saying what is missing); ``metrics`` are the Step.metrics keys it plots; ``section``
+    places it (see ``SECTIONS``); ``full_resolution`` charts ignore ``max_points``."""
+
+    name: str
+    build: Callable[..., Fig]
+    applies_to: Callable[[ChartRun], bool] = _always
+    metrics: tuple[str, ...] = ()
+    section: str = ""
+    tall: bool = False
+    full_resolution: bool = False
+
+
+@dataclass(frozen=True)
+class Section:
+    """A group of charts on the run page: the main grid ("") has no heading; an algorithm's own
+    charts come under a heading, with a note template that explains them."""
+
+    key: str
+    title: str = ""
+    note: str = ""  # a template included under the heading
+
+
+# The registry of run-page charts, in page order; ``register_chart`` adds one.
+RUN_CHARTS: dict[str, Chart] = {}
+SECTIONS: dict[str, Section] = {s.key: s for s in (
+    Section(""),
+    Section("est", "Reinforce-Ada Est: where the budget went", "dashboard/_est_note.html"),
+    Section("heatmap"),  # the prompt x step heatmap has a card of its own
+)}
+
+
+def register_chart(chart: Chart, *, after: str | None = None) -> Chart:
+    """Add ``chart`` to the run page: last, or right after the chart named ``after``."""
+    if chart.section not in SECTIONS:
+        raise ValueError(f"chart {chart.name!r}: unknown section {chart.section!r}")
+    if after is not None and after not in RUN_CHARTS:
+        raise ValueError(f"chart {chart.name!r}: no chart {after!r} to follow")
+    entries = [c for c in RUN_CHARTS.values() if c.name != chart.name]
+    at = len(entries) if after is None else [c.name for c in entries].index(after) + 1
+    entries.insert(at, chart)
+    RUN_CHARTS.clear()
+    RUN_CHARTS.update((c.name, c) for c in entries)
+    return chart
+
+
+def charts_for(run: Run) -> list[str]:
+    """The names of the run page's charts (the heatmap has its own place) this run can fill."""
+    return [name for section in sections_for(run) for name in section[1]]
+
+
+def sections_for(run: Run) -> list[tuple[Section, list[str]]]:
+    """The run page's sections, each with the names of its charts that apply to ``run``, in
+    registry order; sections with none are left out (the heatmap's too: it has its own card)."""
+    ctx = ChartRun.of(run)
+    out: list[tuple[Section, list[str]]] = []
+    for key, section in SECTIONS.items():
+        names = [c.name for c in RUN_CHARTS.values()
+                 if c.section == key and key != "heatmap" and c.applies_to(ctx)]
+        if names:
+            out.append((section, names))
+    return out
+
+
+def run_chart(run: Run, name: str, max_points: int = MAX_POINTS, **options: Any) -> Fig:
+    """The figure ``name`` of RUN_CHARTS; ``options`` are the heatmap's (sort, query, rows)."""
+    return RUN_CHARTS[name].build(run, max_points, **options)
+
+
 def rewards(run: Run, max_points: int = MAX_POINTS) -> Fig:
     s = selectors.step_series(run.pk)
     data = [
@@ -132,13 +221,18 @@ def rewards(run: Run, max_points: int = MAX_POINTS) -> Fig:
 
 
 def funnel(run: Run, max_points: int = MAX_POINTS) -> Fig:
-    """Top: prompts still active after each round (a ribbon per round). Bottom: where every prompt
-    of the batch ended: resolved in round r, or unresolved missing positives / negatives."""
+    """Where every prompt of the step went. An algorithm with an exit rule: prompts still active
+    after each round (top, a ribbon per round) and where each ended (bottom): resolved in round
+    r, or unresolved missing positives / negatives. One without (GRPO, DAPO, Est): one round,
+    no elimination; each prompt's group split by its rewards (some right and some wrong, all
+    right, all wrong), since only mixed groups carry a gradient."""
+    if not metrics.algorithm_eliminates(run.algorithm):
+        return _one_round(run, max_points)
     r = selectors.round_series(run.pk)
     s = selectors.step_series(run.pk, ("unresolved_missing_pos", "unresolved_missing_neg"))
     steps = r["steps"]
     data: list[dict[str, Any]] = []
-    batch = int((run.config or {}).get("batch_size", 0))
+    batch = run_config(run).batch_size
     # Drawn from the last round to the first so each round's band stacks on the smaller one
     # after it: the ribbon narrows as prompts leave.
     for rnd in range(r["max_round"], 0, -1):
@@ -160,8 +254,8 @@ def funnel(run: Run, max_points: int = MAX_POINTS) -> Fig:
         x, y = bucket_mean(s["step"], [v or 0 for v in s[key]], max_points)
         data.append({"type": "bar", "name": name, "x": x, "y": y, "marker": {"color": color},
                      "legendgroup": "unresolved"})
-    layout = _layout(f"Elimination funnel (batch B = {batch} prompts)", "training step",
-                     "outcome (prompts)", barmode="stack", bargap=0)
+    layout = _layout(f"Elimination funnel (batch B = {fmt.count(batch, 'prompt')})",
+                     "training step", "outcome (prompts)", barmode="stack", bargap=0)
     layout["yaxis"]["domain"] = [0, 0.45]
     pin_axis(layout["yaxis"], "outcome")
     layout["yaxis2"] = pin_axis({"title": {"text": "still active (prompts)"},
@@ -170,111 +264,220 @@ def funnel(run: Run, max_points: int = MAX_POINTS) -> Fig:
     return _empty_note({"data": data, "layout": layout}, steps)
 
 
+# Colours of the reward split: mixed groups carry the signal, all-equal ones none.
+SPLIT_COLORS = {"mixed": PALETTE[2], "all_right": PALETTE[5], "all_wrong": "#444444"}
+
+
+def _one_round(run: Run, max_points: int) -> Fig:
+    """The funnel of an algorithm without an exit rule: nothing is eliminated, every prompt is
+    sampled once per step (DAPO: once per batch drawn). What tells it apart from an adaptive
+    run is how many of those groups came back all right or all wrong."""
+    s = selectors.reward_split_series(run.pk)
+    config = run_config(run)
+    data = []
+    for key, name in (("mixed", "some right, some wrong (signal)"),
+                      ("all_right", "all right (no signal)"),
+                      ("all_wrong", "all wrong (no signal)")):
+        x, y = bucket_mean(s["step"], s[key], max_points)
+        data.append({"type": "bar", "name": name, "x": x, "y": y,
+                     "marker": {"color": SPLIT_COLORS[key]}})
+    title = (f"One round, no elimination (batch B = {fmt.count(config.batch_size, 'prompt')}): "
+             f"each prompt's group by its rewards")
+    layout = _layout(title, "training step", "prompts sampled (prompts)", barmode="stack",
+                     bargap=0)
+    pin_axis(layout["yaxis"], "prompts")
+    layout["height"] = 520
+    fig = _empty_note({"data": data, "layout": layout}, s["step"])
+    if s["step"]:
+        fig["layout"]["annotations"] = [{
+            "text": "this algorithm has no exit rule: no prompt is retired early",
+            "showarrow": False, "xref": "paper", "yref": "paper", "x": 0.5, "y": 1.02,
+            "yanchor": "bottom"}]
+    return fig
+
+
 def budget(run: Run, max_points: int = MAX_POINTS) -> Fig:
+    """Samples and tokens, per step and cumulative, each on an axis of its own (on a shared
+    axis, tokens that grow in step with samples would draw one line over the other)."""
     s = selectors.step_series(run.pk)
     bxn = selectors.group_bxn(run)
     steps = s["step"]
     data = [
         _line("samples per step", steps, s["samples"], PALETTE[0], max_points),
-        _line(f"GRPO budget B x n = {bxn} samples", steps, [bxn] * len(steps), "#888888",
-              max_points, line={"color": "#888888", "dash": "dash", "width": 1.5}),
-        _line("tokens per step", steps, s["tokens"], PALETTE[1], max_points, yaxis="y3"),
+        _line(f"GRPO budget B x n = {fmt.count(bxn, 'sample')}", steps, [bxn] * len(steps),
+              "#888888", max_points, line={"color": "#888888", "dash": "dash", "width": 1.5}),
+        _line("tokens per step", steps, s["tokens"], PALETTE[1], max_points, yaxis="y2"),
         _line("cumulative samples", steps, s["cum_samples"], PALETTE[0], max_points,
-              yaxis="y2", line={"color": PALETTE[0], "width": 2.5}),
+              yaxis="y3", line={"color": PALETTE[0], "width": 2.5}),
         _line("cumulative GRPO budget", steps, [bxn * st for st in steps], "#888888",
-              max_points, yaxis="y2", line={"color": "#888888", "dash": "dot", "width": 2}),
+              max_points, yaxis="y3", line={"color": "#888888", "dash": "dot", "width": 2}),
         _line("cumulative tokens", steps, s["cum_tokens"], PALETTE[1], max_points,
               yaxis="y4", line={"color": PALETTE[1], "width": 2.5}),
     ]
     layout = _layout("Sampling budget", "training step", "samples per step")
     # Counts start at zero: a backend that reports no tokens draws a flat line at 0, not at an
     # arbitrary mid-axis.
-    pin_axis(layout["yaxis"], "samples").update(domain=[0, 0.45])
-    layout["yaxis2"] = pin_axis({"title": {"text": "cumulative samples"}, "domain": [0.55, 1],
-                                 "anchor": "x"}, "cum_samples")
-    layout["yaxis3"] = pin_axis({"title": {"text": "tokens per step"}, "overlaying": "y",
-                                 "side": "right", "anchor": "x", "showgrid": False}, "tokens")
-    layout["yaxis4"] = pin_axis({"title": {"text": "cumulative tokens"}, "overlaying": "y2",
-                                 "side": "right", "anchor": "x", "showgrid": False},
-                                "cum_tokens")
-    layout["height"] = 520
+    panels = (("yaxis", "samples per step", "samples"), ("yaxis2", "tokens per step", "tokens"),
+              ("yaxis3", "cumulative samples", "cum_samples"),
+              ("yaxis4", "cumulative tokens", "cum_tokens"))
+    for i, (axis, title, key) in enumerate(panels):
+        top = 1 - i * 0.26
+        layout[axis] = pin_axis({**layout.get(axis, {}), "title": {"text": title},
+                                 "domain": [max(0.0, top - 0.2), top], "anchor": "x",
+                                 "tickformat": "~s"}, key)
+    layout["height"] = 720
     return _empty_note({"data": data, "layout": layout}, steps)
 
 
-# Charts that plot Step.metrics keys: (title, y title, [(key, legend name)], stacked).
-METRIC_CHARTS: dict[str, tuple[str, str, list[tuple[str, str]], bool]] = {
-    "signal": ("Signal collapse", "fraction of prompts (0-1)", [
-        ("zero_adv_frac", "kept groups with zero advantage"),
-        ("first_round_all_correct", "first round all correct"),
-        ("first_round_all_wrong", "first round all wrong")], False),
-    "entropy": ("Policy entropy", "mean token entropy (nats)", [("entropy", "entropy")], False),
-    "clip": ("PPO clip fractions", "fraction of tokens (0-1)", [
-        ("clip_frac_low", "clipped at 1 - eps_low"),
-        ("clip_frac_high", "clipped at 1 + eps_high"),
-        ("dual_clip_frac", "capped at -A x c (dual-clip)")], False),
-    "length": ("Response length", "mean response length (tokens)",
-               [("response_length", "every response drawn"),
-                ("kept_response_length", "responses kept for the update")], False),
-    "discarded": ("Discarded tokens (streaming: aborted or finished after the prompt stopped)",
-                  "response tokens per step (tokens)",
-                  [("tokens_discarded", "tokens generated, then discarded")], False),
-    "timing": ("Step time", "seconds per step (s)", [
-        ("time_generation", "generation"), ("time_scoring", "scoring"),
-        ("time_update", "update"), ("time_sync", "weight sync")], True),
-    "rollout": ("Rollout vs policy log-probs (vllm engine vs trained policy)",
-                "|log-prob difference| per token (nats)", [
-                    ("rollout_logprob_diff_mean", "mean over kept tokens"),
-                    ("rollout_logprob_diff_max", "max over kept tokens")], False),
-}
+@dataclass(frozen=True)
+class MetricChart:
+    """A chart of Step.metrics keys: one line per (key, legend name), stacked or not; ``note``
+    (figure, series, config) may annotate it."""
 
-# Charts that only some runs can fill: the rollout/policy gap exists where a separate engine
-# samples (the vllm backend); elsewhere the rollout is the policy itself.
-CHART_APPLIES: dict[str, Any] = {
-    "rollout": lambda run: (run.config or {}).get("backend") == "vllm",
-    # Only the streaming scheduler aborts requests; the others pool every response they draw.
-    "discarded": lambda run: (run.config or {}).get("scheduler") == "streaming",
-}
+    title: str
+    ytitle: str
+    series: tuple[tuple[str, str], ...]
+    stacked: bool = False
+    exponent_axis: bool = False
+    note: Callable[[Fig, dict[str, list[Any]], TrainConfig], None] | None = None
+
+    @property
+    def keys(self) -> tuple[str, ...]:
+        return tuple(k for k, _ in self.series)
 
 
-def run_config(run: Run) -> TrainConfig:
-    """The run's stored config as a TrainConfig (keys a later version dropped are ignored)."""
-    known = {f.name for f in dataclasses.fields(TrainConfig)}
-    return TrainConfig(**{k: v for k, v in (run.config or {}).items() if k in known})
-
-
-def metric_chart(run: Run, name: str, max_points: int = MAX_POINTS) -> Fig:
-    title, ytitle, keys, stacked = METRIC_CHARTS[name]
-    s = selectors.step_series(run.pk, tuple(k for k, _ in keys))
-    data = []
-    for i, (key, label) in enumerate(keys):
-        extra: dict[str, Any] = {}
-        if stacked:
-            # Stacked areas need aligned x values, so a bucket mean replaces min/max here.
-            x, y = bucket_mean(s["step"], s[key], max_points)
-            data.append({"type": "scatter", "mode": "lines", "name": label, "x": x, "y": y,
-                         "stackgroup": "time", "line": {"color": PALETTE[i], "width": 1}})
-            continue
-        data.append(_line(label, s["step"], s[key], PALETTE[i], max_points, **extra))
-    layout = _layout(title, "training step", ytitle)
-    pin_axis(layout["yaxis"], *(k for k, _ in keys))
-    if name == "rollout":
-        # fp32 gaps are ~1e-6 nats: "2e-6" reads as a number, Plotly's SI "2µ" does not.
-        layout["yaxis"]["exponentformat"] = "e"
-    fig = _empty_note({"data": data, "layout": layout}, s["step"])
-    if name == "clip" and s["step"] and run_config(run).optimizer_steps == 1:
+def _clip_note(fig: Fig, s: dict[str, list[Any]], config: TrainConfig) -> None:
+    if s["step"] and config.optimizer_steps == 1:
         # One optimiser step per training step: the ratio is exactly 1, so nothing can clip.
         # Zero lines are then the configuration, not a measurement worth reading.
         fig["layout"]["annotations"] = [{
             "text": "one optimiser step per training step: the ratio is 1, nothing clips<br>"
                     "(more mini-batches or epochs engage clipping; docs/paper-fidelity.md)",
             "showarrow": False, "xref": "paper", "yref": "paper", "x": 0.5, "y": 0.6}]
-    elif s["step"] and all(v is None for key, _ in keys for v in s[key]):
+
+
+def metric_chart(run: Run, spec: MetricChart, max_points: int = MAX_POINTS) -> Fig:
+    s = selectors.step_series(run.pk, spec.keys)
+    data = []
+    for i, (key, label) in enumerate(spec.series):
+        if spec.stacked:
+            # Stacked areas need aligned x values, so a bucket mean replaces min/max here.
+            x, y = bucket_mean(s["step"], s[key], max_points)
+            data.append({"type": "scatter", "mode": "lines", "name": label, "x": x, "y": y,
+                         "stackgroup": "time", "line": {"color": PALETTE[i], "width": 1}})
+            continue
+        data.append(_line(label, s["step"], s[key], PALETTE[i % len(PALETTE)], max_points))
+    layout = _layout(spec.title, "training step", spec.ytitle)
+    pin_axis(layout["yaxis"], *spec.keys)
+    if spec.exponent_axis:
+        # fp32 gaps are ~1e-6 nats: "2e-6" reads as a number, Plotly's SI "2µ" does not.
+        layout["yaxis"]["exponentformat"] = "e"
+    fig = _empty_note({"data": data, "layout": layout}, s["step"])
+    if spec.note is not None:
+        spec.note(fig, s, run_config(run))
+    if "annotations" not in fig["layout"] and s["step"] and all(
+            v is None for key in spec.keys for v in s[key]):
         # Steps exist but none carries these metrics (e.g. the rollout gap of a run whose
         # backend samples from the policy itself): say so instead of drawing empty axes.
         fig["layout"]["annotations"] = [{
             "text": "not recorded by this run's backend", "showarrow": False,
             "xref": "paper", "yref": "paper", "x": 0.5, "y": 0.5}]
     return fig
+
+
+def metric_chart_entry(name: str, spec: MetricChart, **chart: Any) -> Chart:
+    """A registry entry for a chart of step metrics."""
+    return Chart(name, lambda run, max_points=MAX_POINTS, **_: metric_chart(run, spec, max_points),
+                 metrics=spec.keys, **chart)
+
+
+def _panels_by_unit(keys: list[str]) -> list[tuple[str, list[str]]]:
+    units: dict[str, list[str]] = {}
+    for key in keys:
+        units.setdefault(metrics.metric(key).unit, []).append(key)
+    return list(units.items())
+
+
+def panels_chart(title: str, panels: list[tuple[str, list[tuple[str, str]]]],
+                 s: dict[str, list[Any]], max_points: int,
+                 references: dict[int, tuple[str, float]] | None = None) -> Fig:
+    """Step metrics in panels stacked over one step axis: ``panels`` = [(axis title,
+    [(key, legend name)])]; ``references`` = {panel index: (legend name, value)} draws a dashed
+    line of that value across a panel."""
+    data: list[dict[str, Any]] = []
+    layout = _layout(title, "training step", panels[0][0] if panels else "value")
+    n = max(len(panels), 1)
+    gap = 0.08 if n > 1 else 0.0
+    height = (1 - gap * (n - 1)) / n
+    colour = 0
+    for i, (ytitle, series) in enumerate(panels):
+        axis = "yaxis" if i == 0 else f"yaxis{i + 1}"
+        ref = "y" if i == 0 else f"y{i + 1}"
+        top = 1 - i * (height + gap)
+        layout[axis] = pin_axis({**layout.get(axis, {}), "title": {"text": ytitle},
+                                 "domain": [max(0.0, top - height), top], "anchor": "x"},
+                                *(k for k, _ in series))
+        for key, label in series:
+            data.append(_line(label, s["step"], s[key], PALETTE[colour % len(PALETTE)],
+                              max_points, yaxis=ref))
+            colour += 1
+        if references and i in references:
+            name, value = references[i]
+            data.append(_line(name, s["step"], [value] * len(s["step"]), "#888888",
+                              max_points, yaxis=ref,
+                              line={"color": "#888888", "dash": "dash", "width": 1.5}))
+    layout["height"] = max(360, 220 * n + 80)
+    return _empty_note({"data": data, "layout": layout}, s["step"])
+
+
+def _axis_title(unit: str, keys: list[str]) -> str:
+    words = metrics.label(keys[0]) if len(keys) == 1 else "value"
+    return f"{words} ({unit})" if unit else words
+
+
+def _drawn_elsewhere(ctx: ChartRun) -> set[str]:
+    return {k for c in RUN_CHARTS.values() if c.name != "algorithm_metrics" and c.applies_to(ctx)
+            for k in c.metrics}
+
+
+def _own_metrics(ctx: ChartRun) -> list[str]:
+    """The algorithm's declared extra metrics that no other chart of its page draws."""
+    elsewhere = _drawn_elsewhere(ctx)
+    return [k for k in ctx.algorithm_metrics if k not in elsewhere]
+
+
+def algorithm_metrics_chart(run: Run, max_points: int = MAX_POINTS, **_: Any) -> Fig:
+    """Every extra step metric the run's algorithm declares that no other chart draws, one panel
+    per unit: an algorithm added to the registry gets its own metrics charted with no edit
+    here."""
+    keys = _own_metrics(ChartRun.of(run))
+    s = selectors.step_series(run.pk, tuple(keys))
+    panels = [(_axis_title(unit, ks), [(k, metrics.label(k)) for k in ks])
+              for unit, ks in _panels_by_unit(keys)]
+    label = selectors.algorithm_label(run.algorithm)
+    return panels_chart(f"{plotly_text(label)}: the step metrics it records", panels, s,
+                        max_points)
+
+
+DAPO_METRICS = ("gen_batches", "signal_groups", "prompts_drawn")
+
+
+def dapo_sampling(run: Run, max_points: int = MAX_POINTS, **_: Any) -> Fig:
+    """DAPO's dynamic sampling, per step: the batches of B prompts it drew (at most
+    max_num_gen_batches), the prompts they held and how many groups came back with signal,
+    against the B groups the update wants."""
+    config = run_config(run)
+    s = selectors.step_series(run.pk, DAPO_METRICS)
+    return panels_chart(
+        "Dynamic sampling: batches drawn until B groups carry signal",
+        [("batches drawn (batches)", [("gen_batches", "batches of B prompts drawn")]),
+         ("prompts (prompts)", [("prompts_drawn", "prompts drawn"),
+                                ("signal_groups", "groups with signal")])],
+        s, max_points,
+        references={0: (f"at most max_num_gen_batches = {config.max_num_gen_batches}",
+                        config.max_num_gen_batches),
+                    1: (f"wanted: B = {fmt.count(config.batch_size, 'group')} with signal",
+                        config.batch_size)})
 
 
 def evaluation(run: Run) -> Fig:
@@ -334,15 +537,19 @@ def heatmap(run: Run, *, sort: str = "samples", query: str = "",
     return {"data": data, "layout": layout, "prompt_ids": v.prompt_ids,
             "texts": [plotly_text(t[:80]) for t in v.texts], "counts": v.counts,
             "unresolved": v.unresolved, "exit_rounds": v.exit_rounds,
-            "row_ranges": v.row_ranges, "bin_size": v.bin_size}
+            "row_ranges": v.row_ranges, "bin_size": v.bin_size,
+            # Without an exit rule a prompt's one round says nothing of an exit.
+            "eliminates": metrics.algorithm_eliminates(run.algorithm)}
 
 
 def prompt_pass_rate(run: Run, prompt_id: int) -> Fig:
     p = selectors.prompt_pass_rates(run.pk, prompt_id)
-    est = is_algorithm(run.algorithm) and get_algorithm(run.algorithm).allocates
-    hover = [f"{n} samples" + (" (allocated)" if est else ", " + (
-                 f"exit after round {e}" if e is not None else "unresolved"))
-             for n, e in zip(p["samples"], p["exit_round"], strict=True)]
+    eliminates = metrics.algorithm_eliminates(run.algorithm)
+    hover = [fmt.count(n, "sample") + (
+        " (allocated)" if h is not None else
+        "" if not eliminates else
+        f", exit after round {e}" if e is not None else ", unresolved")
+        for n, e, h in zip(p["samples"], p["exit_round"], p["p_hat"], strict=True)]
     data = [{"type": "scatter", "mode": "lines+markers", "name": "pass rate of its pool",
              "x": p["step"], "y": p["pass_rate"], "text": hover,
              "hovertemplate": "step %{x}: %{y:.2f}<br>%{text}<extra></extra>",
@@ -357,7 +564,17 @@ def prompt_pass_rate(run: Run, prompt_id: int) -> Fig:
 
 # --- Reinforce-Ada-Est ---------------------------------------------------------------------------
 
-EST_CHARTS = ("est_allocation", "est_calibration", "est_budget")
+# The Est step metrics its charts read: a run whose algorithm declares them gets the charts.
+EST_METRICS = ("p_hat_mean", "alloc_scale")
+
+
+def log_ticks(lo: float, hi: float) -> dict[str, Any]:
+    """Ticks of a log axis from ``lo`` to ``hi`` at 1, 2 and 5 x 10^k, each labelled in full
+    ("0.05", "0.1", "0.2"): Plotly's own minor labels read "5, 0.1, 2, 5, 1"."""
+    vals = [m * 10.0**k for k in range(math.floor(math.log10(lo)), math.ceil(math.log10(hi)) + 1)
+            for m in (1, 2, 5)]
+    vals = [v for v in vals if lo <= v <= hi * 1.0001]
+    return {"tickvals": vals, "ticktext": [f"{v:g}" for v in vals]}
 
 
 def est_p_hat_trace(steps: list[int], p_hat: list[float | None]) -> dict[str, Any]:
@@ -370,7 +587,7 @@ def est_p_hat_trace(steps: list[int], p_hat: list[float | None]) -> dict[str, An
 def _est_note(fig: Fig, empty: bool, run: Run) -> Fig:
     if empty:
         fig = _empty_note(fig, [])
-        if not (is_algorithm(run.algorithm) and get_algorithm(run.algorithm).allocates):
+        if not ChartRun.of(run).declares(*EST_METRICS):
             fig["layout"]["annotations"][0]["text"] = "not a Reinforce-Ada Est run"
     return fig
 
@@ -379,11 +596,10 @@ def est_allocation(run: Run) -> Fig:
     """The last step's allocation: samples N_x against p-hat for every prompt of the batch, on
     the curve N(p) = clip(c * w(p), N_min, N_max) that produced it (rounding moves a point by
     less than one sample)."""
-    cfg = run.config or {}
+    cfg = run_config(run)
     a = selectors.est_last_allocation(run.pk)
-    n_min, n_max = int(cfg.get("est_min_samples", 2)), int(cfg.get("est_max_samples", 32))
-    budget = int(cfg.get("budget_per_prompt", 8))
-    weight = cfg.get("est_weight", "inv-sqrt")
+    n_min, n_max = cfg.est_min_samples, cfg.est_max_samples
+    budget, weight = cfg.budget_per_prompt, cfg.est_weight
     data: list[dict[str, Any]] = [{
         "type": "scatter", "mode": "markers", "name": "prompts of the batch",
         "x": a["p_hat"], "y": a["allocated"],
@@ -399,7 +615,7 @@ def est_allocation(run: Run) -> Fig:
     lo = max(1e-4, min(a["p_hat"]) * 0.8) if a["p_hat"] else 0.01
     if scale is not None and weight in ALLOCATION_WEIGHTS:
         grid = np.geomspace(lo, 1.0, 200)
-        curve = np.clip(scale * ALLOCATION_WEIGHTS[weight](grid, float(cfg.get("est_eps", 1e-6))),
+        curve = np.clip(scale * ALLOCATION_WEIGHTS[weight](grid, cfg.est_eps),
                         n_min, n_max)
         formula = "1/sqrt(p + eps)" if weight == "inv-sqrt" else "1/(p + eps)"
         data.append({"type": "scatter", "mode": "lines",
@@ -414,7 +630,7 @@ def est_allocation(run: Run) -> Fig:
     layout = _layout(f"Allocation{step}: samples per prompt against p-hat",
                      "p-hat, pass-rate estimate before sampling (0-1, log scale)",
                      "samples allocated N_x", hovermode="closest")
-    layout["xaxis"].update(type="log", dtick="D2")  # ticks at 1, 2, 5 x 10^k
+    layout["xaxis"].update(type="log", **log_ticks(lo, 1.0))
     layout["yaxis"]["rangemode"] = "tozero"
     return _est_note({"data": data, "layout": layout}, a["step"] is None, run)
 
@@ -447,15 +663,15 @@ def est_calibration(run: Run) -> Fig:
 def est_budget(run: Run, max_points: int = MAX_POINTS) -> Fig:
     """Samples per step against GRPO with n = budget_per_prompt (n = 8 by default: the same
     budget), and the spread of samples per prompt."""
-    cfg = run.config or {}
-    budget = int(cfg.get("budget_per_prompt", 8))
-    grpo = int(cfg.get("batch_size", 0)) * budget
+    cfg = run_config(run)
+    budget = cfg.budget_per_prompt
+    grpo = cfg.batch_size * budget
     s = selectors.step_series(run.pk)
     a = selectors.est_allocation_series(run.pk)
     data = [
         # Est spends exactly the GRPO budget: a wide pale band under the samples line keeps
         # the reference visible where the two coincide.
-        _line(f"GRPO n={budget}: B x {budget} = {grpo} samples", s["step"],
+        _line(f"GRPO n={budget}: B x {budget} = {fmt.count(grpo, 'sample')}", s["step"],
               [grpo] * len(s["step"]), "#888888", max_points,
               line={"color": "rgba(136,136,136,0.45)", "width": 7}),
         _line("samples per step", s["step"], s["samples"], PALETTE[0], max_points),
@@ -472,6 +688,78 @@ def est_budget(run: Run, max_points: int = MAX_POINTS) -> Fig:
                         "anchor": "x", "rangemode": "tozero"}
     layout["height"] = 520
     return _est_note({"data": data, "layout": layout}, not a["step"], run)
+
+
+# --- the registry of run-page charts, in page order ------------------------------------------
+
+def _backend_is_vllm(ctx: ChartRun) -> bool:
+    # The rollout/policy gap exists where a separate engine samples; elsewhere the rollout is
+    # the policy itself.
+    return ctx.config.backend == "vllm"
+
+
+def _streaming(ctx: ChartRun) -> bool:
+    # Only the streaming scheduler aborts requests; the others pool every response they draw.
+    return ctx.config.scheduler == "streaming"
+
+
+def _no_points(build: Callable[[Run], Fig]) -> Callable[..., Fig]:
+    return lambda run, max_points=MAX_POINTS, **_: build(run)
+
+
+for _chart in (
+    Chart("rewards", lambda run, max_points=MAX_POINTS, **_: rewards(run, max_points),
+          metrics=("real_reward", "kept_reward")),
+    Chart("funnel", lambda run, max_points=MAX_POINTS, **_: funnel(run, max_points),
+          metrics=("unresolved_missing_pos", "unresolved_missing_neg"), tall=True),
+    Chart("budget", lambda run, max_points=MAX_POINTS, **_: budget(run, max_points),
+          metrics=("samples", "tokens"), tall=True),
+    metric_chart_entry("signal", MetricChart("Signal collapse", "fraction of prompts (0-1)", (
+        ("zero_adv_frac", "kept groups with zero advantage"),
+        ("first_round_all_correct", "first round all correct"),
+        ("first_round_all_wrong", "first round all wrong")))),
+    Chart("dapo_sampling", dapo_sampling, applies_to=lambda ctx: ctx.declares(*DAPO_METRICS),
+          metrics=DAPO_METRICS, tall=True),
+    metric_chart_entry("entropy", MetricChart("Policy entropy", "mean token entropy (nats)",
+                                              (("entropy", "entropy"),))),
+    metric_chart_entry("clip", MetricChart("PPO clip fractions", "fraction of tokens (0-1)", (
+        ("clip_frac_low", "clipped at 1 - eps_low"),
+        ("clip_frac_high", "clipped at 1 + eps_high"),
+        ("dual_clip_frac", "capped at -A x c (dual-clip)")), note=_clip_note)),
+    metric_chart_entry("length", MetricChart("Response length", "mean response length (tokens)",
+                                             (("response_length", "every response drawn"),
+                                              ("kept_response_length",
+                                               "responses kept for the update")))),
+    metric_chart_entry("discarded", MetricChart(
+        "Discarded tokens (streaming: aborted or finished after the prompt stopped)",
+        "response tokens per step (tokens)",
+        (("tokens_discarded", "tokens generated, then discarded"),)), applies_to=_streaming),
+    metric_chart_entry("timing", MetricChart("Step time", "seconds per step (s)", (
+        ("time_generation", "generation"), ("time_scoring", "scoring"),
+        ("time_update", "update"), ("time_sync", "weight sync")), stacked=True)),
+    metric_chart_entry("rollout", MetricChart(
+        "Rollout vs policy log-probs (vllm engine vs trained policy)",
+        "|log-prob difference| per token (nats)", (
+            ("rollout_logprob_diff_mean", "mean over kept tokens"),
+            ("rollout_logprob_diff_max", "max over kept tokens")), exponent_axis=True),
+        applies_to=_backend_is_vllm),
+    Chart("algorithm_metrics", algorithm_metrics_chart,
+          applies_to=lambda ctx: bool(_own_metrics(ctx)), tall=True),
+    Chart("eval", _no_points(evaluation), full_resolution=True),
+    Chart("heatmap", lambda run, max_points=MAX_POINTS, **options: heatmap(run, **options),
+          section="heatmap", full_resolution=True),
+    Chart("est_allocation", _no_points(est_allocation), section="est",
+          applies_to=lambda ctx: ctx.declares(*EST_METRICS), metrics=("alloc_scale",)),
+    Chart("est_calibration", _no_points(est_calibration), section="est",
+          applies_to=lambda ctx: ctx.declares(*EST_METRICS)),
+    Chart("est_budget", est_budget, section="est",
+          applies_to=lambda ctx: ctx.declares(*EST_METRICS), metrics=("samples",), tall=True),
+):
+    register_chart(_chart)
+del _chart
+
+# Charts drawn without down-sampling: ``points`` does not change them (nor their cache key).
+FULL_RESOLUTION_CHARTS = tuple(c.name for c in RUN_CHARTS.values() if c.full_resolution)
 
 
 # --- compare -----------------------------------------------------------------------------------
@@ -577,40 +865,6 @@ def _rgba(hex_color: str, alpha: float) -> str:
     h = hex_color.lstrip("#")
     r, g, b = (int(h[i:i + 2], 16) for i in (0, 2, 4))
     return f"rgba({r},{g},{b},{alpha})"
-
-
-RUN_CHARTS = ("rewards", "funnel", "budget", *METRIC_CHARTS, "eval", "heatmap")
-# Charts drawn without down-sampling: ``points`` does not change them (nor their cache key).
-FULL_RESOLUTION_CHARTS = ("eval", "heatmap")
-
-
-def charts_for(run: Run) -> list[str]:
-    """The run page's charts (the heatmap has its own place) that this run can fill."""
-    return [c for c in RUN_CHARTS
-            if c != "heatmap" and CHART_APPLIES.get(c, lambda _run: True)(run)]
-
-
-def run_chart(run: Run, name: str, max_points: int = MAX_POINTS, **options: Any) -> Fig:
-    """The figure ``name`` of RUN_CHARTS; ``options`` are the heatmap's (sort, query, rows)."""
-    if name == "rewards":
-        return rewards(run, max_points)
-    if name == "funnel":
-        return funnel(run, max_points)
-    if name == "budget":
-        return budget(run, max_points)
-    if name == "heatmap":
-        return heatmap(run, **options)
-    if name == "eval":
-        return evaluation(run)
-    if name in METRIC_CHARTS:
-        return metric_chart(run, name, max_points)
-    if name == "est_allocation":
-        return est_allocation(run)
-    if name == "est_calibration":
-        return est_calibration(run)
-    if name == "est_budget":
-        return est_budget(run, max_points)
-    raise KeyError(name)
 
 
 # --- launch preflight ----------------------------------------------------------------------------

@@ -22,6 +22,8 @@ from trainer.config import (
     recommended_lr,
 )
 
+from .selectors import DiffCell, RunSettings, settings_diff
+
 # Set from the chosen prompt sets by the launch service, not typed by the user.
 SERVICE_OWNED = ("prompts", "eval_prompts")
 # Dropdowns for every choice field of the config (trainer.config.CHOICE_FIELDS); algorithms carry
@@ -78,7 +80,38 @@ def _config_field(spec: dict[str, Any]) -> forms.Field:
     return forms.CharField(required=False, **common)
 
 
-class LaunchForm(forms.Form):
+def bounded_int(low: int, high: int | None = None, **kwargs: Any) -> forms.IntegerField:
+    """An integer field whose bound errors read as the config's ("must be within [1, 100,000],
+    got 200000"): Django's own say "Ensure this value is less than or equal to 100000"."""
+    bounds = f"[{low:,}, {high:,}]" if high is not None else f"[{low:,}, ...)"
+    message = f"must be within {bounds}, got %(show_value)s"
+    return forms.IntegerField(min_value=low, max_value=high, error_messages={
+        "min_value": message, "max_value": message}, **kwargs)
+
+
+class NumbersAsTyped(forms.Form):
+    """A form whose number inputs report text typed into them. The browser sends an empty
+    value for a number input holding text ("12e", "1.2.3"), so the server saw "This field is
+    required." or, for an optional field, nothing wrong at all; static/dashboard/forms.js names
+    such inputs in ``_not_a_number`` and the field says what is wrong."""
+
+    NOT_A_NUMBER = "_not_a_number"
+    NOT_A_NUMBER_MESSAGE = "not a number: what was typed is not one (digits, e.g. 32 or 1e-4)"
+
+    def full_clean(self) -> None:
+        super().full_clean()
+        getlist = getattr(self.data, "getlist", None)
+        if not self.is_bound or getlist is None:
+            return
+        posted = set(getlist(self.NOT_A_NUMBER))
+        for name in self.fields:
+            if self.add_prefix(name) in posted:
+                self.errors.pop(name, None)
+                self.cleaned_data.pop(name, None)
+                self.add_error(name, self.NOT_A_NUMBER_MESSAGE)
+
+
+class LaunchForm(NumbersAsTyped):
     name = forms.CharField(max_length=200, help_text="A name to find the run by.")
     prompt_set = forms.ModelChoiceField(queryset=PromptSet.objects.all(),
                                         help_text="Training prompts.")
@@ -89,13 +122,13 @@ class LaunchForm(forms.Form):
     retention = forms.ChoiceField(choices=Run.Retention.choices, initial=Run.Retention.ALL,
                                   help_text="Which response texts are stored.")
     # The preflight (the Estimate button): not part of the run.
-    estimate_samples = forms.IntegerField(
-        required=False, min_value=1, max_value=preflight.MAX_K, initial=preflight.DEFAULT_K,
+    estimate_samples = bounded_int(
+        1, preflight.MAX_K, required=False, initial=preflight.DEFAULT_K,
         label="responses per prompt (k)",
         help_text="Estimate: responses drawn per sampled prompt. Unit: responses.")
-    estimate_prompts = forms.IntegerField(
-        required=False, min_value=1, max_value=preflight.MAX_PROMPTS,
-        initial=preflight.DEFAULT_PROMPTS, label="prompts sampled",
+    estimate_prompts = bounded_int(
+        1, preflight.MAX_PROMPTS, required=False, initial=preflight.DEFAULT_PROMPTS,
+        label="prompts sampled",
         help_text="Estimate: a seeded random subset of the prompt set. Unit: prompts.")
     RUN_SHAPE = ("batch_size", "group_size", "samples_per_round", "max_rounds")
     sweep = forms.CharField(
@@ -157,8 +190,8 @@ class LaunchForm(forms.Form):
             return None
         try:
             return services.parse_sweep_spec(text)
-        except services.LaunchError as exc:
-            raise forms.ValidationError(exc.reason) from exc
+        except services.LaunchError as exc:  # every bad axis, each its own message
+            raise forms.ValidationError([reason for _, reason in exc.pairs]) from exc
 
     def clean(self) -> dict[str, Any]:
         cleaned = super().clean()
@@ -197,25 +230,29 @@ def initial_from_run(run: Run) -> dict[str, Any]:
         initial["std_normalize"] = str(initial["std_normalize"]).lower()
     elif "std_normalize" in initial:
         initial["std_normalize"] = ""
-    initial.update(name=services.derived_run_name(run.name, " (clone)"),
+    initial.update(name=clone_name(run),
                    prompt_set=run.prompt_set_id, eval_set=run.eval_set_id, queue=run.queue,
                    retention=run.retention)
     return initial
 
 
-def clone_diff(form: LaunchForm, source: Run) -> list[tuple[str, Any, Any]]:
-    """(field, source run's value, new value) for everything the user changed."""
-    new = form.config_dict()
-    old = source.config or {}
-    out = [(k, old.get(k), v) for k, v in new.items() if old.get(k) != v]
-    for label, before, after in (
-            ("prompt set", source.prompt_set, form.cleaned_data["prompt_set"]),
-            ("eval set", source.eval_set, form.cleaned_data["eval_set"]),
-            ("queue", source.queue, form.cleaned_data["queue"]),
-            ("retention", source.retention, form.cleaned_data["retention"])):
-        if before != after:
-            out.append((label, before, after))
-    return out
+def clone_name(run: Run) -> str:
+    """The name a clone of ``run`` starts with: the source's and " (clone)". A sweep's run is
+    named after the sweep ("sweep [seed=1]"); its clone belongs to no sweep, so it is named
+    after the values the run was swept at instead ("seed=1 (clone)")."""
+    if run.sweep is None:
+        return services.derived_run_name(run.name, " (clone)")
+    point = {f: (run.config or {}).get(f) for f in run.sweep.fields}
+    return services.derived_run_name(services.point_label(point), " (clone)")
+
+
+def clone_diff(form: LaunchForm, source: Run) -> list[tuple[str, list[DiffCell]]]:
+    """The settings of the valid form that resolve otherwise than the source run's, as
+    ``selectors.settings_diff`` finds them: [source's cell, this launch's cell]."""
+    d = form.cleaned_data
+    launch = RunSettings(form.config_dict(), d["prompt_set"], d["eval_set"], d["queue"],
+                         d["retention"])
+    return settings_diff([RunSettings.of(source), launch])
 
 
 class UploadForm(forms.Form):
@@ -252,20 +289,17 @@ class UploadForm(forms.Form):
         return name
 
 
-class BuiltinForm(forms.Form):
+class BuiltinForm(NumbersAsTyped):
     name = forms.CharField(max_length=200, initial="arithmetic")
     task = forms.ChoiceField(
         choices=[("arithmetic", "arithmetic: a+b=, the sum's digits reversed"),
                  ("arithmetic-long", "arithmetic-long: 2-8 operands, every running sum reversed "
                                      "(longer answers; at most 4 digits)")],
         initial="arithmetic", required=False, help_text="Which built-in task.")
-    num_prompts = forms.IntegerField(min_value=1, max_value=100_000, initial=2048,
-                                     help_text="Unit: prompts.")
-    min_digits = forms.IntegerField(min_value=1, max_value=9, initial=1,
-                                    help_text="Fewest digits of an operand.")
-    max_digits = forms.IntegerField(min_value=1, max_value=9, initial=3,
-                                    help_text="Most digits of an operand.")
-    seed = forms.IntegerField(min_value=0, initial=0, help_text="Seed of the generator.")
+    num_prompts = bounded_int(1, 100_000, initial=2048, help_text="Unit: prompts.")
+    min_digits = bounded_int(1, 9, initial=1, help_text="Fewest digits of an operand.")
+    max_digits = bounded_int(1, 9, initial=3, help_text="Most digits of an operand.")
+    seed = bounded_int(0, initial=0, help_text="Seed of the generator.")
 
     def clean_name(self) -> str:
         name = self.cleaned_data["name"].strip()

@@ -33,19 +33,18 @@ from experiments.models import (
 )
 from experiments.selectors import SweepStatus, sweep_statuses
 
+from trainer import formatting as fmt
 from trainer.algorithms import algorithms, get_algorithm, is_algorithm
-from trainer.types import PASS_RATE_METRICS
+from trainer.config import TrainConfig
 
-# Step.metrics keys the charts read; values are cast in SQL so Python never parses the JSON.
-METRIC_KEYS = (
-    "zero_adv_frac", "first_round_all_correct", "first_round_all_wrong", "unresolved",
-    "unresolved_missing_pos", "unresolved_missing_neg", "entropy", "clip_frac_low",
-    "clip_frac_high", "dual_clip_frac", "response_length", "kept_response_length",
-    "tokens_discarded", "time_generation", "time_scoring", "time_update", "time_step",
-    "policy_loss", "grad_norm", "reward_all", "time_sync",
-    "rollout_logprob_diff_mean", "rollout_logprob_diff_max", "p_hat_mean", "alloc_scale",
-    *PASS_RATE_METRICS,
-)
+from . import metrics as declared_metrics
+
+# The Step.metrics keys a chart may read are the trainer's declarations
+# (``dashboard.metrics.METRIC_KEYS``); values are cast in SQL so Python never parses the JSON.
+METRIC_KEYS = declared_metrics.METRIC_KEYS
+# Step columns step_series always returns (a metric of the same name is read from the column).
+STEP_COLUMNS = ("step", "real_reward", "kept_reward", "samples", "tokens", "wall_seconds",
+                "cum_samples", "cum_tokens")
 
 # DASHBOARD_CACHE=0 turns the cache of finished runs' aggregates off (the benchmark measures the
 # uncached path with it).
@@ -85,19 +84,23 @@ def run_shape(run: Run) -> dict[str, str]:
     """A run's batch and sampling settings in words, from its algorithm's ``summary_fields``:
     ``meta`` for the run page ("B = 32 prompts, n = 4, M = 8, N = 4"), ``short`` and ``title``
     for the runs list ("32 · 4 · 8×4")."""
-    cfg = run.config or {}
+    config = TrainConfig.from_stored(run.config)
     fields = get_algorithm(run.algorithm).summary_fields if is_algorithm(run.algorithm) \
         else ("group_size",)
     generic = ("{f} = {{}}", "{{}}", "{f} = {{}}")
     words = [(f, SHAPE_WORDS.get(f) or tuple(w.format(f=f) for w in generic)) for f in fields
-             if f in cfg]
-    meta = [f"B = {cfg.get('batch_size')} prompts", f"n = {cfg.get('group_size')}"]
+             if hasattr(config, f)]
+    # Numbers as everywhere ("2,048"; trainer.formatting).
+    cfg = {f: fmt.number(getattr(config, f)) for f, _ in words}
+    batch = fmt.number(config.batch_size)
+    meta = [f"B = {fmt.count(config.batch_size, 'prompt')}",
+            f"n = {fmt.number(config.group_size)}"]
     meta += [w[0].format(cfg[f]) for f, w in words if f != "group_size"]
-    short = str(cfg.get("batch_size"))
+    short = batch
     for f, w in words:
         part = w[1].format(cfg[f])
         short += part if part.startswith("×") else f" · {part}"
-    title = ", ".join([f"B = {cfg.get('batch_size')} prompts per step",
+    title = ", ".join([f"B = {batch} prompts per step",
                        *(w[2].format(cfg[f]) for f, w in words)])
     return {"meta": ", ".join(meta), "short": short, "title": title}
 
@@ -214,8 +217,8 @@ def run_eta(run: Run, now: dt.datetime | None = None) -> dt.timedelta | None:
 
 def group_bxn(run: Run) -> int:
     """Samples GRPO spends per step: B x n."""
-    cfg = run.config or {}
-    return int(cfg.get("batch_size", 0)) * int(cfg.get("group_size", 0))
+    cfg = TrainConfig.from_stored(run.config)
+    return cfg.batch_size * cfg.group_size
 
 
 # --- per-step series ---------------------------------------------------------------------------
@@ -229,14 +232,14 @@ def step_series(run_id: int, metrics: tuple[str, ...] = ()) -> dict[str, list[An
     unknown = [m for m in metrics if m not in METRIC_KEYS]
     if unknown:
         raise ValueError(f"unknown metrics: {unknown}")
-    extra = "".join(f", (metrics->>'{m}')::float" for m in metrics)
+    metrics = tuple(dict.fromkeys(m for m in metrics if m not in STEP_COLUMNS))
+    extra = ", (metrics->>%s)::float" * len(metrics)
     rows = _fetch(
         f"SELECT step, real_reward, kept_reward, samples, tokens, wall_seconds, "
         f"SUM(samples) OVER w, SUM(tokens) OVER w{extra} "
         f"FROM {Step._meta.db_table} WHERE run_id = %s WINDOW w AS (ORDER BY step) ORDER BY step",
-        [run_id])
-    base = ["step", "real_reward", "kept_reward", "samples", "tokens", "wall_seconds",
-            "cum_samples", "cum_tokens", *metrics]
+        [*metrics, run_id])
+    base = [*STEP_COLUMNS, *metrics]
     cols: dict[str, list[Any]] = {name: [] for name in base}
     for row in rows:
         for name, value in zip(base, row, strict=True):
@@ -269,8 +272,8 @@ def step_metric(run_id: int, step: int, key: str) -> float | None:
     """One metric of one step (None when the step or the key is missing)."""
     if key not in METRIC_KEYS:
         raise ValueError(f"unknown metric: {key}")
-    rows = _fetch(f"SELECT (metrics->>'{key}')::float FROM {Step._meta.db_table} "
-                  f"WHERE run_id = %s AND step = %s", [run_id, step])
+    rows = _fetch(f"SELECT (metrics->>%s)::float FROM {Step._meta.db_table} "
+                  f"WHERE run_id = %s AND step = %s", [key, run_id, step])
     return rows[0][0] if rows else None
 
 
@@ -302,6 +305,20 @@ def round_series(run_id: int) -> dict[str, Any]:
         active[step, rnd] = act
         finished[step, rnd] = fin
     return {"steps": steps, "max_round": max_round, "active": active, "finished": finished}
+
+
+def reward_split_series(run_id: int) -> dict[str, list[Any]]:
+    """Per step, the prompts sampled split by their rewards: some right and some wrong (a group
+    with signal), all right, all wrong. From the prompt-step rows, so DAPO's further batches
+    count too."""
+    rows = _fetch(
+        f"SELECT step, COUNT(*) FILTER (WHERE positives > 0 AND negatives > 0), "
+        f"COUNT(*) FILTER (WHERE negatives = 0 AND positives > 0), "
+        f"COUNT(*) FILTER (WHERE positives = 0) "
+        f"FROM {PromptStep._meta.db_table} WHERE run_id = %s GROUP BY step ORDER BY step",
+        [run_id])
+    return {"step": [r[0] for r in rows], "mixed": [r[1] for r in rows],
+            "all_right": [r[2] for r in rows], "all_wrong": [r[3] for r in rows]}
 
 
 def cached_for_finished(name: str, runs: list[Run], compute: Any) -> Any:
@@ -338,10 +355,33 @@ class StepHistory:
     responses: list[Sample]
     p_hat: float | None = None     # Est: the estimate before this step's sampling
     allocated: int | None = None   # Est: samples allocated
+    outcome: str = ""              # in words (``prompt_step_outcome``)
 
     @property
     def pass_rate(self) -> float:
         return self.positives / self.samples if self.samples else 0.0
+
+
+def prompt_step_outcome(exit_round: int | None, missing: str | None, p_hat: float | None,
+                        allocated: int | None, *, eliminates: bool, batches: bool = False
+                        ) -> str:
+    """What became of a prompt in a step, in words. Without an exit rule (GRPO, DAPO) a prompt
+    is sampled in one round and nothing eliminates it, whatever round number its row carries
+    (DAPO's is the batch it was drawn in, ``batches``)."""
+    if allocated is not None:
+        return f"Est: {allocated} allocated at p-hat " + ("–" if p_hat is None else f"{p_hat:.3f}")
+    if not eliminates:
+        return "one round, no exit rule" + (f" (batch {exit_round})" if batches and exit_round
+                                            else "")
+    if exit_round is None:
+        return "unresolved" + (f" (missing {missing})" if missing else "")
+    return f"eliminated after round {exit_round}"
+
+
+def outcome_words(run: Run) -> dict[str, bool]:
+    """The keywords of ``prompt_step_outcome`` for ``run``'s algorithm."""
+    return {"eliminates": declared_metrics.algorithm_eliminates(run.algorithm),
+            "batches": "gen_batches" in declared_metrics.algorithm_metrics(run.algorithm)}
 
 
 def prompt_history(run: Run, prompt: Prompt, page_steps: int = 5,
@@ -352,7 +392,7 @@ def prompt_history(run: Run, prompt: Prompt, page_steps: int = 5,
     A prompt of a long run appears in hundreds of steps with thousands of responses; paging the
     responses keeps the page small while the summary and the pass-rate chart cover the whole run.
     """
-    threshold = float((run.config or {}).get("positive_threshold", 0.5))
+    threshold = TrainConfig.from_stored(run.config).positive_threshold
     steps = list(PromptStep.objects.filter(run=run, prompt=prompt).order_by("step").values_list(
         "step", "samples", "positives", "negatives", "rounds", "exit_round", "missing",
         "kept_positives", "kept_negatives", "baseline", "p_hat", "allocated"))
@@ -372,15 +412,17 @@ def prompt_history(run: Run, prompt: Prompt, page_steps: int = 5,
         for s in Sample.objects.filter(run=run, step__in=shown_steps,
                                        prompt=prompt).order_by("step", "index"):
             responses[s.step].append(s)
+    words = outcome_words(run)
     history = [StepHistory(step=s[0], samples=s[1], positives=s[2], negatives=s[3],
                            rounds_used=s[4], exit_round=s[5], missing=s[6],
                            kept_positives=s[7], kept_negatives=s[8], baseline=s[9],
                            rounds=rounds.get(s[0], []), responses=responses.get(s[0], []),
-                           p_hat=s[10], allocated=s[11])
+                           p_hat=s[10], allocated=s[11],
+                           outcome=prompt_step_outcome(s[5], s[6], s[10], s[11], **words))
                for s in reversed(shown)]
     older = shown_steps[0] if shown and steps and steps[0][0] < shown_steps[0] else None
     return {"steps": history, "all_steps": steps, "older_than": older,
-            "total_steps": len(steps), "threshold": threshold}
+            "total_steps": len(steps), "threshold": threshold, **words}
 
 
 def prompt_pass_rates(run_id: int, prompt_id: int) -> dict[str, list[Any]]:
@@ -510,19 +552,76 @@ def last_evals(run_ids: list[int]) -> dict[int, tuple[int, dict[str, Any]]]:
                 "ORDER BY run_id, step DESC", [run_ids])}
 
 
-def config_diff(runs: list[Run]) -> list[tuple[str, list[Any]]]:
-    """Config keys whose values are not the same in every run, with each run's value."""
-    keys = sorted({k for r in runs for k in (r.config or {})})
-    out: list[tuple[str, list[Any]]] = []
-    for label, values in (("prompt set", [r.prompt_set.name for r in runs]),
-                          ("queue", [r.queue for r in runs])):
+# The device a run's "auto" resolves to on each queue's workers.
+QUEUE_DEVICES = {"cpu": "cpu", "gpu": "cuda"}
+
+
+@dataclass(frozen=True)
+class DiffCell:
+    """One run's value of a setting: as it resolves for the run (``value``) and, where the run
+    spelled it otherwise ("auto", empty), as set (``raw``; None when the same)."""
+
+    value: Any
+    raw: Any = None
+    resolved: bool = False  # the value is ``raw`` resolved ("auto" -> "exact")
+
+    @property
+    def raw_text(self) -> str:
+        return "empty" if self.raw is None else str(self.raw)
+
+
+@dataclass(frozen=True)
+class RunSettings:
+    """What a run is launched with: a run's, or a launch form's before it is a run."""
+
+    config: dict[str, Any]
+    prompt_set: PromptSet
+    eval_set: PromptSet | None
+    queue: str
+    retention: str
+
+    @classmethod
+    def of(cls, run: Run) -> RunSettings:
+        return cls(run.config or {}, run.prompt_set, run.eval_set, run.queue, run.retention)
+
+    def resolved(self) -> dict[str, Any]:
+        """The config with every "auto" or empty field as it resolves for this run
+        (``TrainConfig.resolved``): the prompt set says whether the prompts are the built-in
+        task, the queue on which device it runs."""
+        return TrainConfig.from_stored(self.config).resolved(
+            device=QUEUE_DEVICES.get(self.queue),
+            builtin_prompts=self.prompt_set.source == PromptSet.Source.BUILTIN)
+
+
+def settings_diff(items: list[RunSettings]) -> list[tuple[str, list[DiffCell]]]:
+    """The settings whose resolved values are not the same in every item, with each one's value:
+    ``verifier = auto`` and ``exact`` on a built-in prompt set are the same setting and no
+    difference; a value spelled otherwise than it resolves carries its spelling (``raw``)."""
+    out: list[tuple[str, list[DiffCell]]] = []
+    for label, values in (
+            ("prompt set", [i.prompt_set.name for i in items]),
+            ("eval set", [i.eval_set.name if i.eval_set else "none" for i in items]),
+            ("queue", [i.queue for i in items]),
+            ("retention", [Run.Retention(i.retention).label for i in items])):
         if any(v != values[0] for v in values[1:]):
-            out.append((label, list(values)))
+            out.append((label, [DiffCell(v) for v in values]))
+    resolved = [i.resolved() for i in items]
+    raw = [i.config for i in items]
+    keys = sorted({k for c in resolved for k in c} | {k for c in raw for k in c})
     for k in keys:
-        values = [(r.config or {}).get(k) for r in runs]
+        values = [c[k] if k in c else rc.get(k) for c, rc in zip(resolved, raw, strict=True)]
         if any(v != values[0] for v in values[1:]):
-            out.append((k, values))
+            cells = []
+            for value, rc in zip(values, raw, strict=True):
+                spelled = rc.get(k, "(not stored: the default)")
+                cells.append(DiffCell(value, spelled, resolved=spelled != value))
+            out.append((k, cells))
     return out
+
+
+def config_diff(runs: list[Run]) -> list[tuple[str, list[DiffCell]]]:
+    """``settings_diff`` of runs (compare; a clone against its source)."""
+    return settings_diff([RunSettings.of(r) for r in runs])
 
 
 # --- reports -----------------------------------------------------------------------------------
@@ -541,8 +640,8 @@ def low_pass_rate_fractions(run: Run, thresholds: tuple[float, ...]) -> dict[str
     cores), so the per-step fractions are cached and each request adds only the steps recorded
     since (a recorded step never changes; a resumed run, whose ``attempts`` grows, starts
     afresh)."""
-    cfg = run.config or {}
-    n = int(cfg.get("group_size", 0))
+    cfg = TrainConfig.from_stored(run.config)
+    n = cfg.group_size
     key = f"dash:low-pass-rate:{run.pk}:{run.attempts}:{n}:{','.join(map(str, thresholds))}"
     state = cache.get(key) if CACHE_FINISHED else None
     if state is None or state["upto"] > run.current_step:
@@ -555,7 +654,7 @@ def low_pass_rate_fractions(run: Run, thresholds: tuple[float, ...]) -> dict[str
             f"  SELECT step, prompt_id, COUNT(*) AS cnt, COUNT(*) FILTER (WHERE reward > %s) pos"
             f"  FROM {Sample._meta.db_table} WHERE run_id = %s AND step > %s AND step <= %s"
             f"  AND index < %s GROUP BY step, prompt_id) t GROUP BY step ORDER BY step",
-            [*thresholds, float(cfg.get("positive_threshold", 0.5)), run.pk, state["upto"],
+            [*thresholds, cfg.positive_threshold, run.pk, state["upto"],
              run.current_step, n])
         state["step"] += [r[0] for r in rows]
         for i, column in enumerate(state["fractions"], start=1):

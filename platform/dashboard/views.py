@@ -30,8 +30,9 @@ from experiments import selectors as experiment_selectors
 from experiments.models import Estimate, Prompt, PromptSet, Run, Sweep
 from webapp.uploads import accepts_files, rejected_files
 
-from trainer.algorithms import get_algorithm, is_algorithm
+from trainer import formatting as fmt
 from trainer.config import BUILTIN_MODEL
+from trainer.preflight import PREDICTION_COLUMNS
 
 from . import charts, heatmap, params, reports, selectors
 from .forms import BuiltinForm, LaunchForm, UploadForm, clone_diff, initial_from_run
@@ -96,7 +97,7 @@ def run_launch(request: HttpRequest) -> HttpResponse:
     clone = request.GET.get("clone") or request.POST.get("cloned_from")
     if clone:
         source = _run_or_404(params.parse_id(clone))
-    diff: list[tuple[str, Any, Any]] | None = None
+    diff: list[tuple[str, Any]] | None = None
     estimate = None
     if request.method == "POST":
         action = request.POST.get("action", "launch")
@@ -137,12 +138,14 @@ def _launch(request: HttpRequest, form: LaunchForm, source: Run | None) -> HttpR
     errors = [r.enqueue_error for r in sweep.launched_runs if r.enqueue_error]
     if errors:
         messages.error(request, (
-            f"Launched sweep “{sweep.name}” ({len(sweep.launched_runs)} runs), but the broker "
+            f"Launched sweep “{sweep.name}” ({fmt.count(len(sweep.launched_runs), 'run')}), but "
+            "the broker "
             f"(Redis) is unreachable, so no worker has its runs yet ({errors[0].rstrip('.')}). "
             "They stay queued and start when the broker is back."))
     else:
-        messages.success(request, f"Sweep “{sweep.name}”: {len(sweep.launched_runs)} runs "
-                                  f"queued on {d['queue']}.")
+        messages.success(request, f"Sweep “{sweep.name}”: "
+                                  f"{fmt.count(len(sweep.launched_runs), 'run')} queued on "
+                                  f"{d['queue']}.")
     return redirect(reverse("dashboard:run_list") + f"?sweep={sweep.pk}")
 
 
@@ -156,9 +159,11 @@ def run_detail(request: HttpRequest, run_id: int) -> HttpResponse:
              "rows": f"{rows[0]}-{rows[1]}" if rows else ""}
     return render(request, "dashboard/run_detail.html", {
         **_status_context(request, run),
-        "charts": charts.charts_for(run),
-        "est_charts": charts.EST_CHARTS if is_algorithm(run.algorithm)
-        and get_algorithm(run.algorithm).allocates else (),
+        "config": charts.run_config(run),
+        # A clone says how it differs from its source (a deleted source leaves nothing to say).
+        "source_diff": selectors.config_diff([run.cloned_from, run]) if run.cloned_from else None,
+        "chart_sections": [(section, [charts.RUN_CHARTS[n] for n in names])
+                           for section, names in charts.sections_for(run)],
         "config_rows": sorted((run.config or {}).items()),
         "heatmap_sorts": heatmap.SORTS,
         "heatmap": {**options, "params": shown,
@@ -175,16 +180,16 @@ def _status_context(request: HttpRequest, run: Run) -> dict[str, Any]:
 
 @login_required
 def run_status(request: HttpRequest, run_id: int) -> HttpResponse:
-    """The live header of the run page; htmx polls it while the run is queued or running. The
-    run's actions come along out of band: Delete appears the moment a run finishes."""
-    return render(request, "dashboard/_run_status.html",
-                  {**_status_context(request, _run_or_404(run_id)), "oob": True})
+    """The live part of the run page (title, actions, status card), polled by htmx while the
+    run is queued or running and swapped whole: Delete appears the moment a run finishes."""
+    return render(request, "dashboard/_run_live.html",
+                  _status_context(request, _run_or_404(run_id)))
 
 
 @login_required
 def run_chart(request: HttpRequest, run_id: int, name: str) -> HttpResponse:
     run = _run_or_404(run_id)
-    if name not in charts.RUN_CHARTS and name not in charts.EST_CHARTS:
+    if name not in charts.RUN_CHARTS:
         raise Http404("no such chart")
     # A finished run's figures are final: keep the encoded JSON (the heatmap's is 400 KiB at
     # paper scale, and re-encoding it costs more than the rest of the request). The key holds
@@ -271,7 +276,8 @@ def sweep_cancel(request: HttpRequest, sweep_id: int) -> HttpResponse:
     except Sweep.DoesNotExist as exc:
         raise Http404("no such sweep") from exc
     n = services.cancel_sweep(sweep, request.user)
-    messages.info(request, f"Sweep {sweep.name}: cancel requested for {n} unfinished runs "
+    messages.info(request, f"Sweep {sweep.name}: cancel requested for "
+                           f"{fmt.count(n, 'unfinished run')} "
                            "(queued ones stop at once, running ones after their current round).")
     if request.htmx:
         return HttpResponse(status=204, headers={"HX-Refresh": "true"})
@@ -291,25 +297,18 @@ def prompt_history(request: HttpRequest, run_id: int, prompt_id: int) -> HttpRes
     return render(request, "dashboard/prompt_history.html",
                   {"run": run, "prompt": prompt, **history,
                    "answer_note": selectors.answer_note(run.prompt_set, prompt),
-                   "summary_rows": _summary_rows(history["all_steps"])})
+                   "summary_rows": _summary_rows(history["all_steps"],
+                                                 selectors.outcome_words(run))})
 
 
-def _summary_rows(steps: list[tuple[Any, ...]]) -> str:
+def _summary_rows(steps: list[tuple[Any, ...]], words: dict[str, bool]) -> str:
     """The all-steps table body. A prompt of a 600-step run has 600 rows; Django's template loop
     takes ~100 ms for them, format_html_join a few (values are escaped all the same)."""
-    def outcome(exit_round: int | None, missing: str, p_hat: float | None,
-                allocated: int | None) -> str:
-        if allocated is not None:
-            return f"Est: {allocated} allocated at p-hat " + (
-                "–" if p_hat is None else f"{p_hat:.3f}")
-        if exit_round is None:
-            return "unresolved" + (f" (missing {missing})" if missing else "")
-        return f"eliminated after round {exit_round}"
-
     return format_html_join(
         "", "<tr><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td>"
         "<td>{} / {}</td><td>{}</td></tr>",
-        ((s[0], s[1], s[2], s[3], s[4], outcome(s[5], s[6], s[10], s[11]), s[7], s[8],
+        ((s[0], s[1], s[2], s[3], s[4],
+          selectors.prompt_step_outcome(s[5], s[6], s[10], s[11], **words), s[7], s[8],
           f"{s[9]:.3f}")
          for s in steps))
 
@@ -340,7 +339,8 @@ def prompt_sets(request: HttpRequest) -> HttpResponse:
                     prefix = "" if target == "name" else UploadForm.REJECTED
                     upload.add_error(target, prefix + exc.reason)
                 else:
-                    messages.success(request, f"Imported {ps.size} prompts into {ps.name}.")
+                    messages.success(request, f"Imported {fmt.count(ps.size, 'prompt')} "
+                                              f"into {ps.name}.")
                     return redirect("dashboard:prompt_set_detail", set_id=ps.pk)
         else:
             builtin = BuiltinForm(request.POST, prefix="builtin")
@@ -355,7 +355,8 @@ def prompt_sets(request: HttpRequest) -> HttpResponse:
                     builtin.add_error(exc.field if exc.field in builtin.fields else None,
                                       exc.reason)
                 else:
-                    messages.success(request, f"Generated {ps.size} prompts into {ps.name}.")
+                    messages.success(request, f"Generated {fmt.count(ps.size, 'prompt')} "
+                                              f"into {ps.name}.")
                     return redirect("dashboard:prompt_set_detail", set_id=ps.pk)
     return render(request, "dashboard/prompt_sets.html", {
         "sets": selectors.prompt_sets(), "upload": upload, "builtin": builtin,
@@ -489,6 +490,7 @@ def _estimate_context(request: HttpRequest, estimate: Estimate,
                                                                  r["group_size"])}
                         for r in rows],
         "bxn": shape["batch_size"] * shape["group_size"], "poll_seconds": 1,
+        "columns": PREDICTION_COLUMNS,
     }
 
 
@@ -572,7 +574,7 @@ def _report_name(request: HttpRequest, runs: list[Run]) -> tuple[str, str]:
     if (len(request.GET.getlist("sweep")) == 1 and not request.GET.getlist("runs")
             and runs[0].sweep_id):
         return f"sweep {runs[0].sweep.name}", f"report-sweep-{runs[0].sweep_id}"
-    return f"{len(runs)} runs", "report-runs-" + "-".join(str(r.pk) for r in runs[:8])
+    return fmt.count(len(runs), "run"), "report-runs-" + "-".join(str(r.pk) for r in runs[:8])
 
 
 @login_required

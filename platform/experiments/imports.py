@@ -39,8 +39,9 @@ from experiments.services import (
     User,
     check_fits_columns,
     delete_run_records,
-    import_prompt_set,
+    find_or_import_prompt_set,
 )
+from trainer.digest import PromptDigest
 
 SAMPLE_COLUMNS = ("run_id", "step", "prompt_id", "index", "round", "response", "tokens",
                   "reward", "kept", "advantage", "verifier_error")
@@ -164,22 +165,16 @@ def _cli_config(folder: Path) -> dict[str, Any]:
 
 
 def _prompt_set_for(prompts: Sequence[Any], label: str, source: str) -> PromptSet:
-    """A prompt set holding exactly ``prompts`` in order: found by its content hash (so runs on
-    the same prompts share one set and can be compared prompt by prompt), else created."""
-    digest = hashlib.sha256()
-    for p in prompts:
-        digest.update(json.dumps([p.id, p.text, p.answer]).encode())
-        digest.update(b"\n")
-    limit = PromptSet._meta.get_field("name").max_length
-    name = f"{label[:limit - 24]} [{digest.hexdigest()[:12]}]"
-    found = PromptSet.objects.filter(name=name).first()
-    if found is not None:
-        return found
-    return import_prompt_set(
-        owner=None, name=name, source=source,
-        description=f"imported with a CLI run: {label}",
-        prompts=[type(p)(id=p.id, text=p.text, answer=p.answer,
-                         metadata={**p.metadata, "source_id": p.id}) for p in prompts])
+    """A prompt set holding exactly ``prompts`` in order: any stored set of the same contents
+    (``PromptSet.content_hash``), however it was made (the dashboard's "arithmetic (built-in)",
+    an upload, an earlier import), so runs on the same prompts share one set and can be
+    compared prompt by prompt; else a new one."""
+    ps, _ = find_or_import_prompt_set(
+        [type(p)(id=p.id, text=p.text, answer=p.answer,
+                 metadata={**p.metadata, "source_id": p.id}) for p in prompts],
+        name=f"{label} [{PromptDigest.of(prompts)[:12]}]", source=source,
+        description=f"imported with a CLI run: {label}")
+    return ps
 
 
 def _events(folder: Path) -> Iterator[tuple[int, dict[str, Any]]]:
@@ -322,33 +317,24 @@ def _upsert_step_row(table: str, column: str, run_id: int, step: int, value: Any
 # --- an export bundle ---------------------------------------------------------------------------
 
 def _bundle_prompt_set(folder: Path, info: dict[str, Any]) -> tuple[PromptSet, dict[int, int]]:
-    """The bundle's prompt set on this platform: the set of the same name when it holds the
-    same prompts (importing back where the bundle came from), else a new set; and the map from
-    the bundle's prompt ids to this platform's."""
+    """The bundle's prompt set on this platform: a stored set holding the same prompts in order,
+    found by content hash whatever its name (importing back where the bundle came from, or a
+    set made here from the same problems), else a new set; and the map from the bundle's prompt
+    ids to this platform's."""
     import pyarrow.parquet as pq
 
     from trainer.types import Prompt as TrainerPrompt
 
-    table = pq.read_table(folder / "prompts.parquet", columns=["prompt_id", "text", "answer"])
-    bundle_ids = table.column("prompt_id").to_pylist()
-    texts = list(zip(table.column("text").to_pylist(), table.column("answer").to_pylist(),
-                     strict=True))
-    meta = info["run"]["prompt_set"]
-    same = PromptSet.objects.filter(name=meta["name"]).first()
-    if same is not None:
-        rows = list(Prompt.objects.filter(prompt_set=same).order_by("index")
-                    .values_list("pk", "text", "answer"))
-        if [(t, a) for _, t, a in rows] == texts:
-            return same, dict(zip(bundle_ids, (pk for pk, _, _ in rows), strict=True))
     full = pq.read_table(folder / "prompts.parquet")
+    bundle_ids = full.column("prompt_id").to_pylist()
+    meta = info["run"]["prompt_set"]
     prompts = [TrainerPrompt(id=str(i), text=t, answer=a, metadata=json.loads(m or "{}"))
                for i, t, a, m in zip(bundle_ids, full.column("text").to_pylist(),
                                      full.column("answer").to_pylist(),
                                      full.column("metadata").to_pylist(), strict=True)]
-    digest = hashlib.sha256(json.dumps(texts).encode()).hexdigest()[:12]
-    name = f"{meta['name'][:180]} [{digest}]"
-    created = PromptSet.objects.filter(name=name).first() or import_prompt_set(
-        owner=None, name=name, prompts=prompts, source=meta.get("source") or "upload",
+    created, _ = find_or_import_prompt_set(
+        prompts, name=f"{meta['name'][:180]} [{PromptDigest.of(prompts)[:12]}]",
+        source=meta.get("source") or "upload", prefer=meta["name"],
         description=f"imported with run bundle of run {info['run']['id']}")
     new_ids = Prompt.objects.filter(prompt_set=created).order_by("index").values_list(
         "pk", flat=True)

@@ -22,6 +22,8 @@ class PromptSet(models.Model):
     owner = models.ForeignKey(settings.AUTH_USER_MODEL, null=True, blank=True,
                               on_delete=models.SET_NULL, related_name="prompt_sets")
     size = models.PositiveIntegerField(default=0)
+    # trainer.digest.PromptDigest of its prompts: sets with equal contents are found by it.
+    content_hash = models.CharField(max_length=64, blank=True, db_index=True)
     created_at = models.DateTimeField(auto_now_add=True)
 
     class Meta:

@@ -32,7 +32,7 @@ from experiments.services import (
     queue_errors,
 )
 from trainer.config import TrainConfig
-from trainer.preflight import pass_rates, predict, preflight_warnings
+from trainer.preflight import PREDICTION_COLUMNS, pass_rates, predict, preflight_warnings
 
 # The settings a sample depends on; the others (algorithm, optimisation) only change predictions.
 SAMPLING_FIELDS = ("model", "backend", "device", "temperature", "top_p", "max_new_tokens",
@@ -69,9 +69,9 @@ def request_estimate(owner: User, config_dict: dict[str, Any], prompt_set: Promp
     if prompt_set is None:
         errors.append(("prompt_set", "choose a prompt set"))
     if not 1 <= samples_per_prompt <= MAX_K:
-        errors.append(("samples_per_prompt", f"must be within [1, {MAX_K}]"))
+        errors.append(("samples_per_prompt", f"must be within [1, {MAX_K:,}]"))
     if not 1 <= num_prompts <= MAX_PROMPTS:
-        errors.append(("num_prompts", f"must be within [1, {MAX_PROMPTS}]"))
+        errors.append(("num_prompts", f"must be within [1, {MAX_PROMPTS:,}]"))
     if errors:
         raise LaunchError(*errors[0], more=errors[1:])
     config = effective_verifier(TrainConfig.from_dict(dict(config_dict)), prompt_set)
@@ -162,8 +162,8 @@ def finish_estimate(estimate_id: int, owner: str, status: str, *, results: list[
 
 def run_shape(estimate: Estimate, overrides: dict[str, Any] | None = None) -> dict[str, int]:
     """B, n, M, N of the predictions: the requesting config's, or those of ``overrides``."""
-    cfg = estimate.config or {}
-    shape = {k: int(cfg.get(k, getattr(TrainConfig, k)))
+    cfg = TrainConfig.from_stored(estimate.config)
+    shape = {k: int(getattr(cfg, k))
              for k in ("batch_size", "group_size", "samples_per_round", "max_rounds")}
     shape.update({k: int(v) for k, v in (overrides or {}).items() if v is not None and k in shape})
     return shape
@@ -173,9 +173,15 @@ def _shape_key(shape: dict[str, int]) -> str:
     return "B{batch_size}-n{group_size}-M{samples_per_round}-N{max_rounds}".format(**shape)
 
 
+def _current(rows: list[dict[str, Any]]) -> bool:
+    """Whether stored rows have this version's columns (``PREDICTION_COLUMNS``): rows an older
+    version stored, whose columns meant other things, are computed afresh."""
+    return all(r.get("error") or all(c.key in r for c in PREDICTION_COLUMNS) for r in rows)
+
+
 def estimate_summary(estimate: Estimate) -> dict[str, Any]:
     """Measured pass rates, warnings and throughput of a sample (empty before it finishes)."""
-    threshold = float((estimate.config or {}).get("positive_threshold", 0.5))
+    threshold = TrainConfig.from_stored(estimate.config).positive_threshold
     rewards = [r["rewards"] for r in estimate.results]
     errors = [int(r.get("errors", 0)) for r in estimate.results]
     samples = sum(len(r) for r in rewards)
@@ -200,7 +206,7 @@ def estimate_predictions(estimate: Estimate, shape: dict[str, int]) -> list[dict
         return []
     key = _shape_key(shape)
     stored = (estimate.predictions or {}).get(key)
-    if stored is not None:
+    if stored is not None and _current(stored):
         return stored
     summary = estimate_summary(estimate)
     rows = predict(summary["pass_rates"], seconds_per_sample=summary["seconds_per_sample"],

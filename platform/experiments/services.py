@@ -30,6 +30,7 @@ from experiments import selectors
 from experiments.models import Checkpoint, PromptSet, Run, Sweep
 from trainer.algorithms import get_algorithm
 from trainer.config import TrainConfig, field_specs
+from trainer.digest import PromptDigest
 
 User = AbstractBaseUser | AnonymousUser
 logger = logging.getLogger("experiments.services")
@@ -93,6 +94,7 @@ def import_prompt_set(*, owner: User | None, name: str, prompts: Iterable[Any],
             raise LaunchError("name", f"a prompt set named {name!r} exists")
         prompt_set.save()
         size = 0
+        digest = PromptDigest()
         with connection.cursor() as cursor, cursor.copy(
                 "COPY experiments_prompt (prompt_set_id, index, text, answer, metadata) "
                 "FROM STDIN") as copy:
@@ -103,12 +105,37 @@ def import_prompt_set(*, owner: User | None, name: str, prompts: Iterable[Any],
                 if "\x00" in p.text or "\x00" in p.answer or "\\u0000" in metadata:
                     raise LaunchError("file", f"prompt {i + 1} contains a NUL character")
                 copy.write_row((prompt_set.pk, i, p.text, p.answer, metadata))
+                digest.add(p.text, p.answer)
                 size = i + 1
         if not size:
             raise LaunchError("file", "no prompts")
         prompt_set.size = size
-        prompt_set.save(update_fields=["size"])
+        prompt_set.content_hash = digest.hexdigest()
+        prompt_set.save(update_fields=["size", "content_hash"])
     return prompt_set
+
+
+def find_or_import_prompt_set(prompts: Sequence[Any], *, name: str, source: str,
+                              description: str = "", owner: User | None = None,
+                              prefer: str = "") -> tuple[PromptSet, bool]:
+    """(a stored set holding exactly ``prompts`` in order, False), found by content hash
+    (``trainer.digest``) whatever its name, so that runs on the same prompts share one set and
+    compare prompt by prompt (among several, the one named ``prefer``, else the oldest); else
+    (``prompts`` imported as a new set named ``name``, True), the name suffixed with " (2)",
+    " (3)"... where another set has it."""
+    digest = PromptDigest.of(prompts)
+    same = list(PromptSet.objects.filter(content_hash=digest, size=len(prompts))
+                .order_by("pk"))
+    if same:
+        return next((ps for ps in same if ps.name == prefer), same[0]), False
+    limit = PromptSet._meta.get_field("name").max_length
+    base, unique, n = name[:limit], name[:limit], 1
+    while PromptSet.objects.filter(name=unique).exists():
+        n += 1
+        suffix = f" ({n})"
+        unique = base[:limit - len(suffix)] + suffix
+    return import_prompt_set(owner=owner, name=unique, prompts=prompts, source=source,
+                             description=description), True
 
 
 def create_prompt_set_from_upload(owner: User, name: str, upload: IO[bytes],
@@ -150,7 +177,7 @@ def create_builtin_prompt_set(owner: User | None, name: str, n: int | None = Non
         raise LaunchError("num_prompts", "how many prompts?")
 
     if not 1 <= n <= 1_000_000:
-        raise LaunchError("n", "must be within [1, 1000000]")
+        raise LaunchError("n", "must be within [1, 1,000,000]")
     if task not in ("arithmetic", "arithmetic-long"):
         raise LaunchError("task", f"must be arithmetic or arithmetic-long, got {task!r}")
     most = 9 if task == "arithmetic" else LONG_MAX_DIGITS
@@ -393,6 +420,7 @@ def parse_sweep_spec(text: str) -> Grid:
     new lines, each ``field=v1,v2,...``; an integer field also takes a range ``a..b``
     (inclusive). Values get the field's type; errors name the field ``sweep``."""
     axes: Grid = []
+    problems: list[str] = []
     for part in text.replace("\n", ";").split(";"):
         part = part.strip()
         if not part:
@@ -400,10 +428,17 @@ def parse_sweep_spec(text: str) -> Grid:
         field, eq, raw = part.partition("=")
         field = field.strip()
         if not eq or not field:
-            raise LaunchError("sweep", f"expected field=value,value,... in {part!r}")
+            problems.append(f"expected field=value,value,... in {part!r}")
+            continue
         values = [v.strip() for v in raw.split(",") if v.strip()]
         axes.append((field, values))
-    return sweep_grid(axes)
+    try:
+        grid = sweep_grid(axes) if axes or not problems else []
+    except LaunchError as exc:
+        problems += [reason for _, reason in exc.pairs]
+    if problems:
+        raise LaunchError("sweep", problems[0], more=[("sweep", p) for p in problems[1:]])
+    return grid
 
 
 def sweep_grid(axes: Any) -> Grid:
@@ -417,42 +452,61 @@ def sweep_grid(axes: Any) -> Grid:
     if not isinstance(axes, (list, tuple)):
         raise LaunchError("sweep", "expected a list of axes (field and values)")
     grid: Grid = []
+    # Every axis is checked, and every bad one named at once: "algorithm=;;seed=x" is two
+    # mistakes, not one to fix before the next is shown.
+    problems: list[str] = []
     for axis in axes:
-        if isinstance(axis, dict) and set(axis) == {"field", "values"}:
-            field, values = axis["field"], axis["values"]
-        elif isinstance(axis, (list, tuple)) and len(axis) == 2:
-            field, values = axis
-        else:
-            raise LaunchError("sweep", f"expected a field and its values, got {axis!r}")
-        if not isinstance(field, str) or field not in types:
-            close = difflib.get_close_matches(str(field), list(types), n=1)
-            hint = f" (did you mean {close[0]!r}?)" if close else ""
-            raise LaunchError("sweep", f"{field}: no such config field{hint}")
-        if field in UNSWEEPABLE:
-            raise LaunchError("sweep", f"{field}: set by the prompt set, not sweepable")
-        if any(f == field for f, _ in grid):
-            raise LaunchError("sweep", f"{field}: swept twice")
-        if isinstance(values, (str, bytes)) or not isinstance(values, (list, tuple)):
-            raise LaunchError("sweep", f"{field}: expected a list of values")
-        typed: list[Any] = []
-        for value in values:
-            typed.extend(_typed_values(field, types[field], value))
-        if not typed:
-            raise LaunchError("sweep", f"{field}: no values")
-        seen: set[str] = set()
-        for value in typed:
-            key = json.dumps(value)
-            if key in seen:
-                raise LaunchError("sweep", f"{field}: value {value!r} appears twice")
-            seen.add(key)
-        grid.append((field, typed))
+        try:
+            grid.append(_sweep_axis(axis, types, grid))
+        except LaunchError as exc:
+            problems += [reason for _, reason in exc.pairs]
+    if problems:
+        raise LaunchError("sweep", problems[0], more=[("sweep", p) for p in problems[1:]])
     if not grid:
         raise LaunchError("sweep", "a sweep needs a field and its values, e.g. seed=0,1,2")
     size = math.prod(len(values) for _, values in grid)
     if size > settings.SWEEP_MAX_RUNS:
-        raise LaunchError("sweep", f"{size} runs; a sweep may have at most "
-                          f"{settings.SWEEP_MAX_RUNS}")
+        raise LaunchError("sweep", f"{size:,} runs; a sweep may have at most "
+                          f"{settings.SWEEP_MAX_RUNS:,}")
     return grid
+
+
+def _sweep_axis(axis: Any, types: dict[str, str], grid: Grid) -> tuple[str, list[Any]]:
+    """One axis of ``sweep_grid``, checked and typed (``grid``: the axes before it)."""
+    if isinstance(axis, dict) and set(axis) == {"field", "values"}:
+        field, values = axis["field"], axis["values"]
+    elif isinstance(axis, (list, tuple)) and len(axis) == 2:
+        field, values = axis
+    else:
+        raise LaunchError("sweep", f"expected a field and its values, got {axis!r}")
+    if not isinstance(field, str) or field not in types:
+        close = difflib.get_close_matches(str(field), list(types), n=1)
+        hint = f" (did you mean {close[0]!r}?)" if close else ""
+        raise LaunchError("sweep", f"{field}: no such config field{hint}")
+    if field in UNSWEEPABLE:
+        raise LaunchError("sweep", f"{field}: set by the prompt set, not sweepable")
+    if any(f == field for f, _ in grid):
+        raise LaunchError("sweep", f"{field}: swept twice")
+    if isinstance(values, (str, bytes)) or not isinstance(values, (list, tuple)):
+        raise LaunchError("sweep", f"{field}: expected a list of values")
+    typed: list[Any] = []
+    bad: list[str] = []
+    for value in values:
+        try:
+            typed.extend(_typed_values(field, types[field], value))
+        except LaunchError as exc:
+            bad.append(exc.reason)
+    if bad:
+        raise LaunchError("sweep", bad[0], more=[("sweep", b) for b in bad[1:]])
+    if not typed:
+        raise LaunchError("sweep", f"{field}: no values")
+    seen: set[str] = set()
+    for value in typed:
+        key = json.dumps(value)
+        if key in seen:
+            raise LaunchError("sweep", f"{field}: value {value!r} appears twice")
+        seen.add(key)
+    return field, typed
 
 
 def _typed_values(field: str, annotation: str, value: Any) -> list[Any]:

@@ -18,11 +18,12 @@
         const u = fig.unresolved[r][c], z = fig.data[0].z[r][c];
         if (binned) {
           return "mean " + z + " samples per prompt and step over " + n +
-            (n === 1 ? " appearance" : " appearances") + "<br>" +
-            u + " unresolved (" + Math.round(100 * u / n) + "%)";
+            (n === 1 ? " appearance" : " appearances") +
+            (fig.eliminates ? "<br>" + u + " unresolved (" + Math.round(100 * u / n) + "%)" : "");
         }
         const head = (fig.texts[r] ? fig.texts[r] + "<br>" : "") + "samples: " + z +
           (n > 1 ? " (mean of " + n + " steps)" : "") + "<br>";
+        if (!fig.eliminates) return head + "one round, no exit rule";
         if (u === 0) return head + "exit after round " + fig.exit_rounds[r][c];
         return head + (n > 1 ? "unresolved in " + u + " of " + n + " steps" : "unresolved");
       });

@@ -198,6 +198,12 @@ def test_researcher_path(live_server: Any, page: Any, screenshot: Callable[..., 
     assert grpo.cloned_from_id == run.pk and grpo.algorithm == "grpo"
     page.wait_for_function("document.querySelector('#run-status').dataset.status === 'succeeded'",
                            timeout=400_000)
+    # The clone's page says what it changed; GRPO's funnel says it eliminates nothing.
+    page.wait_for_function("document.getElementById('chart-funnel').dataset.loaded === '1'")
+    assert "algorithm" in page.locator("#source-diff").inner_text()
+    assert page.evaluate("document.getElementById('chart-funnel').layout.title.text"
+                         ).startswith("One round, no elimination")
+    screenshot("clone-run-page", full_page=False)
 
     # Runs list: it fits 1,400 px (no sideways scroll); select both and compare.
     page.goto(base + "/")

@@ -22,10 +22,16 @@ from trainer.types import StepRecord
 
 
 def make_prompt_set(name: str = "arith-test", size: int = 12) -> PromptSet:
-    ps = PromptSet.objects.create(name=name, source=PromptSet.Source.BUILTIN, size=size)
-    Prompt.objects.bulk_create(
-        Prompt(prompt_set=ps, index=i, text=f"{i}+{i + 1}=", answer=str(2 * i + 1)[::-1],
-               metadata={"pass_rate": (i + 0.5) / size}) for i in range(size))
+    from trainer.digest import PromptDigest
+
+    prompts = [Prompt(index=i, text=f"{i}+{i + 1}=", answer=str(2 * i + 1)[::-1],
+                      metadata={"pass_rate": (i + 0.5) / size}) for i in range(size)]
+    # With its content hash, as the import service stores every set.
+    ps = PromptSet.objects.create(name=name, source=PromptSet.Source.BUILTIN, size=size,
+                                  content_hash=PromptDigest.of(prompts))
+    for p in prompts:
+        p.prompt_set = ps
+    Prompt.objects.bulk_create(prompts)
     return ps
 
 

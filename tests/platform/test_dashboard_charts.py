@@ -424,9 +424,9 @@ def test_heatmap_says_when_nothing_matches(client_and_run: tuple[Client, Run]) -
 def test_every_plotted_metric_has_a_domain() -> None:
     """pin_axis looks every plotted quantity up in METRIC_DOMAINS: a metric chart or compare
     option added without a domain fails here, not as a 500 on the run page."""
-    from dashboard.charts import COMPARE_METRICS, METRIC_CHARTS, METRIC_DOMAINS, X_AXES
+    from dashboard.charts import COMPARE_METRICS, METRIC_DOMAINS, RUN_CHARTS, X_AXES
 
-    plotted = {k for _, _, keys, _ in METRIC_CHARTS.values() for k, _ in keys}
+    plotted = {k for chart in RUN_CHARTS.values() for k in chart.metrics}
     plotted |= set(COMPARE_METRICS) | {key for key, _ in X_AXES.values()}
     assert plotted - set(METRIC_DOMAINS) == set()
 
@@ -443,8 +443,9 @@ def est_run() -> Run:
 
 def test_est_charts_have_titles_axes_legends_and_recorded_values(
         est_run: Run, client_and_run: tuple[Client, Run]) -> None:
-    from dashboard.charts import EST_CHARTS
+    from dashboard.charts import RUN_CHARTS
 
+    EST_CHARTS = [c.name for c in RUN_CHARTS.values() if c.section == "est"]  # noqa: N806
     c, seq_run = client_and_run
     rows = list(PromptStep.objects.filter(run=est_run).values_list(
         "step", "p_hat", "allocated", "positives", "samples"))

@@ -88,3 +88,82 @@ def test_demo_serves_executes_and_stops_on_ctrl_c(transactional_db: None, broker
     assert code == 0, (tmp_path / "demo.out").read_text()
     assert "== stopped" in (tmp_path / "demo.out").read_text()
     assert not any(c.is_running() and c.status() != psutil.STATUS_ZOMBIE for c in children)
+
+
+def test_a_port_left_in_time_wait_is_reused_and_a_listened_one_is_not() -> None:
+    """Ctrl-C leaves the stopped server's connections in TIME_WAIT: the restart must get the
+    same port (it used to move to the next one, breaking a saved `rada login` address), while a
+    port another process listens on is still skipped."""
+    import socket
+    import time
+
+    from experiments.management.commands.demo import port_free
+
+    server = socket.socket()
+    server.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    server.bind(("127.0.0.1", 0))
+    server.listen()
+    port = server.getsockname()[1]
+    assert not port_free("127.0.0.1", port)  # listened on
+    client = socket.create_connection(("127.0.0.1", port))
+    conn, _ = server.accept()
+    conn.close()  # the server side closes first: its end of the connection is in TIME_WAIT
+    time.sleep(0.2)
+    client.close()
+    server.close()
+    plain = socket.socket()
+    try:
+        plain.bind(("127.0.0.1", port))
+        in_time_wait = False
+    except OSError:
+        in_time_wait = True
+    finally:
+        plain.close()
+    assert in_time_wait, "no TIME_WAIT here: the case this test is about did not arise"
+    assert port_free("127.0.0.1", port)
+
+
+def test_the_demo_pair_is_launched_once_per_database(db: None) -> None:
+    """`make run` on a database that has its demo pair shows it instead of queuing another on
+    every start; --new-demo-runs asks for another."""
+    import io
+
+    from django.contrib.auth.models import User
+    from experiments.management.commands.demo import Command
+
+    admin = User.objects.create_superuser("admin-demo", "", "x-123456")
+    command = Command(stdout=io.StringIO())
+    train_set, eval_set = command.ensure_prompt_sets(admin)
+    opts = {"backend": "simulated", "batch_size": 4, "steps": 2}
+    first = command.launch_demo_pair(admin, train_set, eval_set, opts)
+    assert sorted(r.algorithm for r in first) == ["ada-balance", "grpo"]
+    Run.objects.filter(pk__in=[r.pk for r in first]).update(status=Run.Status.SUCCEEDED)
+    assert command.launch_demo_pair(admin, train_set, eval_set, opts) == []
+    assert "launched on an earlier start" in command.stdout.getvalue()
+    assert Run.objects.filter(name__startswith="demo ").count() == 2
+    again = command.launch_demo_pair(admin, train_set, eval_set, {**opts, "new_demo_runs": True})
+    assert len(again) == 2 and Run.objects.filter(name__startswith="demo ").count() == 4
+
+
+def test_the_demo_stores_the_clis_built_in_sets(db: None) -> None:
+    """One definition of the built-in training and held-out sets: the demo stores exactly what
+    the CLI's builtin:arithmetic trains and evaluates on, and finds them again by contents."""
+    import io
+
+    from django.contrib.auth.models import User
+    from experiments.management.commands.demo import EVAL_SET, Command
+
+    from trainer.config import TrainConfig
+    from trainer.data import resolve_prompts
+
+    admin = User.objects.create_superuser("admin-sets", "", "x-123456")
+    command = Command(stdout=io.StringIO())
+    train_set, eval_set = command.ensure_prompt_sets(admin)
+    train, heldout = resolve_prompts(TrainConfig())
+    for ps, prompts in ((train_set, train), (eval_set, heldout)):
+        stored = list(ps.prompts.order_by("index").values_list("text", "answer"))
+        assert stored == [(p.text, p.answer) for p in prompts]
+    assert eval_set.name == EVAL_SET and "1-3 digits" in eval_set.name
+    assert not {p.text for p in heldout} & {p.text for p in train}
+    assert command.ensure_prompt_sets(admin) == (train_set, eval_set)
+    assert PromptSet.objects.count() == 2

@@ -185,7 +185,10 @@ def test_bundle_into_a_platform_without_its_prompt_set_brings_the_prompts(
     with open(tmp_path / "b.zip", "wb") as fh:
         bundles.write_bundle(recorded, fh)
     unzip((tmp_path / "b.zip").read_bytes(), folder)
-    PromptSet.objects.filter(pk=recorded.prompt_set_id).update(name="renamed")
+    # A platform without the set: none of its sets holds these prompts (a set with the same
+    # contents, whatever its name, would be reused: the next test).
+    PromptSet.objects.filter(pk=recorded.prompt_set_id).update(name="renamed",
+                                                               content_hash="other")
     result = import_run(folder, user)
     assert result.run.prompt_set_id != recorded.prompt_set_id
     old = dict(Prompt.objects.filter(prompt_set=recorded.prompt_set).values_list("pk", "text"))
@@ -359,3 +362,48 @@ def test_import_of_a_cli_run_on_a_prompt_file_catches_up_when_reimported(
                                           if e["type"] == "step")
     # Another folder of the same run shares the prompt set.
     assert import_run(out, user).run.prompt_set_id == ps.pk
+
+
+@pytest.mark.django_db
+def test_a_bundle_reuses_a_set_of_the_same_prompts_whatever_its_name(
+        recorded: Run, user: Any, tmp_path: Path) -> None:
+    with open(tmp_path / "b.zip", "wb") as fh:
+        bundles.write_bundle(recorded, fh)
+    PromptSet.objects.filter(pk=recorded.prompt_set_id).update(name="renamed")
+    result = import_run(tmp_path / "b.zip", user)
+    assert result.run.prompt_set_id == recorded.prompt_set_id
+
+
+@pytest.mark.django_db
+def test_a_cli_run_on_the_built_in_task_shares_the_dashboards_sets(cli_run: Path,
+                                                                    user: Any) -> None:
+    """A ``python -m trainer run`` on builtin:arithmetic and a dashboard run on the same
+    problems are compared prompt by prompt: the import finds the stored sets of the same
+    contents (the training set generated on the prompt sets page, the held-out set as the demo
+    stores it) instead of making its own, and the held-out set is the same definition."""
+    from experiments import services
+
+    from trainer.config import TrainConfig
+    from trainer.data import resolve_prompts
+    from trainer.digest import PromptDigest
+
+    config = TrainConfig.from_toml(cli_run.parent / "run.toml")
+    generated = services.create_builtin_prompt_set(user, "arithmetic 40 (built-in)",
+                                                   config.task_num_prompts,
+                                                   config.task_min_digits,
+                                                   config.task_max_digits, 0)
+    heldout, created = services.find_or_import_prompt_set(
+        resolve_prompts(config)[1], name="held out", source=PromptSet.Source.BUILTIN)
+    assert created
+    before = PromptSet.objects.count()
+    run = import_run(cli_run, user, name="cli-shared").run
+    assert (run.prompt_set_id, run.eval_set_id) == (generated.pk, heldout.pk)
+    assert PromptSet.objects.count() == before
+    assert generated.content_hash == PromptDigest.of(resolve_prompts(config)[0])
+    # Compare's scatter now finds the prompts a dashboard run on that set sampled too.
+    from dashboard import selectors
+
+    from .dashboard_fixtures import make_run, record_run
+
+    dash = record_run(make_run(user, generated, name="dash", total_steps=2, batch_size=6))
+    assert selectors.per_prompt_pass_rates(run, dash)["a"]

@@ -209,6 +209,20 @@ def test_finished_estimate_shows_predictions_chart_and_warnings(
         assert f"<td>{label}</td>" in page, label
     assert 'class="alert"' not in page
     assert "hx-trigger" not in page  # finished: no polling
+    # Every column is defined once, for every row; DAPO's discarded groups have their own.
+    from trainer.preflight import PREDICTION_COLUMNS
+
+    table = page[page.index('id="estimate-table"'):page.index("</table>",
+                                                              page.index('id="estimate-table"'))]
+    for column in PREDICTION_COLUMNS:
+        assert f'title="{column.definition}"' in table.replace("&#x27;", "'"), column.key
+        assert table.count(f'data-column="{column.key}"') == 7
+    dapo = table[table.index('data-algorithm="dapo"'):]
+    dapo = dapo[:dapo.index("</tr>")]
+    assert 'data-column="discarded_frac">0%' not in dapo
+    grpo = table[table.index('data-algorithm="grpo"'):]
+    assert 'data-column="discarded_frac">0%' in grpo[:grpo.index("</tr>")]
+    assert 'id="estimate-columns"' in page
     budget = owner_client.get(reverse("dashboard:estimate_chart", args=[good.pk, "budget"]),
                               SHAPE).json()
     bars = budget["data"][0]

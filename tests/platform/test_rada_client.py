@@ -120,3 +120,35 @@ def as_user(env: dict[str, str], token: str) -> dict[str, str]:
     """The environment of another user's client: the token given in $RADA_TOKEN wins over the
     stored one."""
     return {**env, "RADA_TOKEN": token}
+
+
+def test_the_client_installs_as_a_command_of_its_own(tmp_path: Path) -> None:
+    """``pip install ./rada`` gives a ``rada`` command that runs from any folder, imports
+    neither Django nor torch, and calls itself ``rada`` in its help and messages."""
+    import shutil
+
+    # From a copy: setuptools builds in the source folder, which must stay as checked out.
+    source = shutil.copytree(ROOT / "rada", tmp_path / "rada",
+                             ignore=shutil.ignore_patterns("__pycache__"))
+    target = tmp_path / "site"
+    subprocess.run([sys.executable, "-m", "pip", "install", "--quiet", "--no-deps",
+                    "--no-build-isolation", "--no-index", "--target", str(target),
+                    str(source)], check=True, capture_output=True, timeout=300)
+    command = target / "bin" / "rada"
+    assert command.is_file()
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    env = {"PATH": os.environ["PATH"], "PYTHONPATH": str(target), "HOME": str(tmp_path),
+           "RADA_CONFIG": str(tmp_path / "credentials.json")}
+    shown = subprocess.run([str(command), "--help"], cwd=elsewhere, env=env,
+                           capture_output=True, text=True, timeout=120)
+    assert shown.returncode == 0, shown.stderr
+    assert shown.stdout.startswith("usage: rada ")
+    refused = subprocess.run([str(command), "runs"], cwd=elsewhere, env=env,
+                             capture_output=True, text=True, timeout=120)
+    assert refused.returncode == 3 and "run `rada login --url URL`" in refused.stderr
+    light = subprocess.run(
+        [sys.executable, "-c", "import sys, rada.cli; "
+         "print(sorted(m for m in ('django', 'torch') if m in sys.modules))"],
+        cwd=elsewhere, env=env, capture_output=True, text=True, timeout=120)
+    assert light.stdout.strip() == "[]", light.stderr

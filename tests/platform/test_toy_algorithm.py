@@ -55,6 +55,13 @@ def test_the_run_page_draws_a_toy_algorithms_records(toy: Algorithm, owner: User
     assert samples == [6 * toy.max_samples_per_prompt(run_config(run))] * 4
     budget_traces = {t["name"]: t for t in figures["budget"]["data"]}
     assert any(t["y"] == pytest.approx(samples) for t in budget_traces.values())
+    # Its own step metric, declared in its record only, gets a chart of its own.
+    own = figures["algorithm_metrics"]
+    assert toy.label in own["layout"]["title"]["text"]
+    equal = next(t for t in own["data"] if t["name"] == "equal groups")
+    assert equal["y"] == [s.metrics["equal_groups"] for s in steps]
+    # Without an exit rule, the funnel says so rather than "resolved in round 1".
+    assert figures["funnel"]["layout"]["title"]["text"].startswith("One round, no elimination")
 
 
 def run_config(run: Run):

@@ -91,7 +91,7 @@ def test_samples_per_prompt_fit_the_smallint_columns() -> None:
     assert TrainConfig.from_dict(ok)
     with pytest.raises(ConfigError) as exc:
         TrainConfig.from_dict({"samples_per_round": 4096, "max_rounds": 8})
-    assert exc.value.field == "max_rounds" and "32767" in exc.value.reason
+    assert exc.value.field == "max_rounds" and "at most 32,767" in exc.value.reason
     # GRPO ignores M and N: no error for it.
     assert TrainConfig.from_dict({"algorithm": "grpo", "samples_per_round": 4096,
                                   "max_rounds": 8})

@@ -204,3 +204,23 @@ def test_long_task_digit_limit_names_the_field() -> None:
                                           "builtin:arithmetic-long"):
         TrainConfig(prompts="builtin:arithmetic-long", task_max_digits=5).validate()
     TrainConfig(prompts="builtin:arithmetic", task_max_digits=9).validate()
+
+
+@pytest.mark.parametrize(("line", "where"), [
+    # Cut short: the decoder fails past the text, where the line ending used to put it on
+    # "line 2, column 1" of the one-line document.
+    ('{"prompt": "12+34=", "answer":', "at the end of the line (after column 30)"),
+    ('{"prompt": "12+34=" "answer": "64"}', "at column 21 of 35"),
+    ('{"prompt": "12+34=", "answer": "64"}}', "at column 37 of 37"),
+])
+def test_bad_json_names_the_column_of_its_own_line(tmp_path: Path, line: str,
+                                                   where: str) -> None:
+    for ending in ("\n", "\r\n"):
+        path = tmp_path / "bad.jsonl"
+        path.write_text('{"prompt": "1+1=", "answer": "2"}' + ending + line + ending,
+                        newline="")
+        with pytest.raises(DataError) as exc:
+            load_prompts(path)
+        assert exc.value.location == "line 2"
+        assert exc.value.reason.endswith(where), exc.value.reason
+        assert "column 1" not in exc.value.reason

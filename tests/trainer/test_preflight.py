@@ -77,7 +77,13 @@ def test_predictions_are_the_simulators_figures() -> None:
     dapo = rows["dapo", 4]
     assert dapo["error"] is None and dapo["unresolved_frac"] == 0
     assert 32 * 4 < dapo["samples_per_step"] <= 32 * 4 * 10
-    assert dapo["zero_adv_frac"] == pytest.approx(rows["grpo", 4]["zero_adv_frac"], abs=0.1)
+    # Its groups without signal are discarded, not kept: the kept ones all carry signal. What
+    # it keeps is B groups of n (the rest of what it drew, discarded, is at least about GRPO's
+    # share of zero-advantage groups).
+    assert dapo["zero_adv_frac"] == 0.0
+    assert dapo["samples_per_step"] * (1 - dapo["discarded_frac"]) == pytest.approx(32 * 4)
+    assert dapo["discarded_frac"] >= rows["grpo", 4]["zero_adv_frac"] - 0.1
+    assert all(r["discarded_frac"] == 0.0 for k, r in rows.items() if k[0] != "dapo")
 
 
 def test_never_solved_prompts_predict_no_signal_and_warn() -> None:
@@ -90,7 +96,9 @@ def test_never_solved_prompts_predict_no_signal_and_warn() -> None:
         [0.0] * 16, batch_size=32, group_size=4, samples_per_round=256, max_rounds=64)}
     assert large["ada-balance"]["samples_per_prompt"] == 256 * 64
     assert large["ada-balance"]["unresolved_frac"] == 1.0
-    assert all(r["zero_adv_frac"] == 1.0 for r in rows.values())
+    assert all(r["zero_adv_frac"] == 1.0 for a, r in rows.items() if a != "dapo")
+    # DAPO keeps no group without signal: it discards every group it drew.
+    assert rows["dapo"]["zero_adv_frac"] is None and rows["dapo"]["discarded_frac"] == 1.0
     # DAPO draws max_num_gen_batches = 10 batches of n = 4 per prompt and finds no signal.
     assert rows["dapo"]["samples_per_step"] == 32 * 4 * 10
     warnings = preflight.preflight_warnings([[0.0] * 16] * 10, [0] * 10)

@@ -27,7 +27,7 @@ if TYPE_CHECKING:
     from trainer.config import TrainConfig
     from trainer.sampler import SamplerResult
     from trainer.schedulers import RoundsOutcome, Scorer
-    from trainer.types import Prompt, RoundStat
+    from trainer.types import Metric, Prompt, RoundStat
 
 # Per-prompt positive and negative counts and the exit counts (K_pos, K_neg) -> whether each
 # prompt's exit rule is met. Vectorised over prompts.
@@ -132,7 +132,9 @@ class Algorithm:
     sampler_options: Callable[[TrainConfig], dict[str, Any]] = no_sampler_options
     # Extra keys of its steps' metrics, with their meanings, and the function computing them
     # (its values replace the common metrics of the same key: DAPO's ``dropped_groups``).
-    step_metrics: Mapping[str, str] = field(default_factory=dict)
+    # A declaration is a ``trainer.types.Metric`` (unit and domain: the dashboard's axes) or a
+    # plain description.
+    step_metrics: Mapping[str, Metric | str] = field(default_factory=dict)
     extra_metrics: Callable[[TrainConfig, SamplerResult, Allocation | None],
                             dict[str, float]] = no_extra_metrics
     # Persistent per-run state (Est's estimator): made once per run, passed to every step in
@@ -143,9 +145,6 @@ class Algorithm:
     config_errors: ConfigCheck = no_config_errors
     schedulers: tuple[str, ...] | None = None   # None: every scheduler
     schedulers_reason: str = ""     # why only ``schedulers``, for the config error
-    # Whether its update trains on groups it drew only when they carry signal: its
-    # "zero-advantage" figure is then the share of drawn groups it discarded (DAPO).
-    filters_groups: bool = False
     label_shows_group_size: bool = False   # GRPO n=16 is another budget, not another n
     # The group sizes the launch preflight predicts it at besides the run's own n.
     preflight_group_sizes: tuple[int, ...] = ()
@@ -261,7 +260,7 @@ class AlgorithmNames(Sequence[str]):
 ALGORITHM_NAMES = AlgorithmNames()
 
 
-def step_metric_declarations() -> dict[str, str]:
+def step_metric_declarations() -> dict[str, Metric | str]:
     """Every step metric key a run may record, with its meaning: the common ones
     (``trainer.types.STEP_METRICS``), the optional ones, and each algorithm's own."""
     from trainer.types import OPTIONAL_STEP_METRICS, STEP_METRICS

@@ -25,6 +25,7 @@ from trainer.algorithms.base import (
     StepContext,
     sample_rounds,
 )
+from trainer.types import count
 
 if TYPE_CHECKING:
     from trainer.allocation import Allocation
@@ -180,9 +181,10 @@ DAPO = Algorithm(
     max_samples_per_step=lambda c: c.batch_size * c.group_size * c.max_num_gen_batches,
     step_shape="batch_size x group_size x max_num_gen_batches",
     step_metrics={
-        "gen_batches": "batches of B prompts drawn this step (1 + further batches)",
-        "signal_groups": "groups with signal (rewards not all equal) among every batch drawn; "
-                         "the update takes the first B",
-        "prompts_drawn": "prompts sampled this step over every batch"},
-    extra_metrics=dapo_metrics, filters_groups=True,
+        "gen_batches": count("batches of B prompts drawn this step (1 + further batches)",
+                             "batches"),
+        "signal_groups": count("groups with signal (rewards not all equal) among every batch "
+                               "drawn; the update takes the first B", "groups"),
+        "prompts_drawn": count("prompts sampled this step over every batch", "prompts")},
+    extra_metrics=dapo_metrics,
     summary_fields=("group_size", "max_num_gen_batches"))

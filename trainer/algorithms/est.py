@@ -20,6 +20,7 @@ from trainer.algorithms.base import (
     sample_rounds,
 )
 from trainer.allocation import Allocation, PassRateEstimator, plan_allocation
+from trainer.types import count, fraction
 
 if TYPE_CHECKING:
     from trainer.config import TrainConfig
@@ -68,9 +69,10 @@ EST = Algorithm(
     max_samples_per_step=lambda c: c.batch_size * c.budget_per_prompt,
     step_shape="batch_size x budget_per_prompt",
     step_metrics={
-        "p_hat_mean": "mean pass-rate estimate of the batch before sampling (0-1)",
-        "alloc_scale": "c of the allocation N = clip(c * w(p_hat), N_min, N_max) (samples per "
-                       "unit weight)"},
+        "p_hat_mean": fraction("mean pass-rate estimate of the batch before sampling",
+                               "mean p-hat"),
+        "alloc_scale": count("c of the allocation N = clip(c * w(p_hat), N_min, N_max)",
+                             "samples per unit weight", "allocation scale c")},
     extra_metrics=est_metrics,
     make_state=PassRateEstimator.from_config, state_key=ESTIMATOR_STATE,
     schedulers=("round",),

@@ -53,8 +53,8 @@ def seq_config_errors(c: TrainConfig, invalid: set[str]) -> Iterator[tuple[str, 
     if not invalid & {"samples_per_round", "max_rounds"} \
             and c.samples_per_round * c.max_rounds > MAX_SAMPLES_PER_PROMPT:
         yield "max_rounds", (f"samples_per_round x max_rounds = "
-                             f"{c.samples_per_round * c.max_rounds} responses per prompt; "
-                             f"at most {MAX_SAMPLES_PER_PROMPT}")
+                             f"{c.samples_per_round * c.max_rounds:,} responses per prompt; "
+                             f"at most {MAX_SAMPLES_PER_PROMPT:,}")
     if any(v is not None and v < 0 for v in (c.K_pos, c.K_neg)):
         return  # reported on the field itself
     k_pos, k_neg = c.exit_counts
@@ -65,7 +65,7 @@ def seq_config_errors(c: TrainConfig, invalid: set[str]) -> Iterator[tuple[str, 
     # An invalid M or N is reported on its own field; the cap it implies would say nothing.
     if k_pos + k_neg > cap and c.samples_per_round >= 1 and c.max_rounds >= 1:
         yield "K_pos", (f"K_pos + K_neg = {k_pos + k_neg} can never be met within "
-                        f"samples_per_round x max_rounds = {cap} samples")
+                        f"samples_per_round x max_rounds = {cap:,} samples")
 
 
 def _seq(name: str, label: str, help: str, default_exit_counts, **extra: object) -> Algorithm:

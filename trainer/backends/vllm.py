@@ -42,6 +42,7 @@ from typing import Any
 
 import torch
 
+from trainer.config import resolve_rollout_dtype
 from trainer.model import REPO_ROOT, encode_prompt
 from trainer.seeds import request_seed
 from trainer.types import Generation, Prompt
@@ -115,9 +116,7 @@ class VLLMBackend:
         self.max_new_tokens = max_new_tokens
         self.pad_id: int = tokenizer.pad_token_id
         self.sync_seconds: list[float] = []  # one entry per sync_weights() (benchmarks read it)
-        if dtype == "auto":
-            dtype = "bfloat16" if device == "cuda" else "float32"
-        self.dtype = dtype
+        self.dtype = resolve_rollout_dtype(dtype, device)
         engine_args: dict[str, Any] = {"gpu_memory_utilization": gpu_memory_utilization}
         if device == "cpu" or kv_cache_gib > 0:
             gib = kv_cache_gib or DEFAULT_CPU_KV_CACHE_GIB

@@ -3,6 +3,7 @@ from typing import Any
 from django import template
 
 from dashboard.selectors import is_eval_fraction, run_shape
+from trainer import formatting
 
 register = template.Library()
 
@@ -47,6 +48,24 @@ def thousands(value: int | None) -> str:
     return "–" if value is None else f"{int(value):,}"
 
 
+@register.filter
+def number(value: float | int | None) -> str:
+    """A number as the whole platform writes one (``trainer.formatting.number``: "26,688",
+    "0.0005"); a dash when missing. Strings (a setting's words) pass through."""
+    if value is None:
+        return "–"
+    if isinstance(value, (int, float)) and not isinstance(value, bool):
+        return formatting.number(value)
+    return str(value)
+
+
+@register.filter
+def count(value: float | int | None, noun: str) -> str:
+    """``value`` with its noun in the right number: ``{{ n|count:"prompt" }}`` -> "1 prompt",
+    "2,048 prompts"."""
+    return "–" if value is None else formatting.count(value, noun)
+
+
 @register.simple_tag
 def mean_ci(row: dict[str, Any], column: str, digits: int = 3) -> str:
     """``row[column] ± row[column_ci95]`` with ``digits`` decimals ("–" when unknown); the
@@ -54,5 +73,22 @@ def mean_ci(row: dict[str, Any], column: str, digits: int = 3) -> str:
     mean, half = row.get(column), row.get(f"{column}_ci95")
     if mean is None:
         return "–"
-    text = f"{mean:.{digits}f}"
-    return text + (f" ± {half:.{digits}f}" if half is not None else "")
+    text = f"{mean:,.{digits}f}"
+    return text + (f" ± {half:,.{digits}f}" if half is not None else "")
+
+
+@register.filter
+def prediction(row: dict[str, Any], column: Any) -> str:
+    """A preflight prediction's figure (``trainer.preflight.PREDICTION_COLUMNS``) in its unit."""
+    value = row.get(column.key)
+    if value is None:
+        return "–"
+    if column.unit == "samples":
+        return formatting.count(round(value), "sample")
+    if column.unit == "x":
+        return f"{value:.2f}×"
+    if column.unit == "fraction":
+        return percent(value)
+    if column.unit == "seconds":
+        return f"{value:,.2f} s"
+    return formatting.number(value)

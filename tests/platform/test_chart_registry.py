@@ -1,0 +1,300 @@
+"""The run page's charts as one registry, built from the trainer's declarations: which charts a
+run gets, what they say for algorithms without an exit rule, the metrics only some algorithms
+record, and defaults read from the config rather than repeated."""
+
+from __future__ import annotations
+
+import ast
+import re
+from dataclasses import fields
+from pathlib import Path
+
+import pytest
+from dashboard import charts, selectors
+from django.contrib.auth.models import User
+from django.test import Client
+from django.urls import reverse
+from experiments.models import Prompt, PromptSet, PromptStep, Run, Step
+
+from trainer.algorithms import get_algorithm
+from trainer.config import TrainConfig
+from trainer.types import OPTIONAL_STEP_METRICS, STEP_METRICS
+
+from .dashboard_fixtures import make_prompt_set, make_run, record_run
+
+ROOT = Path(__file__).resolve().parents[2]
+pytestmark = pytest.mark.django_db
+
+
+def _chart(c: Client, run: Run, name: str) -> dict:
+    resp = c.get(reverse("dashboard:run_chart", args=[run.pk, name]))
+    assert resp.status_code == 200, name
+    return resp.json()
+
+
+def _trace(fig: dict, name: str) -> dict:
+    return next(t for t in fig["data"] if t["name"] == name)
+
+
+@pytest.fixture
+def mixed_set() -> PromptSet:
+    """Half the prompts never solved, the others half the time: DAPO draws further batches."""
+    ps = make_prompt_set("reg-set", size=16)
+    for p in Prompt.objects.filter(prompt_set=ps):
+        p.metadata = {"pass_rate": 0.0 if p.index % 2 else 0.5}
+        p.save()
+    return ps
+
+
+def test_every_declared_metric_is_readable_with_its_domain() -> None:
+    """The charts' keys and domains are the trainer's declarations: DAPO's batches, Est's
+    estimate and every common metric can be read, fractions are pinned to [0, 1]."""
+    declared = {**STEP_METRICS, **OPTIONAL_STEP_METRICS,
+                **get_algorithm("ada-est").step_metrics, **get_algorithm("dapo").step_metrics}
+    assert set(declared) <= set(selectors.METRIC_KEYS)
+    assert {"gen_batches", "signal_groups", "prompts_drawn"} <= set(selectors.METRIC_KEYS)
+    assert charts.METRIC_DOMAINS["zero_adv_frac"] == (0.0, 1.0)
+    assert charts.METRIC_DOMAINS["samples"] == (0.0, None)
+    assert charts.METRIC_DOMAINS["p_hat_mean"] == (0.0, 1.0)  # an algorithm's own, declared
+    assert charts.METRIC_DOMAINS["gen_batches"] == (0.0, None)
+    assert "no_such_metric" not in selectors.METRIC_KEYS
+    with pytest.raises(ValueError, match="unknown metrics"):
+        selectors.step_series(1, ("no_such_metric",))
+
+
+def test_every_chart_of_the_registry_draws_what_it_declares(owner: User, owner_client: Client,
+                                                           mixed_set: PromptSet) -> None:
+    """Each chart names the step metrics it plots; each of them is declared; every chart that
+    applies to a run of each algorithm draws with a title, axis titles and named traces."""
+    for chart in charts.RUN_CHARTS.values():
+        assert set(chart.metrics) <= set(selectors.METRIC_KEYS), chart.name
+    for algorithm in ("grpo", "dapo", "ada-balance", "ada-est"):
+        run = record_run(make_run(owner, mixed_set, name=algorithm, algorithm=algorithm,
+                                  total_steps=2, batch_size=4))
+        page = owner_client.get(reverse("dashboard:run_detail", args=[run.pk])).content.decode()
+        for name in charts.charts_for(run):
+            assert f'id="chart-{name}"' in page, (algorithm, name)
+            fig = _chart(owner_client, run, name)
+            assert fig["layout"]["title"]["text"], (algorithm, name)
+            assert fig["layout"]["xaxis"]["title"]["text"], (algorithm, name)
+            assert all(t.get("name") for t in fig["data"]), (algorithm, name)
+
+
+def test_no_elimination_funnel_for_algorithms_without_an_exit_rule(
+        owner: User, owner_client: Client, mixed_set: PromptSet) -> None:
+    """GRPO and DAPO eliminate nothing: their funnel says "one round, no elimination" and splits
+    every prompt's group by its rewards; nothing on the page says a prompt was resolved or
+    eliminated in a round. Reinforce-Ada Seq keeps the funnel of rounds."""
+    for algorithm in ("grpo", "dapo"):
+        run = record_run(make_run(owner, mixed_set, name=f"{algorithm}-f", algorithm=algorithm,
+                                  total_steps=3, batch_size=4))
+        fig = _chart(owner_client, run, "funnel")
+        assert fig["layout"]["title"]["text"].startswith("One round, no elimination")
+        names = [t["name"] for t in fig["data"]]
+        assert names == ["some right, some wrong (signal)", "all right (no signal)",
+                         "all wrong (no signal)"]
+        assert not any("round" in n for n in names)
+        rows = PromptStep.objects.filter(run=run)
+        for i, step in enumerate(Step.objects.filter(run=run).order_by("step")):
+            in_step = rows.filter(step=step.step)
+            assert sum(t["y"][i] for t in fig["data"]) == in_step.count()
+            assert fig["data"][2]["y"][i] == in_step.filter(positives=0).count()
+            assert fig["data"][1]["y"][i] == in_step.filter(negatives=0).count()
+        # The all-equal groups are the ones the signal chart counts as first-round all wrong
+        # or all correct (GRPO's first n samples are its whole group).
+        if algorithm == "grpo":
+            steps = list(Step.objects.filter(run=run).order_by("step"))
+            assert fig["data"][2]["y"] == [round(s.metrics["first_round_all_wrong"] * 4)
+                                           for s in steps]
+        heat = _chart(owner_client, run, "heatmap")
+        assert heat["eliminates"] is False
+        ps = rows.first()
+        history = owner_client.get(reverse("dashboard:prompt_history",
+                                     args=[run.pk, ps.prompt_id])).content.decode()
+        assert "one round, no exit rule" in history and "eliminated after" not in history
+        hover = _chart_json(owner_client, "dashboard:prompt_chart", run.pk, ps.prompt_id)
+        assert not any("exit after" in t for t in hover["data"][0]["text"])
+    seq = record_run(make_run(owner, mixed_set, name="seq-f", algorithm="ada-balance",
+                              total_steps=2, batch_size=4))
+    fig = _chart(owner_client, seq, "funnel")
+    assert fig["layout"]["title"]["text"].startswith("Elimination funnel")
+    assert any(t["name"] == "resolved in round 1" for t in fig["data"])
+    assert _chart(owner_client, seq, "heatmap")["eliminates"] is True
+
+
+def _chart_json(c: Client, view: str, *args: int) -> dict:
+    resp = c.get(reverse(view, args=list(args)))
+    assert resp.status_code == 200
+    return resp.json()
+
+
+def test_dapo_gets_a_chart_of_its_batches_prompts_and_groups_with_signal(
+        owner: User, owner_client: Client, mixed_set: PromptSet) -> None:
+    dapo = record_run(make_run(owner, mixed_set, name="dapo-c", algorithm="dapo", total_steps=3,
+                               batch_size=4))
+    grpo = record_run(make_run(owner, mixed_set, name="grpo-c", algorithm="grpo", total_steps=1,
+                               batch_size=4))
+    assert "dapo_sampling" in charts.charts_for(dapo)
+    assert "dapo_sampling" not in charts.charts_for(grpo)
+    # Drawn by its own chart, DAPO's metrics leave nothing to the generic one.
+    assert "algorithm_metrics" not in charts.charts_for(dapo)
+    fig = _chart(owner_client, dapo, "dapo_sampling")
+    steps = list(Step.objects.filter(run=dapo).order_by("step"))
+    assert _trace(fig, "batches of B prompts drawn")["y"] == [s.metrics["gen_batches"]
+                                                               for s in steps]
+    assert _trace(fig, "prompts drawn")["y"] == [s.metrics["prompts_drawn"] for s in steps]
+    assert _trace(fig, "groups with signal")["y"] == [s.metrics["signal_groups"] for s in steps]
+    assert _trace(fig, "wanted: B = 4 groups with signal")["y"] == [4] * 3
+    assert any(s.metrics["gen_batches"] > 1 for s in steps)
+    assert fig["layout"]["yaxis"]["title"]["text"] == "batches drawn (batches)"
+
+
+def test_an_algorithms_declared_metrics_get_a_chart(owner: User, owner_client: Client,
+                                                    mixed_set: PromptSet) -> None:
+    """Extra step metrics an algorithm registered at run time declares, and no chart draws, are
+    charted by the generic chart: one panel per unit, axes pinned to their domain, a plain
+    description charted too. No edit to the dashboard."""
+    import dataclasses
+
+    import numpy as np
+
+    from tests.trainer.test_algorithm_registry import TOY
+    from trainer.advantages import signal_groups
+    from trainer.algorithms import register_algorithm, unregister_algorithm
+    from trainer.types import count, fraction
+
+    def toy_metrics(config: TrainConfig, res: object, allocation: object) -> dict[str, float]:
+        equal = float(np.sum(~signal_groups(res)))
+        return {"toy_dropped": equal, "toy_share": 1 - equal / res.num_prompts,
+                "toy_plain": 10.0}
+
+    toy = dataclasses.replace(TOY, name="toy-units", label="Toy with units", step_metrics={
+        "toy_dropped": count("groups the toy rule dropped", "groups"),
+        "toy_share": fraction("share of the batch the toy rule kept"),
+        "toy_plain": "declared as a plain description"}, extra_metrics=toy_metrics)
+    register_algorithm(toy)
+    try:
+        run = record_run(make_run(owner, mixed_set, name="toy-units", algorithm=toy.name,
+                                  total_steps=2, batch_size=4))
+        assert {"toy_dropped", "toy_share"} <= set(selectors.METRIC_KEYS)
+        assert "algorithm_metrics" in charts.charts_for(run)
+        page = owner_client.get(reverse("dashboard:run_detail", args=[run.pk])).content.decode()
+        assert 'id="chart-algorithm_metrics"' in page
+        fig = _chart(owner_client, run, "algorithm_metrics")
+    finally:
+        unregister_algorithm(toy.name)
+    steps = list(Step.objects.filter(run=run).order_by("step"))
+    assert _trace(fig, "toy dropped")["y"] == [s.metrics["toy_dropped"] for s in steps]
+    assert _trace(fig, "toy share")["y"] == [s.metrics["toy_share"] for s in steps]
+    assert _trace(fig, "toy plain")["y"] == [10.0, 10.0]
+    assert fig["layout"]["title"]["text"].startswith("Toy with units")
+    titles = [fig["layout"][k]["title"]["text"] for k in sorted(fig["layout"])
+              if k.startswith("yaxis")]
+    assert titles == ["toy dropped (groups)", "toy share (0-1)", "toy plain"]
+    assert fig["layout"]["yaxis2"]["range"] == pytest.approx([-0.02, 1.02])
+    assert fig["layout"]["yaxis"]["rangemode"] == "tozero"
+
+
+def test_budget_chart_gives_samples_and_tokens_axes_of_their_own(
+        owner: User, owner_client: Client, mixed_set: PromptSet) -> None:
+    """Tokens that grow with samples drew one line over the other on a shared, overlaid axis:
+    each quantity has its own panel now, none overlays another."""
+    run = record_run(make_run(owner, mixed_set, name="budget", total_steps=2, batch_size=4))
+    fig = _chart(owner_client, run, "budget")
+    axes = {k: v for k, v in fig["layout"].items() if k.startswith("yaxis")}
+    assert len(axes) == 4 and not any("overlaying" in a for a in axes.values())
+    domains = sorted(tuple(a["domain"]) for a in axes.values())
+    assert all(lo < hi for lo, hi in domains)
+    assert all(a[1] <= b[0] for a, b in zip(domains, domains[1:], strict=False))
+    by_axis = {t.get("yaxis", "y"): t["name"] for t in fig["data"]
+               if t["name"] in ("tokens per step", "samples per step")}
+    assert len(by_axis) == 2
+
+
+def test_log_axis_ticks_read_as_numbers() -> None:
+    """The Est allocation's log axis was labelled "5, 0.1, 2, 5, 1" (Plotly's minor labels):
+    every tick now reads as its value, in order."""
+    for lo in (1e-4, 0.003, 0.04, 0.5):
+        ticks = charts.log_ticks(lo, 1.0)
+        values = [float(t) for t in ticks["ticktext"]]
+        assert values == pytest.approx(ticks["tickvals"])
+        assert values == sorted(values) and values[-1] == 1.0 and values[0] >= lo
+
+
+def test_est_charts_read_defaults_from_the_config(owner: User, owner_client: Client,
+                                                  mixed_set: PromptSet) -> None:
+    """A run stored before the Est fields existed draws its charts with the config's defaults,
+    not with numbers the chart repeats."""
+    run = record_run(make_run(owner, mixed_set, name="est-old", algorithm="ada-est",
+                              total_steps=2, batch_size=4))
+    run.config = {k: v for k, v in run.config.items()
+                  if k not in ("est_min_samples", "est_max_samples", "budget_per_prompt")}
+    run.save(update_fields=["config"])
+    default = TrainConfig()
+    fig = _chart(owner_client, run, "est_allocation")
+    curve = next(t for t in fig["data"] if t["name"].startswith("N(p) = clip("))
+    assert curve["name"].endswith(f", {default.est_min_samples}, {default.est_max_samples})")
+    assert any(t["name"] == f"uniform: {default.budget_per_prompt} per prompt "
+               f"(GRPO n={default.budget_per_prompt})" for t in fig["data"])
+
+
+def _config_default_reads(tree: ast.AST, names: set[str]) -> list[tuple[int, str]]:
+    """``x.get("<config field>", default)`` calls whose default is not the config's own."""
+    out = []
+    for node in ast.walk(tree):
+        if not (isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute)
+                and node.func.attr == "get" and len(node.args) == 2
+                and isinstance(node.args[0], ast.Constant) and node.args[0].value in names):
+            continue
+        default = node.args[1]
+        if (isinstance(default, ast.Attribute) and default.attr == node.args[0].value
+                and isinstance(default.value, ast.Name) and default.value.id == "TrainConfig"):
+            continue  # the config's own default
+        out.append((node.lineno, node.args[0].value))
+    return out
+
+
+def test_no_module_repeats_a_config_default() -> None:
+    """``cfg.get("est_min_samples", 2)`` repeats a default that lives in TrainConfig and drifts
+    when it changes. Platform and worker code read stored configs through
+    ``TrainConfig.from_stored`` (or name ``TrainConfig.<field>``), and templates never give a
+    config field a ``|default``."""
+    names = {f.name for f in fields(TrainConfig)}
+    found = []
+    for folder in ("platform", "workers"):
+        for path in sorted((ROOT / folder).rglob("*.py")):
+            if "migrations" in path.parts:
+                continue
+            for line, name in _config_default_reads(ast.parse(path.read_text()), names):
+                found.append(f"{path.relative_to(ROOT)}:{line}: {name}")
+    pattern = re.compile(r"config\.(\w+)\|default")
+    for path in sorted((ROOT / "templates").rglob("*.html")):
+        for m in pattern.finditer(path.read_text()):
+            if m.group(1) in names:
+                found.append(f"{path.relative_to(ROOT)}: {m.group(0)}")
+    assert found == []
+
+
+def test_a_chart_registered_later_takes_its_place(owner: User, owner_client: Client,
+                                                  mixed_set: PromptSet) -> None:
+    """Another module adds a chart as one registry entry: it is listed where it asked to be,
+    drawn by the endpoint, shown on the page of the runs it applies to only."""
+    run = record_run(make_run(owner, mixed_set, name="later", total_steps=2, batch_size=4))
+    entry = charts.metric_chart_entry("verifier_errors", charts.MetricChart(
+        "Verifier errors", "responses scored 0 after a verifier error (responses)",
+        (("verifier_errors", "verifier errors"),)),
+        applies_to=lambda ctx: ctx.config.backend == "simulated")
+    before = dict(charts.RUN_CHARTS)
+    try:
+        charts.register_chart(entry, after="funnel")
+        names = list(charts.RUN_CHARTS)
+        assert names[names.index("funnel") + 1] == "verifier_errors"
+        assert charts.charts_for(run)[:3] == ["rewards", "funnel", "verifier_errors"]
+        fig = _chart(owner_client, run, "verifier_errors")
+        assert _trace(fig, "verifier errors")["y"] == [
+            s.metrics["verifier_errors"] for s in Step.objects.filter(run=run).order_by("step")]
+        with pytest.raises(ValueError, match="no chart"):
+            charts.register_chart(entry, after="no-such-chart")
+    finally:
+        charts.RUN_CHARTS.clear()
+        charts.RUN_CHARTS.update(before)
