@@ -178,3 +178,11 @@ class SimulatedRequestEngine:
 
     def pending(self) -> int:
         return self.engine.pending()
+
+    def capacity(self) -> int:
+        """Requests run at once at most (``EngineTimeModel.max_num_seqs``)."""
+        return self.engine.model.max_num_seqs
+
+    def now(self) -> float:
+        """The simulated clock, in seconds."""
+        return self.engine.clock
