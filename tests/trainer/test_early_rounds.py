@@ -280,3 +280,12 @@ def test_a_speculative_run_records_early_rounds_per_step(tmp_path) -> None:
     assert sum(s.metrics["early_rounds_started"] for s in rec.steps) > 0
     assert sum(s.metrics["early_rounds_discarded"] for s in rec.steps) > 0
     assert sum(s.metrics["tokens_discarded"] for s in rec.steps) > 0
+
+
+def test_a_stored_run_from_before_early_rounds_reads_as_off() -> None:
+    """A per-prompt run recorded before the field existed waited for every round."""
+    stored = TrainConfig(backend="simulated", scheduler="per-prompt").to_dict()
+    del stored["early_rounds"]
+    assert TrainConfig.from_stored(stored).early_rounds_mode == "off"
+    assert TrainConfig.from_stored(TrainConfig(
+        backend="simulated", scheduler="per-prompt").to_dict()).early_rounds_mode == "certain"
