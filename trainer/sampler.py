@@ -224,6 +224,7 @@ class AdaptiveSampler:
         self._buf_r: list[float] = []
         self._buf_t: list[int] = []
         self._finalized = False
+        self._exit_possible: dict[tuple[int, int, int, bool], bool] = {}
         self.round_stats: list[RoundStat] = []
         self._round_samples = 0
         self._round_pos = 0
@@ -275,8 +276,15 @@ class AdaptiveSampler:
         ``outstanding + 1`` of them (``partial``: every (a, b) with a + b <= outstanding)."""
         pos = int(self._pos[prompt_idx]) + extra_pos
         neg = int(self._neg[prompt_idx]) + extra_neg
-        a, b = _splits(outstanding, partial)
-        return bool(np.any(self.exit_rule(pos + a, neg + b, self.k_pos, self.k_neg)))
+        # The rule is a function of the counts alone: a scheduler asks the same few questions
+        # after every arrival, so answer each once.
+        key = (pos, neg, outstanding, partial)
+        known = self._exit_possible.get(key)
+        if known is None:
+            a, b = _splits(outstanding, partial)
+            known = self._exit_possible[key] = bool(
+                np.any(self.exit_rule(pos + a, neg + b, self.k_pos, self.k_neg)))
+        return known
 
     def exit_probability(self, prompt_idx: int, outstanding: int, *, extra_pos: int = 0,
                          extra_neg: int = 0) -> float:
