@@ -232,6 +232,24 @@ class TrainConfig:
                         "mismatch (vllm): weight each token's loss by min(exp(policy_old - "
                         "rollout), C); C here (0: off; 2 is common).", "optimisation",
                         ge=0, le=1_000_000)
+    # --- distributed ---------------------------------------------------------------------------
+    world_size: int = _f(1, "Ranks the run spans (one GPU each, one CPU process each on CPU), "
+                         "placed by Ray (RAY_ADDRESS, else a private local Ray): each rank holds "
+                         "an FSDP2 shard of the policy and its own vLLM engine with the full "
+                         "weights (backend vllm). 1: one process, no Ray.", "distributed",
+                         "ranks", ge=1, le=1024)
+    fsdp_bucket_mb: int = _f(64, "world_size > 1: size of the buckets in which each rank gathers "
+                             "the sharded weights into its engine after an update (larger: fewer "
+                             "collectives, more memory at once).", "distributed", "MiB",
+                             ge=1, le=65_536)
+    activation_checkpointing: bool = _f(False, "world_size > 1: recompute each decoder layer's "
+                                        "activations in the backward pass (less memory, about a "
+                                        "third more update time).", "distributed")
+    vllm_sleep_mode: bool | None = _f(None, "world_size > 1: put each rank's engine to sleep "
+                                      "during the update (KV cache freed, weights offloaded) so "
+                                      "that the shard's update has the memory (empty: on for "
+                                      "CUDA, off on CPU, where vLLM has no sleep mode).",
+                                      "distributed")
     # --- bookkeeping ---------------------------------------------------------------------------
     seed: int = _f(0, "Seed of data order, sampling and down-sampling.", "run", ge=0, le=MAX_SEED)
     save_every: int = _f(10, "Checkpoint every K steps (0: only at the end).", "run", "steps",
@@ -361,6 +379,7 @@ class TrainConfig:
                     and not Path(value).is_file():
                 yield ConfigError(name, f"no such file: {value!r} (use {BUILTIN_TASK}, "
                                   f"{BUILTIN_LONG_TASK} or a JSONL/Parquet file)")
+        yield from self._distributed_errors()
         if self.tis_cap and self.tis_cap < 1.0:
             yield ConfigError("tis_cap", "must be 0 (off) or >= 1 (a cap below 1 would shrink "
                               "every token's weight)")
@@ -379,6 +398,18 @@ class TrainConfig:
             only = ", ".join(f"'{s}'" for s in record.schedulers)
             yield ConfigError("scheduler", f"{record.name} supports only {only}, got "
                               f"{self.scheduler!r}: {record.schedulers_reason}")
+
+    def _distributed_errors(self) -> Iterator[ConfigError]:
+        if self.world_size <= 1:
+            return
+        if self.backend != "vllm":
+            # A rank generates with its own engine; hf's generate is the policy itself (no
+            # separate replica to gather the shards into) and simulated has no policy.
+            yield ConfigError("world_size", f"world_size > 1 needs backend 'vllm' (each rank's "
+                              f"own engine), got backend {self.backend!r}")
+        if self.kl_coef > 0:
+            yield ConfigError("kl_coef", "the KL penalty needs a reference policy, which the "
+                              "distributed path does not shard yet: 0 with world_size > 1")
 
     def _est_errors(self) -> Iterator[ConfigError]:
         counts = (self.budget_per_prompt, self.est_min_samples, self.est_max_samples)
@@ -464,7 +495,14 @@ class TrainConfig:
         if self.device == "auto" and device is not None:
             out["device"] = device
         out["rollout_dtype"] = resolve_rollout_dtype(self.rollout_dtype, out["device"])
+        if self.vllm_sleep_mode is None and out["device"] != "auto":
+            out["vllm_sleep_mode"] = self.sleep_mode_on(out["device"])
         return out
+
+    def sleep_mode_on(self, device: str) -> bool:
+        """``vllm_sleep_mode`` on ``device``: empty means on for CUDA, off on CPU (vLLM's CPU
+        build has no sleep mode)."""
+        return device == "cuda" if self.vllm_sleep_mode is None else self.vllm_sleep_mode
 
     def diff(self, other: TrainConfig) -> dict[str, tuple[Any, Any]]:
         """Fields whose values differ, as {name: (self's, other's)}."""

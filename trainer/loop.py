@@ -7,8 +7,6 @@ exactly as an uninterrupted run would have drawn it, given the same weights and 
 
 from __future__ import annotations
 
-import copy
-import math
 import random
 import time
 from collections.abc import Callable, Sequence
@@ -23,8 +21,6 @@ from trainer.advantages import drop_unresolved, passive_filter
 from trainer.algorithms import SampledStep, StepContext, get_algorithm
 from trainer.config import TrainConfig
 from trainer.metrics import step_metrics, step_records
-from trainer.sampler import SamplerResult
-from trainer.schedulers import RoundsOutcome
 from trainer.seeds import batch_indices
 from trainer.types import (
     STEP_METRICS,
@@ -139,28 +135,23 @@ def train(config: TrainConfig, prompts: Sequence[Prompt], backend: Any, recorder
     config.validate()
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
-    model, tokenizer = getattr(backend, "model", None), getattr(backend, "tokenizer", None)
+    from trainer.learner import make_learner
     from trainer.verifiers import make_verifier
 
     # One verifier (math-verify's helper process) for sampling and evaluation alike.
     verifier = make_verifier(config)
     scorer = make_scorer(config, verifier)
-    optimizer = scheduler = ref_model = None
-    pad_id = 0
-    if model is not None:
-        from trainer.update import make_optimizer
-
-        optimizer, scheduler = make_optimizer(model, config)
-        pad_id = int(getattr(tokenizer, "pad_token_id", None) or 0)
+    # Who trains the policy (this process, the ranks of a distributed run, or nobody for the
+    # simulated backend): the steps below are the same for each.
+    learner = make_learner(config, backend)
     start = 0
     elapsed = 0.0
     last_ckpt: str | None = None
     algorithm = get_algorithm(config.algorithm)
     # The algorithm's persistent state (Est's pass-rate estimator): run state, checkpointed.
     algo_state = algorithm.new_state(config)
-    if resume_from is not None:
-        state = ckpt.load_checkpoint(resume_from, model=model, optimizer=optimizer,
-                                     scheduler=scheduler)
+    state = learner.prepare(resume_from)
+    if state is not None:
         start = int(state["step"])
         elapsed = float(state.get(ELAPSED_STATE, 0.0))
         if algo_state is not None:
@@ -170,17 +161,8 @@ def train(config: TrainConfig, prompts: Sequence[Prompt], backend: Any, recorder
                                  f"by an {algorithm.name} run")
             algo_state.load_state_dict(state[key])
         last_ckpt = str(resume_from)
-        backend.sync_weights()
-        ref_dir = Path(resume_from) / "reference"
-        if model is not None and config.kl_coef > 0 and ref_dir.is_dir():
-            ref_model = copy.deepcopy(model)
-            ckpt.load_checkpoint(ref_dir, model=ref_model, restore_rng=False)
     else:
         _seed_all(config.seed)
-    if model is not None and config.kl_coef > 0 and ref_model is None:
-        ref_model = copy.deepcopy(model)
-    if ref_model is not None:
-        ref_model.eval().requires_grad_(False)
 
     stop = StopPolicy(should_stop, config.max_wall_seconds, elapsed)
     last_metrics: dict[str, float] = {}
@@ -192,12 +174,8 @@ def train(config: TrainConfig, prompts: Sequence[Prompt], backend: Any, recorder
         extra = {ELAPSED_STATE: stop.elapsed()}
         if algo_state is not None:
             extra[algorithm.state_key] = algo_state.state_dict()
-        path = ckpt.save_checkpoint(ckpt.checkpoint_dir(out, step), step=step,
-                                    config=config.to_dict(), model=model, tokenizer=tokenizer,
-                                    optimizer=optimizer, scheduler=scheduler, extra=extra)
-        if ref_model is not None:
-            ref_model.save_pretrained(path / "reference", safe_serialization=True)
-            (path / "reference" / ckpt.STATE_FILE).write_text('{"step": 0}')
+        path = learner.save(ckpt.checkpoint_dir(out, step), step=step,
+                            config=config.to_dict(), extra=extra)
         recorder.on_checkpoint(CheckpointRecord(step=step, path=str(path)))
         return str(path)
 
@@ -242,25 +220,17 @@ def train(config: TrainConfig, prompts: Sequence[Prompt], backend: Any, recorder
         metrics = step_metrics(config, res, outcome, kept, allocation)
 
         t_update = time.perf_counter()
-        if model is not None:
-            try:
-                upd = _update(model, optimizer, scheduler, config, res, outcome, batch, kept,
-                              pad_id=pad_id, ref_model=ref_model,
-                              seed=seeds.derive_seed(config.seed, step, seeds.UPDATE),
-                              tokenizer=tokenizer,
-                              backend=backend, should_stop=stop)
-            except StopRequested as exc:
-                # The algorithm's state (Est's estimator) already counted this step: only a
-                # clean stop without such state may save.
-                return stopped(step - 1, clean=exc.clean and algo_state is None)
-            t_sync = time.perf_counter()
-            backend.sync_weights()
-            upd["time_sync"] = time.perf_counter() - t_sync
-        else:
-            from trainer.update import UPDATE_METRICS, warmup_factor
-
-            upd = dict.fromkeys(UPDATE_METRICS, 0.0)
-            upd["lr"] = config.lr * warmup_factor(step - 1, config.warmup_steps)
+        try:
+            upd = learner.update(res, outcome, batch, kept, step=step,
+                                 seed=seeds.derive_seed(config.seed, step, seeds.UPDATE),
+                                 should_stop=stop)
+        except StopRequested as exc:
+            # The algorithm's state (Est's estimator) already counted this step: only a
+            # clean stop without such state may save.
+            return stopped(step - 1, clean=exc.clean and algo_state is None)
+        t_sync = time.perf_counter()
+        learner.sync_weights()
+        upd["time_sync"] = time.perf_counter() - t_sync
         metrics.update(upd)
         metrics["time_generation"] = outcome.time_generation
         metrics["time_scoring"] = outcome.time_scoring
@@ -283,28 +253,3 @@ def train(config: TrainConfig, prompts: Sequence[Prompt], backend: Any, recorder
             last_ckpt = save(step)
     return TrainResult("completed", config.total_steps, last_ckpt, last_metrics)
 
-
-def _update(model: Any, optimizer: Any, scheduler: Any, config: TrainConfig, res: SamplerResult,
-            outcome: RoundsOutcome, batch: Sequence[Prompt], kept: np.ndarray, *, pad_id: int,
-            ref_model: Any, seed: int, tokenizer: Any, backend: Any,
-            should_stop: Callable[[], bool] | None = None) -> dict[str, float]:
-    from trainer.update import UpdateBatch, update_policy
-
-    ub = UpdateBatch([], [], [], [], [], [])
-    for k in np.flatnonzero(kept).tolist():
-        i = int(res.sample_prompt[k])
-        g = outcome.generations[i][int(res.sample_pool_index[k])]
-        prompt_ids = g.prompt_token_ids or list(tokenizer(batch[i].text)["input_ids"])
-        ub.prompt_ids.append(list(prompt_ids))
-        ub.response_ids.append(list(g.response_token_ids))
-        ub.advantages.append(float(res.advantages[k]))
-        ub.groups.append(i)
-        ub.old_logprobs.append(g.logprobs)
-        ub.rollout_logprobs.append(g.rollout_logprobs)
-    metrics = update_policy(model, optimizer, scheduler, ub, config, pad_token_id=pad_id,
-                            ref_model=ref_model, seed=seed,
-                            micro_batch_size=config.ppo_micro_batch_size or None,
-                            should_stop=should_stop)
-    if not math.isfinite(metrics["policy_loss"]):
-        raise FloatingPointError(f"non-finite policy loss {metrics['policy_loss']}")
-    return metrics
