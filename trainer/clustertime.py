@@ -186,10 +186,10 @@ class RankMemory:
             return max(self.training, self.generation)
         return self.training + self.engine_weights + self.kv_cache
 
-    def sequences_fit(self, hbm_gib: float, utilization: float = 0.9) -> int:
+    def sequences_fit(self, hbm_gib: float, utilization: float = 0.8) -> int:
         """Full-length sequences whose KV cache fits beside the shard and the engine's weights in
-        ``utilization`` of the GPU (vLLM's ``gpu_memory_utilization``); fewer than the
-        concurrent ones means vLLM runs fewer at once (it queues and preempts the rest)."""
+        ``utilization`` of the GPU (vLLM's ``gpu_memory_utilization``: the authors' 0.8); fewer
+        than the concurrent ones means vLLM runs fewer at once (it queues and preempts the rest)."""
         room = hbm_gib * utilization - self.shard - self.engine_weights
         return max(0, int(room / self.kv_per_sequence))
 
@@ -228,7 +228,7 @@ def memory_table(rows: list[RankMemory], hbm_gib: float = 79.6) -> str:
     lines = ["| model | ranks | weights + grads + AdamW (shard) | gathered layers | activations "
              "| logits | engine weights | KV cache | update peak | rollout peak | rank peak "
              "(sleep mode) | rank peak (no sleep mode) | full-length sequences the KV fits "
-             f"({hbm_gib:g} GiB, 90%) |",
+             f"({hbm_gib:g} GiB, 80%) |",
              "| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: "
              "| ---: |"]
     for m in rows:
