@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from trainer.algorithms import ALGORITHM_NAMES, Algorithm, algorithms, get_algorithm
+from trainer.algorithms.dapo import FURTHER_PROMPTS
 from trainer.algorithms.seq import MAX_SAMPLES_PER_PROMPT
 from trainer.schedulers import SCHEDULERS
 
@@ -35,7 +36,12 @@ ROLLOUT_DTYPES = ("auto", "float32", "bfloat16", "float16")
 # them as dropdowns from this one table (a new choice field added here is both at once).
 CHOICE_FIELDS: dict[str, tuple[str, ...]] = {
     "algorithm": ALGORITHMS, "backend": BACKENDS, "verifier": VERIFIERS, "device": DEVICES,
-    "rollout_dtype": ROLLOUT_DTYPES, "est_weight": EST_WEIGHTS, "scheduler": SCHEDULERS}
+    "rollout_dtype": ROLLOUT_DTYPES, "est_weight": EST_WEIGHTS, "scheduler": SCHEDULERS,
+    "dapo_further_prompts": FURTHER_PROMPTS}
+# What a stored config lacking a field ran with, where that differs from today's default: the
+# field did not exist yet and the code behaved one way (DAPO drew further prompts from the whole
+# rest of the set), so its record and a clone of it stay what it was.
+STORED_BEFORE: dict[str, Any] = {"dapo_further_prompts": "any"}
 BUILTIN_MODEL = "builtin:tiny"
 BUILTIN_TASK = "builtin:arithmetic"
 # The long-answer variant (trainer.tasks.arithmetic_long_prompts): 2-8 operands, every running
@@ -139,6 +145,16 @@ class TrainConfig:
                                   "fewer than B groups carry signal (verl's "
                                   "max_num_gen_batches); the step then trains on what it has.",
                                   "algorithm", "batches", ge=1, le=100)
+    dapo_gen_batch_size: int = _f(0, "dapo: G, prompts per generation batch (0: B). Batch 0 is "
+                                  "the step's own B prompts topped up to G, each further batch "
+                                  "G more (verl's gen_batch_size; the DAPO recipe: 3B).",
+                                  "algorithm", "prompts", ge=0, le=65_536)
+    dapo_further_prompts: str = _f("unseen-first", "dapo: where further prompts come from: "
+                                   "unseen-first (prompts no earlier step drew, and no later "
+                                   "step's own batch holds, first; then the least drawn) or any "
+                                   "(the whole rest of the set in a seeded order, earlier "
+                                   "draws included: runs stored before this option).",
+                                   "algorithm")
     # --- data ----------------------------------------------------------------------------------
     prompts: str = _f(BUILTIN_TASK, "Training prompts: builtin:arithmetic, "
                       "builtin:arithmetic-long (2-8 operands, every running sum: longer answers) "
@@ -308,7 +324,7 @@ class TrainConfig:
 
     @property
     def max_samples_per_step(self) -> int:
-        """Responses a step draws at most: B x n (GRPO), B x n x max_num_gen_batches (DAPO),
+        """Responses a step draws at most: B x n (GRPO), G x n x max_num_gen_batches (DAPO),
         B x M x N (Seq), B x budget (Est)."""
         record = self.algorithm_record
         return record.max_samples_per_step(self) if record \
@@ -441,7 +457,9 @@ class TrainConfig:
         """A config as a run stored it, not validated: keys a later version dropped are ignored
         and keys it lacks take this version's defaults, so a reader never repeats a default."""
         known = {f.name for f in fields(cls)}
-        return cls(**{k: v for k, v in (data or {}).items() if k in known})
+        data = data or {}
+        before = {k: v for k, v in STORED_BEFORE.items() if data and k not in data}
+        return cls(**before, **{k: v for k, v in data.items() if k in known})
 
     @classmethod
     def dict_errors(cls, data: dict[str, Any]) -> list[ConfigError]:

@@ -32,6 +32,7 @@ from trainer.types import (
     StepRecord,
     StopRequested,
 )
+from trainer.visits import VISITS_STATE, PromptVisits
 
 # trainer_state.json key of the seconds trained up to the checkpoint: a resumed run's wall-time
 # limit counts them.
@@ -88,18 +89,20 @@ def sample_step(config: TrainConfig, batch: Sequence[Prompt], backend: Any, scor
                 on_round: Callable[[RoundStat], None] | None = None,
                 should_stop: Callable[[], bool] | None = None,
                 more_prompts: Callable[[int], Sequence[Prompt]] | None = None,
-                prompt_set: Sequence[Prompt] = ()) -> SampledStep:
+                prompt_set: Sequence[Prompt] = (), visits: PromptVisits | None = None
+                ) -> SampledStep:
     """Sample step ``step`` of ``batch`` as the config's algorithm does
     (``Algorithm.sample_step``). ``state`` is the algorithm's persistent state
     (``Algorithm.new_state``: Est's estimator). An algorithm that draws further batches of
     prompts (DAPO) takes them from ``prompt_set`` (the run's training prompts), or from
-    ``more_prompts(k)`` (k = 1, 2, ...) where given. A cancelled step returns ``result=None``
-    and leaves the state as it was."""
+    ``more_prompts(k)`` (k = 1, 2, ...) where given, ordered by ``visits`` (how many earlier
+    steps drew each prompt of ``prompt_set``). A cancelled step returns ``result=None`` and
+    leaves the state as it was."""
     algorithm = get_algorithm(config.algorithm)
     return algorithm.sample_step(StepContext(
         config=config, batch=batch, backend=backend, scorer=scorer, step=step, state=state,
         on_round=on_round, should_stop=should_stop, more_prompts=more_prompts,
-        prompt_set=prompt_set))
+        prompt_set=prompt_set, visits=visits))
 
 
 def _seed_all(seed: int) -> None:
@@ -150,6 +153,9 @@ def train(config: TrainConfig, prompts: Sequence[Prompt], backend: Any, recorder
     algorithm = get_algorithm(config.algorithm)
     # The algorithm's persistent state (Est's pass-rate estimator): run state, checkpointed.
     algo_state = algorithm.new_state(config)
+    # How many steps drew each training prompt: every step's prompts_revisited, and the order
+    # of DAPO's further prompts. Run state, checkpointed.
+    visits = PromptVisits(len(prompts))
     state = learner.prepare(resume_from)
     if state is not None:
         start = int(state["step"])
@@ -160,6 +166,11 @@ def train(config: TrainConfig, prompts: Sequence[Prompt], backend: Any, recorder
                 raise ValueError(f"checkpoint {resume_from} has no {key}: it was not written "
                                  f"by an {algorithm.name} run")
             algo_state.load_state_dict(state[key])
+        if VISITS_STATE in state:
+            visits.load_state_dict(state[VISITS_STATE])
+        else:  # a checkpoint older than the counts: the own batches are all it can rebuild
+            visits = PromptVisits.from_own_batches(len(prompts), config.batch_size, config.seed,
+                                                   start)
         last_ckpt = str(resume_from)
     else:
         _seed_all(config.seed)
@@ -171,7 +182,8 @@ def train(config: TrainConfig, prompts: Sequence[Prompt], backend: Any, recorder
         before = getattr(recorder, "before_checkpoint", None)
         if before is not None:
             before(step)  # may raise: e.g. the run's lease is lost, so no files are written
-        extra = {ELAPSED_STATE: stop.elapsed()}
+        extra: dict[str, Any] = {ELAPSED_STATE: stop.elapsed(),
+                                 VISITS_STATE: visits.state_dict()}
         if algo_state is not None:
             extra[algorithm.state_key] = algo_state.state_dict()
         path = learner.save(ckpt.checkpoint_dir(out, step), step=step,
@@ -200,14 +212,15 @@ def train(config: TrainConfig, prompts: Sequence[Prompt], backend: Any, recorder
             return stopped(0, clean=True)
     for step in range(start + 1, config.total_steps + 1):
         t_step = time.perf_counter()
-        batch = [prompts[i] for i in batch_indices(len(prompts), config.batch_size, config.seed,
-                                                   step)]
+        own = batch_indices(len(prompts), config.batch_size, config.seed, step)
+        batch = [prompts[i] for i in own]
 
         def on_round(stat: RoundStat, step: int = step) -> None:
             recorder.on_round(step, stat)
 
         sampled = sample_step(config, batch, backend, scorer, step, algo_state,
-                              on_round=on_round, should_stop=stop, prompt_set=prompts)
+                              on_round=on_round, should_stop=stop, prompt_set=prompts,
+                              visits=visits)
         res, outcome, allocation = sampled.result, sampled.outcome, sampled.allocation
         batch = sampled.prompts  # DAPO: every batch of prompts it drew
         if res is None:
@@ -218,6 +231,8 @@ def train(config: TrainConfig, prompts: Sequence[Prompt], backend: Any, recorder
         if config.drop_unresolved:
             kept = drop_unresolved(kept, res.sample_prompt, res.exit_round > 0)
         metrics = step_metrics(config, res, outcome, kept, allocation)
+        drawn = own if sampled.prompt_indices is None else sampled.prompt_indices
+        metrics["prompts_revisited"] = float(visits.revisited(drawn))
 
         t_update = time.perf_counter()
         try:
@@ -240,6 +255,7 @@ def train(config: TrainConfig, prompts: Sequence[Prompt], backend: Any, recorder
         metrics["time_step"] = time.perf_counter() - t_step
         missing = set(STEP_METRICS) - set(metrics)
         assert not missing, f"step metrics lack {missing}"
+        visits.mark(drawn)  # after the update: a step stopped before it drew nothing
         prompt_recs, sample_recs = step_records(batch, res, outcome, kept, allocation)
         recorder.on_step(StepRecord(step=step, metrics=metrics, rounds=list(outcome.round_stats),
                                     prompts=prompt_recs, samples=sample_recs))

@@ -225,6 +225,9 @@ STEP_METRICS: dict[str, Metric | str] = {
     "first_round_all_wrong": fraction("fraction of prompts whose first n samples were all "
                                       "negative"),
     "unresolved": count("prompts still active after the last round", "prompts"),
+    "prompts_revisited": count("prompts of this step that an earlier step of the run drew too "
+                               "(every prompt of DAPO's batches; 0 within the first epoch for "
+                               "the others)", "prompts"),
     "unresolved_missing_pos": count("unresolved prompts lacking positives", "prompts"),
     "unresolved_missing_neg": count("unresolved prompts lacking negatives", "prompts"),
     "entropy": count("mean token entropy of kept responses under the policy", "nats"),

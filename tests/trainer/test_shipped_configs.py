@@ -67,6 +67,18 @@ def test_paper_presets_are_the_authors_settings(tmp_path: Path) -> None:
         assert diff <= {"algorithm", "std_normalize"}, (a, diff)
 
 
+def test_paper_dapo_is_paper_grpo_with_the_recipes_generation_batch(tmp_path: Path) -> None:
+    (tmp_path / "grpo").mkdir()
+    (tmp_path / "dapo").mkdir()
+    grpo = TrainConfig.from_dict(_with_local_paths(CONFIGS / "paper-grpo.toml", tmp_path / "grpo"))
+    dapo = TrainConfig.from_dict(_with_local_paths(CONFIGS / "paper-dapo.toml", tmp_path / "dapo"))
+    assert dapo.algorithm == "dapo" and {k: getattr(dapo, k) for k in PAPER} == PAPER
+    # verl's DAPO recipe: gen_prompt_bsz = 3 x train_prompt_bsz, max_num_gen_batches = 10.
+    assert dapo.dapo_gen_batch_size == 3 * dapo.batch_size and dapo.max_num_gen_batches == 10
+    diff = set(grpo.diff(dapo)) - {"model", "prompts", "eval_prompts"}
+    assert diff == {"algorithm", "dapo_gen_batch_size"}
+
+
 def test_study_configs_differ_only_in_algorithm() -> None:
     configs = {a: TrainConfig.from_toml(CONFIGS / f"tiny-{a}.toml")
                for a in ("grpo", "dapo", "ada-pos", "ada-balance", "ada-est")}
