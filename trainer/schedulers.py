@@ -148,8 +148,8 @@ class RequestEngine(Protocol):
     returns the response tokens they had generated; ``pending()`` counts unfinished requests.
 
     Optional: ``capacity()``, the most requests the engine runs at once (its ``max_num_seqs``;
-    speculative early rounds need it), and ``now()``, the engine's clock in seconds (the
-    simulated clock; by default the wall clock).
+    speculative early rounds need it), and ``now(prompt)``, the clock in seconds of the engine
+    that serves ``prompt`` (the simulated clock; by default the wall clock).
     """
 
     def submit(self, key: Hashable, prompt: Prompt, sample: int, seed: int) -> None: ...
@@ -249,7 +249,11 @@ def run_per_prompt(sampler: AdaptiveSampler, prompts: Sequence[Prompt], engine: 
     sampler.start_per_prompt()
     flights: dict[int, _Flight] = {}
     emitted = len(sampler.round_stats)
-    now: Callable[[], float] = getattr(engine, "now", time.perf_counter)
+    clock = getattr(engine, "now", None)
+
+    def now(i: int) -> float:
+        return time.perf_counter() if clock is None else float(clock(prompts[i]))
+
     early_exit = streaming and sampler.has_exit_rule
     threshold = sampler.positive_threshold
     speculate_below = 0.0
@@ -267,7 +271,7 @@ def run_per_prompt(sampler: AdaptiveSampler, prompts: Sequence[Prompt], engine: 
         count = sampler.round_counts([i])[0]
         fl.keys[t] = {(i, t, j) for j in range(count)}
         fl.arrived[t], fl.observed[t], fl.tokens[t] = {}, 0, 0
-        fl.sent_at[t] = now()
+        fl.sent_at[t] = now(i)
         fl.submitted = t
         if t > sampler.prompt_round(i):
             out.early_rounds_started += 1
@@ -312,7 +316,7 @@ def run_per_prompt(sampler: AdaptiveSampler, prompts: Sequence[Prompt], engine: 
         for table in (fl.keys, fl.arrived, fl.observed, fl.tokens, fl.sent_at):
             del table[t]
         if fl.submitted > t:
-            fl.saved_s += max(0.0, now() - fl.sent_at[t + 1])
+            fl.saved_s += max(0.0, now(i) - fl.sent_at[t + 1])
             out.early_rounds_saved_s = max(out.early_rounds_saved_s, fl.saved_s)
             return True
         submit(i, t + 1)

@@ -53,8 +53,8 @@ class RecordingEngine:
     def capacity(self) -> int:
         return self.inner.capacity()
 
-    def now(self) -> float:
-        return self.inner.now()
+    def now(self, prompt) -> float:
+        return self.inner.now(prompt)
 
 
 class RecordingBackend(SimulatedBackend):
