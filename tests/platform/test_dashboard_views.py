@@ -126,6 +126,8 @@ def _launch_data(prompt_set: PromptSet, **overrides: object) -> dict[str, object
 
 
 def test_launch_form_lists_every_hyperparameter_with_default_and_help(owner_client: Client) -> None:
+    from django.utils.html import escape
+
     from trainer.config import field_specs
 
     make_prompt_set()
@@ -134,7 +136,7 @@ def test_launch_form_lists_every_hyperparameter_with_default_and_help(owner_clie
         if spec["name"] in ("prompts", "eval_prompts"):
             continue
         assert f'id="field-{spec["name"]}"' in page, spec["name"]
-        assert spec["help"].split(" (")[0][:30].replace("'", "&#x27;") in page, spec["name"]
+        assert escape(spec["help"].split(" (")[0][:30]) in page, spec["name"]
     for label in ("GRPO", "Reinforce-Ada Seq-pos (v1/v2: ada-pos)",
                   "Reinforce-Ada Seq-balance (v1/v2: ada-balance)", "Reinforce-Ada Est", "DAPO"):
         assert label in page
