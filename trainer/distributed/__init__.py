@@ -4,10 +4,7 @@ in-process vLLM engine with the full weights; the driver (the process that calls
 ``trainer.train``) keeps the sampler, the exit rules, the advantages, the metrics and the
 recorder, and holds no model.
 
-- ``rank.py``: ``Rank``, one rank as a plain class (no Ray import: torchrun runs it as is);
-- ``actor.py``, ``placement.py``, ``launcher.py``: the Ray side (actors, placement group, a
-  private local Ray that can be reaped);
-- ``backend.py``: the driver's generation backend and learner over the ranks.
+- ``rank.py``: ``Rank``, one rank as a plain class (no Ray import: torchrun runs it as is).
 
 Nothing here is imported unless ``world_size > 1``.
 """
