@@ -22,9 +22,9 @@ from trainer.sampler import AdaptiveSampler, make_sampler
 from trainer.schedulers import run_per_prompt, run_scheduler
 from trainer.seeds import derive_seed
 
-# Long responses (the simulator's 2048-token paper limit) so that a round's samples come back
+# Long responses (512 tokens; the paper allows 2048) so that a round's samples come back
 # at very different times and early rounds have something to gain.
-LONG = dict(max_new_tokens=2048)
+LONG = dict(max_new_tokens=512)
 
 
 class RecordingEngine:
