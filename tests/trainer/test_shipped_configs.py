@@ -45,7 +45,11 @@ PAPER = {"batch_size": 512, "ppo_mini_batch_size": 128, "lr": 1e-6, "warmup_step
          "weight_decay": 0.0, "clip_eps_low": 0.2, "clip_eps_high": 0.28, "clip_ratio_c": 10.0,
          "group_size": 4, "samples_per_round": 8, "max_rounds": 4, "max_new_tokens": 2048,
          "entropy_coef": 0.0, "eval_k": 32, "temperature": 1.0, "backend": "vllm",
-         "device": "cuda", "kl_coef": 0.0}
+         "device": "cuda", "kl_coef": 0.0,
+         # scripts/run_reinforce_ada.sh: NGPUS=8, enable_gradient_checkpointing=True; the
+         # engine sleeps during the update so that the 1.5B's shard and engine fit together.
+         "world_size": 8, "activation_checkpointing": True, "vllm_sleep_mode": True,
+         "fsdp_bucket_mb": 64}
 
 
 def test_paper_presets_are_the_authors_settings(tmp_path: Path) -> None:
