@@ -21,7 +21,7 @@ from typing import Any
 from trainer.algorithms import ALGORITHM_NAMES, Algorithm, algorithms, get_algorithm
 from trainer.algorithms.dapo import FURTHER_PROMPTS
 from trainer.algorithms.seq import MAX_SAMPLES_PER_PROMPT
-from trainer.schedulers import SCHEDULERS
+from trainer.schedulers import DEFAULT_SPECULATIVE_CAPACITY, EARLY_ROUNDS, SCHEDULERS
 
 # The registered algorithms' names, read live (trainer.algorithms: GRPO; DAPO; Reinforce-Ada's
 # Seq-pos and Seq-balance, v1/v2's ada-pos and ada-balance; Reinforce-Ada Est; and any algorithm
@@ -32,16 +32,19 @@ BACKENDS = ("hf", "vllm", "simulated")
 VERIFIERS = ("auto", "exact", "math")
 DEVICES = ("auto", "cpu", "cuda")
 ROLLOUT_DTYPES = ("auto", "float32", "bfloat16", "float16")
+# auto: certain with the per-prompt schedulers, off with round (early_rounds_mode).
+EARLY_ROUNDS_CHOICES = ("auto", *EARLY_ROUNDS)
 # The string fields with a fixed set of values: validate() checks them and the launch form draws
 # them as dropdowns from this one table (a new choice field added here is both at once).
 CHOICE_FIELDS: dict[str, tuple[str, ...]] = {
     "algorithm": ALGORITHMS, "backend": BACKENDS, "verifier": VERIFIERS, "device": DEVICES,
     "rollout_dtype": ROLLOUT_DTYPES, "est_weight": EST_WEIGHTS, "scheduler": SCHEDULERS,
-    "dapo_further_prompts": FURTHER_PROMPTS}
+    "early_rounds": EARLY_ROUNDS_CHOICES, "dapo_further_prompts": FURTHER_PROMPTS}
 # What a stored config lacking a field ran with, where that differs from today's default: the
 # field did not exist yet and the code behaved one way (DAPO drew further prompts from the whole
-# rest of the set), so its record and a clone of it stay what it was.
-STORED_BEFORE: dict[str, Any] = {"dapo_further_prompts": "any"}
+# rest of the set; per-prompt runs waited for each round), so its record and a clone of it stay
+# what it was.
+STORED_BEFORE: dict[str, Any] = {"dapo_further_prompts": "any", "early_rounds": "off"}
 BUILTIN_MODEL = "builtin:tiny"
 BUILTIN_TASK = "builtin:arithmetic"
 # The long-answer variant (trainer.tasks.arithmetic_long_prompts): 2-8 operands, every running
@@ -189,6 +192,18 @@ class TrainConfig:
                         "(the exit rule is checked per arriving sample and the prompt's other "
                         "requests are aborted: fewer samples, biased towards short responses; "
                         "a different algorithm).", "model")
+    early_rounds: str = _f("auto", "per-prompt and streaming: when a prompt's next round may go "
+                           "in before its current round is back. certain: once no outcome of "
+                           "the samples still out can meet the exit rule (the same pools and "
+                           "tokens, less waiting); speculative: also on spare engine capacity "
+                           "(speculative_capacity), aborted if the prompt exits (the same "
+                           "pools, paid in discarded tokens); off: wait. auto: certain with "
+                           "per-prompt and streaming, off with round (which accepts only off).",
+                           "model")
+    speculative_capacity: float = _f(DEFAULT_SPECULATIVE_CAPACITY, "early_rounds = speculative: "
+                                     "speculate only while the engine runs fewer requests than "
+                                     "this share of its batch limit (max_num_seqs).", "model",
+                                     "fraction", gt=0, le=1)
     device: str = _f("auto", "auto, cpu or cuda.", "model")
     temperature: float = _f(1.0, "Sampling temperature.", "model", gt=0, le=100)
     top_p: float = _f(1.0, "Nucleus sampling mass.", "model", gt=0, le=1)
@@ -305,6 +320,14 @@ class TrainConfig:
                 k_neg if self.K_neg is None else self.K_neg)
 
     @property
+    def early_rounds_mode(self) -> str:
+        """``early_rounds`` as the scheduler runs it: ``auto`` is ``certain`` with the
+        per-prompt schedulers (it changes nothing but time) and ``off`` with ``round``."""
+        if self.early_rounds != "auto":
+            return self.early_rounds
+        return "off" if self.scheduler == "round" else "certain"
+
+    @property
     def optimizer_steps(self) -> int:
         """Optimiser steps per training step: ppo_epochs x the number of mini-batches of B
         prompts (dapo and passive filtering may train on fewer prompts, hence fewer steps)."""
@@ -406,6 +429,12 @@ class TrainConfig:
                               "every token's weight)")
 
     def _scheduler_errors(self) -> Iterator[ConfigError]:
+        if self.scheduler == "round" and self.early_rounds in EARLY_ROUNDS[1:]:
+            why = ("the hf backend draws a whole batch in one generate call" if self.backend == "hf"
+                   else "it decides every prompt's round t before round t+1 goes in")
+            yield ConfigError("early_rounds", f"the round scheduler accepts only 'off', got "
+                              f"{self.early_rounds!r}: {why}; early rounds need scheduler "
+                              "per-prompt or streaming (backend vllm or simulated)")
         if self.scheduler == "round" or self.scheduler not in SCHEDULERS:
             return
         if self.backend == "hf":
@@ -514,7 +543,8 @@ class TrainConfig:
         # Exit counts exist for Seq only: elsewhere they are unused, whatever was typed.
         out.update(verifier=self.resolved_verifier(builtin_prompts),
                    std_normalize=self.use_std_normalization,
-                   K_pos=k_pos if self.is_seq else None, K_neg=k_neg if self.is_seq else None)
+                   K_pos=k_pos if self.is_seq else None, K_neg=k_neg if self.is_seq else None,
+                   early_rounds=self.early_rounds_mode)
         if self.device == "auto" and device is not None:
             out["device"] = device
         out["rollout_dtype"] = resolve_rollout_dtype(self.rollout_dtype, out["device"])

@@ -260,7 +260,18 @@ STEP_METRICS: dict[str, Metric | str] = {
                                   "tokens"),
     "tokens_discarded": count("response tokens generated and then thrown away: requests aborted "
                               "by the streaming scheduler, or finished after their prompt had "
-                              "stopped", "tokens"),
+                              "stopped, and speculative early rounds of prompts that exited",
+                              "tokens"),
+    "early_rounds_started": count("rounds submitted before the prompt's previous round was back "
+                                  "and decided (early_rounds: certain or speculative)", "rounds",
+                                  "early rounds started"),
+    "early_rounds_discarded": count("early rounds aborted because their prompt exited after "
+                                    "all (speculative only; certain rounds are always kept)",
+                                    "rounds", "early rounds discarded"),
+    "early_rounds_saved_s": count("largest head start one prompt's kept early rounds gained, "
+                                  "summed along its rounds (engine seconds: simulated on the "
+                                  "simulated backend): how much sooner that prompt was done",
+                                  "s", "time saved by early rounds"),
     "verifier_errors": count("responses whose verifier raised (scored 0)", "responses"),
     "kept_samples": count("responses kept for the update", "samples"),
     "dropped_groups": count("groups left out of the update: DAPO's groups without signal, or "

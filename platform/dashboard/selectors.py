@@ -565,7 +565,7 @@ def last_evals(run_ids: list[int]) -> dict[int, tuple[int, dict[str, Any]]]:
 
 
 # The device a run's "auto" resolves to on each queue's workers.
-QUEUE_DEVICES = {"cpu": "cpu", "gpu": "cuda"}
+QUEUE_DEVICES = {"cpu": "cpu", "gpu": "cuda", "ray": "cuda"}
 
 
 @dataclass(frozen=True)
