@@ -238,6 +238,11 @@ class TrainConfig:
                            "training step k (k = 0 at the first, so it trains at lr 0), then lr "
                            "(paper: 10; 0: off).", "optimisation", "steps", ge=0, le=1_000_000)
     max_grad_norm: float = _f(1.0, "Gradient-norm clipping.", "optimisation", gt=0, le=1_000_000)
+    max_skipped_updates: int = _f(10, "Optimiser steps in a row whose gradient norm is not "
+                                  "finite that a run survives: each is skipped (weights "
+                                  "unchanged, as verl does), one more fails the run saying so "
+                                  "(0: fail at the first).", "optimisation", "optimiser steps",
+                                  ge=0, le=1_000_000)
     ppo_epochs: int = _f(1, "Passes over each step's batch.", "optimisation", "epochs", ge=1, le=64)
     ppo_mini_batch_size: int = _f(0, "Prompts per mini-batch, one optimiser step each (0: the "
                                   "whole batch, one optimiser step per epoch: the ratio is then "

@@ -166,6 +166,16 @@ class StopRequested(Exception):  # noqa: N818 - a signal, not an error
     def on_eval(self, record: EvalRecord) -> None: ...
 
 
+class NonFiniteGradients(RuntimeError):
+    """More optimiser steps in a row than ``max_skipped_updates`` had a non-finite gradient
+    norm (each was skipped): the run fails with this reason."""
+
+
+# Key of ``update_policy``'s result that is not a step metric: the optimiser steps skipped in a
+# row at the end of the update, which the loop carries across steps for max_skipped_updates.
+SKIPPED_IN_A_ROW = "skipped_in_a_row"
+
+
 @dataclass(frozen=True)
 class Metric:
     """The declaration of a step metric: what it is, in which unit, within which domain. The
@@ -239,7 +249,11 @@ STEP_METRICS: dict[str, Metric | str] = {
                                "-A x clip_ratio_c (dual-clip)"),
     "optimizer_steps": count("optimiser steps taken this step (mini-batches x epochs)",
                              "optimiser steps"),
-    "grad_norm": count("gradient norm before clipping", "norm"),
+    "grad_norm": count("gradient norm before clipping, mean over the optimiser steps taken",
+                       "norm"),
+    "skipped_updates": count("optimiser steps skipped because the gradient norm was not finite "
+                             "(the weights stay as they were; max_skipped_updates in a row "
+                             "fail the run)", "optimiser steps"),
     "response_length": count("mean response length", "tokens"),
     "kept_response_length": count("mean length of the responses kept for the update; compare "
                                   "across schedulers: streaming favours short responses",
