@@ -22,9 +22,9 @@ from trainer.sampler import AdaptiveSampler, make_sampler
 from trainer.schedulers import run_per_prompt, run_scheduler
 from trainer.seeds import derive_seed
 
-# Long responses (the simulator's 2048-token paper limit) so that a round's samples come back
+# Long responses (512 tokens; the paper allows 2048) so that a round's samples come back
 # at very different times and early rounds have something to gain.
-LONG = dict(max_new_tokens=2048)
+LONG = dict(max_new_tokens=512)
 
 
 class RecordingEngine:
@@ -289,3 +289,31 @@ def test_a_stored_run_from_before_early_rounds_reads_as_off() -> None:
     assert TrainConfig.from_stored(stored).early_rounds_mode == "off"
     assert TrainConfig.from_stored(TrainConfig(
         backend="simulated", scheduler="per-prompt").to_dict()).early_rounds_mode == "certain"
+
+
+# --- the step-time simulator -------------------------------------------------------------------
+
+def test_simulate_time_compares_early_rounds_against_the_exact_bound() -> None:
+    from trainer.steptime import ratio_to_grpo, study
+
+    rates = np.random.default_rng(4).beta(0.5, 0.5, 24).tolist()
+    results = study(rates, algorithms=("grpo", "ada-balance"), schedulers=("round", "per-prompt"),
+                    early_rounds=("off", "certain", "speculative"), progress=False,
+                    max_tokens=512, steps=1)
+    by = {(r.algorithm, r.label): r for r in results}
+    # GRPO has one round: nothing to draw early, so it runs each scheduler once.
+    assert {k for k in by if k[0] == "grpo"} == {("grpo", "round"), ("grpo", "per-prompt")}
+    off, certain, spec = (by[("ada-balance", x)] for x in (
+        "per-prompt", "per-prompt+certain", "per-prompt+speculative"))
+    rnd = by[("ada-balance", "round")]
+    # Exact: the same samples; certain not one token more.
+    assert off.samples == certain.samples == spec.samples == rnd.samples
+    assert certain.tokens_generated == off.tokens_generated and certain.tokens_discarded == 0
+    assert certain.early_rounds_started > 0 and certain.early_rounds_discarded == 0
+    assert spec.tokens_discarded > 0 and spec.discarded_share > 0
+    assert spec.generation_s < off.generation_s
+    # Every exact scheduler is above the bound of all needed rounds at once.
+    for r in (rnd, off, certain, spec):
+        assert r.exact_bound_generation_s <= r.generation_s
+    ratios = ratio_to_grpo(results)
+    assert ratios[("grpo", "round")] == 1.0 and ("ada-balance", "per-prompt+speculative") in ratios
