@@ -419,7 +419,7 @@ def render_curves(per_seed: dict[int, dict[str, dict[str, Any]]], window: int) -
 PAIRS = (("ada-balance", "grpo-n16"), ("ada-balance", "dapo"), ("ada-pos", "grpo-n8"),
          ("ada-pos", "grpo-n16"),
          ("ada-pos", "dapo"), ("ada-est", "grpo-n8"), ("dapo", "grpo"), ("dapo", "dapo-any"),
-         ("dapo-any", "grpo"), ("dapo-16k", "grpo-16k"))
+         ("dapo-any", "grpo"), ("dapo", "grpo-n16"), ("dapo-16k", "grpo-16k"))
 
 
 def render_pairs(per_seed: dict[int, dict[str, dict[str, Any]]], window: int, k: int) -> str:
