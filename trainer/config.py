@@ -162,6 +162,14 @@ class TrainConfig:
                                    "(the whole rest of the set in a seeded order, earlier "
                                    "draws included: runs stored before this option).",
                                    "algorithm")
+    overlong_buffer_len: int = _f(0, "DAPO's overlong reward shaping: over the last B tokens "
+                                  "before max_new_tokens a response's reward falls linearly, by "
+                                  "up to overlong_penalty_factor at max_new_tokens (0: off; the "
+                                  "DAPO recipe: 4,096 of 20,480). Every algorithm may use it.",
+                                  "algorithm", "tokens", ge=0, le=32_768)
+    overlong_penalty_factor: float = _f(1.0, "DAPO's overlong shaping: the penalty at "
+                                        "max_new_tokens (the recipe: 1.0).", "algorithm",
+                                        "reward", ge=0, le=100)
     # --- data ----------------------------------------------------------------------------------
     prompts: str = _f(BUILTIN_TASK, "Training prompts: builtin:arithmetic, "
                       "builtin:arithmetic-long (2-8 operands, every running sum: longer answers) "
@@ -412,6 +420,11 @@ class TrainConfig:
         yield from self._est_errors()
         if self.ppo_mini_batch_size > self.batch_size:
             yield ConfigError("ppo_mini_batch_size", f"must be <= batch_size ({self.batch_size})")
+        if self.overlong_buffer_len > self.max_new_tokens and "max_new_tokens" not in \
+                out_of_bounds:
+            yield ConfigError("overlong_buffer_len", f"must be <= max_new_tokens "
+                              f"({self.max_new_tokens:,}): the buffer is the last tokens before "
+                              f"it; got {self.overlong_buffer_len:,}")
         if self.task_min_digits > self.task_max_digits:
             yield ConfigError("task_max_digits",
                               "need 1 <= task_min_digits <= task_max_digits <= 9")
