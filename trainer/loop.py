@@ -270,8 +270,12 @@ def train(config: TrainConfig, prompts: Sequence[Prompt], backend: Any, recorder
         assert not missing, f"step metrics lack {missing}"
         visits.mark(drawn)  # after the update: a step stopped before it drew nothing
         prompt_recs, sample_recs = step_records(batch, res, outcome, kept, allocation)
+        # Where each rank ran and how its step split (a distributed learner's
+        # ``rank_records()``); a one-process learner has no ranks to report.
+        rank_records = getattr(learner, "rank_records", None)
         recorder.on_step(StepRecord(step=step, metrics=metrics, rounds=list(outcome.round_stats),
-                                    prompts=prompt_recs, samples=sample_recs))
+                                    prompts=prompt_recs, samples=sample_recs,
+                                    ranks=list(rank_records()) if rank_records else []))
         last_metrics = metrics
         if skip_streak > config.max_skipped_updates:
             # Recorded first, so the run page shows the step that ended it.

@@ -115,6 +115,26 @@ class SampleRecord:
 
 
 @dataclass
+class RankRecord:
+    """One rank of a ``world_size > 1`` run in one step: where it runs and how its step's
+    seconds split. The parts are the rank's own (a straggler shows in its row): generating its
+    share of the requests, its part of the update, gathering the full weights (``full_tensor``
+    collectives) and loading them into its engine."""
+
+    rank: int
+    node: str                  # the machine (Ray node address or host name)
+    device: str                # e.g. "NVIDIA H100 80GB HBM3 (cuda:0)", "cpu"
+    generation_s: float = 0.0
+    update_s: float = 0.0
+    weight_gather_s: float = 0.0
+    engine_load_s: float = 0.0
+
+    # The parts of a rank's step time, as (field, what the run page calls it).
+    PARTS = (("generation_s", "generation"), ("update_s", "update"),
+             ("weight_gather_s", "weight gather"), ("engine_load_s", "engine load"))
+
+
+@dataclass
 class StepRecord:
     """Everything one training step produced. A recorder writes it atomically."""
 
@@ -123,6 +143,8 @@ class StepRecord:
     rounds: list[RoundStat]
     prompts: list[PromptStepRecord]
     samples: list[SampleRecord]
+    # Per rank of a world_size > 1 run (the learner's ``rank_records()``); empty in one process.
+    ranks: list[RankRecord] = field(default_factory=list)
 
 
 @dataclass

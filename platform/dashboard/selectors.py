@@ -259,6 +259,57 @@ def step_series(run_id: int, metrics: tuple[str, ...] = ()) -> dict[str, list[An
     return cols
 
 
+# --- ranks of a world_size > 1 run --------------------------------------------------------------
+
+def run_placement(run_id: int) -> list[dict[str, Any]]:
+    """Where the run executes: its latest recorded step's ranks (rank, node, device), in rank
+    order; [] for a one-process run or before the first step. A resumed run may have moved, so
+    the latest step is the one that says."""
+    rows = _fetch(f"SELECT ranks FROM {Step._meta.db_table} WHERE run_id = %s "
+                  "AND jsonb_array_length(ranks) > 0 ORDER BY step DESC LIMIT 1", [run_id])
+    ranks = (json.loads(rows[0][0]) if isinstance(rows[0][0], str) else rows[0][0]) if rows else []
+    return sorted(({"rank": r["rank"], "node": r["node"], "device": r["device"]} for r in ranks),
+                  key=lambda r: r["rank"])
+
+
+@dataclass(frozen=True)
+class RankSeries:
+    """Per rank, per recorded step, each part of its step time (s): ``parts[rank][part]`` is a
+    list aligned with ``steps``. ``nodes[rank]`` is the rank's latest node."""
+
+    steps: list[int]
+    parts: dict[int, dict[str, list[float | None]]]
+    nodes: dict[int, str]
+
+    def totals(self, rank: int) -> list[float | None]:
+        cols = list(self.parts[rank].values())
+        return [None if any(v is None for v in vals) else float(sum(vals))  # type: ignore[arg-type]
+                for vals in zip(*cols, strict=True)]
+
+
+def rank_series(run_id: int, part_keys: tuple[str, ...]) -> RankSeries:
+    """Every recorded step's per-rank split of ``part_keys`` (RankRecord fields)."""
+    rows = _fetch(f"SELECT step, ranks FROM {Step._meta.db_table} WHERE run_id = %s "
+                  "AND jsonb_array_length(ranks) > 0 ORDER BY step", [run_id])
+    steps: list[int] = []
+    parts: dict[int, dict[str, list[float | None]]] = {}
+    nodes: dict[int, str] = {}
+    for i, (step, ranks) in enumerate(rows):
+        steps.append(step)
+        ranks = json.loads(ranks) if isinstance(ranks, str) else ranks
+        for r in ranks:
+            k = int(r["rank"])
+            cols = parts.setdefault(k, {p: [None] * i for p in part_keys})
+            for p in part_keys:
+                cols[p].append(r.get(p))
+            nodes[k] = str(r.get("node", ""))
+        for cols in parts.values():  # a rank missing from a step: a gap, not a shift
+            for p in part_keys:
+                if len(cols[p]) < i + 1:
+                    cols[p].append(None)
+    return RankSeries(steps, dict(sorted(parts.items())), nodes)
+
+
 def is_eval_fraction(key: str) -> bool:
     """Whether an evaluation metric is a fraction of the eval prompts (greedy accuracy, avg@k,
     pass@k); the others (prompts, k, verifier errors) are counts."""
