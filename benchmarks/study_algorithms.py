@@ -40,10 +40,19 @@ from typing import Any
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-ALGORITHMS = ("grpo", "ada-pos", "ada-balance", "grpo-n8", "ada-est", "grpo-n16", "dapo")
+ALGORITHMS = ("grpo", "ada-pos", "ada-balance", "grpo-n8", "ada-est", "grpo-n16", "dapo",
+              "dapo-any", "grpo-16k", "dapo-16k")
 # Study rows that are another config with overrides: name -> (config name, overrides).
-VARIANTS: dict[str, tuple[str, dict[str, Any]]] = {"grpo-n8": ("grpo", {"group_size": 8}),
-                                                   "grpo-n16": ("grpo", {"group_size": 16})}
+# dapo-any: DAPO's further prompts from the whole rest of the set, earlier draws included (the
+# only behaviour before dapo_further_prompts; the study's first DAPO rows).
+VARIANTS: dict[str, tuple[str, dict[str, Any]]] = {
+    "grpo-n8": ("grpo", {"group_size": 8}), "grpo-n16": ("grpo", {"group_size": 16}),
+    "dapo-any": ("dapo", {"dapo_further_prompts": "any"}),
+    # On 16,384 prompts DAPO's further batches (at most 10 x 32 a step) never run out of fresh
+    # prompts in 40 steps: no revisit at all; GRPO on the same set is its baseline (the held-out
+    # set excludes the training prompts, so it differs a little from the 2,048-prompt arms').
+    "dapo-16k": ("dapo", {"task_num_prompts": 16384}),
+    "grpo-16k": ("grpo", {"task_num_prompts": 16384})}
 # pass@k columns of the confidence-interval table (every k <= eval_k that is here).
 PASS_KS = (1, 2, 4, 8, 16, 32)
 

@@ -19,8 +19,9 @@ from pathlib import Path
 from typing import Any
 
 from trainer.algorithms import ALGORITHM_NAMES, Algorithm, algorithms, get_algorithm
+from trainer.algorithms.dapo import FURTHER_PROMPTS
 from trainer.algorithms.seq import MAX_SAMPLES_PER_PROMPT
-from trainer.schedulers import SCHEDULERS
+from trainer.schedulers import DEFAULT_SPECULATIVE_CAPACITY, EARLY_ROUNDS, SCHEDULERS
 
 # The registered algorithms' names, read live (trainer.algorithms: GRPO; DAPO; Reinforce-Ada's
 # Seq-pos and Seq-balance, v1/v2's ada-pos and ada-balance; Reinforce-Ada Est; and any algorithm
@@ -31,11 +32,19 @@ BACKENDS = ("hf", "vllm", "simulated")
 VERIFIERS = ("auto", "exact", "math")
 DEVICES = ("auto", "cpu", "cuda")
 ROLLOUT_DTYPES = ("auto", "float32", "bfloat16", "float16")
+# auto: certain with the per-prompt schedulers, off with round (early_rounds_mode).
+EARLY_ROUNDS_CHOICES = ("auto", *EARLY_ROUNDS)
 # The string fields with a fixed set of values: validate() checks them and the launch form draws
 # them as dropdowns from this one table (a new choice field added here is both at once).
 CHOICE_FIELDS: dict[str, tuple[str, ...]] = {
     "algorithm": ALGORITHMS, "backend": BACKENDS, "verifier": VERIFIERS, "device": DEVICES,
-    "rollout_dtype": ROLLOUT_DTYPES, "est_weight": EST_WEIGHTS, "scheduler": SCHEDULERS}
+    "rollout_dtype": ROLLOUT_DTYPES, "est_weight": EST_WEIGHTS, "scheduler": SCHEDULERS,
+    "early_rounds": EARLY_ROUNDS_CHOICES, "dapo_further_prompts": FURTHER_PROMPTS}
+# What a stored config lacking a field ran with, where that differs from today's default: the
+# field did not exist yet and the code behaved one way (DAPO drew further prompts from the whole
+# rest of the set; per-prompt runs waited for each round), so its record and a clone of it stay
+# what it was.
+STORED_BEFORE: dict[str, Any] = {"dapo_further_prompts": "any", "early_rounds": "off"}
 BUILTIN_MODEL = "builtin:tiny"
 BUILTIN_TASK = "builtin:arithmetic"
 # The long-answer variant (trainer.tasks.arithmetic_long_prompts): 2-8 operands, every running
@@ -139,6 +148,16 @@ class TrainConfig:
                                   "fewer than B groups carry signal (verl's "
                                   "max_num_gen_batches); the step then trains on what it has.",
                                   "algorithm", "batches", ge=1, le=100)
+    dapo_gen_batch_size: int = _f(0, "dapo: G, prompts per generation batch (0: B). Batch 0 is "
+                                  "the step's own B prompts topped up to G, each further batch "
+                                  "G more (verl's gen_batch_size; the DAPO recipe: 3B).",
+                                  "algorithm", "prompts", ge=0, le=65_536)
+    dapo_further_prompts: str = _f("unseen-first", "dapo: where further prompts come from: "
+                                   "unseen-first (prompts no earlier step drew, and no later "
+                                   "step's own batch holds, first; then the least drawn) or any "
+                                   "(the whole rest of the set in a seeded order, earlier "
+                                   "draws included: runs stored before this option).",
+                                   "algorithm")
     # --- data ----------------------------------------------------------------------------------
     prompts: str = _f(BUILTIN_TASK, "Training prompts: builtin:arithmetic, "
                       "builtin:arithmetic-long (2-8 operands, every running sum: longer answers) "
@@ -173,6 +192,18 @@ class TrainConfig:
                         "(the exit rule is checked per arriving sample and the prompt's other "
                         "requests are aborted: fewer samples, biased towards short responses; "
                         "a different algorithm).", "model")
+    early_rounds: str = _f("auto", "per-prompt and streaming: when a prompt's next round may go "
+                           "in before its current round is back. certain: once no outcome of "
+                           "the samples still out can meet the exit rule (the same pools and "
+                           "tokens, less waiting); speculative: also on spare engine capacity "
+                           "(speculative_capacity), aborted if the prompt exits (the same "
+                           "pools, paid in discarded tokens); off: wait. auto: certain with "
+                           "per-prompt and streaming, off with round (which accepts only off).",
+                           "model")
+    speculative_capacity: float = _f(DEFAULT_SPECULATIVE_CAPACITY, "early_rounds = speculative: "
+                                     "speculate only while the engine runs fewer requests than "
+                                     "this share of its batch limit (max_num_seqs).", "model",
+                                     "fraction", gt=0, le=1)
     device: str = _f("auto", "auto, cpu or cuda.", "model")
     temperature: float = _f(1.0, "Sampling temperature.", "model", gt=0, le=100)
     top_p: float = _f(1.0, "Nucleus sampling mass.", "model", gt=0, le=1)
@@ -207,6 +238,11 @@ class TrainConfig:
                            "training step k (k = 0 at the first, so it trains at lr 0), then lr "
                            "(paper: 10; 0: off).", "optimisation", "steps", ge=0, le=1_000_000)
     max_grad_norm: float = _f(1.0, "Gradient-norm clipping.", "optimisation", gt=0, le=1_000_000)
+    max_skipped_updates: int = _f(10, "Optimiser steps in a row whose gradient norm is not "
+                                  "finite that a run survives: each is skipped (weights "
+                                  "unchanged, as verl does), one more fails the run saying so "
+                                  "(0: fail at the first).", "optimisation", "optimiser steps",
+                                  ge=0, le=1_000_000)
     ppo_epochs: int = _f(1, "Passes over each step's batch.", "optimisation", "epochs", ge=1, le=64)
     ppo_mini_batch_size: int = _f(0, "Prompts per mini-batch, one optimiser step each (0: the "
                                   "whole batch, one optimiser step per epoch: the ratio is then "
@@ -232,6 +268,24 @@ class TrainConfig:
                         "mismatch (vllm): weight each token's loss by min(exp(policy_old - "
                         "rollout), C); C here (0: off; 2 is common).", "optimisation",
                         ge=0, le=1_000_000)
+    # --- distributed ---------------------------------------------------------------------------
+    world_size: int = _f(1, "Ranks the run spans (one GPU each, one CPU process each on CPU), "
+                         "placed by Ray (RAY_ADDRESS, else a private local Ray): each rank holds "
+                         "an FSDP2 shard of the policy and its own vLLM engine with the full "
+                         "weights (backend vllm). 1: one process, no Ray.", "distributed",
+                         "ranks", ge=1, le=1024)
+    fsdp_bucket_mb: int = _f(64, "world_size > 1: size of the buckets in which each rank gathers "
+                             "the sharded weights into its engine after an update (larger: fewer "
+                             "collectives, more memory at once).", "distributed", "MiB",
+                             ge=1, le=65_536)
+    activation_checkpointing: bool = _f(False, "world_size > 1: recompute each decoder layer's "
+                                        "activations in the backward pass (less memory, about a "
+                                        "third more update time).", "distributed")
+    vllm_sleep_mode: bool | None = _f(None, "world_size > 1: put each rank's engine to sleep "
+                                      "during the update (KV cache freed, weights offloaded) so "
+                                      "that the shard's update has the memory (empty: on for "
+                                      "CUDA, off on CPU, where vLLM has no sleep mode).",
+                                      "distributed")
     # --- bookkeeping ---------------------------------------------------------------------------
     seed: int = _f(0, "Seed of data order, sampling and down-sampling.", "run", ge=0, le=MAX_SEED)
     save_every: int = _f(10, "Checkpoint every K steps (0: only at the end).", "run", "steps",
@@ -266,6 +320,14 @@ class TrainConfig:
                 k_neg if self.K_neg is None else self.K_neg)
 
     @property
+    def early_rounds_mode(self) -> str:
+        """``early_rounds`` as the scheduler runs it: ``auto`` is ``certain`` with the
+        per-prompt schedulers (it changes nothing but time) and ``off`` with ``round``."""
+        if self.early_rounds != "auto":
+            return self.early_rounds
+        return "off" if self.scheduler == "round" else "certain"
+
+    @property
     def optimizer_steps(self) -> int:
         """Optimiser steps per training step: ppo_epochs x the number of mini-batches of B
         prompts (dapo and passive filtering may train on fewer prompts, hence fewer steps)."""
@@ -290,7 +352,7 @@ class TrainConfig:
 
     @property
     def max_samples_per_step(self) -> int:
-        """Responses a step draws at most: B x n (GRPO), B x n x max_num_gen_batches (DAPO),
+        """Responses a step draws at most: B x n (GRPO), G x n x max_num_gen_batches (DAPO),
         B x M x N (Seq), B x budget (Est)."""
         record = self.algorithm_record
         return record.max_samples_per_step(self) if record \
@@ -361,11 +423,18 @@ class TrainConfig:
                     and not Path(value).is_file():
                 yield ConfigError(name, f"no such file: {value!r} (use {BUILTIN_TASK}, "
                                   f"{BUILTIN_LONG_TASK} or a JSONL/Parquet file)")
+        yield from self._distributed_errors()
         if self.tis_cap and self.tis_cap < 1.0:
             yield ConfigError("tis_cap", "must be 0 (off) or >= 1 (a cap below 1 would shrink "
                               "every token's weight)")
 
     def _scheduler_errors(self) -> Iterator[ConfigError]:
+        if self.scheduler == "round" and self.early_rounds in EARLY_ROUNDS[1:]:
+            why = ("the hf backend draws a whole batch in one generate call" if self.backend == "hf"
+                   else "it decides every prompt's round t before round t+1 goes in")
+            yield ConfigError("early_rounds", f"the round scheduler accepts only 'off', got "
+                              f"{self.early_rounds!r}: {why}; early rounds need scheduler "
+                              "per-prompt or streaming (backend vllm or simulated)")
         if self.scheduler == "round" or self.scheduler not in SCHEDULERS:
             return
         if self.backend == "hf":
@@ -379,6 +448,18 @@ class TrainConfig:
             only = ", ".join(f"'{s}'" for s in record.schedulers)
             yield ConfigError("scheduler", f"{record.name} supports only {only}, got "
                               f"{self.scheduler!r}: {record.schedulers_reason}")
+
+    def _distributed_errors(self) -> Iterator[ConfigError]:
+        if self.world_size <= 1:
+            return
+        if self.backend != "vllm":
+            # A rank generates with its own engine; hf's generate is the policy itself (no
+            # separate replica to gather the shards into) and simulated has no policy.
+            yield ConfigError("world_size", f"world_size > 1 needs backend 'vllm' (each rank's "
+                              f"own engine), got backend {self.backend!r}")
+        if self.kl_coef > 0:
+            yield ConfigError("kl_coef", "the KL penalty needs a reference policy, which the "
+                              "distributed path does not shard yet: 0 with world_size > 1")
 
     def _est_errors(self) -> Iterator[ConfigError]:
         counts = (self.budget_per_prompt, self.est_min_samples, self.est_max_samples)
@@ -410,7 +491,9 @@ class TrainConfig:
         """A config as a run stored it, not validated: keys a later version dropped are ignored
         and keys it lacks take this version's defaults, so a reader never repeats a default."""
         known = {f.name for f in fields(cls)}
-        return cls(**{k: v for k, v in (data or {}).items() if k in known})
+        data = data or {}
+        before = {k: v for k, v in STORED_BEFORE.items() if data and k not in data}
+        return cls(**before, **{k: v for k, v in data.items() if k in known})
 
     @classmethod
     def dict_errors(cls, data: dict[str, Any]) -> list[ConfigError]:
@@ -460,11 +543,19 @@ class TrainConfig:
         # Exit counts exist for Seq only: elsewhere they are unused, whatever was typed.
         out.update(verifier=self.resolved_verifier(builtin_prompts),
                    std_normalize=self.use_std_normalization,
-                   K_pos=k_pos if self.is_seq else None, K_neg=k_neg if self.is_seq else None)
+                   K_pos=k_pos if self.is_seq else None, K_neg=k_neg if self.is_seq else None,
+                   early_rounds=self.early_rounds_mode)
         if self.device == "auto" and device is not None:
             out["device"] = device
         out["rollout_dtype"] = resolve_rollout_dtype(self.rollout_dtype, out["device"])
+        if self.vllm_sleep_mode is None and out["device"] != "auto":
+            out["vllm_sleep_mode"] = self.sleep_mode_on(out["device"])
         return out
+
+    def sleep_mode_on(self, device: str) -> bool:
+        """``vllm_sleep_mode`` on ``device``: empty means on for CUDA, off on CPU (vLLM's CPU
+        build has no sleep mode)."""
+        return device == "cuda" if self.vllm_sleep_mode is None else self.vllm_sleep_mode
 
     def diff(self, other: TrainConfig) -> dict[str, tuple[Any, Any]]:
         """Fields whose values differ, as {name: (self's, other's)}."""

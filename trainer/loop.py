@@ -7,8 +7,6 @@ exactly as an uninterrupted run would have drawn it, given the same weights and 
 
 from __future__ import annotations
 
-import copy
-import math
 import random
 import time
 from collections.abc import Callable, Sequence
@@ -23,19 +21,20 @@ from trainer.advantages import drop_unresolved, passive_filter
 from trainer.algorithms import SampledStep, StepContext, get_algorithm
 from trainer.config import TrainConfig
 from trainer.metrics import step_metrics, step_records
-from trainer.sampler import SamplerResult
-from trainer.schedulers import RoundsOutcome
 from trainer.seeds import batch_indices
 from trainer.types import (
+    SKIPPED_IN_A_ROW,
     STEP_METRICS,
     CheckpointRecord,
     EvalRecord,
+    NonFiniteGradients,
     Prompt,
     Recorder,
     RoundStat,
     StepRecord,
     StopRequested,
 )
+from trainer.visits import VISITS_STATE, PromptVisits
 
 # trainer_state.json key of the seconds trained up to the checkpoint: a resumed run's wall-time
 # limit counts them.
@@ -92,18 +91,20 @@ def sample_step(config: TrainConfig, batch: Sequence[Prompt], backend: Any, scor
                 on_round: Callable[[RoundStat], None] | None = None,
                 should_stop: Callable[[], bool] | None = None,
                 more_prompts: Callable[[int], Sequence[Prompt]] | None = None,
-                prompt_set: Sequence[Prompt] = ()) -> SampledStep:
+                prompt_set: Sequence[Prompt] = (), visits: PromptVisits | None = None
+                ) -> SampledStep:
     """Sample step ``step`` of ``batch`` as the config's algorithm does
     (``Algorithm.sample_step``). ``state`` is the algorithm's persistent state
     (``Algorithm.new_state``: Est's estimator). An algorithm that draws further batches of
     prompts (DAPO) takes them from ``prompt_set`` (the run's training prompts), or from
-    ``more_prompts(k)`` (k = 1, 2, ...) where given. A cancelled step returns ``result=None``
-    and leaves the state as it was."""
+    ``more_prompts(k)`` (k = 1, 2, ...) where given, ordered by ``visits`` (how many earlier
+    steps drew each prompt of ``prompt_set``). A cancelled step returns ``result=None`` and
+    leaves the state as it was."""
     algorithm = get_algorithm(config.algorithm)
     return algorithm.sample_step(StepContext(
         config=config, batch=batch, backend=backend, scorer=scorer, step=step, state=state,
         on_round=on_round, should_stop=should_stop, more_prompts=more_prompts,
-        prompt_set=prompt_set))
+        prompt_set=prompt_set, visits=visits))
 
 
 def _seed_all(seed: int) -> None:
@@ -139,28 +140,26 @@ def train(config: TrainConfig, prompts: Sequence[Prompt], backend: Any, recorder
     config.validate()
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
-    model, tokenizer = getattr(backend, "model", None), getattr(backend, "tokenizer", None)
+    from trainer.learner import make_learner
     from trainer.verifiers import make_verifier
 
     # One verifier (math-verify's helper process) for sampling and evaluation alike.
     verifier = make_verifier(config)
     scorer = make_scorer(config, verifier)
-    optimizer = scheduler = ref_model = None
-    pad_id = 0
-    if model is not None:
-        from trainer.update import make_optimizer
-
-        optimizer, scheduler = make_optimizer(model, config)
-        pad_id = int(getattr(tokenizer, "pad_token_id", None) or 0)
+    # Who trains the policy (this process, the ranks of a distributed run, or nobody for the
+    # simulated backend): the steps below are the same for each.
+    learner = make_learner(config, backend)
     start = 0
     elapsed = 0.0
     last_ckpt: str | None = None
     algorithm = get_algorithm(config.algorithm)
     # The algorithm's persistent state (Est's pass-rate estimator): run state, checkpointed.
     algo_state = algorithm.new_state(config)
-    if resume_from is not None:
-        state = ckpt.load_checkpoint(resume_from, model=model, optimizer=optimizer,
-                                     scheduler=scheduler)
+    # How many steps drew each training prompt: every step's prompts_revisited, and the order
+    # of DAPO's further prompts. Run state, checkpointed.
+    visits = PromptVisits(len(prompts))
+    state = learner.prepare(resume_from)
+    if state is not None:
         start = int(state["step"])
         elapsed = float(state.get(ELAPSED_STATE, 0.0))
         if algo_state is not None:
@@ -169,35 +168,29 @@ def train(config: TrainConfig, prompts: Sequence[Prompt], backend: Any, recorder
                 raise ValueError(f"checkpoint {resume_from} has no {key}: it was not written "
                                  f"by an {algorithm.name} run")
             algo_state.load_state_dict(state[key])
+        if VISITS_STATE in state:
+            visits.load_state_dict(state[VISITS_STATE])
+        else:  # a checkpoint older than the counts: the own batches are all it can rebuild
+            visits = PromptVisits.from_own_batches(len(prompts), config.batch_size, config.seed,
+                                                   start)
         last_ckpt = str(resume_from)
-        backend.sync_weights()
-        ref_dir = Path(resume_from) / "reference"
-        if model is not None and config.kl_coef > 0 and ref_dir.is_dir():
-            ref_model = copy.deepcopy(model)
-            ckpt.load_checkpoint(ref_dir, model=ref_model, restore_rng=False)
     else:
         _seed_all(config.seed)
-    if model is not None and config.kl_coef > 0 and ref_model is None:
-        ref_model = copy.deepcopy(model)
-    if ref_model is not None:
-        ref_model.eval().requires_grad_(False)
 
     stop = StopPolicy(should_stop, config.max_wall_seconds, elapsed)
+    skip_streak = 0
     last_metrics: dict[str, float] = {}
 
     def save(step: int) -> str:
         before = getattr(recorder, "before_checkpoint", None)
         if before is not None:
             before(step)  # may raise: e.g. the run's lease is lost, so no files are written
-        extra = {ELAPSED_STATE: stop.elapsed()}
+        extra: dict[str, Any] = {ELAPSED_STATE: stop.elapsed(),
+                                 VISITS_STATE: visits.state_dict()}
         if algo_state is not None:
             extra[algorithm.state_key] = algo_state.state_dict()
-        path = ckpt.save_checkpoint(ckpt.checkpoint_dir(out, step), step=step,
-                                    config=config.to_dict(), model=model, tokenizer=tokenizer,
-                                    optimizer=optimizer, scheduler=scheduler, extra=extra)
-        if ref_model is not None:
-            ref_model.save_pretrained(path / "reference", safe_serialization=True)
-            (path / "reference" / ckpt.STATE_FILE).write_text('{"step": 0}')
+        path = learner.save(ckpt.checkpoint_dir(out, step), step=step,
+                            config=config.to_dict(), extra=extra)
         recorder.on_checkpoint(CheckpointRecord(step=step, path=str(path)))
         return str(path)
 
@@ -206,7 +199,8 @@ def train(config: TrainConfig, prompts: Sequence[Prompt], backend: Any, recorder
             return
         from trainer.evaluate import evaluate as run_eval
         metrics = run_eval(backend, list(eval_prompts), verifier, config.eval_k,
-                           seeds.derive_seed(config.seed, step, seeds.EVAL), should_stop=stop)
+                           seeds.derive_seed(config.seed, step, seeds.EVAL), should_stop=stop,
+                           positive_threshold=config.positive_threshold)
         recorder.on_eval(EvalRecord(step=step, metrics={k: float(v) for k, v in metrics.items()}))
 
     def stopped(done: int, clean: bool) -> TrainResult:
@@ -222,14 +216,15 @@ def train(config: TrainConfig, prompts: Sequence[Prompt], backend: Any, recorder
             return stopped(0, clean=True)
     for step in range(start + 1, config.total_steps + 1):
         t_step = time.perf_counter()
-        batch = [prompts[i] for i in batch_indices(len(prompts), config.batch_size, config.seed,
-                                                   step)]
+        own = batch_indices(len(prompts), config.batch_size, config.seed, step)
+        batch = [prompts[i] for i in own]
 
         def on_round(stat: RoundStat, step: int = step) -> None:
             recorder.on_round(step, stat)
 
         sampled = sample_step(config, batch, backend, scorer, step, algo_state,
-                              on_round=on_round, should_stop=stop, prompt_set=prompts)
+                              on_round=on_round, should_stop=stop, prompt_set=prompts,
+                              visits=visits)
         res, outcome, allocation = sampled.result, sampled.outcome, sampled.allocation
         batch = sampled.prompts  # DAPO: every batch of prompts it drew
         if res is None:
@@ -240,27 +235,26 @@ def train(config: TrainConfig, prompts: Sequence[Prompt], backend: Any, recorder
         if config.drop_unresolved:
             kept = drop_unresolved(kept, res.sample_prompt, res.exit_round > 0)
         metrics = step_metrics(config, res, outcome, kept, allocation)
+        drawn = own if sampled.prompt_indices is None else sampled.prompt_indices
+        metrics["prompts_revisited"] = float(visits.revisited(drawn))
 
         t_update = time.perf_counter()
-        if model is not None:
-            try:
-                upd = _update(model, optimizer, scheduler, config, res, outcome, batch, kept,
-                              pad_id=pad_id, ref_model=ref_model,
-                              seed=seeds.derive_seed(config.seed, step, seeds.UPDATE),
-                              tokenizer=tokenizer,
-                              backend=backend, should_stop=stop)
-            except StopRequested as exc:
-                # The algorithm's state (Est's estimator) already counted this step: only a
-                # clean stop without such state may save.
-                return stopped(step - 1, clean=exc.clean and algo_state is None)
-            t_sync = time.perf_counter()
-            backend.sync_weights()
-            upd["time_sync"] = time.perf_counter() - t_sync
-        else:
-            from trainer.update import UPDATE_METRICS, warmup_factor
-
-            upd = dict.fromkeys(UPDATE_METRICS, 0.0)
-            upd["lr"] = config.lr * warmup_factor(step - 1, config.warmup_steps)
+        try:
+            upd = learner.update(res, outcome, batch, kept, step=step,
+                                 seed=seeds.derive_seed(config.seed, step, seeds.UPDATE),
+                                 should_stop=stop)
+        except StopRequested as exc:
+            # The algorithm's state (Est's estimator) already counted this step: only a
+            # clean stop without such state may save.
+            return stopped(step - 1, clean=exc.clean and algo_state is None)
+        # Optimiser steps skipped in a row (a non-finite gradient norm), across steps.
+        in_a_row = upd.pop(SKIPPED_IN_A_ROW, None)
+        if in_a_row is not None:
+            skip_streak = skip_streak + int(in_a_row) if upd["optimizer_steps"] == 0 \
+                else int(in_a_row)
+        t_sync = time.perf_counter()
+        learner.sync_weights()
+        upd["time_sync"] = time.perf_counter() - t_sync
         metrics.update(upd)
         metrics["time_generation"] = outcome.time_generation
         metrics["time_scoring"] = outcome.time_scoring
@@ -270,10 +264,19 @@ def train(config: TrainConfig, prompts: Sequence[Prompt], backend: Any, recorder
         metrics["time_step"] = time.perf_counter() - t_step
         missing = set(STEP_METRICS) - set(metrics)
         assert not missing, f"step metrics lack {missing}"
+        visits.mark(drawn)  # after the update: a step stopped before it drew nothing
         prompt_recs, sample_recs = step_records(batch, res, outcome, kept, allocation)
         recorder.on_step(StepRecord(step=step, metrics=metrics, rounds=list(outcome.round_stats),
                                     prompts=prompt_recs, samples=sample_recs))
         last_metrics = metrics
+        if skip_streak > config.max_skipped_updates:
+            # Recorded first, so the run page shows the step that ended it.
+            raise NonFiniteGradients(
+                f"the gradient norm was not finite in {skip_streak:,} optimiser steps in a row "
+                f"(up to step {step:,}), more than max_skipped_updates = "
+                f"{config.max_skipped_updates:,}; each was skipped, so the weights are those of "
+                f"the last finite update. Look for inf or NaN advantages or rewards, or lower "
+                f"lr.")
         if config.eval_every and step % config.eval_every == 0:
             try:
                 evaluate(step)
@@ -283,28 +286,3 @@ def train(config: TrainConfig, prompts: Sequence[Prompt], backend: Any, recorder
             last_ckpt = save(step)
     return TrainResult("completed", config.total_steps, last_ckpt, last_metrics)
 
-
-def _update(model: Any, optimizer: Any, scheduler: Any, config: TrainConfig, res: SamplerResult,
-            outcome: RoundsOutcome, batch: Sequence[Prompt], kept: np.ndarray, *, pad_id: int,
-            ref_model: Any, seed: int, tokenizer: Any, backend: Any,
-            should_stop: Callable[[], bool] | None = None) -> dict[str, float]:
-    from trainer.update import UpdateBatch, update_policy
-
-    ub = UpdateBatch([], [], [], [], [], [])
-    for k in np.flatnonzero(kept).tolist():
-        i = int(res.sample_prompt[k])
-        g = outcome.generations[i][int(res.sample_pool_index[k])]
-        prompt_ids = g.prompt_token_ids or list(tokenizer(batch[i].text)["input_ids"])
-        ub.prompt_ids.append(list(prompt_ids))
-        ub.response_ids.append(list(g.response_token_ids))
-        ub.advantages.append(float(res.advantages[k]))
-        ub.groups.append(i)
-        ub.old_logprobs.append(g.logprobs)
-        ub.rollout_logprobs.append(g.rollout_logprobs)
-    metrics = update_policy(model, optimizer, scheduler, ub, config, pad_token_id=pad_id,
-                            ref_model=ref_model, seed=seed,
-                            micro_batch_size=config.ppo_micro_batch_size or None,
-                            should_stop=should_stop)
-    if not math.isfinite(metrics["policy_loss"]):
-        raise FloatingPointError(f"non-finite policy loss {metrics['policy_loss']}")
-    return metrics

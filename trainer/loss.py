@@ -100,15 +100,23 @@ def entropy_bonus(entropy: torch.Tensor, mask: torch.Tensor, coef: float,
     return -coef * h, h
 
 
+# verl's kl_penalty clamps the per-token estimate to [-10, 10] (low_var_kl): one token whose
+# reference finds it e^20 times likelier would otherwise add ~4.9e8 to the loss.
+KL_BOUND = 10.0
+
+
 def kl_k3(logprobs: torch.Tensor, ref_logprobs: torch.Tensor) -> torch.Tensor:
-    """Per-token KL(pi || pi_ref) by Schulman's k3 estimator (non-negative, unbiased, low variance):
+    """Per-token KL(pi || pi_ref) by Schulman's k3 estimator (non-negative, unbiased, low variance),
+    as verl's ``low_var_kl``:
 
-        k3 = exp(logp_ref - logp) - (logp_ref - logp) - 1
+        d  = clamp(logp_ref - logp, -20, 20)
+        k3 = clamp(exp(d) - d - 1, -10, 10)
 
-    The log-ratio is clamped to [-20, 20] so a degenerate token cannot overflow exp.
+    The log-ratio clamp keeps exp finite; the final clamp bounds one token's contribution (and
+    cuts its gradient past 10). k3 >= 0, so only the upper bound ever acts.
     """
     d = torch.clamp(ref_logprobs - logprobs, -20.0, 20.0)
-    return torch.exp(d) - d - 1.0
+    return torch.clamp(torch.exp(d) - d - 1.0, -KL_BOUND, KL_BOUND)
 
 
 def kl_penalty(logprobs: torch.Tensor, ref_logprobs: torch.Tensor, mask: torch.Tensor,

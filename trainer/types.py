@@ -166,6 +166,16 @@ class StopRequested(Exception):  # noqa: N818 - a signal, not an error
     def on_eval(self, record: EvalRecord) -> None: ...
 
 
+class NonFiniteGradients(RuntimeError):
+    """More optimiser steps in a row than ``max_skipped_updates`` had a non-finite gradient
+    norm (each was skipped): the run fails with this reason."""
+
+
+# Key of ``update_policy``'s result that is not a step metric: the optimiser steps skipped in a
+# row at the end of the update, which the loop carries across steps for max_skipped_updates.
+SKIPPED_IN_A_ROW = "skipped_in_a_row"
+
+
 @dataclass(frozen=True)
 class Metric:
     """The declaration of a step metric: what it is, in which unit, within which domain. The
@@ -225,6 +235,9 @@ STEP_METRICS: dict[str, Metric | str] = {
     "first_round_all_wrong": fraction("fraction of prompts whose first n samples were all "
                                       "negative"),
     "unresolved": count("prompts still active after the last round", "prompts"),
+    "prompts_revisited": count("prompts of this step that an earlier step of the run drew too "
+                               "(every prompt of DAPO's batches; 0 within the first epoch for "
+                               "the others)", "prompts"),
     "unresolved_missing_pos": count("unresolved prompts lacking positives", "prompts"),
     "unresolved_missing_neg": count("unresolved prompts lacking negatives", "prompts"),
     "entropy": count("mean token entropy of kept responses under the policy", "nats"),
@@ -236,14 +249,29 @@ STEP_METRICS: dict[str, Metric | str] = {
                                "-A x clip_ratio_c (dual-clip)"),
     "optimizer_steps": count("optimiser steps taken this step (mini-batches x epochs)",
                              "optimiser steps"),
-    "grad_norm": count("gradient norm before clipping", "norm"),
+    "grad_norm": count("gradient norm before clipping, mean over the optimiser steps taken",
+                       "norm"),
+    "skipped_updates": count("optimiser steps skipped because the gradient norm was not finite "
+                             "(the weights stay as they were; max_skipped_updates in a row "
+                             "fail the run)", "optimiser steps"),
     "response_length": count("mean response length", "tokens"),
     "kept_response_length": count("mean length of the responses kept for the update; compare "
                                   "across schedulers: streaming favours short responses",
                                   "tokens"),
     "tokens_discarded": count("response tokens generated and then thrown away: requests aborted "
                               "by the streaming scheduler, or finished after their prompt had "
-                              "stopped", "tokens"),
+                              "stopped, and speculative early rounds of prompts that exited",
+                              "tokens"),
+    "early_rounds_started": count("rounds submitted before the prompt's previous round was back "
+                                  "and decided (early_rounds: certain or speculative)", "rounds",
+                                  "early rounds started"),
+    "early_rounds_discarded": count("early rounds aborted because their prompt exited after "
+                                    "all (speculative only; certain rounds are always kept)",
+                                    "rounds", "early rounds discarded"),
+    "early_rounds_saved_s": count("largest head start one prompt's kept early rounds gained, "
+                                  "summed along its rounds (engine seconds: simulated on the "
+                                  "simulated backend): how much sooner that prompt was done",
+                                  "s", "time saved by early rounds"),
     "verifier_errors": count("responses whose verifier raised (scored 0)", "responses"),
     "kept_samples": count("responses kept for the update", "samples"),
     "dropped_groups": count("groups left out of the update: DAPO's groups without signal, or "

@@ -22,10 +22,10 @@ import numpy as np
 import torch
 
 from trainer.loss import entropy_bonus, kl_penalty, ppo_clip_loss, truncated_is_weights
-from trainer.types import StopRequested
+from trainer.types import SKIPPED_IN_A_ROW, StopRequested
 
 UPDATE_METRICS = ("policy_loss", "entropy", "kl", "clip_frac_low", "clip_frac_high",
-                  "dual_clip_frac", "grad_norm", "lr", "optimizer_steps")
+                  "dual_clip_frac", "grad_norm", "lr", "optimizer_steps", "skipped_updates")
 _LOSS_METRICS = ("policy_loss", "entropy", "kl", "clip_frac_low", "clip_frac_high",
                  "dual_clip_frac")
 
@@ -95,14 +95,56 @@ def _chunks(idx: list[int], size: int | None) -> list[list[int]]:
     return [idx[i:i + size] for i in range(0, len(idx), size)]
 
 
+class UpdateShard:
+    """Which part of an update this process computes, and how its partial sums combine.
+
+    This one is a single process: it takes everything and its sums are the totals.
+    ``trainer.distributed.rank.ProcessGroupShard`` is one rank of several: it takes its part of
+    every mini-batch (balanced by tokens) and all-reduces the sums, so the loss stays the token
+    mean over the whole mini-batch and each rank's gradient is its share of the global one.
+    """
+
+    def take(self, idx: list[int], lengths: Sequence[int]) -> list[int]:
+        """This process's part of the responses ``idx`` (``lengths``: every response's)."""
+        return idx
+
+    def total(self, values: list[float]) -> list[float]:
+        """Element-wise sums over the processes."""
+        return values
+
+    def most(self, value: float) -> float:
+        """The largest ``value`` over the processes."""
+        return value
+
+    def chunks(self, idx: list[int], size: int | None) -> list[list[int]]:
+        """``idx`` in micro-batches of ``size`` responses; sharded, every process gets as many
+        (empty ones added) because each forward pass of a sharded model is a collective."""
+        return _chunks(idx, size)
+
+
+LOCAL = UpdateShard()
+
+
+def _forward(model: Any, batch: UpdateBatch, part: list[int], pad_token_id: int,
+             temperature: float) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """``response_logprobs`` of ``part``; an empty part (a rank with less work than another)
+    runs one token through the model all the same, so that its collectives match the others'.
+    Its mask is all False: nothing it returns counts."""
+    if not part or not any(batch.response_ids[i] for i in part):
+        lp, ent, mask = response_logprobs(model, [[pad_token_id]], [[pad_token_id]],
+                                          pad_token_id, temperature)
+        return lp, ent, torch.zeros_like(mask)
+    return response_logprobs(model, [batch.prompt_ids[i] for i in part],
+                             [batch.response_ids[i] for i in part], pad_token_id, temperature)
+
+
 @torch.no_grad()
 def _logprobs_no_grad(model: Any, batch: UpdateBatch, idx: list[int], pad_token_id: int,
-                      temperature: float, micro: int | None) -> dict[int, list[float]]:
+                      temperature: float, micro: int | None,
+                      shard: UpdateShard = LOCAL) -> dict[int, list[float]]:
     out: dict[int, list[float]] = {}
-    for part in _chunks(idx, micro):
-        lp, _, _ = response_logprobs(model, [batch.prompt_ids[i] for i in part],
-                                     [batch.response_ids[i] for i in part], pad_token_id,
-                                     temperature)
+    for part in shard.chunks(idx, micro):
+        lp, _, _ = _forward(model, batch, part, pad_token_id, temperature)
         for row, i in enumerate(part):
             out[i] = lp[row, :len(batch.response_ids[i])].tolist()
     return out
@@ -111,9 +153,14 @@ def _logprobs_no_grad(model: Any, batch: UpdateBatch, idx: list[int], pad_token_
 def update_policy(model: Any, optimizer: torch.optim.Optimizer, scheduler: Any,
                   batch: UpdateBatch, config: Any, *, pad_token_id: int,
                   ref_model: Any = None, seed: int = 0, micro_batch_size: int | None = None,
-                  should_stop: Callable[[], bool] | None = None) -> dict[str, float]:
-    """One training step's policy update. Returns the UPDATE_METRICS, averaged over mini-batches
-    (``lr`` is the learning rate the step used).
+                  should_stop: Callable[[], bool] | None = None,
+                  shard: UpdateShard = LOCAL) -> dict[str, float]:
+    """One training step's policy update. Returns the UPDATE_METRICS, averaged over the optimiser
+    steps taken (``lr`` is the learning rate the step used), and ``SKIPPED_IN_A_ROW``.
+
+    A mini-batch whose gradient norm is not finite takes no optimiser step (``skipped_updates``
+    counts them; ``optimizer_steps`` counts the steps taken). With several ranks the norm is the
+    whole model's, so every rank skips the same mini-batches.
 
     Mini-batches hold ``config.ppo_mini_batch_size`` prompts (0: the whole batch) in an order
     shuffled per epoch by ``seed``; each is one optimiser step whose loss is the token-mean over
@@ -123,6 +170,11 @@ def update_policy(model: Any, optimizer: torch.optim.Optimizer, scheduler: Any,
     ``should_stop`` is polled before every mini-batch (``ppo_epochs`` x mini-batches can take
     long): when it says stop, ``StopRequested`` is raised, ``clean`` when no optimiser step was
     taken yet.
+
+    ``shard``: with several ranks (FSDP), each calls this with the whole batch and computes its
+    ``shard.take`` of every mini-batch; the denominator is the mini-batch's token count summed
+    over the ranks (a rank's own count would weigh a rank with fewer tokens more: the gradient of
+    a per-rank mean is not the token mean's), and the metrics are summed over the ranks.
     """
     lr = float(optimizer.param_groups[0]["lr"])
     metrics = dict.fromkeys(UPDATE_METRICS, 0.0)
@@ -135,114 +187,142 @@ def update_policy(model: Any, optimizer: torch.optim.Optimizer, scheduler: Any,
             scheduler.step()
         return metrics
     temperature = float(config.temperature)
-    all_idx = list(range(len(batch)))
-    # Old log-probs: recorded at sampling time where the backend gave them (one per token).
-    old: dict[int, list[float]] = {}
-    missing = []
-    for i in all_idx:
-        rec = batch.old_logprobs[i] if i < len(batch.old_logprobs) else None
-        if rec is not None and len(rec) == len(batch.response_ids[i]):
-            old[i] = list(rec)
-        else:
-            missing.append(i)
-    model.eval()  # no dropout in the reference forward passes
-    if missing:
-        old.update(_logprobs_no_grad(model, batch, missing, pad_token_id, temperature,
-                                     micro_batch_size))
-    rollout = _rollout_logprobs(batch)
-    if rollout is not None:
-        metrics.update(rollout_gap(old, rollout))
-    ref: dict[int, list[float]] = {}
-    if ref_model is not None and config.kl_coef > 0:
-        ref = _logprobs_no_grad(ref_model, batch, all_idx, pad_token_id, temperature,
-                                micro_batch_size)
-    model.train()
+    lengths = [len(r) for r in batch.response_ids]
 
     groups = sorted(set(batch.groups))
     members: dict[int, list[int]] = {g: [] for g in groups}
     for i, g in enumerate(batch.groups):
         members[g].append(i)
     mb_prompts = config.ppo_mini_batch_size or len(groups)
-    totals = dict.fromkeys((*_LOSS_METRICS, "grad_norm"), 0.0)
-    n_updates = 0
-    tis_cap = float(getattr(config, "tis_cap", 0.0) or 0.0)
-    tis_on = tis_cap > 0 and rollout is not None
-    tis_sum = tis_hit = tis_tokens = 0.0
+    # Every mini-batch of every epoch and this process's part of it, planned up front: the old
+    # log-probs are needed for every response this process will train on.
+    plan: list[list[int]] = []
     for epoch in range(config.ppo_epochs):
         order = np.random.default_rng([seed, epoch]).permutation(len(groups)).tolist()
         for start in range(0, len(groups), mb_prompts):
-            if should_stop is not None and should_stop():
-                optimizer.zero_grad(set_to_none=True)
-                raise StopRequested("the policy update", clean=n_updates == 0)
             idx = [i for k in order[start:start + mb_prompts] for i in members[groups[k]]]
-            n_tokens = float(sum(len(batch.response_ids[i]) for i in idx))
+            plan.append(shard.take(idx, lengths))
+    mine = sorted({i for part in plan for i in part})
+    # Old log-probs: recorded at sampling time where the backend gave them (one per token).
+    old: dict[int, list[float]] = {}
+    missing = []
+    for i in mine:
+        rec = batch.old_logprobs[i] if i < len(batch.old_logprobs) else None
+        if rec is not None and len(rec) == len(batch.response_ids[i]):
+            old[i] = list(rec)
+        else:
+            missing.append(i)
+    model.eval()  # no dropout in the reference forward passes
+    # A sharded model's forward is a collective: every rank runs the pass, with or without work.
+    if shard.most(float(len(missing))) > 0:
+        old.update(_logprobs_no_grad(model, batch, missing, pad_token_id, temperature,
+                                     micro_batch_size, shard))
+    rollout = _rollout_logprobs(batch)
+    if rollout is not None:
+        # Each response counted once: by the process that trains it in the first mini-batches.
+        first = sorted({i for part in plan[:len(plan) // config.ppo_epochs] for i in part})
+        metrics.update(rollout_gap(old, rollout, first, shard))
+    ref: dict[int, list[float]] = {}
+    if ref_model is not None and config.kl_coef > 0:
+        ref = _logprobs_no_grad(ref_model, batch, mine, pad_token_id, temperature,
+                                micro_batch_size, shard)
+    model.train()
+
+    totals = dict.fromkeys((*_LOSS_METRICS, "grad_norm"), 0.0)
+    n_updates = skipped = in_a_row = 0
+    tis_cap = float(getattr(config, "tis_cap", 0.0) or 0.0)
+    tis_on = tis_cap > 0 and rollout is not None
+    tis_sum = tis_hit = tis_tokens = 0.0
+    for idx in plan:
+        if should_stop is not None and should_stop():
             optimizer.zero_grad(set_to_none=True)
-            mb = dict.fromkeys(_LOSS_METRICS, 0.0)
-            for part in _chunks(idx, micro_batch_size):
-                lp, ent, mask = response_logprobs(
-                    model, [batch.prompt_ids[i] for i in part],
-                    [batch.response_ids[i] for i in part], pad_token_id, temperature)
-                mask = mask.to(lp.dtype)
-                width = lp.shape[1]
-                old_lp = _pad([old[i] for i in part], width).to(lp.device)
-                adv = torch.tensor([batch.advantages[i] for i in part], dtype=lp.dtype,
-                                   device=lp.device)
-                weights = None
-                if tis_on:
-                    roll_lp = _pad([rollout[i] for i in part], width).to(lp.device)
-                    weights = truncated_is_weights(old_lp, roll_lp, tis_cap)
-                    tis_sum += float((weights * mask).sum())
-                    tis_hit += float(((weights >= tis_cap) * mask).sum())
-                    tis_tokens += float(mask.sum())
-                pg, clip = ppo_clip_loss(lp, old_lp, adv, mask, config.clip_eps_low,
-                                         config.clip_eps_high, denominator=n_tokens,
-                                         token_weights=weights,
-                                         clip_ratio_c=config.clip_ratio_c)
-                ent_term, h = entropy_bonus(ent, mask, config.entropy_coef, denominator=n_tokens)
-                loss = pg + ent_term
-                if ref:
-                    ref_lp = _pad([ref[i] for i in part], width).to(lp.device)
-                    kl_term, kl = kl_penalty(lp, ref_lp, mask, config.kl_coef,
-                                             denominator=n_tokens)
-                    loss = loss + kl_term
-                    mb["kl"] += kl.item()
-                loss.backward()
-                mb["policy_loss"] += pg.item()
-                mb["entropy"] += h.item()
-                mb["clip_frac_low"] += clip["clip_frac_low"].item()
-                mb["clip_frac_high"] += clip["clip_frac_high"].item()
-                mb["dual_clip_frac"] += clip["dual_clip_frac"].item()
-            grad_norm = torch.nn.utils.clip_grad_norm_(
-                [p for g in optimizer.param_groups for p in g["params"]], config.max_grad_norm)
-            optimizer.step()
-            for k, v in mb.items():
-                totals[k] += v
-            totals["grad_norm"] += float(grad_norm)
-            n_updates += 1
+            raise StopRequested("the policy update", clean=n_updates == 0)
+        (n_tokens,) = shard.total([float(sum(lengths[i] for i in idx))])
+        optimizer.zero_grad(set_to_none=True)
+        mb = dict.fromkeys(_LOSS_METRICS, 0.0)
+        for part in shard.chunks(idx, micro_batch_size):
+            lp, ent, mask = _forward(model, batch, part, pad_token_id, temperature)
+            mask = mask.to(lp.dtype)
+            width = lp.shape[1]
+            old_lp = _pad([old[i] for i in part] or [[]], width).to(lp.device)
+            adv = torch.tensor([batch.advantages[i] for i in part] or [0.0], dtype=lp.dtype,
+                               device=lp.device)
+            weights = None
+            if tis_on:
+                roll_lp = _pad([rollout[i] for i in part] or [[]], width).to(lp.device)
+                weights = truncated_is_weights(old_lp, roll_lp, tis_cap)
+                tis_sum += float((weights * mask).sum())
+                tis_hit += float(((weights >= tis_cap) * mask).sum())
+                tis_tokens += float(mask.sum())
+            pg, clip = ppo_clip_loss(lp, old_lp, adv, mask, config.clip_eps_low,
+                                     config.clip_eps_high, denominator=n_tokens,
+                                     token_weights=weights,
+                                     clip_ratio_c=config.clip_ratio_c)
+            ent_term, h = entropy_bonus(ent, mask, config.entropy_coef, denominator=n_tokens)
+            loss = pg + ent_term
+            if ref:
+                ref_lp = _pad([ref[i] for i in part] or [[]], width).to(lp.device)
+                kl_term, kl = kl_penalty(lp, ref_lp, mask, config.kl_coef,
+                                         denominator=n_tokens)
+                loss = loss + kl_term
+                mb["kl"] += kl.item()
+            loss.backward()
+            mb["policy_loss"] += pg.item()
+            mb["entropy"] += h.item()
+            mb["clip_frac_low"] += clip["clip_frac_low"].item()
+            mb["clip_frac_high"] += clip["clip_frac_high"].item()
+            mb["dual_clip_frac"] += clip["dual_clip_frac"].item()
+        grad_norm = torch.nn.utils.clip_grad_norm_(
+            [p for g in optimizer.param_groups for p in g["params"]], config.max_grad_norm)
+        if hasattr(grad_norm, "full_tensor"):  # sharded parameters: a DTensor norm
+            grad_norm = grad_norm.full_tensor()
+        if not torch.isfinite(grad_norm):
+            # As verl's actor: an inf/NaN gradient would make every weight NaN. Skip the step
+            # (weights and AdamW moments untouched); the loop fails the run after
+            # max_skipped_updates in a row. Its losses are left out of the means.
+            optimizer.zero_grad(set_to_none=True)
+            skipped += 1
+            in_a_row += 1
+            continue
+        in_a_row = 0
+        optimizer.step()
+        for k, v in zip(mb, shard.total(list(mb.values())), strict=True):
+            totals[k] += v
+        totals["grad_norm"] += float(grad_norm)
+        n_updates += 1
     optimizer.zero_grad(set_to_none=True)
-    scheduler.step()
+    with warnings.catch_warnings():
+        if n_updates == 0:  # every step skipped: "scheduler.step() before optimizer.step()"
+            warnings.simplefilter("ignore", UserWarning)
+        scheduler.step()
     model.eval()
     for k, v in totals.items():
         metrics[k] = v / max(n_updates, 1)
     metrics["optimizer_steps"] = float(n_updates)
+    metrics["skipped_updates"] = float(skipped)
+    metrics[SKIPPED_IN_A_ROW] = float(in_a_row)
     if tis_on:
+        tis_sum, tis_hit, tis_tokens = shard.total([tis_sum, tis_hit, tis_tokens])
         metrics["tis_weight_mean"] = tis_sum / max(tis_tokens, 1.0)
         metrics["tis_truncated_frac"] = tis_hit / max(tis_tokens, 1.0)
     return metrics
 
 
-def rollout_gap(old: dict[int, list[float]], rollout: dict[int, list[float]]
+def rollout_gap(old: dict[int, list[float]], rollout: dict[int, list[float]],
+                keys: Sequence[int] | None = None, shard: UpdateShard = LOCAL
                 ) -> dict[str, float]:
     """How far the sampling engine's log-probs are from the policy's old ones over the kept
-    tokens: the mean and max of ``|logp_old_t - logp_rollout_t|``. Exists only where the backend
-    samples with an engine of its own (vllm); in bf16 on a GPU this is the gap users watch."""
-    keys = [i for i in old if old[i]]
-    if not keys:
+    tokens (of ``keys``, default all of ``old``; summed over ``shard``'s processes): the mean
+    and max of ``|logp_old_t - logp_rollout_t|``. Exists only where the backend samples with an
+    engine of its own (vllm); in bf16 on a GPU this is the gap users watch."""
+    keys = [i for i in (old if keys is None else keys) if old[i]]
+    diffs = (np.abs(np.concatenate([old[i] for i in keys])
+                    - np.concatenate([rollout[i] for i in keys])) if keys else np.zeros(0))
+    total, count = shard.total([float(diffs.sum()), float(diffs.size)])
+    largest = shard.most(float(diffs.max()) if diffs.size else -1.0)
+    if count == 0:
         return {}
-    diffs = np.abs(np.concatenate([old[i] for i in keys])
-                   - np.concatenate([rollout[i] for i in keys]))
-    return {"rollout_logprob_diff_mean": float(diffs.mean()),
-            "rollout_logprob_diff_max": float(diffs.max())}
+    return {"rollout_logprob_diff_mean": total / count, "rollout_logprob_diff_max": largest}
 
 
 def _rollout_logprobs(batch: UpdateBatch) -> dict[int, list[float]] | None:

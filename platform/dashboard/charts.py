@@ -356,6 +356,13 @@ def _clip_note(fig: Fig, s: dict[str, list[Any]], config: TrainConfig) -> None:
             "showarrow": False, "xref": "paper", "yref": "paper", "x": 0.5, "y": 0.6}]
 
 
+def _revisits_note(fig: Fig, s: dict[str, list[Any]], config: TrainConfig) -> None:
+    if s["step"] and all(v is None for v in s["prompts_revisited"]):
+        fig["layout"]["annotations"] = [{
+            "text": "not recorded: the run is older than this metric", "showarrow": False,
+            "xref": "paper", "yref": "paper", "x": 0.5, "y": 0.5}]
+
+
 def metric_chart(run: Run, spec: MetricChart, max_points: int = MAX_POINTS) -> Fig:
     s = selectors.step_series(run.pk, spec.keys)
     data = []
@@ -720,6 +727,11 @@ for _chart in (
         ("first_round_all_wrong", "first round all wrong")))),
     Chart("dapo_sampling", dapo_sampling, applies_to=lambda ctx: ctx.declares(*DAPO_METRICS),
           metrics=DAPO_METRICS, tall=True),
+    # Within an epoch only DAPO's further batches revisit a prompt; a revisit is a prompt the
+    # policy was already trained on, so reward per sample is no longer on unseen prompts.
+    metric_chart_entry("revisits", MetricChart(
+        "Prompts revisited (drawn by an earlier step too)", "prompts per step (prompts)",
+        (("prompts_revisited", "prompts an earlier step drew"),), note=_revisits_note)),
     metric_chart_entry("entropy", MetricChart("Policy entropy", "mean token entropy (nats)",
                                               (("entropy", "entropy"),))),
     metric_chart_entry("clip", MetricChart("PPO clip fractions", "fraction of tokens (0-1)", (

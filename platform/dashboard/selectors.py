@@ -163,6 +163,18 @@ def answer_note(prompt_set: PromptSet, prompt: Prompt | None = None) -> str:
     return f"{ANSWER_FORMAT}: {prompt.answer} is the sum {prompt.answer.strip()[::-1]}"
 
 
+def skipped_updates(run: Run) -> dict[str, int] | None:
+    """The optimiser steps a run skipped for a non-finite gradient norm (``skipped_updates``):
+    how many in all, over how many training steps, and the latest such step; None when none."""
+    rows = list(Step.objects.filter(run=run, metrics__skipped_updates__gt=0)
+                .order_by("step").values_list("step", "metrics__skipped_updates"))
+    if not rows:
+        return None
+    return {"total": int(sum(float(v) for _, v in rows)), "steps": len(rows),
+            "last": rows[-1][0],
+            "max": TrainConfig.from_stored(run.config).max_skipped_updates}
+
+
 def run_eta(run: Run, now: dt.datetime | None = None) -> dt.timedelta | None:
     """Remaining time extrapolated from the mean step time so far; None before the first step."""
     if run.status not in Run.ACTIVE_STATUSES or not run.started_at or run.current_step == 0:
@@ -510,7 +522,7 @@ def last_evals(run_ids: list[int]) -> dict[int, tuple[int, dict[str, Any]]]:
 
 
 # The device a run's "auto" resolves to on each queue's workers.
-QUEUE_DEVICES = {"cpu": "cpu", "gpu": "cuda"}
+QUEUE_DEVICES = {"cpu": "cpu", "gpu": "cuda", "ray": "cuda"}
 
 
 @dataclass(frozen=True)

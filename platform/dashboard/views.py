@@ -189,7 +189,8 @@ def _status_context(request: HttpRequest, run: Run) -> dict[str, Any]:
     return {"run": run, "eta": selectors.run_eta(run), "poll_seconds": POLL_SECONDS,
             "can_manage": services.can_modify_run(run, request.user),
             "active": run.status in Run.ACTIVE_STATUSES,
-            "algorithm_label": selectors.algorithm_label(run.algorithm)}
+            "algorithm_label": selectors.algorithm_label(run.algorithm),
+            "skipped": selectors.skipped_updates(run)}
 
 
 @login_required

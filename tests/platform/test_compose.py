@@ -11,6 +11,8 @@ import pytest
 import yaml
 
 ROOT = Path(__file__).resolve().parents[2]
+RAY_SERVICES = ("ray-head", "ray-gpu", "worker-ray")
+APP_SERVICES = ("web", "worker-cpu", "worker-gpu", *RAY_SERVICES)
 
 
 @pytest.fixture(scope="module")
@@ -25,17 +27,18 @@ def command(service: dict[str, Any]) -> str:
 
 def test_services_and_images(compose: dict[str, Any]) -> None:
     services = compose["services"]
-    assert set(services) == {"db", "redis", "cache", "web", "worker-cpu", "worker-gpu"}
+    assert set(services) == {"db", "redis", "cache", "web", "worker-cpu", "worker-gpu",
+                             "ray-head", "ray-gpu", "worker-ray"}
     assert services["db"]["image"] == "postgres:16"
     assert services["redis"]["image"] == services["cache"]["image"] == "redis:7"
-    for name in ("db", "redis", "cache", "web", "worker-cpu", "worker-gpu"):
+    for name in services:
         assert "test" in services[name]["healthcheck"], name
 
 
 def test_named_volumes_for_database_and_checkpoints(compose: dict[str, Any]) -> None:
     assert {"pgdata", "checkpoints"} <= set(compose["volumes"])
     assert "pgdata:/var/lib/postgresql/data" in compose["services"]["db"]["volumes"]
-    for name in ("web", "worker-cpu", "worker-gpu"):
+    for name in APP_SERVICES:
         service = compose["services"][name]
         mounts = dict(v.split(":", 1) for v in service["volumes"])
         root = service["environment"]["CHECKPOINT_ROOT"]
@@ -85,7 +88,7 @@ def test_gpu_worker_reserves_a_gpu_and_installs_the_gpu_extra(compose: dict[str,
 
 def test_dockerfile_is_the_one_referenced(compose: dict[str, Any]) -> None:
     dockerfile = (ROOT / "Dockerfile").read_text()
-    for name in ("web", "worker-cpu", "worker-gpu"):
+    for name in APP_SERVICES:
         assert compose["services"][name]["build"]["dockerfile"] == "Dockerfile"
     assert dockerfile.startswith("#") and "FROM python:3.11" in dockerfile
     assert "pip install -r requirements.txt" in dockerfile
@@ -98,16 +101,70 @@ def test_cache_is_a_bounded_redis_apart_from_the_broker(compose: dict[str, Any])
     cache = command(compose["services"]["cache"])
     assert "--maxmemory 256mb" in cache and "--maxmemory-policy allkeys-lru" in cache
     assert "maxmemory" not in command(compose["services"]["redis"])
-    for name in ("web", "worker-cpu", "worker-gpu"):
+    for name in APP_SERVICES:
         env = compose["services"][name]["environment"]
         assert env["CACHE_URL"] == "redis://cache:6379/0" != env["CELERY_BROKER_URL"]
 
 
 def test_production_settings_and_required_secrets(compose: dict[str, Any]) -> None:
-    for name in ("web", "worker-cpu", "worker-gpu"):
+    for name in APP_SERVICES:
         env = compose["services"][name]["environment"]
         assert env["DJANGO_SETTINGS_MODULE"] == "webapp.settings_production"
         # Compose refuses to start without a SECRET_KEY (no published default).
         assert env["SECRET_KEY"].startswith("${SECRET_KEY:?")
         assert env["CSRF_TRUSTED_ORIGINS"].startswith("${CSRF_TRUSTED_ORIGINS")
     assert (ROOT / "platform" / "webapp" / "settings_production.py").is_file()
+
+
+def _flags(cmd: str) -> dict[str, str]:
+    return dict(f.removeprefix("--").split("=", 1) for f in shlex.split(cmd)
+                if f.startswith("--") and "=" in f)
+
+
+def test_ray_head_publishes_its_ports_and_schedules_nothing(compose: dict[str, Any]) -> None:
+    head = compose["services"]["ray-head"]
+    cmd = command(head)
+    assert cmd.startswith("ray start --head") and "--block" in cmd
+    flags = _flags(cmd)
+    # Ranks go to the GPU nodes, never to the head.
+    assert flags["num-cpus"] == flags["num-gpus"] == "0"
+    published = {p.split(":")[0] for p in head["ports"]}
+    for port in (flags["port"], flags["node-manager-port"], flags["object-manager-port"],
+                 flags["ray-client-server-port"], "8265"):
+        assert port in published, port
+    assert flags["dashboard-host"] == "0.0.0.0"
+    assert "health-check" in head["healthcheck"]["test"]
+
+
+def test_ray_nodes_join_the_head_with_shared_memory_and_one_image(
+        compose: dict[str, Any]) -> None:
+    services = compose["services"]
+    head_port = _flags(command(services["ray-head"]))["port"]
+    for name in RAY_SERVICES:
+        service = services[name]
+        # Docker's /dev/shm is 64 MB; Ray's object store lives there.
+        size = service["shm_size"]
+        assert size.endswith("gb") and int(size[:-2]) >= 8, name
+        # One Python, one Ray, one trainer on every node of the cluster.
+        assert service["image"] == "reinforce-ada-platform:gpu", name
+        assert service["build"]["args"]["EXTRA_REQUIREMENTS"] == "requirements-gpu.txt"
+        assert service["environment"]["RAY_USAGE_STATS_ENABLED"] == "0", name
+    for name in ("ray-gpu", "worker-ray"):
+        cmd = command(services[name])
+        assert "ray start --address=" in cmd and f":{head_port}" in cmd, name
+        assert services[name]["depends_on"]["ray-head"] == {"condition": "service_healthy"}
+    gpu = services["ray-gpu"]["deploy"]["resources"]["reservations"]["devices"][0]
+    assert gpu["count"] == "all" and "gpu" in gpu["capabilities"]
+    import re
+
+    assert re.search(r"ray==\d", (ROOT / "requirements.txt").read_text())
+
+
+def test_ray_worker_drives_the_ray_queue_without_a_gpu(compose: dict[str, Any]) -> None:
+    worker = compose["services"]["worker-ray"]
+    cmd = command(worker)
+    assert "--num-cpus=0 --num-gpus=0" in cmd  # no rank is placed on the driver's node
+    assert "exec celery -A workers.celery_app worker -P solo -Q ray" in cmd
+    assert "deploy" not in worker
+    head = _flags(command(compose["services"]["ray-head"]))["port"]
+    assert worker["environment"]["RAY_ADDRESS"] == f"ray-head:{head}"

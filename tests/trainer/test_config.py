@@ -89,3 +89,28 @@ def test_dual_clip_default_and_optimizer_steps() -> None:
     assert cfg.optimizer_steps == 1
     assert TrainConfig(batch_size=512, ppo_mini_batch_size=128).optimizer_steps == 4
     assert TrainConfig(batch_size=32, ppo_mini_batch_size=7, ppo_epochs=2).optimizer_steps == 10
+
+
+def test_world_size_needs_the_vllm_backend_and_no_kl() -> None:
+    assert TrainConfig().world_size == 1  # one process unless asked
+    TrainConfig(world_size=2, backend="vllm").validate()
+    for backend in ("hf", "simulated"):
+        with pytest.raises(ConfigError) as exc:
+            TrainConfig(world_size=2, backend=backend).validate()
+        assert exc.value.field == "world_size" and backend in exc.value.reason
+    errors = TrainConfig(world_size=2, backend="vllm", kl_coef=0.1).errors()
+    assert [e.field for e in errors] == ["kl_coef"]
+    assert {e.field for e in TrainConfig(world_size=0).errors()} == {"world_size"}
+    assert {e.field for e in TrainConfig(fsdp_bucket_mb=0).errors()} == {"fsdp_bucket_mb"}
+    # One process: hf and a KL penalty stay as they were.
+    TrainConfig(world_size=1, backend="hf", kl_coef=0.1).validate()
+
+
+def test_vllm_sleep_mode_resolves_per_device() -> None:
+    assert TrainConfig().resolved(device="cuda")["vllm_sleep_mode"] is True
+    assert TrainConfig().resolved(device="cpu")["vllm_sleep_mode"] is False
+    assert TrainConfig().resolved()["vllm_sleep_mode"] is None  # device not known yet
+    assert TrainConfig(vllm_sleep_mode=False).resolved(device="cuda")["vllm_sleep_mode"] is False
+    with pytest.raises(ConfigError) as exc:
+        TrainConfig(vllm_sleep_mode="yes").validate()  # type: ignore[arg-type]
+    assert exc.value.field == "vllm_sleep_mode"

@@ -45,7 +45,11 @@ PAPER = {"batch_size": 512, "ppo_mini_batch_size": 128, "lr": 1e-6, "warmup_step
          "weight_decay": 0.0, "clip_eps_low": 0.2, "clip_eps_high": 0.28, "clip_ratio_c": 10.0,
          "group_size": 4, "samples_per_round": 8, "max_rounds": 4, "max_new_tokens": 2048,
          "entropy_coef": 0.0, "eval_k": 32, "temperature": 1.0, "backend": "vllm",
-         "device": "cuda", "kl_coef": 0.0}
+         "device": "cuda", "kl_coef": 0.0,
+         # scripts/run_reinforce_ada.sh: NGPUS=8, enable_gradient_checkpointing=True; the
+         # engine sleeps during the update so that the 1.5B's shard and engine fit together.
+         "world_size": 8, "activation_checkpointing": True, "vllm_sleep_mode": True,
+         "fsdp_bucket_mb": 64}
 
 
 def test_paper_presets_are_the_authors_settings(tmp_path: Path) -> None:
@@ -61,6 +65,18 @@ def test_paper_presets_are_the_authors_settings(tmp_path: Path) -> None:
     for a, c in configs.items():
         diff = set(configs["grpo"].diff(c)) - {"model", "prompts", "eval_prompts"}
         assert diff <= {"algorithm", "std_normalize"}, (a, diff)
+
+
+def test_paper_dapo_is_paper_grpo_with_the_recipes_generation_batch(tmp_path: Path) -> None:
+    (tmp_path / "grpo").mkdir()
+    (tmp_path / "dapo").mkdir()
+    grpo = TrainConfig.from_dict(_with_local_paths(CONFIGS / "paper-grpo.toml", tmp_path / "grpo"))
+    dapo = TrainConfig.from_dict(_with_local_paths(CONFIGS / "paper-dapo.toml", tmp_path / "dapo"))
+    assert dapo.algorithm == "dapo" and {k: getattr(dapo, k) for k in PAPER} == PAPER
+    # verl's DAPO recipe: gen_prompt_bsz = 3 x train_prompt_bsz, max_num_gen_batches = 10.
+    assert dapo.dapo_gen_batch_size == 3 * dapo.batch_size and dapo.max_num_gen_batches == 10
+    diff = set(grpo.diff(dapo)) - {"model", "prompts", "eval_prompts"}
+    assert diff == {"algorithm", "dapo_gen_batch_size"}
 
 
 def test_study_configs_differ_only_in_algorithm() -> None:

@@ -3,14 +3,26 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 
 import numpy as np
 import pytest
 
+from trainer.backends.simulated import SimulatedBackend
 from trainer.cli import main
+from trainer.clustertime import (
+    MODELS,
+    ClusterModel,
+    engine_time_for,
+    rank_memory,
+    update_comm_bytes,
+    weight_gather_seconds,
+)
+from trainer.config import TrainConfig
 from trainer.enginetime import PAPER_MAX_RESPONSE_TOKENS, EngineTimeModel, EventEngine, LengthModel
 from trainer.steptime import ratio_to_grpo, simulate_step_time, study
+from trainer.types import Prompt
 
 
 def test_wrong_answers_run_longer_and_lengths_stay_within_the_limit() -> None:
@@ -97,7 +109,10 @@ def test_simulate_time_cli_table_and_json(capsys) -> None:
     assert "| algorithm | scheduler |" in out and "step / GRPO round" in out
     for a in ("grpo", "ada-pos", "ada-balance"):
         for s in ("round", "per-prompt", "streaming"):
-            assert f"| {a} | {s} |" in out
+            assert f"| {a} | {s}" in out  # per-prompt+certain for Seq (early rounds)
+    # Est allocates one round per step: the round scheduler only.
+    assert "| ada-est | round |" in out and "| ada-est | per-prompt |" not in out
+    assert "Memory per rank" in out and "| Qwen2.5-Math-1.5B | 1 |" in out
     assert main([*args, "--json", "--engine", "max_num_seqs=8", "--length", "wrong=0.9",
                  "--algorithms", "ada-pos"]) == 0
     data = json.loads(capsys.readouterr().out)
@@ -114,8 +129,124 @@ def test_simulate_time_cli_table_and_json(capsys) -> None:
     (["--engine", "max_num_seqs=0.5"], "error: engine: max_num_seqs must be a whole number"),
     (["--length", "wrong=2"], "error: length: wrong must be within (0, 1]"),
     (["--schedulers", "async"], "error: schedulers: unknown 'async'"),
+    (["--early-rounds", "eager"], "error: early-rounds: unknown 'eager'"),
+    (["--speculative-capacity", "0"], "error: speculative-capacity: must be within (0, 1]"),
     (["--samples-per-round", "2"], "error: samples-per-round: must be >= group_size"),
+    (["--gpus", "3", "--nodes", "2"], "error: nodes: 3 GPUs do not split evenly over 2"),
+    (["--gpus", "16"], "error: gpus: more GPUs (16) than prompts per step (8)"),
+    (["--gpus", "0"], "error: gpus: must be >= 1, got 0"),
+    (["--cluster", "gpus=2"], "error: cluster: set GPUs and machines with --gpus"),
+    (["--cluster", "nvlink=3"], "error: cluster: unknown constant 'nvlink'"),
 ])
 def test_simulate_time_cli_names_bad_input(capsys, extra: list[str], message: str) -> None:
     assert main(["simulate-time", "--batch-size", "8", "--steps", "1", *extra]) == 2
     assert message in capsys.readouterr().err
+
+
+# --- several GPUs (trainer.clustertime, SimulatedBackend(engines=G)) -----------------------------
+
+def _prompts(n: int, seed: int = 3) -> list[Prompt]:
+    rates = np.random.default_rng(seed).beta(0.5, 0.5, n)
+    return [Prompt(id=str(i), text=f"p{i}", answer="1", metadata={"pass_rate": float(r)})
+            for i, r in enumerate(rates)]
+
+
+def test_data_parallel_engines_draw_the_same_samples_in_less_time() -> None:
+    """Which engine draws a sample never changes it (per-request seeds); G engines split the
+    batch, each prompt on one, and the call lasts as long as the slowest engine."""
+    cfg = TrainConfig(backend="simulated", max_new_tokens=256)
+    prompts = _prompts(32)
+    one, four = SimulatedBackend(cfg), SimulatedBackend(cfg, engines=4)
+    a = one.generate(prompts, [8] * 32, seed=5)
+    b = four.generate(prompts, [8] * 32, seed=5)
+    assert [[(g.text, len(g.response_token_ids)) for g in gs] for gs in a] == \
+        [[(g.text, len(g.response_token_ids)) for g in gs] for gs in b]
+    assert sorted(np.bincount([four.engine_of(p) for p in prompts]).tolist()) == [8] * 4
+    assert four.sim_seconds < one.sim_seconds
+    # The slowest engine sets the time: more than a quarter of one engine's (batching pays).
+    assert four.sim_seconds > one.sim_seconds / 4
+
+
+@pytest.mark.parametrize("scheduler", ["per-prompt", "streaming"])
+def test_request_engines_keep_a_prompt_on_one_engine(scheduler: str) -> None:
+    rates = np.random.default_rng(4).beta(0.5, 0.5, 24).tolist()
+    kw = dict(max_tokens=256, steps=1)
+    one = simulate_step_time("ada-balance", scheduler, rates, **kw)
+    four = simulate_step_time("ada-balance", scheduler, rates, cluster=ClusterModel(gpus=4),
+                              **kw)
+    if scheduler == "per-prompt":  # the same pools, only faster
+        assert (four.samples, four.tokens_generated) == (one.samples, one.tokens_generated)
+    assert 0 < four.generation_s < one.generation_s
+    round_four = simulate_step_time("ada-balance", "round", rates,
+                                    cluster=ClusterModel(gpus=4), **kw)
+    assert round_four.samples == simulate_step_time("ada-balance", "round", rates,
+                                                    **kw).samples
+
+
+def test_model_shapes_are_the_published_sizes() -> None:
+    assert MODELS["1.5b"].params == pytest.approx(1.54e9, rel=0.01)
+    assert MODELS["7b"].params == pytest.approx(7.62e9, rel=0.01)
+    assert MODELS["1.5b"].kv_bytes_per_token == 28 * 1024  # docs/schedulers.md's 28 KiB
+    # The engine constants are the 1.5B's as given, and grow with the model.
+    assert dataclasses.asdict(engine_time_for(MODELS["1.5b"])) == pytest.approx(
+        dataclasses.asdict(EngineTimeModel()), rel=1e-9)
+    big = engine_time_for(MODELS["7b"])
+    assert big.step_s > EngineTimeModel().step_s and big.seq_s > 4 * EngineTimeModel().seq_s
+
+
+def test_rank_memory_shards_the_training_state_but_not_the_engine() -> None:
+    m1, m8 = (rank_memory(MODELS["1.5b"], g) for g in (1, 8))
+    assert m8.shard == pytest.approx(m1.shard / 8)
+    # 16 bytes per parameter (fp32 weights, grads, two AdamW moments) over the ranks.
+    assert m1.shard == pytest.approx(16 * MODELS["1.5b"].params / 2**30)
+    assert m8.engine_weights == m1.engine_weights == pytest.approx(2 * MODELS["1.5b"].params
+                                                                   / 2**30)
+    # Sleep mode: the update and the rollout take turns; without it they add up.
+    awake = rank_memory(MODELS["1.5b"], 8, sleep_mode=False)
+    assert m8.peak == max(m8.training, m8.generation) < awake.peak
+    recompute = rank_memory(MODELS["7b"], 8, activation_checkpointing=True)
+    keep = rank_memory(MODELS["7b"], 8, activation_checkpointing=False)
+    assert recompute.activations < keep.activations / 5
+    assert recompute.peak > m8.peak
+    # A 7B's weights, grads and AdamW state alone overflow one 80 GB GPU; over 8 they fit.
+    assert rank_memory(MODELS["7b"], 1).shard > 80 > recompute.shard
+    assert keep.sequences_fit(79.6) < 512 < m8.sequences_fit(79.6)
+
+
+def test_collectives_cost_nothing_on_one_gpu_and_more_across_machines() -> None:
+    model = MODELS["1.5b"]
+    assert weight_gather_seconds(model, ClusterModel(gpus=1)) == 0.0
+    one_node = weight_gather_seconds(model, ClusterModel(gpus=16, nodes=1))
+    two_nodes = weight_gather_seconds(model, ClusterModel(gpus=16, nodes=2))
+    assert 0 < one_node < two_nodes
+    assert update_comm_bytes(model, 4) > update_comm_bytes(model, 1)
+    with pytest.raises(ValueError, match="do not split evenly"):
+        ClusterModel(gpus=6, nodes=4)
+
+
+def test_eight_gpus_shorten_the_step_below_one_gpus_but_not_eightfold() -> None:
+    rates = np.random.default_rng(6).beta(0.5, 0.5, 64).tolist()
+    kw = dict(max_tokens=512, steps=1)
+    t1 = simulate_step_time("grpo", "round", rates, **kw)
+    t8 = simulate_step_time("grpo", "round", rates, cluster=ClusterModel(gpus=8), **kw)
+    assert t1.samples == t8.samples
+    assert t1.step_s / 8 < t8.step_s < t1.step_s
+    assert t8.weight_gather_s > 0 == t1.weight_gather_s and t8.update_comm_s > 0
+    # The update's compute splits eightfold; the collectives overlap it (never shorter).
+    assert t8.update_s == pytest.approx(max(t1.update_s / 8, t8.update_comm_s))
+    # Across two machines the collectives run on the slower link.
+    t8x2 = simulate_step_time("grpo", "round", rates, cluster=ClusterModel(gpus=8, nodes=2), **kw)
+    assert t8x2.weight_gather_s > t8.weight_gather_s and t8x2.update_comm_s > t8.update_comm_s
+
+
+def test_simulate_time_cli_on_several_gpus(capsys) -> None:
+    args = ["simulate-time", "--batch-size", "16", "--max-tokens", "64", "--steps", "1",
+            "--no-progress", "--schedulers", "round", "--algorithms", "ada-balance"]
+    assert main([*args, "--gpus", "4", "--nodes", "2", "--model", "7b"]) == 0
+    out = capsys.readouterr().out
+    assert "Qwen2.5-Math-7B on 4 GPUs on 2 machines" in out
+    assert "| Qwen2.5-Math-7B | 4 |" in out and "weight sync share" in out
+    assert main([*args, "--gpus", "4", "--json"]) == 0
+    data = json.loads(capsys.readouterr().out)
+    assert data["cluster"]["gpus"] == 4 and data["memory_per_rank_gib"]["world_size"] == 4
+    assert all(r["gpus"] == 4 and r["weight_sync_s"] > 0 for r in data["results"])

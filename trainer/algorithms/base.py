@@ -28,6 +28,7 @@ if TYPE_CHECKING:
     from trainer.sampler import SamplerResult
     from trainer.schedulers import RoundsOutcome, Scorer
     from trainer.types import Metric, Prompt, RoundStat
+    from trainer.visits import PromptVisits
 
 # Per-prompt positive and negative counts and the exit counts (K_pos, K_neg) -> whether each
 # prompt's exit rule is met. Vectorised over prompts.
@@ -58,6 +59,9 @@ class SampledStep:
     outcome: RoundsOutcome
     allocation: Allocation | None = None
     prompts: list[Prompt] = field(default_factory=list)
+    # Their indices in the run's training set, where the algorithm drew beyond its batch (DAPO
+    # from ``StepContext.prompt_set``); None: the step's batch alone (the loop knows those).
+    prompt_indices: list[int] | None = None
 
 
 @dataclass
@@ -66,7 +70,8 @@ class StepContext:
     per-run state (``Algorithm.make_state``; Est's pass-rate estimator), None for the others.
     ``prompt_set`` is the run's whole training set, from which an algorithm that draws further
     batches of prompts (DAPO) takes them; ``more_prompts(k)``, where given, overrides that
-    choice with further batch k (1-based; an empty list once the prompts run out)."""
+    choice with further batch k (1-based; an empty list once the prompts run out). ``visits``
+    counts how many earlier steps drew each prompt of ``prompt_set`` (``trainer.visits``)."""
 
     config: TrainConfig
     batch: Sequence[Prompt]
@@ -78,6 +83,7 @@ class StepContext:
     should_stop: Callable[[], bool] | None = None
     more_prompts: Callable[[int], Sequence[Prompt]] | None = None
     prompt_set: Sequence[Prompt] = ()
+    visits: PromptVisits | None = None
 
 
 def no_exit_counts(group_size: int) -> tuple[int, int]:
@@ -287,7 +293,9 @@ def sample_rounds(ctx: StepContext, prompts: Sequence[Prompt], *, downsample_see
     outcome = run_scheduler(ctx.config.scheduler, sampler, prompts, ctx.backend, ctx.scorer,
                             seed=generation_seed,
                             on_round=ctx.on_round if on_round is None else on_round,
-                            should_stop=ctx.should_stop)
+                            should_stop=ctx.should_stop,
+                            early_rounds=ctx.config.early_rounds_mode,
+                            speculative_capacity=ctx.config.speculative_capacity)
     if outcome.cancelled:
         return None, outcome
     return sampler.finalize(), outcome

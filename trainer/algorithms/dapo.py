@@ -1,19 +1,22 @@
 """DAPO's dynamic sampling (Yu et al., 2025; verl's ``filter_groups``): one GRPO round of n per
-prompt of a batch; groups whose rewards are all equal are dropped; while fewer than B groups
-carry signal and fewer than ``max_num_gen_batches`` batches were drawn, the next batch of
+prompt of a generation batch; groups whose rewards are all equal are dropped; while fewer than B
+groups carry signal and fewer than ``max_num_gen_batches`` batches were drawn, the next batch of
 prompts is drawn. The step trains on the first B groups with signal, with GRPO's advantage.
 
-Two deliberate differences from verl (docs/paper-fidelity.md): where verl raises once the
-batches run out, a step here trains on the groups it has (fewer than B; none leaves the update
-empty) and records how many batches it drew; and further batches are a seeded draw from the rest
-of the prompt set (``further_batch_indices``), so every step keeps its own batch (the same
-prompts as a GRPO run of the same seed) and a resumed run draws exactly the same ones."""
+Deliberate differences from verl (docs/paper-fidelity.md): where verl raises once the batches
+run out, a step here trains on the groups it has (fewer than B; none leaves the update empty)
+and records how many batches it drew; a generation batch holds ``dapo_gen_batch_size`` prompts
+(default B; the recipe's 3B in configs/paper-dapo.toml); and further batches come from the rest
+of the prompt set (``further_prompt_order``: unseen prompts first by default), so every step
+keeps its own batch (the same prompts as a GRPO run of the same seed) and a resumed run draws
+exactly the same ones."""
 
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Sequence
-from typing import TYPE_CHECKING
+import itertools
+from collections.abc import Callable, Iterator, Sequence
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -26,6 +29,7 @@ from trainer.algorithms.base import (
     sample_rounds,
 )
 from trainer.types import count
+from trainer.visits import PromptVisits, own_batches_after
 
 if TYPE_CHECKING:
     from trainer.allocation import Allocation
@@ -35,40 +39,91 @@ if TYPE_CHECKING:
     from trainer.types import Prompt, RoundStat
 
 
-def further_batch_indices(num_prompts: int, batch_size: int, seed: int, step: int, k: int
-                          ) -> list[int]:
-    """Prompt indices of DAPO's further batch ``k`` (1-based) of ``step``: a permutation seeded
-    by (seed, step) of the prompts not in the step's own batch (``seeds.batch_indices``), cut
-    into batches of ``batch_size``; shorter or empty when the prompt set runs out. A function
-    of (seed, step, k) alone, so resume is free and a step never draws a prompt twice.
+FURTHER_PROMPTS = ("unseen-first", "any")
 
-    verl draws its further batches from the data loader, so a DAPO step there consumes the
-    next steps' prompts; here every step keeps its own batch and further batches come from the
-    rest of the set."""
-    first = set(seeds.batch_indices(num_prompts, batch_size, seed, step))
-    rest = [i for i in np.random.default_rng([seed, step, seeds.DAPO_BATCHES]).permutation(
-        num_prompts).tolist() if i not in first]
-    return rest[(k - 1) * batch_size:k * batch_size]
+
+def further_prompt_order(num_prompts: int, batch_size: int, seed: int, step: int, *,
+                         visits: PromptVisits | None = None, mode: str = "unseen-first",
+                         last_step: int | None = None) -> list[int]:
+    """Prompt indices DAPO's further batches of ``step`` take, in order: a permutation seeded
+    by (seed, step) of the prompts not in the step's own batch (``seeds.batch_indices``), so a
+    step never draws a prompt twice and a resumed run draws the same ones.
+
+    ``mode = "any"`` takes that permutation as it is: the whole rest of the set, prompts earlier
+    steps drew included. ``"unseen-first"`` (the default) stably reorders it by how many earlier
+    steps drew each prompt (``visits``; without it, the own batches of steps 1..step-1), fewest
+    first, and among the never drawn puts first those no later step up to ``last_step`` draws
+    as its own batch (``visits.own_batches_after``): fresh prompts first, then prompts the run
+    would draw later anyway, then revisits, the least drawn first.
+
+    verl draws its further batches from the data loader, so a DAPO step there consumes the next
+    steps' prompts and revisits none within an epoch; here every step keeps its own batch (the
+    same prompts as a GRPO run of the same seed) and further batches come from the rest of the
+    set, so a run that draws more prompts than the set holds must revisit some
+    (``prompts_revisited`` counts them)."""
+    first = seeds.batch_indices(num_prompts, batch_size, seed, step)
+    own = np.zeros(num_prompts, dtype=bool)
+    own[first] = True
+    perm = np.random.default_rng([seed, step, seeds.DAPO_BATCHES]).permutation(num_prompts)
+    rest = perm[~own[perm]]
+    if mode == "any":
+        return rest.tolist()
+    if mode != "unseen-first":
+        raise ValueError(f"dapo_further_prompts must be one of {', '.join(FURTHER_PROMPTS)}, "
+                         f"got {mode!r}")
+    if visits is None:
+        visits = PromptVisits.from_own_batches(num_prompts, batch_size, seed, step - 1)
+    later = own_batches_after(num_prompts, batch_size, seed, step,
+                              step if last_step is None else last_step)
+    key = visits.counts[rest] * 2 + later[rest]
+    return rest[np.argsort(key, kind="stable")].tolist()
+
+
+def further_batch_indices(num_prompts: int, batch_size: int, seed: int, step: int, k: int,
+                          *, gen_batch_size: int | None = None, **order: Any) -> list[int]:
+    """Prompt indices of DAPO's further batch ``k`` (1-based) of ``step``: with a generation
+    batch of G = ``gen_batch_size`` prompts (default B), batch 0 is the step's own B prompts
+    topped up with the first G - B of ``further_prompt_order`` (``order``: its ``visits``,
+    ``mode`` and ``last_step``), and batch k the next G; shorter or empty once the set runs
+    out. ``further_batch_indices(..., 0)`` is the top-up of batch 0."""
+    G = batch_size if gen_batch_size is None else gen_batch_size
+    rest = further_prompt_order(num_prompts, batch_size, seed, step, **order)
+    lo = 0 if k == 0 else G - batch_size + (k - 1) * G
+    hi = G - batch_size if k == 0 else lo + G
+    return rest[lo:hi]
+
+
+def gen_batch_size(config: TrainConfig) -> int:
+    """G: prompts per generation batch (``dapo_gen_batch_size``; 0 is B)."""
+    return config.dapo_gen_batch_size or config.batch_size
 
 
 def sample_dapo_step(ctx: StepContext) -> SampledStep:
-    """Batches of prompts until B groups carry signal or ``max_num_gen_batches`` were drawn;
-    batch k's rounds are numbered round k + 1 (round statistics, ``exit_round``)."""
+    """Batches of G prompts until B groups carry signal or ``max_num_gen_batches`` were drawn
+    (batch 0: the step's own B prompts, topped up to G); batch k's rounds are numbered round
+    k + 1 (round statistics, ``exit_round``)."""
     config = ctx.config
-    B = config.batch_size
-    more_prompts = ctx.more_prompts or (lambda k: [
-        ctx.prompt_set[i] for i in further_batch_indices(len(ctx.prompt_set), B, config.seed,
-                                                         ctx.step, k)])
+    B, G = config.batch_size, gen_batch_size(config)
+    indices: list[int] | None = None
+    if ctx.more_prompts is not None:
+        stream = _chained(ctx.more_prompts)
+    elif ctx.prompt_set:
+        order = further_prompt_order(
+            len(ctx.prompt_set), B, config.seed, ctx.step, visits=ctx.visits,
+            mode=config.dapo_further_prompts, last_step=config.total_steps)
+        stream = iter([(i, ctx.prompt_set[i]) for i in order])
+        indices = list(seeds.batch_indices(len(ctx.prompt_set), B, config.seed, ctx.step))
+    else:
+        stream = iter(())
     results: list[SamplerResult] = []
     outcomes: list[RoundsOutcome] = []
     drawn: list[Prompt] = []
-    prompts: Sequence[Prompt] = ctx.batch
     with_signal = 0
     for k in range(config.max_num_gen_batches):
-        if k > 0:
-            prompts = list(more_prompts(k)) if ctx.prompt_set or ctx.more_prompts else []
-            if not prompts:
-                break  # the prompt set ran out
+        more = list(itertools.islice(stream, G - B if k == 0 else G))
+        prompts = [*ctx.batch, *(p for _, p in more)] if k == 0 else [p for _, p in more]
+        if not prompts:
+            break  # the prompt set ran out
 
         def renumbered(stat: RoundStat, k: int = k) -> None:
             if ctx.on_round is not None:
@@ -85,11 +140,22 @@ def sample_dapo_step(ctx: StepContext) -> SampledStep:
         results.append(res)
         outcomes.append(outcome)
         drawn.extend(prompts)
+        if indices is not None:
+            indices.extend(i for i, _ in more)
         with_signal += int(signal_groups(res).sum())
         if with_signal >= B:
             break
     return SampledStep(concat_results(results, keep_groups=B), merge_outcomes(outcomes), None,
-                       drawn)
+                       drawn, prompt_indices=indices)
+
+
+def _chained(more_prompts: Callable[[int], Sequence[Prompt]]) -> Iterator[tuple[int, Prompt]]:
+    """A caller's further batches 1, 2, ... as one stream of (-1, prompt) (no set index)."""
+    for k in itertools.count(1):
+        batch = list(more_prompts(k))
+        if not batch:
+            return
+        yield from ((-1, p) for p in batch)
 
 
 def merge_outcomes(outcomes: Sequence[RoundsOutcome]) -> RoundsOutcome:
@@ -171,6 +237,14 @@ def dapo_metrics(config: TrainConfig, res: SamplerResult,
             "dropped_groups": float(np.sum(~signal))}
 
 
+def dapo_config_errors(c: TrainConfig, invalid: set[str]) -> Iterator[tuple[str, str]]:
+    if c.dapo_gen_batch_size and "batch_size" not in invalid \
+            and c.dapo_gen_batch_size < c.batch_size:
+        yield "dapo_gen_batch_size", (f"must be 0 (B) or at least batch_size "
+                                      f"({c.batch_size:,}): the first generation batch holds "
+                                      f"the step's own B prompts; got {c.dapo_gen_batch_size:,}")
+
+
 DAPO = Algorithm(
     name="dapo", label="DAPO",
     help="DAPO dynamic sampling: GRPO groups of n, groups with all-equal rewards dropped, "
@@ -178,11 +252,12 @@ DAPO = Algorithm(
     sampling="batches", sample_step=sample_dapo_step,
     advantage="group", std_normalize=True,
     max_samples_per_prompt=lambda c: c.group_size,
-    max_samples_per_step=lambda c: c.batch_size * c.group_size * c.max_num_gen_batches,
-    step_shape="batch_size x group_size x max_num_gen_batches",
+    max_samples_per_step=lambda c: gen_batch_size(c) * c.group_size * c.max_num_gen_batches,
+    step_shape="dapo_gen_batch_size (0: batch_size) x group_size x max_num_gen_batches",
+    config_errors=dapo_config_errors,
     step_metrics={
-        "gen_batches": count("batches of B prompts drawn this step (1 + further batches)",
-                             "batches"),
+        "gen_batches": count("generation batches of G prompts drawn this step (1 + further "
+                             "batches)", "batches"),
         "signal_groups": count("groups with signal (rewards not all equal) among every batch "
                                "drawn; the update takes the first B", "groups"),
         "prompts_drawn": count("prompts sampled this step over every batch", "prompts")},

@@ -11,6 +11,12 @@ simulated clock (``sim_seconds``) of an engine with continuous batching (``Engin
 a ``generate`` call is one batch run to completion (the round scheduler's barrier),
 ``request_engine()`` a queue fed one request at a time (the per-prompt and streaming
 schedulers).
+
+``engines=G`` simulates ``G`` data-parallel engines, one per rank of a ``world_size = G`` run:
+each prompt stays on one engine (the prefix cache; assigned round-robin in the order prompts
+are first seen, so a batch splits evenly), each engine batches its own requests on its own
+clock, and ``sim_seconds`` advances by the slowest engine's time (a ``generate`` call returns
+when every engine is done).
 """
 
 from __future__ import annotations
@@ -92,15 +98,23 @@ class SimulatedBackend:
 
     def __init__(self, config: Any = None, prompts: Sequence[Prompt] | None = None, *,
                  default_pass_rate: float | None = None, lengths: LengthModel | None = None,
-                 engine_time: EngineTimeModel | None = None) -> None:
+                 engine_time: EngineTimeModel | None = None, engines: int = 1) -> None:
+        if engines < 1:
+            raise ValueError(f"engines must be >= 1, got {engines}")
         if default_pass_rate is None:
             default_pass_rate = getattr(config, "simulated_pass_rate", 0.5)
         self.default_pass_rate = float(default_pass_rate)
         self.lengths = lengths or length_model(config)
         self.engine_time = engine_time or EngineTimeModel()
         self.sim_seconds = 0.0  # simulated engine time of every generation so far
+        self.engines = engines
+        self._engine_of: dict[str, int] = {}
         self.model = None
         self.tokenizer = None
+
+    def engine_of(self, prompt: Prompt) -> int:
+        """The engine that draws every sample of ``prompt``."""
+        return self._engine_of.setdefault(prompt.id, len(self._engine_of) % self.engines)
 
     def pass_rate(self, prompt: Prompt) -> float:
         return float(prompt.metadata.get("pass_rate", self.default_pass_rate))
@@ -123,8 +137,9 @@ class SimulatedBackend:
     def generate(self, prompts: Sequence[Prompt], counts: Sequence[int], *, seed: int,
                  greedy: bool = False) -> list[list[Generation]]:
         out: list[list[Generation]] = []
-        engine = EventEngine(self.engine_time)
+        engines = [EventEngine(self.engine_time) for _ in range(self.engines)]
         for i, (prompt, count) in enumerate(zip(prompts, counts, strict=True)):
+            engine = engines[self.engine_of(prompt)]
             hits, lengths = self.draw(prompt, count, seed)
             if greedy:
                 # The greedy answer of a prompt the policy solves more often than not.
@@ -133,9 +148,11 @@ class SimulatedBackend:
                 engine.submit((i, j), length, i)
             out.append([self.generation(prompt, h, n)
                         for h, n in zip(hits.tolist(), lengths.tolist(), strict=True)])
-        # One batch, run until its slowest response is done: the barrier of a generate call.
-        engine.run_to_completion()
-        self.sim_seconds += engine.clock
+        # One batch per engine, run until the slowest response of any is done: the barrier of
+        # a generate call.
+        for engine in engines:
+            engine.run_to_completion()
+        self.sim_seconds += max(engine.clock for engine in engines)
         return out
 
     def request_engine(self, count_partial: bool = True) -> SimulatedRequestEngine:
@@ -151,30 +168,59 @@ class SimulatedBackend:
 
 
 class SimulatedRequestEngine:
-    """``RequestEngine`` over an ``EventEngine``: requests finish in simulated-time order
-    (shorter responses first), which is what the streaming scheduler's length bias comes
-    from."""
+    """``RequestEngine`` over one ``EventEngine`` per data-parallel engine: requests finish in
+    simulated-time order (shorter responses first), which is what the streaming scheduler's
+    length bias comes from.
+
+    The engines' clocks run apart: a request is submitted in answer to a completion of its own
+    prompt, on that prompt's engine, so each engine's timeline depends on its own events only.
+    ``step`` advances the engine that is furthest behind, which keeps completions roughly in
+    global time order; the step takes as long as the slowest engine."""
 
     def __init__(self, backend: SimulatedBackend) -> None:
         self.backend = backend
-        self.engine = EventEngine(backend.engine_time)
+        self.engines = [EventEngine(backend.engine_time) for _ in range(backend.engines)]
+        self._engine_of: dict[Hashable, EventEngine] = {}
         self._made: dict[Hashable, Generation] = {}
+        self._elapsed = 0.0
 
     def submit(self, key: Hashable, prompt: Prompt, sample: int, seed: int) -> None:
         hits, lengths = self.backend.draw(prompt, sample + 1, seed)
         self._made[key] = self.backend.generation(prompt, bool(hits[-1]), int(lengths[-1]))
-        self.engine.submit(key, int(lengths[-1]), prompt.id)
+        engine = self.engines[self.backend.engine_of(prompt)]
+        self._engine_of[key] = engine
+        engine.submit(key, int(lengths[-1]), prompt.id)
 
     def step(self) -> list[tuple[Hashable, Generation]]:
-        before = self.engine.clock
-        done = self.engine.step()
-        self.backend.sim_seconds += self.engine.clock - before
+        busy = [e for e in self.engines if e.pending()]
+        if not busy:
+            return []
+        engine = min(busy, key=lambda e: e.clock)
+        done = engine.step()
+        elapsed = max(e.clock for e in self.engines)
+        self.backend.sim_seconds += elapsed - self._elapsed
+        self._elapsed = elapsed
+        for key in done:
+            self._engine_of.pop(key, None)
         return [(key, self._made.pop(key)) for key in done]
 
     def abort(self, keys: Sequence[Hashable]) -> int:
+        tokens = 0
+        for engine in self.engines:
+            tokens += engine.abort([k for k in keys if self._engine_of.get(k) is engine])
         for key in keys:
             self._made.pop(key, None)
-        return self.engine.abort(keys)
+            self._engine_of.pop(key, None)
+        return tokens
 
     def pending(self) -> int:
-        return self.engine.pending()
+        return sum(e.pending() for e in self.engines)
+
+    def capacity(self) -> int:
+        """Requests run at once at most, over all engines (``max_num_seqs`` each)."""
+        return self.backend.engine_time.max_num_seqs * len(self.engines)
+
+    def now(self, prompt: Prompt) -> float:
+        """The simulated clock of the engine serving ``prompt``, in seconds (the engines'
+        clocks run apart: a prompt's rounds are timed on its own engine's)."""
+        return self.engines[self.backend.engine_of(prompt)].clock

@@ -87,12 +87,14 @@ class VLLMBackend:
     ``dtype``: the engine's own copy of the weights (``auto``: bfloat16 on CUDA, float32 on CPU,
     where bf16 kernels are slow or missing). ``kv_cache_gib``: the engine's KV-cache size on CPU
     (0: ``DEFAULT_CPU_KV_CACHE_GIB``; vLLM's own default asks for 92% of the machine's memory)
-    or, when set, on CUDA too instead of ``gpu_memory_utilization``.
+    or, when set, on CUDA too instead of ``gpu_memory_utilization``. ``engine_options``: more
+    of ``vllm.LLM``'s arguments (a distributed rank's ``distributed_executor_backend``).
     """
 
     def __init__(self, model: Any, tokenizer: Any, *, temperature: float = 1.0, top_p: float = 1.0,
                  max_new_tokens: int = 16, dtype: str = "auto", seed: int = 0,
-                 gpu_memory_utilization: float = 0.5, kv_cache_gib: float = 0.0) -> None:
+                 gpu_memory_utilization: float = 0.5, kv_cache_gib: float = 0.0,
+                 engine_options: dict[str, Any] | None = None) -> None:
         device = vllm_device()
         policy_device = next(model.parameters()).device.type
         if device == "cuda" and policy_device != "cuda":
@@ -142,7 +144,7 @@ class VLLMBackend:
             self.llm = LLM(model=self._weights_dir.name, dtype=dtype, seed=seed,
                            enforce_eager=True, logprobs_mode="processed_logprobs",
                            max_model_len=max_len,
-                           **engine_args)
+                           **engine_args, **(engine_options or {}))
         finally:
             torch.set_num_threads = set_num_threads
 
@@ -298,6 +300,11 @@ class VLLMRequestEngine:
 
     def pending(self) -> int:
         return len(self._requests)
+
+    def capacity(self) -> int:
+        """Sequences the engine runs at once at most (its ``max_num_seqs``): the batch limit
+        speculative early rounds measure spare capacity against."""
+        return int(self.engine.vllm_config.scheduler_config.max_num_seqs)
 
 
 def sampled_logprobs(logprobs: Any, token_ids: Sequence[int]) -> list[float] | None:

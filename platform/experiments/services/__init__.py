@@ -28,6 +28,7 @@ from experiments.services.launch import (
     queue_errors,
     step_work_errors,
     validate_run_config,
+    world_size_errors,
 )
 from experiments.services.leases import (
     acquire_run_lease,
@@ -77,4 +78,5 @@ __all__ = [
     "point_label", "prepare_resume", "queue_errors", "relaunch_run", "renew_run_lease",
     "request_cancel", "requeue_orphaned_runs", "run_checkpoint_dir", "run_process_lost",
     "run_should_stop", "step_work_errors", "sweep_grid", "sweep_points", "validate_run_config",
+    "world_size_errors",
 ]

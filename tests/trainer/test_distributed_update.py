@@ -1,0 +1,104 @@
+"""The FSDP2 update of ``trainer.distributed.rank`` on two real gloo ranks (two processes on this
+CPU, rendezvous through ``env://``) equals the single-process update on the same kept batch:
+unequal tokens per rank, two mini-batches, grad-norm clipping engaged. No Ray, no engine: the
+ranks are the plain class a GPU check runs under torchrun."""
+
+from __future__ import annotations
+
+import socket
+from pathlib import Path
+from typing import Any
+
+import pytest
+import torch
+import torch.multiprocessing as mp
+
+from trainer.config import TrainConfig
+from trainer.distributed.rank import token_balanced
+from trainer.update import UpdateBatch
+
+pytestmark = pytest.mark.slow
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def kept_batch(tokenizer: Any) -> UpdateBatch:
+    """Four prompts of two responses each, lengths 1 to 9 tokens (the ranks' parts differ in
+    tokens), advantages of both signs."""
+    from trainer.model import encode_prompt
+    from trainer.tasks import arithmetic_prompts
+
+    prompts = arithmetic_prompts(4, max_digits=2, seed=5)
+    gen = torch.Generator().manual_seed(0)
+    lengths = [9, 1, 2, 7, 3, 3, 8, 1]
+    ub = UpdateBatch([], [], [], [], [], [])
+    for k, n in enumerate(lengths):
+        ub.prompt_ids.append(encode_prompt(tokenizer, prompts[k // 2]))
+        ub.response_ids.append(torch.randint(3, 12, (n,), generator=gen).tolist())
+        ub.advantages.append([0.8, -0.6, 1.1, -0.9, 0.5, -0.4, 0.7, -1.2][k])
+        ub.groups.append(k // 2)
+        ub.old_logprobs.append(None)
+        ub.rollout_logprobs.append(None)
+    return ub
+
+
+def config(model_dir: Path) -> TrainConfig:
+    # Two mini-batches of 2 prompts; a clip norm the gradients exceed (checked below through
+    # grad_norm). lr 1e-4: AdamW's first steps move every weight by about lr x g / (|g| + eps),
+    # which for the weights with gradients near eps turns float noise in the summation order
+    # into differences of ~7% of lr (measured: 7e-5 at lr 1e-3, 1.4e-6 at 1e-4).
+    return TrainConfig(model=str(model_dir), backend="vllm", world_size=2, device="cpu",
+                       batch_size=4, ppo_mini_batch_size=2, lr=1e-4, max_grad_norm=0.05,
+                       entropy_coef=1e-3)
+
+
+def _rank_main(rank: int, cfg: dict, port: int, batch: UpdateBatch, out: str) -> None:
+    torch.set_num_threads(1)
+    from trainer.distributed.rank import Rank
+
+    r = Rank(cfg, rank=rank, world_size=2, master_addr="127.0.0.1", master_port=port,
+             engine=False)
+    metrics = r.update(batch, seed=7)
+    weights = r.full_state_dict()
+    if rank == 0:
+        torch.save({"metrics": metrics, "weights": weights}, out)
+    r.close()
+
+
+def test_two_fsdp_ranks_take_the_single_process_step(tiny_model_dir: Path,
+                                                     tmp_path: Path) -> None:
+    from trainer.model import load_model_dir
+    from trainer.update import make_optimizer, update_policy
+
+    cfg = config(tiny_model_dir)
+    model, tokenizer = load_model_dir(tiny_model_dir, "cpu")
+    batch = kept_batch(tokenizer)
+    # Each mini-batch's responses split over the two ranks with unequal token counts: a
+    # per-rank token mean would weigh them wrongly.
+    lengths = [len(r) for r in batch.response_ids]
+    for mb in ([0, 1, 2, 3], [4, 5, 6, 7]):
+        parts = token_balanced(mb, lengths, 2)
+        sums = [sum(lengths[i] for i in p) for p in parts]
+        assert all(parts) and sums[0] != sums[1]
+    before = {k: v.clone() for k, v in model.state_dict().items()}
+    opt, sched = make_optimizer(model, cfg)
+    expected = update_policy(model, opt, sched, batch, cfg, pad_token_id=tokenizer.pad_token_id,
+                             seed=7)
+    assert expected["optimizer_steps"] == 2.0
+    assert expected["grad_norm"] > cfg.max_grad_norm  # clipping acted
+
+    out = tmp_path / "rank0.pt"
+    mp.start_processes(_rank_main, args=(cfg.to_dict(), free_port(), batch, str(out)),
+                       nprocs=2, start_method="spawn")
+    got = torch.load(out, weights_only=False)
+    moved = max(float((v - before[k]).abs().max()) for k, v in model.state_dict().items())
+    gap = max(float((got["weights"][k] - v).abs().max()) for k, v in model.state_dict().items())
+    assert moved > 1e-4  # the step did something
+    assert gap < 1e-5, f"sharded step differs by {gap} (the step moved weights by {moved})"
+    for key in ("policy_loss", "entropy", "grad_norm", "clip_frac_low", "clip_frac_high",
+                "optimizer_steps", "lr"):
+        assert got["metrics"][key] == pytest.approx(expected[key], rel=1e-4, abs=1e-6), key

@@ -1,0 +1,317 @@
+"""One rank of a distributed run: an FSDP2 shard of the policy and an in-process vLLM engine
+with the full weights (the colocated "hybrid engine" layout of verl and TRL's colocate mode).
+
+A plain class that imports no Ray: ``trainer.distributed.actor`` wraps it in a Ray actor, and a
+GPU check can run it under ``torchrun`` as is (it reads ``RANK``, ``WORLD_SIZE``,
+``MASTER_ADDR`` and ``MASTER_PORT`` from the environment when not given them). The rendezvous is
+``env://``: under torchrun a ``tcp://`` init hangs (every rank is a store client there).
+
+What a rank does, asked by the driver (``trainer.distributed.learner``):
+
+- ``generate`` / the ``engine_*`` calls: its share of a step's requests, on its own engine;
+- ``update``: its token-balanced part of every mini-batch of the kept responses
+  (``trainer.update.update_policy`` with a ``ProcessGroupShard``); FSDP2 reduce-scatters the
+  gradients as sums, so the ranks together take the single-process step;
+- ``sync_weights``: every parameter gathered (``DTensor.full_tensor()``, a bucket at a time,
+  every rank in the same order) into its own engine, then the prefix cache dropped;
+- ``save`` / ``load``: the sharded model and optimiser with ``torch.distributed.checkpoint``.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from collections.abc import Callable, Iterator, Sequence
+from pathlib import Path
+from typing import Any
+
+import torch
+import torch.distributed as dist
+
+from trainer.config import TrainConfig
+from trainer.types import Generation, Prompt
+from trainer.update import UpdateBatch, UpdateShard, _chunks
+
+# Files of a sharded checkpoint inside the checkpoint directory.
+SHARDED_DIR = "sharded"
+
+
+class ProcessGroupShard(UpdateShard):
+    """This rank's part of an update and the sums over the process group.
+
+    ``take`` splits a mini-batch's responses over the ranks balanced by tokens (longest first,
+    each to the rank with the fewest tokens so far; the same answer on every rank, so no
+    message is needed), and returns this rank's part in sample order."""
+
+    def __init__(self, rank: int, world_size: int, device: torch.device) -> None:
+        self.rank, self.world_size, self.device = rank, world_size, device
+
+    def take(self, idx: list[int], lengths: Sequence[int]) -> list[int]:
+        return token_balanced(idx, lengths, self.world_size)[self.rank]
+
+    def total(self, values: list[float]) -> list[float]:
+        t = torch.tensor(values, dtype=torch.float64, device=self.device)
+        dist.all_reduce(t, op=dist.ReduceOp.SUM)
+        return t.tolist()
+
+    def most(self, value: float) -> float:
+        t = torch.tensor([value], dtype=torch.float64, device=self.device)
+        dist.all_reduce(t, op=dist.ReduceOp.MAX)
+        return float(t.item())
+
+    def chunks(self, idx: list[int], size: int | None) -> list[list[int]]:
+        parts = _chunks(idx, size) if idx else []
+        return parts + [[] for _ in range(int(self.most(len(parts))) - len(parts))]
+
+
+def token_balanced(idx: Sequence[int], lengths: Sequence[int], parts: int) -> list[list[int]]:
+    """``idx`` split into ``parts`` lists with sums of ``lengths`` as equal as a greedy
+    longest-first assignment makes them (ties: the lower part); each list in ``idx`` order."""
+    load = [0] * parts
+    out: list[list[int]] = [[] for _ in range(parts)]
+    for i in sorted(idx, key=lambda i: (-lengths[i], i)):
+        k = min(range(parts), key=lambda r: (load[r], r))
+        out[k].append(i)
+        load[k] += lengths[i]
+    order = {i: n for n, i in enumerate(idx)}
+    return [sorted(part, key=order.__getitem__) for part in out]
+
+
+def decoder_layers(model: torch.nn.Module) -> list[torch.nn.Module]:
+    """The model's repeated blocks (the classes transformers names in ``_no_split_modules``:
+    Qwen2DecoderLayer, LlamaDecoderLayer, ...): each is one FSDP unit."""
+    names = set(getattr(model, "_no_split_modules", None) or ())
+    return [m for m in model.modules() if type(m).__name__ in names]
+
+
+def shard_policy(model: torch.nn.Module, mesh: Any, *, cuda: bool) -> None:
+    """``fully_shard`` every decoder layer, then the root (embeddings, final norm, the tied
+    head). On CUDA the forward and backward run in bf16 while the master weights, the
+    optimiser and the gradient reduction stay fp32; on CPU everything is fp32."""
+    from torch.distributed.fsdp import FSDPModule, MixedPrecisionPolicy, fully_shard
+
+    mp = (MixedPrecisionPolicy(param_dtype=torch.bfloat16, reduce_dtype=torch.float32)
+          if cuda else MixedPrecisionPolicy())
+    for layer in decoder_layers(model):
+        fully_shard(layer, mesh=mesh, mp_policy=mp)
+    fully_shard(model, mesh=mesh, mp_policy=mp)
+    # Each rank's loss is its token sum over the global token count: the gradient is the sum
+    # of the ranks' gradients, not their mean (FSDP's default divides by the world size). A
+    # plain SUM: gloo has no pre-multiplied sum.
+    for module in model.modules():
+        if isinstance(module, FSDPModule):
+            module.set_gradient_divide_factor(1.0)
+            module.set_force_sum_reduction_for_comms(True)
+
+
+def full_weights(model: torch.nn.Module, bucket_bytes: int) -> Iterator[tuple[str, torch.Tensor]]:
+    """(name, full tensor) for every entry of the sharded model's state dict, gathered a bucket
+    of about ``bucket_bytes`` at a time (every rank must run this to the end, in step: each
+    ``full_tensor()`` is a collective). A bucket is dropped once the consumer moved past it, so
+    at most one bucket of full tensors is alive beyond what the engine keeps."""
+    items = list(model.state_dict().items())
+    start = 0
+    while start < len(items):
+        bucket: list[tuple[str, torch.Tensor]] = []
+        size = 0
+        while start < len(items) and (not bucket or size < bucket_bytes):
+            name, value = items[start]
+            full = value.full_tensor() if hasattr(value, "full_tensor") else value
+            full = full.detach()
+            bucket.append((name, full))
+            size += full.numel() * full.element_size()
+            start += 1
+        yield from bucket
+        del bucket
+
+
+class Rank:
+    """One rank: process group, policy shard, optimiser, engine. ``engine=False`` leaves the
+    engine out (an update-only check needs no vLLM). ``should_stop`` (the driver's cancel, read
+    by this rank) is agreed on by all ranks before every mini-batch: a rank that stopped alone
+    would leave the others waiting in a collective."""
+
+    def __init__(self, config: dict[str, Any], *, rank: int | None = None,
+                 world_size: int | None = None, master_addr: str | None = None,
+                 master_port: int | None = None, engine: bool = True,
+                 should_stop: Callable[[], bool] | None = None) -> None:
+        from trainer.model import load_model_dir, resolve_model_path
+        from trainer.update import make_optimizer
+
+        self.config = TrainConfig.from_stored(config)
+        env = os.environ
+        self.rank = int(env["RANK"]) if rank is None else rank
+        self.world_size = int(env["WORLD_SIZE"]) if world_size is None else world_size
+        # vLLM's external launcher and env:// read these.
+        env["RANK"], env["WORLD_SIZE"] = str(self.rank), str(self.world_size)
+        env.setdefault("LOCAL_RANK", "0")
+        if master_addr is not None:
+            env["MASTER_ADDR"] = master_addr
+        if master_port is not None:
+            env["MASTER_PORT"] = str(master_port)
+        self.cuda = self.config.device != "cpu" and torch.cuda.is_available()
+        if self.cuda:
+            # One visible GPU per rank under Ray; LOCAL_RANK's under torchrun.
+            local = int(env["LOCAL_RANK"]) % torch.cuda.device_count()
+            self.device = torch.device("cuda", local)
+            torch.cuda.set_device(self.device)
+        else:
+            self.device = torch.device("cpu")
+        if not dist.is_initialized():
+            dist.init_process_group("nccl" if self.cuda else "gloo", init_method="env://",
+                                    rank=self.rank, world_size=self.world_size)
+        self.should_stop = should_stop
+        self.sleep_mode = self.config.sleep_mode_on(self.device.type)
+        if self.sleep_mode and not self.cuda:
+            raise ValueError("vllm_sleep_mode: vLLM's CPU build has no sleep mode; leave it "
+                             "empty or off on CPU")
+        model, tokenizer = load_model_dir(resolve_model_path(self.config.model),
+                                          self.device.type)
+        self.tokenizer = tokenizer
+        self.pad_id = int(tokenizer.pad_token_id or 0)
+        self.engine: Any = None
+        self.seconds: dict[str, float] = {}
+        if engine:
+            t0 = time.perf_counter()
+            self.engine = self._build_engine(model, tokenizer)
+            self.seconds["engine_build"] = time.perf_counter() - t0
+        from torch.distributed.device_mesh import init_device_mesh
+
+        self.mesh = init_device_mesh(self.device.type, (self.world_size,))
+        if self.config.activation_checkpointing:
+            model.gradient_checkpointing_enable(
+                gradient_checkpointing_kwargs={"use_reentrant": False})
+        shard_policy(model, self.mesh, cuda=self.cuda)
+        self.model = model
+        self.optimizer, self.scheduler = make_optimizer(model, self.config)
+        self.shard = ProcessGroupShard(self.rank, self.world_size, self.device)
+        self._requests: Any = None
+
+    def _build_engine(self, model: Any, tokenizer: Any) -> Any:
+        from trainer.backends.vllm import VLLMBackend
+
+        cfg = self.config
+        # The engine joins this process group as one data-parallel replica of its own
+        # ("external launcher": one engine per process, no engine-side workers).
+        options: dict[str, Any] = {"distributed_executor_backend": "external_launcher"}
+        if self.sleep_mode:
+            options["enable_sleep_mode"] = True
+        return VLLMBackend(model, tokenizer, temperature=cfg.temperature, top_p=cfg.top_p,
+                           max_new_tokens=cfg.max_new_tokens, dtype=cfg.rollout_dtype,
+                           seed=cfg.seed % 2**31, kv_cache_gib=cfg.vllm_kv_cache_gib,
+                           gpu_memory_utilization=cfg.vllm_gpu_memory_utilization,
+                           engine_options=options)
+
+    # --- generation ----------------------------------------------------------------------------
+    def generate(self, prompts: Sequence[Prompt], counts: Sequence[int], *, seed: int,
+                 greedy: bool = False) -> list[list[Generation]]:
+        return self.engine.generate(prompts, counts, seed=seed, greedy=greedy)
+
+    def engine_logprobs(self, prompt_ids: Sequence[Sequence[int]],
+                        response_ids: Sequence[Sequence[int]]) -> list[list[float]]:
+        return self.engine.engine_logprobs(prompt_ids, response_ids)
+
+    def engine_open(self, count_partial: bool) -> None:
+        """Start feeding single requests (the per-prompt and streaming schedulers)."""
+        self._requests = self.engine.request_engine(count_partial=count_partial)
+
+    def engine_step(self, submits: Sequence[tuple[Any, Prompt, int, int]],
+                    aborts: Sequence[Any]) -> tuple[list[tuple[Any, Generation]], int, int]:
+        """Queue ``submits`` (key, prompt, sample, seed), abort ``aborts``, then run one
+        engine step when requests are pending. Returns the finished requests, the tokens the
+        aborted ones had generated and the requests still pending."""
+        engine = self._requests
+        for key, prompt, sample, seed in submits:
+            engine.submit(key, prompt, sample, seed)
+        discarded = engine.abort(list(aborts)) if aborts else 0
+        finished = engine.step() if engine.pending() else []
+        return finished, discarded, engine.pending()
+
+    # --- the update ----------------------------------------------------------------------------
+    def _agreed_stop(self) -> bool:
+        local = self.should_stop is not None and bool(self.should_stop())
+        return self.shard.most(1.0 if local else 0.0) > 0
+
+    def update(self, batch: UpdateBatch, *, seed: int) -> dict[str, float]:
+        """This rank's part of one training step's update (``update_policy`` over the whole
+        kept batch, sharded); the metrics are the global ones, equal on every rank."""
+        from trainer.update import update_policy
+
+        if self.sleep_mode and self.engine is not None:
+            # The KV cache freed and the engine's weights offloaded while the shard trains.
+            self.engine.llm.sleep(level=1)
+        t0 = time.perf_counter()
+        metrics = update_policy(self.model, self.optimizer, self.scheduler, batch, self.config,
+                                pad_token_id=self.pad_id, seed=seed,
+                                micro_batch_size=self.config.ppo_micro_batch_size or None,
+                                should_stop=self._agreed_stop, shard=self.shard)
+        self.seconds["update"] = time.perf_counter() - t0
+        return metrics
+
+    def sync_weights(self) -> dict[str, float]:
+        """Gather the updated policy into this rank's engine: ``reload_weights`` fed by the
+        bucketed gather, then ``reset_prefix_cache`` (cached prefixes hold the old weights'
+        key/values). Returns the seconds it took."""
+        t0 = time.perf_counter()
+        if self.engine is None:
+            for _ in full_weights(self.model, self.config.fsdp_bucket_mb * 2**20):
+                pass
+            return {"sync": time.perf_counter() - t0}
+        llm = self.engine.llm
+        if self.sleep_mode:
+            llm.wake_up()
+        weights = full_weights(self.model, self.config.fsdp_bucket_mb * 2**20)
+        llm.collective_rpc("reload_weights", kwargs={"weights_iterator": weights})
+        llm.reset_prefix_cache()
+        self.seconds["sync"] = time.perf_counter() - t0
+        return {"sync": self.seconds["sync"]}
+
+    def full_state_dict(self) -> dict[str, torch.Tensor]:
+        """The whole policy's weights on every rank (for checks and the HF export)."""
+        return {k: v.cpu() for k, v in full_weights(self.model, 2**62)}
+
+    # --- checkpoints ---------------------------------------------------------------------------
+    def save(self, path: str | Path) -> None:
+        """The sharded model and optimiser under ``path/sharded`` (each rank writes its own
+        shards), the schedule's state beside it (rank 0)."""
+        import torch.distributed.checkpoint as dcp
+        from torch.distributed.checkpoint.state_dict import get_state_dict
+
+        model_sd, optim_sd = get_state_dict(self.model, self.optimizer)
+        dcp.save({"model": model_sd, "optim": optim_sd}, checkpoint_id=str(Path(path) /
+                                                                          SHARDED_DIR))
+        if self.rank == 0:
+            torch.save(self.scheduler.state_dict(), Path(path) / "scheduler.pt")
+        dist.barrier()
+
+    def load(self, path: str | Path) -> None:
+        import torch.distributed.checkpoint as dcp
+        from torch.distributed.checkpoint.state_dict import get_state_dict, set_state_dict
+
+        model_sd, optim_sd = get_state_dict(self.model, self.optimizer)
+        state = {"model": model_sd, "optim": optim_sd}
+        dcp.load(state, checkpoint_id=str(Path(path) / SHARDED_DIR))
+        set_state_dict(self.model, self.optimizer, model_state_dict=state["model"],
+                       optim_state_dict=state["optim"])
+        self.scheduler.load_state_dict(torch.load(Path(path) / "scheduler.pt",
+                                                  weights_only=True))
+
+    def export_hf(self, path: str | Path) -> None:
+        """A Hugging Face model directory of the current weights (rank 0 writes; every rank
+        takes part in the gather)."""
+        weights = self.full_state_dict()
+        if self.rank == 0:
+            from trainer.model import load_model_dir, resolve_model_path
+
+            model, tokenizer = load_model_dir(resolve_model_path(self.config.model), "cpu")
+            model.load_state_dict(weights, strict=False)
+            model.save_pretrained(path, safe_serialization=True)
+            tokenizer.save_pretrained(path)
+        dist.barrier()
+
+    def close(self) -> None:
+        if self.engine is not None:
+            self.engine.close()
+            self.engine = None
+        if dist.is_initialized():
+            dist.destroy_process_group()
