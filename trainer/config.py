@@ -32,6 +32,9 @@ BACKENDS = ("hf", "vllm", "simulated")
 VERIFIERS = ("auto", "exact", "math")
 DEVICES = ("auto", "cpu", "cuda")
 ROLLOUT_DTYPES = ("auto", "float32", "bfloat16", "float16")
+# verl's loss_agg_mode choices (trainer/loss.py: agg_loss has each formula).
+LOSS_AGG_MODES = ("token-mean", "seq-mean-token-sum", "seq-mean-token-mean",
+                  "seq-mean-token-sum-norm")
 # auto: certain with the per-prompt schedulers, off with round (early_rounds_mode).
 EARLY_ROUNDS_CHOICES = ("auto", *EARLY_ROUNDS)
 # The string fields with a fixed set of values: validate() checks them and the launch form draws
@@ -39,7 +42,8 @@ EARLY_ROUNDS_CHOICES = ("auto", *EARLY_ROUNDS)
 CHOICE_FIELDS: dict[str, tuple[str, ...]] = {
     "algorithm": ALGORITHMS, "backend": BACKENDS, "verifier": VERIFIERS, "device": DEVICES,
     "rollout_dtype": ROLLOUT_DTYPES, "est_weight": EST_WEIGHTS, "scheduler": SCHEDULERS,
-    "early_rounds": EARLY_ROUNDS_CHOICES, "dapo_further_prompts": FURTHER_PROMPTS}
+    "early_rounds": EARLY_ROUNDS_CHOICES, "dapo_further_prompts": FURTHER_PROMPTS,
+    "loss_agg_mode": LOSS_AGG_MODES}
 # What a stored config lacking a field ran with, where that differs from today's default: the
 # field did not exist yet and the code behaved one way (DAPO drew further prompts from the whole
 # rest of the set; per-prompt runs waited for each round), so its record and a clone of it stay
@@ -158,6 +162,14 @@ class TrainConfig:
                                    "(the whole rest of the set in a seeded order, earlier "
                                    "draws included: runs stored before this option).",
                                    "algorithm")
+    overlong_buffer_len: int = _f(0, "DAPO's overlong reward shaping: over the last B tokens "
+                                  "before max_new_tokens a response's reward falls linearly, by "
+                                  "up to overlong_penalty_factor at max_new_tokens (0: off; the "
+                                  "DAPO recipe: 4,096 of 20,480). Every algorithm may use it.",
+                                  "algorithm", "tokens", ge=0, le=32_768)
+    overlong_penalty_factor: float = _f(1.0, "DAPO's overlong shaping: the penalty at "
+                                        "max_new_tokens (the recipe: 1.0).", "algorithm",
+                                        "reward", ge=0, le=100)
     # --- data ----------------------------------------------------------------------------------
     prompts: str = _f(BUILTIN_TASK, "Training prompts: builtin:arithmetic, "
                       "builtin:arithmetic-long (2-8 operands, every running sum: longer answers) "
@@ -252,6 +264,12 @@ class TrainConfig:
                                    "over a mini-batch (0: the whole mini-batch). Memory only: "
                                    "the update is the same.", "optimisation", "responses",
                                    ge=0, le=1_048_576)
+    loss_agg_mode: str = _f("token-mean", "How a mini-batch's per-token losses become one (verl's "
+                            "loss_agg_mode): token-mean (every token weighs the same; DAPO, the "
+                            "authors' scripts), seq-mean-token-sum, seq-mean-token-mean (every "
+                            "response weighs the same: GRPO's paper) or seq-mean-token-sum-norm "
+                            "(Dr.GRPO: token sums over N x max_new_tokens). Over the whole "
+                            "mini-batch, micro-batches or not.", "optimisation")
     clip_eps_low: float = _f(0.2, "PPO clip range below 1 (ratio >= 1 - eps_low).", "optimisation",
                              gt=0, lt=1)
     clip_eps_high: float = _f(0.28, "PPO clip range above 1 (clip-higher).", "optimisation",
@@ -402,6 +420,11 @@ class TrainConfig:
         yield from self._est_errors()
         if self.ppo_mini_batch_size > self.batch_size:
             yield ConfigError("ppo_mini_batch_size", f"must be <= batch_size ({self.batch_size})")
+        if self.overlong_buffer_len > self.max_new_tokens and "max_new_tokens" not in \
+                out_of_bounds:
+            yield ConfigError("overlong_buffer_len", f"must be <= max_new_tokens "
+                              f"({self.max_new_tokens:,}): the buffer is the last tokens before "
+                              f"it; got {self.overlong_buffer_len:,}")
         if self.task_min_digits > self.task_max_digits:
             yield ConfigError("task_max_digits",
                               "need 1 <= task_min_digits <= task_max_digits <= 9")

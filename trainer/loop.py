@@ -79,11 +79,15 @@ class StopPolicy:
 def make_scorer(config: TrainConfig, verifier: Any = None
                 ) -> Callable[[Prompt, list[str]], tuple[list[float], list[str | None]]]:
     """Rewards and per-response verifier errors for one prompt's responses (with ``verifier``,
-    else the config's)."""
+    else the config's), with DAPO's overlong penalty where ``overlong_buffer_len`` is set (the
+    schedulers pass the generations: ``trainer.rewards.RewardScorer``)."""
+    from trainer.rewards import RewardScorer
     from trainer.verifiers import make_verifier, score_responses
 
     verifier = verifier if verifier is not None else make_verifier(config)
-    return lambda prompt, texts: score_responses(verifier, texts, prompt.answer)
+    return RewardScorer(lambda prompt, texts: score_responses(verifier, texts, prompt.answer),
+                        config.max_new_tokens, config.overlong_buffer_len,
+                        config.overlong_penalty_factor)
 
 
 def sample_step(config: TrainConfig, batch: Sequence[Prompt], backend: Any, scorer: Any,

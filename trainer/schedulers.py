@@ -39,6 +39,7 @@ from collections.abc import Callable, Hashable, Sequence
 from dataclasses import dataclass, field
 from typing import Protocol
 
+from trainer.rewards import score_generations
 from trainer.sampler import AdaptiveSampler
 from trainer.seeds import derive_seed
 from trainer.types import Generation, Prompt, RoundStat
@@ -62,7 +63,8 @@ STOP_POLL_S = 0.2
 # Backends whose engine takes and aborts single requests (``request_engine()``).
 REQUEST_BACKENDS = ("vllm", "simulated")
 
-# Rewards and per-response verifier errors of one prompt's responses.
+# Rewards and per-response verifier errors of one prompt's responses (a scorer with
+# ``score_generations(prompt, generations)`` gets the generations too: trainer.rewards).
 Scorer = Callable[[Prompt, list[str]], tuple[list[float], list[str | None]]]
 
 
@@ -121,7 +123,7 @@ def run_rounds(sampler: AdaptiveSampler, prompts: Sequence[Prompt], backend: obj
         rew: list[float] = []
         tokens = 0
         for i, g in zip(active, drawn, strict=True):
-            r, e = score(prompts[i], [x.text for x in g])
+            r, e = score_generations(score, prompts[i], g)
             gens[i].extend(g)
             rewards[i].extend(r)
             errors[i].extend(e)
@@ -430,7 +432,7 @@ def run_per_prompt(sampler: AdaptiveSampler, prompts: Sequence[Prompt], engine: 
                 continue
             fl.keys[t].discard(key)
             fl.tokens[t] += len(g.response_token_ids)
-            r, e = score(prompts[i], [g.text])
+            r, e = score_generations(score, prompts[i], [g])
             fl.arrived[t][j] = (g, r[0], e[0])
             if not touched or touched[-1] != i:
                 touched.append(i)

@@ -241,7 +241,8 @@ STEP_METRICS: dict[str, Metric | str] = {
     "unresolved_missing_pos": count("unresolved prompts lacking positives", "prompts"),
     "unresolved_missing_neg": count("unresolved prompts lacking negatives", "prompts"),
     "entropy": count("mean token entropy of kept responses under the policy", "nats"),
-    "policy_loss": Metric("PPO-clip loss (token-mean), averaged over mini-batches", "loss"),
+    "policy_loss": Metric("PPO-clip loss (aggregated by loss_agg_mode), averaged over the "
+                          "optimiser steps taken", "loss"),
     "kl": count("mean KL to the reference policy (0 when off)", "nats"),
     "clip_frac_low": fraction("fraction of tokens clipped at 1 - eps_low"),
     "clip_frac_high": fraction("fraction of tokens clipped at 1 + eps_high"),

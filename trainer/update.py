@@ -21,7 +21,13 @@ from typing import Any
 import numpy as np
 import torch
 
-from trainer.loss import entropy_bonus, kl_penalty, ppo_clip_loss, truncated_is_weights
+from trainer.loss import (
+    Aggregation,
+    entropy_bonus,
+    kl_penalty,
+    ppo_clip_loss,
+    truncated_is_weights,
+)
 from trainer.types import SKIPPED_IN_A_ROW, StopRequested
 
 UPDATE_METRICS = ("policy_loss", "entropy", "kl", "clip_frac_low", "clip_frac_high",
@@ -237,7 +243,9 @@ def update_policy(model: Any, optimizer: torch.optim.Optimizer, scheduler: Any,
         if should_stop is not None and should_stop():
             optimizer.zero_grad(set_to_none=True)
             raise StopRequested("the policy update", clean=n_updates == 0)
-        (n_tokens,) = shard.total([float(sum(lengths[i] for i in idx))])
+        n_tokens, n_seqs = shard.total([float(sum(lengths[i] for i in idx)), float(len(idx))])
+        agg = Aggregation(getattr(config, "loss_agg_mode", "token-mean"), n_tokens, n_seqs,
+                          float(getattr(config, "max_new_tokens", 1) or 1))
         optimizer.zero_grad(set_to_none=True)
         mb = dict.fromkeys(_LOSS_METRICS, 0.0)
         for part in shard.chunks(idx, micro_batch_size):
@@ -257,13 +265,14 @@ def update_policy(model: Any, optimizer: torch.optim.Optimizer, scheduler: Any,
             pg, clip = ppo_clip_loss(lp, old_lp, adv, mask, config.clip_eps_low,
                                      config.clip_eps_high, denominator=n_tokens,
                                      token_weights=weights,
-                                     clip_ratio_c=config.clip_ratio_c)
-            ent_term, h = entropy_bonus(ent, mask, config.entropy_coef, denominator=n_tokens)
+                                     clip_ratio_c=config.clip_ratio_c, agg=agg)
+            ent_term, h = entropy_bonus(ent, mask, config.entropy_coef, denominator=n_tokens,
+                                        agg=agg)
             loss = pg + ent_term
             if ref:
                 ref_lp = _pad([ref[i] for i in part] or [[]], width).to(lp.device)
                 kl_term, kl = kl_penalty(lp, ref_lp, mask, config.kl_coef,
-                                         denominator=n_tokens)
+                                         denominator=n_tokens, agg=agg)
                 loss = loss + kl_term
                 mb["kl"] += kl.item()
             loss.backward()

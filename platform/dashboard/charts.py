@@ -706,8 +706,19 @@ def _backend_is_vllm(ctx: ChartRun) -> bool:
 
 
 def _streaming(ctx: ChartRun) -> bool:
-    # Only the streaming scheduler aborts requests; the others pool every response they draw.
+    # Only the streaming scheduler aborts requests as a matter of course.
     return ctx.config.scheduler == "streaming"
+
+
+def _discards(ctx: ChartRun) -> bool:
+    # Streaming aborts requests, speculative early rounds abort the rounds of prompts that
+    # exited; the other schedulers pool every response they draw.
+    return _streaming(ctx) or (ctx.eliminates and ctx.config.early_rounds_mode == "speculative")
+
+
+def _early_rounds(ctx: ChartRun) -> bool:
+    # A prompt's next round can only go in early where there is a next round.
+    return ctx.eliminates and ctx.config.early_rounds_mode != "off"
 
 
 def _no_points(build: Callable[[Run], Fig]) -> Callable[..., Fig]:
@@ -743,9 +754,20 @@ for _chart in (
                                               ("kept_response_length",
                                                "responses kept for the update")))),
     metric_chart_entry("discarded", MetricChart(
-        "Discarded tokens (streaming: aborted or finished after the prompt stopped)",
+        "Discarded tokens (aborted, or finished after their prompt stopped)",
         "response tokens per step (tokens)",
-        (("tokens_discarded", "tokens generated, then discarded"),)), applies_to=_streaming),
+        (("tokens_discarded", "tokens generated, then discarded"),)), applies_to=_discards),
+    metric_chart_entry("early_rounds", MetricChart(
+        "Early rounds (a prompt's next round drawn before its round was decided)",
+        "rounds per step (rounds)",
+        (("early_rounds_started", "started early"),
+         ("early_rounds_discarded", "discarded: the prompt exited"))),
+        applies_to=_early_rounds),
+    metric_chart_entry("early_rounds_saved", MetricChart(
+        "Time saved by early rounds (the most helped prompt's head start)",
+        "seconds per step (s; simulated on the simulated backend)",
+        (("early_rounds_saved_s", "head start of the most helped prompt"),)),
+        applies_to=_early_rounds),
     metric_chart_entry("timing", MetricChart("Step time", "seconds per step (s)", (
         ("time_generation", "generation"), ("time_scoring", "scoring"),
         ("time_update", "update"), ("time_sync", "weight sync")), stacked=True)),

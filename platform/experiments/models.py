@@ -119,6 +119,10 @@ class Run(models.Model):
     lease_owner = models.CharField(max_length=200, blank=True)
     heartbeat_at = models.DateTimeField(null=True, blank=True)
     attempts = models.PositiveIntegerField(default=0)
+    # What a leased run waits for before it trains, in words ("waiting for 8 GPUs on the Ray
+    # cluster (4 free, 6 in all)"); empty once it has them. The wait is not training time: the
+    # wall-time limit starts after it.
+    waiting_for = models.CharField(max_length=300, blank=True, default="")
     error = models.TextField(blank=True)
     traceback = models.TextField(blank=True)
     cloned_from = models.ForeignKey("self", null=True, blank=True, on_delete=models.SET_NULL,

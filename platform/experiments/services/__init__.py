@@ -39,6 +39,7 @@ from experiments.services.leases import (
     requeue_orphaned_runs,
     run_process_lost,
     run_should_stop,
+    set_run_waiting,
 )
 from experiments.services.prompt_sets import (
     create_builtin_prompt_set,
@@ -77,6 +78,7 @@ __all__ = [
     "latest_checkpoint", "launch_errors", "launch_run", "launch_sweep", "parse_sweep_spec",
     "point_label", "prepare_resume", "queue_errors", "relaunch_run", "renew_run_lease",
     "request_cancel", "requeue_orphaned_runs", "run_checkpoint_dir", "run_process_lost",
-    "run_should_stop", "step_work_errors", "sweep_grid", "sweep_points", "validate_run_config",
+    "run_should_stop", "set_run_waiting", "step_work_errors", "sweep_grid", "sweep_points",
+    "validate_run_config",
     "world_size_errors",
 ]

@@ -58,7 +58,7 @@ def acquire_run_lease(run_id: int, owner: str) -> Run | None:
     with connection.cursor() as cursor:
         cursor.execute(
             "UPDATE experiments_run SET lease_owner = %s, heartbeat_at = now(), "
-            "  attempts = attempts + 1, status = 'running', current_round = 0, "
+            "  attempts = attempts + 1, status = 'running', current_round = 0, waiting_for = '', "
             "  started_at = COALESCE(started_at, now()) "
             f"WHERE id = %s AND attempts < %s AND {takeable} RETURNING id",
             [owner, run_id, settings.RUN_MAX_ATTEMPTS, settings.RUN_LEASE_TIMEOUT_SECONDS])
@@ -94,7 +94,7 @@ def run_process_lost(run_id: int, owner: str, how: str) -> str:
                       f"{settings.RUN_MAX_ATTEMPTS}; last: {how}); not tried again")
             return f"failed after {run.attempts} attempts"
         Run.objects.filter(pk=run_id).update(lease_owner="", heartbeat_at=None,
-                                             current_round=0)
+                                             current_round=0, waiting_for="")
     try:
         enqueue_run(run_id, run.queue)
     except BrokerUnavailable as exc:  # its lease is free: the sweep enqueues it in time
@@ -105,6 +105,13 @@ def run_process_lost(run_id: int, owner: str, how: str) -> str:
 def renew_run_lease(run_id: int, owner: str) -> bool:
     """Heartbeat; False when the lease is no longer ours."""
     return bool(Run.objects.filter(pk=run_id, lease_owner=owner).update(heartbeat_at=Now()))
+
+
+def set_run_waiting(run_id: int, owner: str, waiting_for: str) -> bool:
+    """Say what the leased run waits for before it can train ("" once it has it), and refresh
+    the heartbeat; False when the lease is no longer ours."""
+    return bool(Run.objects.filter(pk=run_id, lease_owner=owner).update(
+        waiting_for=waiting_for[:300], heartbeat_at=Now()))
 
 
 def run_should_stop(run_id: int, owner: str) -> tuple[bool, bool]:
@@ -143,6 +150,7 @@ def finish_run(run_id: int, owner: str, status: str, *, error: str = "",
     """Record how the execution ended and release the lease; False when the lease was lost."""
     return bool(Run.objects.filter(pk=run_id, lease_owner=owner).update(
         status=status, error=error, traceback=traceback, lease_owner="", current_round=0,
+        waiting_for="",
         finished_at=Now(), heartbeat_at=Now()))
 
 
