@@ -165,8 +165,8 @@ class Rank:
         if self.sleep_mode and not self.cuda:
             raise ValueError("vllm_sleep_mode: vLLM's CPU build has no sleep mode; leave it "
                              "empty or off on CPU")
-        model, tokenizer = load_model_dir(resolve_model_path(self.config.model),
-                                          self.device.type)
+        self.model_dir = resolve_model_path(self.config.model)
+        model, tokenizer = load_model_dir(self.model_dir, self.device.type)
         self.tokenizer = tokenizer
         self.pad_id = int(tokenizer.pad_token_id or 0)
         self.engine: Any = None
@@ -200,7 +200,7 @@ class Rank:
                            max_new_tokens=cfg.max_new_tokens, dtype=cfg.rollout_dtype,
                            seed=cfg.seed % 2**31, kv_cache_gib=cfg.vllm_kv_cache_gib,
                            gpu_memory_utilization=cfg.vllm_gpu_memory_utilization,
-                           engine_options=options)
+                           engine_options=options, model_dir=str(self.model_dir))
 
     # --- generation ----------------------------------------------------------------------------
     def generate(self, prompts: Sequence[Prompt], counts: Sequence[int], *, seed: int,
@@ -226,6 +226,10 @@ class Rank:
         discarded = engine.abort(list(aborts)) if aborts else 0
         finished = engine.step() if engine.pending() else []
         return finished, discarded, engine.pending()
+
+    def engine_step_abort(self, keys: Sequence[Any]) -> int:
+        """Abort requests in this rank's engine; the response tokens they had generated."""
+        return self._requests.abort(list(keys))
 
     # --- the update ----------------------------------------------------------------------------
     def _agreed_stop(self) -> bool:
@@ -297,16 +301,21 @@ class Rank:
                                                   weights_only=True))
 
     def export_hf(self, path: str | Path) -> None:
-        """A Hugging Face model directory of the current weights (rank 0 writes; every rank
-        takes part in the gather)."""
+        """A Hugging Face model directory of the current weights in ``path`` (rank 0 writes;
+        every rank takes part in the gather). A tied head is left out, as ``save_pretrained``
+        does."""
+        from safetensors.torch import save_file
+
         weights = self.full_state_dict()
         if self.rank == 0:
-            from trainer.model import load_model_dir, resolve_model_path
-
-            model, tokenizer = load_model_dir(resolve_model_path(self.config.model), "cpu")
-            model.load_state_dict(weights, strict=False)
-            model.save_pretrained(path, safe_serialization=True)
-            tokenizer.save_pretrained(path)
+            if getattr(self.model.config, "tie_word_embeddings", False):
+                weights.pop("lm_head.weight", None)
+            path = Path(path)
+            path.mkdir(parents=True, exist_ok=True)
+            save_file({k: v.contiguous() for k, v in weights.items()},
+                      str(path / "model.safetensors"), metadata={"format": "pt"})
+            self.model.config.save_pretrained(path)
+            self.tokenizer.save_pretrained(path)
         dist.barrier()
 
     def close(self) -> None:
