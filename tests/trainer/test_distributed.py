@@ -88,13 +88,13 @@ def test_ranks_hold_engines_on_a_placement_group(ranks: Any) -> None:
     assert len({w["pid"] for w in where}) == 2  # two processes
 
 
-def test_two_engines_give_one_engines_samples(ranks: Any) -> None:
+def test_two_engines_give_one_engines_samples(ranks: Any, tiny_model_dir: Path) -> None:
     """The same requests spread over two engines, in another order: identical tokens and
     log-probs (per-request seeds)."""
     from trainer.distributed.backend import DistributedBackend
     from trainer.tasks import arithmetic_prompts
 
-    backend = DistributedBackend(two_rank_config(Path(".")), group=ranks)
+    backend = DistributedBackend(two_rank_config(tiny_model_dir), group=ranks)
     prompts = arithmetic_prompts(6, max_digits=2, seed=2)
     spread = backend.generate(prompts, [3, 1, 2, 2, 4, 1], seed=11)
     one = ranks.call_each("generate", [((prompts, [3, 1, 2, 2, 4, 1]), {"seed": 11}),
@@ -107,6 +107,33 @@ def test_two_engines_give_one_engines_samples(ranks: Any) -> None:
             == [g.response_token_ids for g in c]
         assert [g.rollout_logprobs for g in a] == [g.rollout_logprobs for g in b] \
             == [g.rollout_logprobs for g in c]
+
+
+def test_per_prompt_and_streaming_schedulers_across_engines(ranks: Any,
+                                                           tiny_model_dir: Path) -> None:
+    """per-prompt over two engines draws exactly the round scheduler's step (prompts stay on
+    their engine, submits and steps go to every engine); streaming aborts across engines."""
+    import numpy as np
+
+    from trainer.distributed.backend import DistributedBackend
+    from trainer.loop import make_scorer, sample_step
+    from trainer.tasks import arithmetic_prompts
+
+    prompts = arithmetic_prompts(6, max_digits=2, seed=4)
+    steps = {}
+    for scheduler in ("round", "per-prompt", "streaming"):
+        cfg = two_rank_config(tiny_model_dir, scheduler=scheduler)
+        backend = DistributedBackend(cfg, group=ranks)
+        steps[scheduler] = sample_step(cfg, prompts, backend, make_scorer(cfg), step=3)
+    a, b = steps["round"], steps["per-prompt"]
+    assert [[g.response_token_ids for g in gs] for gs in a.outcome.generations] == \
+        [[g.response_token_ids for g in gs] for gs in b.outcome.generations]
+    for name in ("rewards", "kept", "advantages", "exit_round"):
+        np.testing.assert_array_equal(getattr(a.result, name), getattr(b.result, name),
+                                      err_msg=name)
+    streamed = steps["streaming"].result
+    assert streamed is not None and streamed.num_prompts == len(prompts)
+    assert steps["streaming"].outcome.tokens_discarded >= 0
 
 
 def test_two_ranks_train_as_one_process(two_rank_run: Any, tiny_model_dir: Path,
