@@ -1,6 +1,7 @@
 """Generation schedulers on vLLM's engine (vLLM's CPU build here) with the built-in tiny model:
 one sampling step (generation + scoring; the update does not depend on the scheduler) of grpo,
-ada-pos and ada-balance under round, per-prompt and streaming, in one run:
+ada-pos and ada-balance under round, per-prompt and streaming, the per-prompt ones with each
+early-rounds mode (off, certain, speculative), in one run:
 
 - step time (median of ``--repeats``, after one warm-up step per pair; the pairs are interleaved
   within each repeat so that load drift hits them alike);
@@ -43,6 +44,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 ALGORITHMS = ("grpo", "ada-pos", "ada-balance")
 SCHEDULERS = ("round", "per-prompt", "streaming")
+# Early rounds of the per-prompt schedulers (``--early-rounds``; round runs off only).
+EARLY_ROUNDS = ("off", "certain", "speculative")
 
 
 def measure(backend, prompts, args: argparse.Namespace) -> dict[tuple[str, str], dict]:
@@ -51,8 +54,9 @@ def measure(backend, prompts, args: argparse.Namespace) -> dict[tuple[str, str],
     from trainer.config import TrainConfig
     from trainer.loop import make_scorer, sample_step
 
-    pairs = [(a, s) for a in ALGORITHMS for s in SCHEDULERS]
-    rows: dict[tuple[str, str], list[dict]] = {p: [] for p in pairs}
+    pairs = [(a, s, e) for a in ALGORITHMS for s in args.schedulers
+             for e in (("off",) if s == "round" or a == "grpo" else args.early_rounds)]
+    rows: dict[tuple[str, str, str], list[dict]] = {p: [] for p in pairs}
     # Count the engine's steps: LLM.generate (round) and the schedulers' loop both call this.
     engine = backend.llm.llm_engine
     engine_step = engine.step
@@ -64,10 +68,11 @@ def measure(backend, prompts, args: argparse.Namespace) -> dict[tuple[str, str],
 
     engine.step = counted_step
     for repeat in range(args.repeats + 1):  # repeat 0 warms up
-        for algorithm, scheduler in pairs:
+        for algorithm, scheduler, early in pairs:
             config = TrainConfig(algorithm=algorithm, scheduler=scheduler, backend="vllm",
                                  batch_size=len(prompts), max_new_tokens=args.max_new_tokens,
-                                 seed=args.seed).validate()
+                                 seed=args.seed, early_rounds=early,
+                                 speculative_capacity=args.speculative_capacity).validate()
             steps[0] = 0
             t0 = time.perf_counter()
             s = sample_step(config, prompts, backend, make_scorer(config), step=repeat + 1)
@@ -75,27 +80,33 @@ def measure(backend, prompts, args: argparse.Namespace) -> dict[tuple[str, str],
             lens = np.array([len(g.response_token_ids) for gs in s.outcome.generations
                              for g in gs], dtype=float)
             if repeat:
-                rows[(algorithm, scheduler)].append({
+                rows[(algorithm, scheduler, early)].append({
                     "seconds": seconds, "samples": len(lens), "engine_steps": steps[0],
                     "pass_rate": float(np.mean(s.result.rewards)),
                     "generated": lens.sum() + s.outcome.tokens_discarded,
                     "discarded": s.outcome.tokens_discarded,
-                    "kept_len": float(lens[s.result.kept].mean())})
+                    "kept_len": float(lens[s.result.kept].mean()),
+                    "early_started": s.outcome.early_rounds_started,
+                    "early_discarded": s.outcome.early_rounds_discarded,
+                    "saved_s": s.outcome.early_rounds_saved_s})
     return {p: {k: statistics.median(r[k] for r in rs) for k in rs[0]}
             for p, rs in rows.items()}
 
 
-def table(results: dict[tuple[str, str], dict]) -> str:
-    base = results[("grpo", "round")]["seconds"]
-    lines = ["| algorithm | scheduler | step s (median) | step / grpo round | samples/step | "
-             "tokens generated | tokens discarded | kept response length (tokens) | "
-             "engine steps | reward (mean) |",
-             "| --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |"]
-    for (a, s), r in results.items():
-        lines.append(f"| {a} | {s} | {r['seconds']:.2f} | {r['seconds'] / base:.2f}x | "
+def table(results: dict[tuple[str, str, str], dict]) -> str:
+    base = results[("grpo", "round", "off")]["seconds"]
+    lines = ["| algorithm | scheduler | early rounds | step s (median) | step / grpo round | "
+             "samples/step | tokens generated | tokens discarded | kept response length "
+             "(tokens) | engine steps | early rounds started / discarded | most helped "
+             "prompt's head start (s) | reward (mean) |",
+             "| --- | --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: "
+             "| ---: |"]
+    for (a, s, e), r in results.items():
+        lines.append(f"| {a} | {s} | {e} | {r['seconds']:.2f} | {r['seconds'] / base:.2f}x | "
                      f"{r['samples']:.0f} | {r['generated']:.0f} | {r['discarded']:.0f} | "
                      f"{r['kept_len']:.2f} | {r['engine_steps']:.0f} | "
-                     f"{r['pass_rate']:.2f} |")
+                     f"{r['early_started']:.0f} / {r['early_discarded']:.0f} | "
+                     f"{r['saved_s']:.3f} | {r['pass_rate']:.2f} |")
     return "\n".join(lines)
 
 
@@ -117,8 +128,18 @@ def main() -> None:
     ap.add_argument("--workloads", default="built-in,wide,untrained,long",
                     help="comma-separated subset of built-in, wide, untrained, long")
     ap.add_argument("--repeats", type=int, default=3)
+    ap.add_argument("--schedulers", default=",".join(SCHEDULERS),
+                    help="comma-separated subset of " + ", ".join(SCHEDULERS))
+    ap.add_argument("--early-rounds", default=",".join(EARLY_ROUNDS),
+                    help="comma-separated early-rounds modes of the per-prompt schedulers "
+                         "(default all: " + ", ".join(EARLY_ROUNDS) + ")")
+    ap.add_argument("--speculative-capacity", type=float, default=0.5)
     ap.add_argument("--seed", type=int, default=0)
     args = ap.parse_args()
+    args.schedulers = args.schedulers.split(",")
+    args.early_rounds = args.early_rounds.split(",")
+    if "round" not in args.schedulers:
+        args.schedulers.insert(0, "round")  # the ratios' baseline
     from trainer.backends.vllm import VLLMBackend
     from trainer.model import build_tiny_model, load_model_dir, resolve_model_path
     from trainer.tasks import arithmetic_long_prompts, arithmetic_prompts

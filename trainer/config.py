@@ -21,7 +21,7 @@ from typing import Any
 from trainer.algorithms import ALGORITHM_NAMES, Algorithm, algorithms, get_algorithm
 from trainer.algorithms.dapo import FURTHER_PROMPTS
 from trainer.algorithms.seq import MAX_SAMPLES_PER_PROMPT
-from trainer.schedulers import SCHEDULERS
+from trainer.schedulers import DEFAULT_SPECULATIVE_CAPACITY, EARLY_ROUNDS, SCHEDULERS
 
 # The registered algorithms' names, read live (trainer.algorithms: GRPO; DAPO; Reinforce-Ada's
 # Seq-pos and Seq-balance, v1/v2's ada-pos and ada-balance; Reinforce-Ada Est; and any algorithm
@@ -32,16 +32,23 @@ BACKENDS = ("hf", "vllm", "simulated")
 VERIFIERS = ("auto", "exact", "math")
 DEVICES = ("auto", "cpu", "cuda")
 ROLLOUT_DTYPES = ("auto", "float32", "bfloat16", "float16")
+# verl's loss_agg_mode choices (trainer/loss.py: agg_loss has each formula).
+LOSS_AGG_MODES = ("token-mean", "seq-mean-token-sum", "seq-mean-token-mean",
+                  "seq-mean-token-sum-norm")
+# auto: certain with the per-prompt schedulers, off with round (early_rounds_mode).
+EARLY_ROUNDS_CHOICES = ("auto", *EARLY_ROUNDS)
 # The string fields with a fixed set of values: validate() checks them and the launch form draws
 # them as dropdowns from this one table (a new choice field added here is both at once).
 CHOICE_FIELDS: dict[str, tuple[str, ...]] = {
     "algorithm": ALGORITHMS, "backend": BACKENDS, "verifier": VERIFIERS, "device": DEVICES,
     "rollout_dtype": ROLLOUT_DTYPES, "est_weight": EST_WEIGHTS, "scheduler": SCHEDULERS,
-    "dapo_further_prompts": FURTHER_PROMPTS}
+    "early_rounds": EARLY_ROUNDS_CHOICES, "dapo_further_prompts": FURTHER_PROMPTS,
+    "loss_agg_mode": LOSS_AGG_MODES}
 # What a stored config lacking a field ran with, where that differs from today's default: the
 # field did not exist yet and the code behaved one way (DAPO drew further prompts from the whole
-# rest of the set), so its record and a clone of it stay what it was.
-STORED_BEFORE: dict[str, Any] = {"dapo_further_prompts": "any"}
+# rest of the set; per-prompt runs waited for each round), so its record and a clone of it stay
+# what it was.
+STORED_BEFORE: dict[str, Any] = {"dapo_further_prompts": "any", "early_rounds": "off"}
 BUILTIN_MODEL = "builtin:tiny"
 BUILTIN_TASK = "builtin:arithmetic"
 # The long-answer variant (trainer.tasks.arithmetic_long_prompts): 2-8 operands, every running
@@ -155,6 +162,14 @@ class TrainConfig:
                                    "(the whole rest of the set in a seeded order, earlier "
                                    "draws included: runs stored before this option).",
                                    "algorithm")
+    overlong_buffer_len: int = _f(0, "DAPO's overlong reward shaping: over the last B tokens "
+                                  "before max_new_tokens a response's reward falls linearly, by "
+                                  "up to overlong_penalty_factor at max_new_tokens (0: off; the "
+                                  "DAPO recipe: 4,096 of 20,480). Every algorithm may use it.",
+                                  "algorithm", "tokens", ge=0, le=32_768)
+    overlong_penalty_factor: float = _f(1.0, "DAPO's overlong shaping: the penalty at "
+                                        "max_new_tokens (the recipe: 1.0).", "algorithm",
+                                        "reward", ge=0, le=100)
     # --- data ----------------------------------------------------------------------------------
     prompts: str = _f(BUILTIN_TASK, "Training prompts: builtin:arithmetic, "
                       "builtin:arithmetic-long (2-8 operands, every running sum: longer answers) "
@@ -189,6 +204,18 @@ class TrainConfig:
                         "(the exit rule is checked per arriving sample and the prompt's other "
                         "requests are aborted: fewer samples, biased towards short responses; "
                         "a different algorithm).", "model")
+    early_rounds: str = _f("auto", "per-prompt and streaming: when a prompt's next round may go "
+                           "in before its current round is back. certain: once no outcome of "
+                           "the samples still out can meet the exit rule (the same pools and "
+                           "tokens, less waiting); speculative: also on spare engine capacity "
+                           "(speculative_capacity), aborted if the prompt exits (the same "
+                           "pools, paid in discarded tokens); off: wait. auto: certain with "
+                           "per-prompt and streaming, off with round (which accepts only off).",
+                           "model")
+    speculative_capacity: float = _f(DEFAULT_SPECULATIVE_CAPACITY, "early_rounds = speculative: "
+                                     "speculate only while the engine runs fewer requests than "
+                                     "this share of its batch limit (max_num_seqs).", "model",
+                                     "fraction", gt=0, le=1)
     device: str = _f("auto", "auto, cpu or cuda.", "model")
     temperature: float = _f(1.0, "Sampling temperature.", "model", gt=0, le=100)
     top_p: float = _f(1.0, "Nucleus sampling mass.", "model", gt=0, le=1)
@@ -223,6 +250,11 @@ class TrainConfig:
                            "training step k (k = 0 at the first, so it trains at lr 0), then lr "
                            "(paper: 10; 0: off).", "optimisation", "steps", ge=0, le=1_000_000)
     max_grad_norm: float = _f(1.0, "Gradient-norm clipping.", "optimisation", gt=0, le=1_000_000)
+    max_skipped_updates: int = _f(10, "Optimiser steps in a row whose gradient norm is not "
+                                  "finite that a run survives: each is skipped (weights "
+                                  "unchanged, as verl does), one more fails the run saying so "
+                                  "(0: fail at the first).", "optimisation", "optimiser steps",
+                                  ge=0, le=1_000_000)
     ppo_epochs: int = _f(1, "Passes over each step's batch.", "optimisation", "epochs", ge=1, le=64)
     ppo_mini_batch_size: int = _f(0, "Prompts per mini-batch, one optimiser step each (0: the "
                                   "whole batch, one optimiser step per epoch: the ratio is then "
@@ -232,6 +264,12 @@ class TrainConfig:
                                    "over a mini-batch (0: the whole mini-batch). Memory only: "
                                    "the update is the same.", "optimisation", "responses",
                                    ge=0, le=1_048_576)
+    loss_agg_mode: str = _f("token-mean", "How a mini-batch's per-token losses become one (verl's "
+                            "loss_agg_mode): token-mean (every token weighs the same; DAPO, the "
+                            "authors' scripts), seq-mean-token-sum, seq-mean-token-mean (every "
+                            "response weighs the same: GRPO's paper) or seq-mean-token-sum-norm "
+                            "(Dr.GRPO: token sums over N x max_new_tokens). Over the whole "
+                            "mini-batch, micro-batches or not.", "optimisation")
     clip_eps_low: float = _f(0.2, "PPO clip range below 1 (ratio >= 1 - eps_low).", "optimisation",
                              gt=0, lt=1)
     clip_eps_high: float = _f(0.28, "PPO clip range above 1 (clip-higher).", "optimisation",
@@ -298,6 +336,14 @@ class TrainConfig:
         k_pos, k_neg = record.default_exit_counts(self.group_size) if record else (0, 0)
         return (k_pos if self.K_pos is None else self.K_pos,
                 k_neg if self.K_neg is None else self.K_neg)
+
+    @property
+    def early_rounds_mode(self) -> str:
+        """``early_rounds`` as the scheduler runs it: ``auto`` is ``certain`` with the
+        per-prompt schedulers (it changes nothing but time) and ``off`` with ``round``."""
+        if self.early_rounds != "auto":
+            return self.early_rounds
+        return "off" if self.scheduler == "round" else "certain"
 
     @property
     def optimizer_steps(self) -> int:
@@ -374,6 +420,11 @@ class TrainConfig:
         yield from self._est_errors()
         if self.ppo_mini_batch_size > self.batch_size:
             yield ConfigError("ppo_mini_batch_size", f"must be <= batch_size ({self.batch_size})")
+        if self.overlong_buffer_len > self.max_new_tokens and "max_new_tokens" not in \
+                out_of_bounds:
+            yield ConfigError("overlong_buffer_len", f"must be <= max_new_tokens "
+                              f"({self.max_new_tokens:,}): the buffer is the last tokens before "
+                              f"it; got {self.overlong_buffer_len:,}")
         if self.task_min_digits > self.task_max_digits:
             yield ConfigError("task_max_digits",
                               "need 1 <= task_min_digits <= task_max_digits <= 9")
@@ -401,6 +452,12 @@ class TrainConfig:
                               "every token's weight)")
 
     def _scheduler_errors(self) -> Iterator[ConfigError]:
+        if self.scheduler == "round" and self.early_rounds in EARLY_ROUNDS[1:]:
+            why = ("the hf backend draws a whole batch in one generate call" if self.backend == "hf"
+                   else "it decides every prompt's round t before round t+1 goes in")
+            yield ConfigError("early_rounds", f"the round scheduler accepts only 'off', got "
+                              f"{self.early_rounds!r}: {why}; early rounds need scheduler "
+                              "per-prompt or streaming (backend vllm or simulated)")
         if self.scheduler == "round" or self.scheduler not in SCHEDULERS:
             return
         if self.backend == "hf":
@@ -509,7 +566,8 @@ class TrainConfig:
         # Exit counts exist for Seq only: elsewhere they are unused, whatever was typed.
         out.update(verifier=self.resolved_verifier(builtin_prompts),
                    std_normalize=self.use_std_normalization,
-                   K_pos=k_pos if self.is_seq else None, K_neg=k_neg if self.is_seq else None)
+                   K_pos=k_pos if self.is_seq else None, K_neg=k_neg if self.is_seq else None,
+                   early_rounds=self.early_rounds_mode)
         if self.device == "auto" and device is not None:
             out["device"] = device
         out["rollout_dtype"] = resolve_rollout_dtype(self.rollout_dtype, out["device"])

@@ -46,12 +46,15 @@ def all_correct_at_k(n: int, c: int, k: int) -> float:
 
 def evaluate(backend: GenerationBackend, prompts: Sequence[Prompt], verifier: Verifier,
              k: int = 8, seed: int = 0, batch_prompts: int = 64, progress: bool = False,
-             should_stop: Callable[[], bool] | None = None) -> dict[str, Any]:
+             should_stop: Callable[[], bool] | None = None, positive_threshold: float = 0.5
+             ) -> dict[str, Any]:
     """Greedy accuracy (one deterministic response per prompt) and avg@k / pass@k from ``k``
     samples per prompt at the backend's temperature, with ``pass@j`` and ``all_correct@j`` for
     every j <= k from the same samples. Prompts go in chunks of ``batch_prompts`` to bound memory
     and drive the progress bar. ``should_stop`` is polled before each generation call: when it
-    says stop, ``StopRequested`` is raised (evaluation changes no weights: always clean)."""
+    says stop, ``StopRequested`` is raised (evaluation changes no weights: always clean). A
+    response is correct when its reward exceeds ``positive_threshold``, the run's own (what the
+    sampler calls positive), so training and evaluation count the same responses right."""
     from tqdm import tqdm
 
     if k < 1:
@@ -75,9 +78,9 @@ def evaluate(backend: GenerationBackend, prompts: Sequence[Prompt], verifier: Ve
             rewards, s_errors = score_responses(verifier, [g.text for g in s_group],
                                                 prompt.answer)
             errors += sum(e is not None for e in g_errors + s_errors)
-            greedy_correct += g_rewards[0] > 0.5
+            greedy_correct += g_rewards[0] > positive_threshold
             avg_sum += sum(rewards) / k
-            correct = sum(r > 0.5 for r in rewards)
+            correct = sum(r > positive_threshold for r in rewards)
             for j in range(1, k + 1):
                 pass_sums[j] += pass_at_k(k, correct, j)
                 all_correct_sums[j] += all_correct_at_k(k, correct, j)
@@ -142,6 +145,6 @@ def run_cli(args: argparse.Namespace) -> int:
     backend = HFBackend(model, tokenizer, temperature=config.temperature, top_p=config.top_p,
                         max_new_tokens=config.max_new_tokens, record_logprobs=False)
     metrics = evaluate(backend, prompts, make_verifier(config), k=args.k, seed=args.seed,
-                       progress=True)
+                       progress=True, positive_threshold=config.positive_threshold)
     print(json.dumps(metrics))
     return 0

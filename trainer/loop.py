@@ -23,9 +23,11 @@ from trainer.config import TrainConfig
 from trainer.metrics import step_metrics, step_records
 from trainer.seeds import batch_indices
 from trainer.types import (
+    SKIPPED_IN_A_ROW,
     STEP_METRICS,
     CheckpointRecord,
     EvalRecord,
+    NonFiniteGradients,
     Prompt,
     Recorder,
     RoundStat,
@@ -77,11 +79,15 @@ class StopPolicy:
 def make_scorer(config: TrainConfig, verifier: Any = None
                 ) -> Callable[[Prompt, list[str]], tuple[list[float], list[str | None]]]:
     """Rewards and per-response verifier errors for one prompt's responses (with ``verifier``,
-    else the config's)."""
+    else the config's), with DAPO's overlong penalty where ``overlong_buffer_len`` is set (the
+    schedulers pass the generations: ``trainer.rewards.RewardScorer``)."""
+    from trainer.rewards import RewardScorer
     from trainer.verifiers import make_verifier, score_responses
 
     verifier = verifier if verifier is not None else make_verifier(config)
-    return lambda prompt, texts: score_responses(verifier, texts, prompt.answer)
+    return RewardScorer(lambda prompt, texts: score_responses(verifier, texts, prompt.answer),
+                        config.max_new_tokens, config.overlong_buffer_len,
+                        config.overlong_penalty_factor)
 
 
 def sample_step(config: TrainConfig, batch: Sequence[Prompt], backend: Any, scorer: Any,
@@ -176,6 +182,7 @@ def train(config: TrainConfig, prompts: Sequence[Prompt], backend: Any, recorder
         _seed_all(config.seed)
 
     stop = StopPolicy(should_stop, config.max_wall_seconds, elapsed)
+    skip_streak = 0
     last_metrics: dict[str, float] = {}
 
     def save(step: int) -> str:
@@ -196,7 +203,8 @@ def train(config: TrainConfig, prompts: Sequence[Prompt], backend: Any, recorder
             return
         from trainer.evaluate import evaluate as run_eval
         metrics = run_eval(backend, list(eval_prompts), verifier, config.eval_k,
-                           seeds.derive_seed(config.seed, step, seeds.EVAL), should_stop=stop)
+                           seeds.derive_seed(config.seed, step, seeds.EVAL), should_stop=stop,
+                           positive_threshold=config.positive_threshold)
         recorder.on_eval(EvalRecord(step=step, metrics={k: float(v) for k, v in metrics.items()}))
 
     def stopped(done: int, clean: bool) -> TrainResult:
@@ -243,6 +251,11 @@ def train(config: TrainConfig, prompts: Sequence[Prompt], backend: Any, recorder
             # The algorithm's state (Est's estimator) already counted this step: only a
             # clean stop without such state may save.
             return stopped(step - 1, clean=exc.clean and algo_state is None)
+        # Optimiser steps skipped in a row (a non-finite gradient norm), across steps.
+        in_a_row = upd.pop(SKIPPED_IN_A_ROW, None)
+        if in_a_row is not None:
+            skip_streak = skip_streak + int(in_a_row) if upd["optimizer_steps"] == 0 \
+                else int(in_a_row)
         t_sync = time.perf_counter()
         learner.sync_weights()
         upd["time_sync"] = time.perf_counter() - t_sync
@@ -257,9 +270,21 @@ def train(config: TrainConfig, prompts: Sequence[Prompt], backend: Any, recorder
         assert not missing, f"step metrics lack {missing}"
         visits.mark(drawn)  # after the update: a step stopped before it drew nothing
         prompt_recs, sample_recs = step_records(batch, res, outcome, kept, allocation)
+        # Where each rank ran and how its step split (a distributed learner's
+        # ``rank_records()``); a one-process learner has no ranks to report.
+        rank_records = getattr(learner, "rank_records", None)
         recorder.on_step(StepRecord(step=step, metrics=metrics, rounds=list(outcome.round_stats),
-                                    prompts=prompt_recs, samples=sample_recs))
+                                    prompts=prompt_recs, samples=sample_recs,
+                                    ranks=list(rank_records()) if rank_records else []))
         last_metrics = metrics
+        if skip_streak > config.max_skipped_updates:
+            # Recorded first, so the run page shows the step that ended it.
+            raise NonFiniteGradients(
+                f"the gradient norm was not finite in {skip_streak:,} optimiser steps in a row "
+                f"(up to step {step:,}), more than max_skipped_updates = "
+                f"{config.max_skipped_updates:,}; each was skipped, so the weights are those of "
+                f"the last finite update. Look for inf or NaN advantages or rewards, or lower "
+                f"lr.")
         if config.eval_every and step % config.eval_every == 0:
             try:
                 evaluate(step)

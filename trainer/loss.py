@@ -1,18 +1,25 @@
 """Policy-gradient loss terms as small pure tensor functions (in the manner of verl's core_algos).
 
 All per-token tensors are ``[batch, max_response_len]`` with a 0/1 ``mask`` of valid tokens.
-Aggregation is the token-mean over every valid token of the (mini-)batch (DAPO / Reinforce-Ada):
+The default aggregation is the token-mean over every valid token of the (mini-)batch (DAPO /
+Reinforce-Ada):
 
     token_mean(x) = sum_{i,t} x_{i,t} m_{i,t} / sum_{i,t} m_{i,t}
 
 so long responses weigh in proportion to their length and a batch with no valid token gives 0.
 ``denominator`` lets a caller that splits a mini-batch into micro-batches divide by the whole
 mini-batch's token count, so gradient accumulation gives the same gradient as one big batch.
+``agg_loss`` offers verl's other ``loss_agg_mode`` choices, each over the whole mini-batch
+(``Aggregation``) whatever its micro-batches.
 """
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import torch
+
+from trainer.config import LOSS_AGG_MODES
 
 
 def token_mean(x: torch.Tensor, mask: torch.Tensor, denominator: float | None = None
@@ -23,6 +30,49 @@ def token_mean(x: torch.Tensor, mask: torch.Tensor, denominator: float | None = 
     return total / torch.clamp(den, min=1.0)
 
 
+@dataclass(frozen=True)
+class Aggregation:
+    """How a mini-batch's per-token losses become one number (``agg_loss``): the mode and the
+    whole mini-batch's figures, so that every micro-batch divides by the same ones and
+    gradient accumulation equals one pass over the mini-batch. ``num_tokens`` / ``num_sequences``
+    default to those of the tensor at hand; ``norm_length`` is seq-mean-token-sum-norm's
+    constant L (the run's max_new_tokens)."""
+
+    mode: str = "token-mean"
+    num_tokens: float | None = None
+    num_sequences: float | None = None
+    norm_length: float = 1.0
+
+
+def agg_loss(x: torch.Tensor, mask: torch.Tensor, agg: Aggregation) -> torch.Tensor:
+    """verl's ``loss_agg_mode`` choices over a mini-batch of N responses o_1..o_N holding T valid
+    tokens in all (``agg.num_sequences``, ``agg.num_tokens``), with m the mask:
+
+        token-mean               sum_{i,t} x m / T             every token weighs the same
+        seq-mean-token-sum       sum_{i,t} x m / N             a response weighs its length
+        seq-mean-token-mean      sum_i (sum_t x m / |o_i|) / N  every response weighs the same
+        seq-mean-token-sum-norm  sum_{i,t} x m / (N L)         Dr.GRPO: L a constant
+                                                                (``agg.norm_length``)
+
+    With micro-batches, N and T are the mini-batch's, so summing the micro-batches' values
+    gives the mini-batch's (verl divides each micro-batch by its own figures and weighs it by its
+    sequence count: docs/paper-fidelity.md). Rows of ``x`` that are all padding (a rank with no
+    work) add 0."""
+    if agg.mode not in LOSS_AGG_MODES:
+        raise ValueError(f"loss_agg_mode must be one of {', '.join(LOSS_AGG_MODES)}, "
+                         f"got {agg.mode!r}")
+    if agg.mode == "token-mean":
+        return token_mean(x, mask, agg.num_tokens)
+    n = float(mask.shape[0]) if agg.num_sequences is None else float(agg.num_sequences)
+    per_seq = (x * mask).sum(-1)
+    if agg.mode == "seq-mean-token-mean":
+        per_seq = per_seq / torch.clamp(mask.sum(-1), min=1.0)
+    total = per_seq.sum() / max(n, 1.0)
+    if agg.mode == "seq-mean-token-sum-norm":
+        total = total / float(agg.norm_length)
+    return total
+
+
 # Bound of the log-ratio before ``exp`` (verl's compute_policy_loss_vanilla clamps the same way):
 # exp(20) ~ 4.9e8 is finite in float32, exp(100) overflows to inf and inf * 0 gives NaN.
 LOG_RATIO_BOUND = 20.0
@@ -31,7 +81,7 @@ LOG_RATIO_BOUND = 20.0
 def ppo_clip_loss(logprobs: torch.Tensor, old_logprobs: torch.Tensor, advantages: torch.Tensor,
                   mask: torch.Tensor, eps_low: float = 0.2, eps_high: float = 0.28,
                   denominator: float | None = None, token_weights: torch.Tensor | None = None,
-                  clip_ratio_c: float = 3.0
+                  clip_ratio_c: float = 3.0, agg: Aggregation | None = None
                   ) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
     """Dual-clip PPO with clip-higher (DAPO), token-mean aggregated, as verl's vanilla policy
     loss (the one the authors' Reinforce-Ada scripts use):
@@ -39,7 +89,7 @@ def ppo_clip_loss(logprobs: torch.Tensor, old_logprobs: torch.Tensor, advantages
         rho_t  = exp(clamp(logp_t - logp_old_t, -20, 20))
         L_t    = max(-A * rho_t, -A * clip(rho_t, 1 - eps_low, 1 + eps_high))
         L_t    = min(L_t, -A * c)                        where A < 0 (dual-clip, c = clip_ratio_c)
-        loss   = token_mean(L)
+        loss   = token_mean(L)                           (or agg_loss(L, agg))
 
     Without the dual clip a token with A < 0 whose ratio has grown large (the policy now likes a
     response that was bad) contributes -A * rho without bound: rho = 20, A = -1 gives 20 instead
@@ -64,7 +114,8 @@ def ppo_clip_loss(logprobs: torch.Tensor, old_logprobs: torch.Tensor, advantages
     per_token = torch.where(adv < 0, torch.minimum(per_token, dual), per_token)
     if token_weights is not None:
         per_token = per_token * token_weights.detach()
-    loss = token_mean(per_token, mask, denominator)
+    loss = token_mean(per_token, mask, denominator) if agg is None \
+        else agg_loss(per_token, mask, agg)
     with torch.no_grad():
         high = ((adv > 0) & (ratio > 1.0 + eps_high)).to(logprobs.dtype)
         low = ((adv < 0) & (ratio < 1.0 - eps_low)).to(logprobs.dtype)
@@ -94,26 +145,39 @@ def truncated_is_weights(old_logprobs: torch.Tensor, rollout_logprobs: torch.Ten
 
 
 def entropy_bonus(entropy: torch.Tensor, mask: torch.Tensor, coef: float,
-                  denominator: float | None = None) -> tuple[torch.Tensor, torch.Tensor]:
-    """Loss term ``-coef * token_mean(H)`` (maximising entropy), and the token-mean entropy."""
+                  denominator: float | None = None, agg: Aggregation | None = None
+                  ) -> tuple[torch.Tensor, torch.Tensor]:
+    """Loss term ``-coef * token_mean(H)`` (maximising entropy; ``agg_loss(H, agg)`` where
+    given, as verl aggregates its entropy loss), and the token-mean entropy."""
     h = token_mean(entropy, mask, denominator)
-    return -coef * h, h
+    term = h if agg is None else agg_loss(entropy, mask, agg)
+    return -coef * term, h
+
+
+# verl's kl_penalty clamps the per-token estimate to [-10, 10] (low_var_kl): one token whose
+# reference finds it e^20 times likelier would otherwise add ~4.9e8 to the loss.
+KL_BOUND = 10.0
 
 
 def kl_k3(logprobs: torch.Tensor, ref_logprobs: torch.Tensor) -> torch.Tensor:
-    """Per-token KL(pi || pi_ref) by Schulman's k3 estimator (non-negative, unbiased, low variance):
+    """Per-token KL(pi || pi_ref) by Schulman's k3 estimator (non-negative, unbiased, low variance),
+    as verl's ``low_var_kl``:
 
-        k3 = exp(logp_ref - logp) - (logp_ref - logp) - 1
+        d  = clamp(logp_ref - logp, -20, 20)
+        k3 = clamp(exp(d) - d - 1, -10, 10)
 
-    The log-ratio is clamped to [-20, 20] so a degenerate token cannot overflow exp.
+    The log-ratio clamp keeps exp finite; the final clamp bounds one token's contribution (and
+    cuts its gradient past 10). k3 >= 0, so only the upper bound ever acts.
     """
     d = torch.clamp(ref_logprobs - logprobs, -20.0, 20.0)
-    return torch.exp(d) - d - 1.0
+    return torch.clamp(torch.exp(d) - d - 1.0, -KL_BOUND, KL_BOUND)
 
 
 def kl_penalty(logprobs: torch.Tensor, ref_logprobs: torch.Tensor, mask: torch.Tensor,
-               coef: float, denominator: float | None = None
+               coef: float, denominator: float | None = None, agg: Aggregation | None = None
                ) -> tuple[torch.Tensor, torch.Tensor]:
-    """Loss term ``coef * token_mean(k3)`` and the token-mean KL itself."""
-    kl = token_mean(kl_k3(logprobs, ref_logprobs), mask, denominator)
-    return coef * kl, kl
+    """Loss term ``coef * token_mean(k3)`` (``agg_loss(k3, agg)`` where given, as verl's kl
+    loss) and the token-mean KL itself."""
+    k3 = kl_k3(logprobs, ref_logprobs)
+    kl = token_mean(k3, mask, denominator)
+    return coef * (kl if agg is None else agg_loss(k3, mask, agg)), kl

@@ -36,6 +36,7 @@ Pure python/numpy: no torch here.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
@@ -62,6 +63,16 @@ def positive_target(algorithm: str | Algorithm, resolved: np.ndarray, positives:
     algorithm's own rule where it has one (``Algorithm.positive_target``; Seq-pos mirrors an
     unresolved prompt's pool: ``clamp(ceil(pos/pool * n), 1, n-1)``)."""
     return get_algorithm(algorithm).positive_target(resolved, positives, pool, n)
+
+
+def _splits(outstanding: int, partial: bool) -> tuple[np.ndarray, np.ndarray]:
+    # (positives, negatives) among ``outstanding`` samples: every split of all of them, or
+    # (partial) of any number of them.
+    if not partial:
+        a = np.arange(outstanding + 1)
+        return a, outstanding - a
+    a, b = np.triu_indices(outstanding + 1)
+    return a, b - a
 
 
 @dataclass
@@ -213,6 +224,7 @@ class AdaptiveSampler:
         self._buf_r: list[float] = []
         self._buf_t: list[int] = []
         self._finalized = False
+        self._exit_possible: dict[tuple[int, int, int, bool], bool] = {}
         self.round_stats: list[RoundStat] = []
         self._round_samples = 0
         self._round_pos = 0
@@ -250,6 +262,44 @@ class AdaptiveSampler:
         """Whether the prompt's exit rule holds on what was observed so far (streaming hook)."""
         return bool(self.exit_rule(self._pos[prompt_idx], self._neg[prompt_idx], self.k_pos,
                                    self.k_neg))
+
+    def exit_possible(self, prompt_idx: int, outstanding: int, *, extra_pos: int = 0,
+                      extra_neg: int = 0, partial: bool = False) -> bool:
+        """Whether some outcome of ``outstanding`` samples not yet back can meet the prompt's
+        exit rule, on top of its pool and ``extra_pos`` / ``extra_neg`` results back but not
+        observed yet. The rule is checked once all of them are in (``per-prompt``: at the end
+        of a round) or, ``partial``, after any number of them (``streaming``: per sample).
+
+        False means the prompt's next round is certain to be drawn whatever comes back: an
+        early-rounds scheduler may submit it now and change nothing but time. The rule is any
+        function of the counts (``Algorithm.exit_rule``), so every split is tried:
+        ``outstanding + 1`` of them (``partial``: every (a, b) with a + b <= outstanding)."""
+        pos = int(self._pos[prompt_idx]) + extra_pos
+        neg = int(self._neg[prompt_idx]) + extra_neg
+        # The rule is a function of the counts alone: a scheduler asks the same few questions
+        # after every arrival, so answer each once.
+        key = (pos, neg, outstanding, partial)
+        known = self._exit_possible.get(key)
+        if known is None:
+            a, b = _splits(outstanding, partial)
+            known = self._exit_possible[key] = bool(
+                np.any(self.exit_rule(pos + a, neg + b, self.k_pos, self.k_neg)))
+        return known
+
+    def exit_probability(self, prompt_idx: int, outstanding: int, *, extra_pos: int = 0,
+                         extra_neg: int = 0) -> float:
+        """The chance that the prompt's exit rule holds once ``outstanding`` more samples are
+        in, each positive with the prompt's pass rate so far (Laplace's rule of succession:
+        ``(pos + 1) / (pool + 2)``): how the speculative scheduler ranks which prompts are
+        least likely to exit, hence most likely to need their next round."""
+        pos = int(self._pos[prompt_idx]) + extra_pos
+        neg = int(self._neg[prompt_idx]) + extra_neg
+        p = (pos + 1) / (pos + neg + 2)
+        a = np.arange(outstanding + 1)
+        weights = np.array([math.comb(outstanding, k) for k in range(outstanding + 1)],
+                           dtype=np.float64) * p ** a * (1 - p) ** (outstanding - a)
+        met = self.exit_rule(pos + a, neg + outstanding - a, self.k_pos, self.k_neg)
+        return float(np.sum(weights * np.broadcast_to(met, a.shape)))
 
     def observe(self, prompt_idx: int, reward: float) -> None:
         """Add one reward to an active prompt's pool in the current round."""

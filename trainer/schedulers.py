@@ -19,6 +19,13 @@ backends"):
   generated and then thrown away (aborted, or finished after the prompt had already stopped) are
   counted in ``RoundsOutcome.tokens_discarded``.
 
+Early rounds (``early_rounds``, the per-prompt schedulers): a request's sample does not depend
+on when it is submitted, so a prompt's round t+1 may go in before its round t is back.
+``certain`` (the default) does so once no outcome of round t's samples still in flight can meet
+the exit rule: exactly the pools and tokens of waiting, without the wait. ``speculative`` also
+does so on spare engine capacity before round t is decided and aborts the early round if the
+prompt exits: the same pools, paid for in discarded tokens.
+
 ``per-prompt`` and ``streaming`` talk to a ``RequestEngine`` (one request per sample, submit /
 step / abort), which the ``vllm`` and ``simulated`` backends provide through
 ``backend.request_engine(count_partial)``; ``hf`` has no such engine (one batched ``generate``
@@ -29,18 +36,26 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Hashable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Protocol
 
+from trainer.rewards import score_generations
 from trainer.sampler import AdaptiveSampler
 from trainer.seeds import derive_seed
 from trainer.types import Generation, Prompt, RoundStat
 
-__all__ = ["SCHEDULERS", "RequestEngine", "RoundsOutcome", "Scorer", "run_per_prompt",
-           "run_rounds", "run_scheduler"]
+__all__ = ["EARLY_ROUNDS", "SCHEDULERS", "RequestEngine", "RoundsOutcome", "Scorer",
+           "run_per_prompt", "run_rounds", "run_scheduler"]
 
 # The config's ``scheduler`` values (validated in trainer.config).
 SCHEDULERS = ("round", "per-prompt", "streaming")
+
+# The config's ``early_rounds`` values: when a prompt's next round may go in before its current
+# round is decided (``run_per_prompt``). ``round`` decides every round before the next.
+EARLY_ROUNDS = ("off", "certain", "speculative")
+# early_rounds = speculative: speculate while the engine runs fewer requests than this share of
+# its batch limit.
+DEFAULT_SPECULATIVE_CAPACITY = 0.5
 
 # How often ``should_stop`` is polled while requests are in flight: a platform worker's check is
 # a database query, and an engine step can take microseconds (simulated) to milliseconds.
@@ -48,7 +63,8 @@ STOP_POLL_S = 0.2
 # Backends whose engine takes and aborts single requests (``request_engine()``).
 REQUEST_BACKENDS = ("vllm", "simulated")
 
-# Rewards and per-response verifier errors of one prompt's responses.
+# Rewards and per-response verifier errors of one prompt's responses (a scorer with
+# ``score_generations(prompt, generations)`` gets the generations too: trainer.rewards).
 Scorer = Callable[[Prompt, list[str]], tuple[list[float], list[str | None]]]
 
 
@@ -65,8 +81,16 @@ class RoundsOutcome:
     time_generation: float = 0.0
     time_scoring: float = 0.0
     # Response tokens generated but never pooled: requests aborted by the streaming scheduler
-    # (or a cancel) and responses that finished after their prompt had stopped.
+    # (or a cancel), responses that finished after their prompt had stopped, and early rounds
+    # of prompts that exited.
     tokens_discarded: int = 0
+    # Early rounds (run_per_prompt): rounds submitted before the prompt's previous round was
+    # decided; of them, rounds aborted because the prompt exited after all (speculative only);
+    # and the largest head start one prompt's kept early rounds gained, summed along its chain
+    # of rounds, in the engine's seconds (how much sooner that prompt was done).
+    early_rounds_started: int = 0
+    early_rounds_discarded: int = 0
+    early_rounds_saved_s: float = 0.0
 
 
 def run_rounds(sampler: AdaptiveSampler, prompts: Sequence[Prompt], backend: object,
@@ -99,7 +123,7 @@ def run_rounds(sampler: AdaptiveSampler, prompts: Sequence[Prompt], backend: obj
         rew: list[float] = []
         tokens = 0
         for i, g in zip(active, drawn, strict=True):
-            r, e = score(prompts[i], [x.text for x in g])
+            r, e = score_generations(score, prompts[i], g)
             gens[i].extend(g)
             rewards[i].extend(r)
             errors[i].extend(e)
@@ -124,6 +148,10 @@ class RequestEngine(Protocol):
     ``request_seed(seed, prompt.id, sample)``); ``step()`` advances the engine and returns the
     requests that finished, as (key, generation); ``abort(keys)`` drops unfinished requests and
     returns the response tokens they had generated; ``pending()`` counts unfinished requests.
+
+    Optional: ``capacity()``, the most requests the engine runs at once (its ``max_num_seqs``;
+    speculative early rounds need it), and ``now(prompt)``, the clock in seconds of the engine
+    that serves ``prompt`` (the simulated clock; by default the wall clock).
     """
 
     def submit(self, key: Hashable, prompt: Prompt, sample: int, seed: int) -> None: ...
@@ -138,9 +166,14 @@ class RequestEngine(Protocol):
 def run_scheduler(scheduler: str, sampler: AdaptiveSampler, prompts: Sequence[Prompt],
                   backend: object, score: Scorer, *, seed: int,
                   on_round: Callable[[RoundStat], None] | None = None,
-                  should_stop: Callable[[], bool] | None = None) -> RoundsOutcome:
-    """Sample one step with the named scheduler (``SCHEDULERS``)."""
+                  should_stop: Callable[[], bool] | None = None, early_rounds: str = "off",
+                  speculative_capacity: float = DEFAULT_SPECULATIVE_CAPACITY) -> RoundsOutcome:
+    """Sample one step with the named scheduler (``SCHEDULERS``) and, for the per-prompt
+    schedulers, early rounds (``EARLY_ROUNDS``; ``round`` takes only ``off``)."""
     if scheduler == "round":
+        if early_rounds != "off":
+            raise ValueError(f"the round scheduler decides every round before the next goes "
+                             f"in: early_rounds must be 'off', got {early_rounds!r}")
         return run_rounds(sampler, prompts, backend, score, seed=seed, on_round=on_round,
                           should_stop=should_stop)
     if scheduler in ("per-prompt", "streaming"):
@@ -153,109 +186,268 @@ def run_scheduler(scheduler: str, sampler: AdaptiveSampler, prompts: Sequence[Pr
         # requests; per-prompt spares the engine reporting every request at every step.
         engine = engine_of(count_partial=scheduler == "streaming")
         return run_per_prompt(sampler, prompts, engine, score, seed=seed,
-                              streaming=scheduler == "streaming", on_round=on_round,
+                              streaming=scheduler == "streaming", early_rounds=early_rounds,
+                              speculative_capacity=speculative_capacity, on_round=on_round,
                               should_stop=should_stop)
     raise ValueError(f"unknown scheduler {scheduler!r}; choose one of {', '.join(SCHEDULERS)}")
 
 
+Key = tuple[int, int, int]  # (prompt, round, sample)
+
+
+@dataclass
+class _Flight:
+    """One prompt's requests in flight, round by round (its current round, the sampler's
+    ``prompt_round``, and any later ones that went in early)."""
+
+    submitted: int = 0                    # the highest round submitted
+    keys: dict[int, set[Key]] = field(default_factory=dict)           # round -> in flight
+    # round -> sample -> (generation, reward, verifier error), in arrival order
+    arrived: dict[int, dict[int, tuple[Generation, float, str | None]]] = field(
+        default_factory=dict)
+    observed: dict[int, int] = field(default_factory=dict)  # round -> results observed (streaming)
+    tokens: dict[int, int] = field(default_factory=dict)    # round -> response tokens back
+    sent_at: dict[int, float] = field(default_factory=dict)  # round -> submitted at (engine clock)
+    saved_s: float = 0.0                  # head start of this prompt's kept early rounds
+
+
 def run_per_prompt(sampler: AdaptiveSampler, prompts: Sequence[Prompt], engine: RequestEngine,
                    score: Scorer, *, seed: int, streaming: bool = False,
+                   early_rounds: str = "off",
+                   speculative_capacity: float = DEFAULT_SPECULATIVE_CAPACITY,
                    on_round: Callable[[RoundStat], None] | None = None,
                    should_stop: Callable[[], bool] | None = None,
                    stop_poll_s: float = STOP_POLL_S) -> RoundsOutcome:
     """Drive ``sampler`` prompt by prompt on ``engine`` (``per-prompt``; ``streaming=True``:
     ``streaming``). Request (i, t, j) is sample j of prompt i in round t, submitted with the
-    round seed ``derive_seed(seed, t)`` that ``run_rounds`` gives round t's ``generate`` call.
+    round seed ``derive_seed(seed, t)`` that ``run_rounds`` gives round t's ``generate`` call,
+    so a request draws the same response whenever it is submitted.
+
+    ``early_rounds`` (``EARLY_ROUNDS``): ``off`` submits a prompt's round t+1 once its round t
+    is back and decided. ``certain`` submits it as soon as no outcome of round t's samples
+    still in flight can meet the exit rule (``AdaptiveSampler.exit_possible``): it would be
+    drawn anyway, so the pools and the tokens are those of ``off`` and only the waiting goes.
+    ``speculative`` also submits the next round of prompts whose current round is undecided
+    while the engine runs fewer than ``speculative_capacity`` x ``engine.capacity()``
+    requests, least likely to exit first (``exit_probability``), one undecided round per
+    prompt at most and never past round N; if the prompt then exits, the early round is
+    aborted and its tokens counted as discarded. Either way a round's samples are observed
+    only once it is the prompt's current round (in sample order; streaming: in arrival
+    order), so the sampler sees what ``off`` shows it.
 
     ``should_stop`` is checked before anything is submitted (as ``run_rounds`` does before each
     round) and then after engine steps while requests are in flight, at most every
-    ``stop_poll_s`` seconds; when it says stop, every unfinished request is aborted and the
-    outcome comes back with ``cancelled=True`` and the sampler unfinalized.
+    ``stop_poll_s`` seconds; when it says stop, every unfinished request (early rounds too) is
+    aborted and the outcome comes back with ``cancelled=True`` and the sampler unfinalized.
     """
+    if early_rounds not in EARLY_ROUNDS:
+        raise ValueError(f"unknown early_rounds {early_rounds!r}; choose one of "
+                         f"{', '.join(EARLY_ROUNDS)}")
     n_prompts = len(prompts)
     gens: list[list[Generation]] = [[] for _ in range(n_prompts)]
     rewards: list[list[float]] = [[] for _ in range(n_prompts)]
     errors: list[list[str | None]] = [[] for _ in range(n_prompts)]
     out = RoundsOutcome(gens, rewards, errors, sampler.round_stats)
     sampler.start_per_prompt()
-    # Per prompt: the keys of its current round still in flight, what came back of that round
-    # (streaming: already observed), and its round's tokens.
-    inflight: dict[int, set[tuple[int, int, int]]] = {}
-    arrived: dict[int, dict[int, Generation]] = {}
-    round_tokens = [0] * n_prompts
+    flights: dict[int, _Flight] = {}
     emitted = len(sampler.round_stats)
+    clock = getattr(engine, "now", None)
 
-    def submit_round(i: int) -> None:
-        t = sampler.prompt_round(i)
+    def now(i: int) -> float:
+        return time.perf_counter() if clock is None else float(clock(prompts[i]))
+
+    early_exit = streaming and sampler.has_exit_rule
+    threshold = sampler.positive_threshold
+    speculate_below = 0.0
+    if early_rounds == "speculative":
+        capacity = getattr(engine, "capacity", None)
+        if capacity is None:
+            raise ValueError(f"early_rounds 'speculative' needs an engine that reports its "
+                             f"batch limit (capacity()); {type(engine).__name__} does not")
+        speculate_below = speculative_capacity * capacity()
+    # Prompts whose next round is undecided, by their chance to exit (speculative only).
+    candidates: dict[int, float] = {}
+
+    def submit(i: int, t: int) -> None:
+        fl = flights[i]
         count = sampler.round_counts([i])[0]
-        keys = {(i, t, j) for j in range(count)}
-        inflight[i], arrived[i], round_tokens[i] = keys, {}, 0
+        fl.keys[t] = {(i, t, j) for j in range(count)}
+        fl.arrived[t], fl.observed[t], fl.tokens[t] = {}, 0, 0
+        fl.sent_at[t] = now(i)
+        fl.submitted = t
+        if t > sampler.prompt_round(i):
+            out.early_rounds_started += 1
         for j in range(count):
             engine.submit((i, t, j), prompts[i], j, derive_seed(seed, t))
 
-    def pool(i: int, texts_gens: list[Generation]) -> None:
-        t0 = time.perf_counter()
-        r, e = score(prompts[i], [g.text for g in texts_gens])
-        out.time_scoring += time.perf_counter() - t0
-        for g, reward, err in zip(texts_gens, r, e, strict=True):
+    def observe(i: int, items: list[tuple[Generation, float, str | None]]) -> None:
+        for g, reward, err in items:
             sampler.observe(i, reward)
             gens[i].append(g)
             rewards[i].append(reward)
             errors[i].append(err)
 
-    def close_round(i: int) -> None:
+    def emit() -> None:
         nonlocal emitted
-        again = sampler.end_prompt_round(i, tokens=round_tokens[i])
-        stragglers = sorted(inflight.pop(i, set()))
-        arrived.pop(i, None)
-        if stragglers:
-            out.tokens_discarded += engine.abort(stragglers)
         while emitted < len(sampler.round_stats):
             if on_round is not None:
                 on_round(sampler.round_stats[emitted])
             emitted += 1
-        if again:
-            submit_round(i)
+
+    def stop_prompt(i: int, t: int) -> None:
+        # The prompt stopped in round t: abort what is still in flight (stragglers of round t,
+        # early rounds), and count the tokens of what came back but was never pooled.
+        fl = flights.pop(i)
+        candidates.pop(i, None)
+        keys = sorted(k for ks in fl.keys.values() for k in ks)
+        if keys:
+            out.tokens_discarded += engine.abort(keys)
+        for u, got in fl.arrived.items():
+            unpooled = list(got.values())[fl.observed[u]:] if u == t else list(got.values())
+            out.tokens_discarded += sum(len(g.response_token_ids) for g, _, _ in unpooled)
+        out.early_rounds_discarded += fl.submitted - t
+
+    def close(i: int, t: int) -> bool:
+        # Round t of prompt i is observed: decide it. True: round t+1 went in early, settle it.
+        fl = flights[i]
+        again = sampler.end_prompt_round(i, tokens=fl.tokens[t])
+        emit()
+        if not again:
+            stop_prompt(i, t)
+            return False
+        for table in (fl.keys, fl.arrived, fl.observed, fl.tokens, fl.sent_at):
+            del table[t]
+        if fl.submitted > t:
+            fl.saved_s += max(0.0, now(i) - fl.sent_at[t + 1])
+            out.early_rounds_saved_s = max(out.early_rounds_saved_s, fl.saved_s)
+            return True
+        submit(i, t + 1)
+        return False
+
+    def settle(i: int) -> None:
+        # Observe what prompt i's current round has back and decide the round once it can be.
+        while i in flights:
+            fl = flights[i]
+            t = sampler.prompt_round(i)
+            got = fl.arrived[t]
+            if early_exit:
+                for item in list(got.values())[fl.observed[t]:]:
+                    observe(i, [item])
+                    fl.observed[t] += 1
+                    # A full update group first: stopping ada-pos at a first-sample positive
+                    # would leave a pool of one, whose advantage is 0 (round-based pools hold
+                    # >= M >= n).
+                    if sampler.rule_met(i) and sampler.pool_size(i) >= sampler.group_size:
+                        sampler_stop = not sampler.end_prompt_round(i, tokens=fl.tokens[t])
+                        assert sampler_stop  # the rule holds: end_prompt_round retires it
+                        emit()
+                        stop_prompt(i, t)
+                        return
+                if fl.keys[t]:
+                    return
+            else:
+                if fl.keys[t]:
+                    return
+                # The whole round is back: observe it in sample order, as run_rounds does.
+                observe(i, [got[j] for j in sorted(got)])
+                fl.observed[t] = len(got)
+            if not close(i, t):
+                return
+
+    def exit_possible_after(i: int, u: int) -> bool:
+        # Can prompt i still exit at the end of round u (>= its current round), whatever its
+        # requests in flight in rounds up to u return?
+        fl = flights[i]
+        pos = neg = outstanding = 0
+        for v in range(sampler.prompt_round(i), u + 1):
+            for _, reward, _ in list(fl.arrived[v].values())[fl.observed[v]:]:
+                if reward > threshold:
+                    pos += 1
+                else:
+                    neg += 1
+            outstanding += len(fl.keys[v])
+        return sampler.exit_possible(i, outstanding, extra_pos=pos, extra_neg=neg,
+                                     partial=early_exit)
+
+    def plan(i: int) -> None:
+        # Submit prompt i's next rounds while they are certain; note it as a speculation
+        # candidate when its only undecided round is its last one submitted.
+        candidates.pop(i, None)
+        while i in flights:
+            fl = flights[i]
+            if fl.submitted >= sampler.max_rounds:
+                return
+            undecided = next((u for u in range(sampler.prompt_round(i), fl.submitted + 1)
+                              if exit_possible_after(i, u)), None)
+            if undecided is None:
+                submit(i, fl.submitted + 1)  # certain: it will be drawn whatever comes back
+                continue
+            if early_rounds == "speculative" and undecided == fl.submitted:
+                pos = neg = outstanding = 0
+                for v in range(sampler.prompt_round(i), fl.submitted + 1):
+                    for _, reward, _ in list(fl.arrived[v].values())[fl.observed[v]:]:
+                        pos += reward > threshold
+                        neg += reward <= threshold
+                    outstanding += len(fl.keys[v])
+                candidates[i] = sampler.exit_probability(i, outstanding, extra_pos=pos,
+                                                         extra_neg=neg)
+            return
+
+    def speculate() -> None:
+        if engine.pending() >= speculate_below:
+            return
+        for i in sorted(candidates, key=lambda k: (candidates[k], k)):
+            if engine.pending() >= speculate_below:
+                return
+            del candidates[i]
+            submit(i, flights[i].submitted + 1)
+            plan(i)
 
     if should_stop is not None and should_stop():
         out.cancelled = True
         return out
     for i in range(n_prompts):
         if sampler.is_open(i):
-            submit_round(i)
-    early_exit = streaming and sampler.has_exit_rule
+            flights[i] = _Flight()
+            submit(i, 1)
+    if early_rounds != "off":
+        for i in range(n_prompts):
+            plan(i)
+        if candidates:
+            speculate()
     last_poll = time.monotonic()
-    while inflight:
+    while flights:
         t0 = time.perf_counter()
         finished = engine.step()
         out.time_generation += time.perf_counter() - t0
+        touched: list[int] = []
+        t0 = time.perf_counter()
         for key, g in finished:
             i, t, j = key  # type: ignore[misc]
-            if i not in inflight or key not in inflight[i]:
+            fl = flights.get(i)
+            if fl is None or key not in fl.keys.get(t, ()):
                 # Finished in the same engine step as the sample that stopped its prompt:
                 # over-drawn, never pooled.
                 out.tokens_discarded += len(g.response_token_ids)
                 continue
-            inflight[i].discard(key)
-            round_tokens[i] += len(g.response_token_ids)
-            if early_exit:
-                pool(i, [g])
-                # A full update group first: stopping ada-pos at a first-sample positive would
-                # leave a pool of one, whose advantage is 0 (round-based pools hold >= M >= n).
-                if (sampler.rule_met(i) and sampler.pool_size(i) >= sampler.group_size) \
-                        or not inflight[i]:
-                    close_round(i)
-                continue
-            arrived[i][j] = g
-            if not inflight[i]:
-                # The whole round is back: observe it in sample order, as run_rounds does.
-                pool(i, [arrived[i][k] for k in sorted(arrived[i])])
-                close_round(i)
-        if should_stop is None or not inflight or time.monotonic() - last_poll < stop_poll_s:
+            fl.keys[t].discard(key)
+            fl.tokens[t] += len(g.response_token_ids)
+            r, e = score_generations(score, prompts[i], [g])
+            fl.arrived[t][j] = (g, r[0], e[0])
+            if not touched or touched[-1] != i:
+                touched.append(i)
+        out.time_scoring += time.perf_counter() - t0
+        for i in dict.fromkeys(touched):
+            settle(i)
+            if early_rounds != "off" and i in flights:
+                plan(i)
+        if candidates:
+            speculate()
+        if should_stop is None or not flights or time.monotonic() - last_poll < stop_poll_s:
             continue
         last_poll = time.monotonic()
         if should_stop():
-            keys = sorted(k for ks in inflight.values() for k in ks)
+            keys = sorted(k for fl in flights.values() for ks in fl.keys.values() for k in ks)
             out.tokens_discarded += engine.abort(keys)
             out.cancelled = True
             return out

@@ -43,8 +43,9 @@ from trainer.clustertime import (
     update_token_seconds_for,
     weight_gather_seconds,
 )
-from trainer.config import SCHEDULERS, ConfigError, TrainConfig
+from trainer.config import EARLY_ROUNDS_CHOICES, SCHEDULERS, ConfigError, TrainConfig
 from trainer.enginetime import PAPER_MAX_RESPONSE_TOKENS, EngineTimeModel, LengthModel
+from trainer.schedulers import DEFAULT_SPECULATIVE_CAPACITY
 
 # The algorithms the paper times in its Table 2 (the baseline, GRPO, first).
 ALGORITHMS = ("grpo", "ada-pos", "ada-balance", "ada-est")
@@ -75,6 +76,32 @@ class StepTime:
     weight_gather_s: float = 0.0
     engine_load_s: float = 0.0
     gpus: int = 1
+    # Early rounds (trainer.schedulers.run_per_prompt): the mode, and per step the rounds that
+    # went in early, those aborted because their prompt exited, and the largest head start one
+    # prompt's chain of rounds gained (simulated seconds).
+    early_rounds: str = "off"
+    early_rounds_started: float = 0.0
+    early_rounds_discarded: float = 0.0
+    early_rounds_saved_s: float = 0.0
+    # The bound of every exact scheduler: the step's pools drawn with every round each prompt
+    # needs submitted at once (as if the exit rounds were known in advance), in seconds.
+    exact_bound_generation_s: float = 0.0
+
+    @property
+    def exact_bound_step_s(self) -> float:
+        return self.exact_bound_generation_s + self.update_s + self.weight_sync_s
+
+    @property
+    def label(self) -> str:
+        """The scheduler, with its early rounds where there are any: ``per-prompt+certain``."""
+        return self.scheduler if self.early_rounds == "off" else \
+            f"{self.scheduler}+{self.early_rounds}"
+
+    @property
+    def discarded_share(self) -> float:
+        """Tokens discarded as a share of the tokens that reached a pool."""
+        pooled = self.tokens_generated - self.tokens_discarded
+        return self.tokens_discarded / pooled if pooled else 0.0
 
     @property
     def weight_sync_s(self) -> float:
@@ -98,11 +125,14 @@ def simulate_step_time(algorithm: str, scheduler: str, pass_rates: Sequence[floa
                        update: UpdateTimeModel | None = None,
                        cluster: ClusterModel | None = None, model: ModelShape | None = None,
                        mini_batches: int = 4, micro_batch_tokens: int = 6144,
-                       bucket_mb: int = 64, on_step: Any = None) -> StepTime:
+                       bucket_mb: int = 64, early_rounds: str = "off",
+                       speculative_capacity: float | None = None,
+                       on_step: Any = None) -> StepTime:
     """Simulate ``steps`` steps of one algorithm under one scheduler; the pass rates stay fixed
     (no policy moves), each step draws fresh samples. ``cluster`` spreads the step over its
     GPUs (``trainer.clustertime``); ``engine`` and ``update`` are the 1.5B's constants, scaled
-    to ``model`` when it is another."""
+    to ``model`` when it is another. ``early_rounds``: the config's (``auto``: each
+    scheduler's default), with ``speculative_capacity`` (None: the config's default)."""
     from trainer.backends.simulated import SimulatedBackend
     from trainer.loop import make_scorer, sample_step
     from trainer.types import Prompt
@@ -110,7 +140,10 @@ def simulate_step_time(algorithm: str, scheduler: str, pass_rates: Sequence[floa
     config = TrainConfig(algorithm=algorithm, scheduler=scheduler, backend="simulated",
                          verifier="exact", group_size=group_size,
                          samples_per_round=samples_per_round, max_rounds=max_rounds,
-                         batch_size=len(pass_rates), max_new_tokens=max_tokens, seed=seed)
+                         batch_size=len(pass_rates), max_new_tokens=max_tokens, seed=seed,
+                         early_rounds=early_rounds,
+                         **({} if speculative_capacity is None
+                            else {"speculative_capacity": speculative_capacity}))
     config.validate()
     lengths = lengths or LengthModel(max_tokens=max_tokens)
     cluster = cluster or ClusterModel()
@@ -126,6 +159,7 @@ def simulate_step_time(algorithm: str, scheduler: str, pass_rates: Sequence[floa
     state = get_algorithm(algorithm).new_state(config)
     sync = (weight_gather_seconds(model, cluster, bucket_mb), engine_load_seconds(model, cluster))
     rows = []
+    early = []
     for step in range(1, steps + 1):
         before = backend.sim_seconds
         sampled = sample_step(config, prompts, backend, scorer, step, state)
@@ -143,50 +177,91 @@ def simulate_step_time(algorithm: str, scheduler: str, pass_rates: Sequence[floa
         rows.append((len(lens), lens.sum() + outcome.tokens_discarded, outcome.tokens_discarded,
                      kept.mean() if len(kept) else 0.0, backend.sim_seconds - before,
                      max(compute, comm), comm, *sync))
+        early.append((outcome.early_rounds_started, outcome.early_rounds_discarded,
+                      outcome.early_rounds_saved_s,
+                      all_at_once_seconds(backend, sampled.prompts, outcome.generations)))
         if on_step is not None:
             on_step()
     means = np.asarray(rows, dtype=np.float64).mean(axis=0).tolist()
-    return StepTime(algorithm, scheduler, *means, gpus=g)
+    started, discarded, saved, bound = np.asarray(early, dtype=np.float64).mean(axis=0).tolist()
+    return StepTime(algorithm, scheduler, *means, gpus=g, early_rounds=config.early_rounds_mode,
+                    early_rounds_started=started, early_rounds_discarded=discarded,
+                    early_rounds_saved_s=saved, exact_bound_generation_s=bound)
+
+
+def all_at_once_seconds(backend: Any, prompts: Sequence[Any],
+                        pools: Sequence[Sequence[Any]]) -> float:
+    """Simulated seconds to generate ``pools`` (prompt i's responses) with every request
+    submitted at time 0, each prompt on its own engine: what an exact scheduler that knew every
+    prompt's exit round in advance would take, the bound of early rounds (no chain of rounds,
+    no wait, not one token wasted)."""
+    from trainer.enginetime import EventEngine
+
+    engines = [EventEngine(backend.engine_time) for _ in range(backend.engines)]
+    for i, (prompt, pool) in enumerate(zip(prompts, pools, strict=True)):
+        engine = engines[backend.engine_of(prompt)]
+        for j, g in enumerate(pool):
+            engine.submit((i, j), len(g.response_token_ids), prompt.id)
+    for engine in engines:
+        engine.run_to_completion()
+    return max(engine.clock for engine in engines)
 
 
 def study(pass_rates: Sequence[float], *, algorithms: Sequence[str] = ALGORITHMS,
-          schedulers: Sequence[str] = SCHEDULERS, progress: bool = True,
-          **kwargs: Any) -> list[StepTime]:
-    """Every (algorithm, scheduler) pair, with a tqdm bar over the simulated steps."""
+          schedulers: Sequence[str] = SCHEDULERS, early_rounds: Sequence[str] = ("auto",),
+          progress: bool = True, **kwargs: Any) -> list[StepTime]:
+    """Every (algorithm, scheduler, early rounds) that can run, with a tqdm bar over the
+    simulated steps: ``round`` takes only ``off``, an algorithm of one round (GRPO, Est) has no
+    next round to draw early, so it runs each scheduler once."""
     from tqdm import tqdm
 
     steps = int(kwargs.get("steps", 2))
-    pairs = [(a, s) for a in algorithms for s in schedulers
-             if get_algorithm(a).schedulers is None or s in get_algorithm(a).schedulers]
-    with tqdm(total=len(pairs) * steps, unit="step", file=sys.stderr, disable=not progress,
+    runs = []
+    for a in algorithms:
+        record = get_algorithm(a)
+        for s in schedulers:
+            if record.schedulers is not None and s not in record.schedulers:
+                continue
+            modes = {"off" if s == "round" or not record.eliminates else
+                     TrainConfig(backend="simulated", scheduler=s, early_rounds=e
+                                 ).early_rounds_mode: None for e in early_rounds}
+            runs.extend((a, s, e) for e in modes)
+    with tqdm(total=len(runs) * steps, unit="step", file=sys.stderr, disable=not progress,
               desc="simulated steps") as bar:
-        return [simulate_step_time(a, s, pass_rates, on_step=lambda: bar.update(1), **kwargs)
-                for a, s in pairs]
+        return [simulate_step_time(a, s, pass_rates, early_rounds=e,
+                                   on_step=lambda: bar.update(1), **kwargs)
+                for a, s, e in runs]
 
 
 def ratio_to_grpo(results: Sequence[StepTime]) -> dict[tuple[str, str], float]:
     """Each result's step time over round-based GRPO's (the baseline as the paper runs it)."""
     name = baseline().name
     base = next(r.step_s for r in results if r.algorithm == name and r.scheduler == "round")
-    return {(r.algorithm, r.scheduler): r.step_s / base for r in results}
+    return {(r.algorithm, r.label): r.step_s / base for r in results}
 
 
 def table(results: Sequence[StepTime]) -> str:
     """A Markdown table of the results."""
     ratios = ratio_to_grpo(results)
+    name = baseline().name
+    base_s = next(r.step_s for r in results if r.algorithm == name and r.scheduler == "round")
     lines = ["| algorithm | scheduler | samples/step | tokens generated (M) | tokens discarded "
-             "(M) | kept response length (tokens) | generation (s) | update (s) | of which "
-             "collectives (s) | weight sync (s) | weight sync share | step (s) | "
-             "step / GRPO round |",
+             "(M) | discarded / pooled tokens | early rounds started | early rounds discarded | "
+             "exact bound / GRPO round | kept response length (tokens) | generation (s) | "
+             "update (s) | of which collectives (s) | weight sync (s) | weight sync share | "
+             "step (s) | step / GRPO round |",
              "| --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: "
-             "| ---: |"]
+             "| ---: | ---: | ---: | ---: | ---: |"]
     for r in results:
-        lines.append(f"| {r.algorithm} | {r.scheduler} | {r.samples:.0f} | "
+        lines.append(f"| {r.algorithm} | {r.label} | {r.samples:.0f} | "
                      f"{r.tokens_generated / 1e6:.2f} | {r.tokens_discarded / 1e6:.2f} | "
+                     f"{r.discarded_share:.1%} | {r.early_rounds_started:.0f} | "
+                     f"{r.early_rounds_discarded:.0f} | "
+                     f"{r.exact_bound_step_s / base_s:.2f}x | "
                      f"{r.kept_response_length:.0f} | {r.generation_s:.1f} | {r.update_s:.1f} | "
                      f"{min(r.update_comm_s, r.update_s):.2f} | {r.weight_sync_s:.2f} | "
                      f"{r.weight_sync_s / r.step_s:.1%} | {r.step_s:.1f} | "
-                     f"{ratios[(r.algorithm, r.scheduler)]:.2f}x |")
+                     f"{ratios[(r.algorithm, r.label)]:.2f}x |")
     return "\n".join(lines)
 
 
@@ -209,6 +284,14 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help=f"comma-separated (default {','.join(ALGORITHMS)})")
     parser.add_argument("--schedulers", default=",".join(SCHEDULERS),
                         help=f"comma-separated (default {','.join(SCHEDULERS)})")
+    parser.add_argument("--early-rounds", default="auto",
+                        help="comma-separated early-rounds modes of the per-prompt schedulers: "
+                        f"{', '.join(EARLY_ROUNDS_CHOICES)} (default auto: certain; round runs "
+                        "off only)")
+    parser.add_argument("--speculative-capacity", type=float,
+                        default=DEFAULT_SPECULATIVE_CAPACITY,
+                        help="early rounds speculate while the engine runs fewer requests than "
+                        f"this share of max_num_seqs (default {DEFAULT_SPECULATIVE_CAPACITY:g})")
     parser.add_argument("--engine", action="append", default=[], metavar="FIELD=VALUE",
                         help="an EngineTimeModel constant, e.g. --engine max_num_seqs=256 "
                         "(repeatable): " + ", ".join(f.name for f in
@@ -300,6 +383,10 @@ def run_cli(args: argparse.Namespace) -> int:
         schedulers = _names(args.schedulers, SCHEDULERS, "schedulers")
         if "round" not in schedulers:
             schedulers.insert(0, "round")
+        early_rounds = _names(args.early_rounds, EARLY_ROUNDS_CHOICES, "early_rounds")
+        if not 0 < args.speculative_capacity <= 1:
+            raise ConfigError("speculative_capacity", f"must be within (0, 1], got "
+                              f"{args.speculative_capacity:g}")
         engine = EngineTimeModel(**_constants(args.engine, EngineTimeModel, "engine"))
         length_values = _constants(args.length, LengthModel, "length")
         if "max_tokens" in length_values:
@@ -330,6 +417,7 @@ def run_cli(args: argparse.Namespace) -> int:
         print(f"error: {flag}: {exc.reason}", file=sys.stderr)
         return 2
     results = study(rates, algorithms=algorithms, schedulers=schedulers,
+                    early_rounds=early_rounds, speculative_capacity=args.speculative_capacity,
                     progress=not args.no_progress, group_size=args.group_size,
                     samples_per_round=args.samples_per_round, max_rounds=args.max_rounds,
                     max_tokens=args.max_tokens, steps=args.steps, seed=args.seed,
@@ -359,7 +447,9 @@ def run_cli(args: argparse.Namespace) -> int:
                                                   "peak": memory.peak},
                           "results": [{**dataclasses.asdict(r), "step_s": r.step_s,
                                        "weight_sync_s": r.weight_sync_s,
-                                       "ratio_to_grpo": ratios[(r.algorithm, r.scheduler)]}
+                                       "discarded_share": r.discarded_share,
+                                       "exact_bound_step_s": r.exact_bound_step_s,
+                                       "ratio_to_grpo": ratios[(r.algorithm, r.label)]}
                                       for r in results]}))
     else:
         where = (f"{args.gpus} GPU{'s' if args.gpus > 1 else ''}"

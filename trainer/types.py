@@ -115,6 +115,26 @@ class SampleRecord:
 
 
 @dataclass
+class RankRecord:
+    """One rank of a ``world_size > 1`` run in one step: where it runs and how its step's
+    seconds split. The parts are the rank's own (a straggler shows in its row): generating its
+    share of the requests, its part of the update, gathering the full weights (``full_tensor``
+    collectives) and loading them into its engine."""
+
+    rank: int
+    node: str                  # the machine (Ray node address or host name)
+    device: str                # e.g. "NVIDIA H100 80GB HBM3 (cuda:0)", "cpu"
+    generation_s: float = 0.0
+    update_s: float = 0.0
+    weight_gather_s: float = 0.0
+    engine_load_s: float = 0.0
+
+    # The parts of a rank's step time, as (field, what the run page calls it).
+    PARTS = (("generation_s", "generation"), ("update_s", "update"),
+             ("weight_gather_s", "weight gather"), ("engine_load_s", "engine load"))
+
+
+@dataclass
 class StepRecord:
     """Everything one training step produced. A recorder writes it atomically."""
 
@@ -123,6 +143,8 @@ class StepRecord:
     rounds: list[RoundStat]
     prompts: list[PromptStepRecord]
     samples: list[SampleRecord]
+    # Per rank of a world_size > 1 run (the learner's ``rank_records()``); empty in one process.
+    ranks: list[RankRecord] = field(default_factory=list)
 
 
 @dataclass
@@ -164,6 +186,16 @@ class StopRequested(Exception):  # noqa: N818 - a signal, not an error
         self.where, self.clean = where, clean
 
     def on_eval(self, record: EvalRecord) -> None: ...
+
+
+class NonFiniteGradients(RuntimeError):
+    """More optimiser steps in a row than ``max_skipped_updates`` had a non-finite gradient
+    norm (each was skipped): the run fails with this reason."""
+
+
+# Key of ``update_policy``'s result that is not a step metric: the optimiser steps skipped in a
+# row at the end of the update, which the loop carries across steps for max_skipped_updates.
+SKIPPED_IN_A_ROW = "skipped_in_a_row"
 
 
 @dataclass(frozen=True)
@@ -231,7 +263,8 @@ STEP_METRICS: dict[str, Metric | str] = {
     "unresolved_missing_pos": count("unresolved prompts lacking positives", "prompts"),
     "unresolved_missing_neg": count("unresolved prompts lacking negatives", "prompts"),
     "entropy": count("mean token entropy of kept responses under the policy", "nats"),
-    "policy_loss": Metric("PPO-clip loss (token-mean), averaged over mini-batches", "loss"),
+    "policy_loss": Metric("PPO-clip loss (aggregated by loss_agg_mode), averaged over the "
+                          "optimiser steps taken", "loss"),
     "kl": count("mean KL to the reference policy (0 when off)", "nats"),
     "clip_frac_low": fraction("fraction of tokens clipped at 1 - eps_low"),
     "clip_frac_high": fraction("fraction of tokens clipped at 1 + eps_high"),
@@ -239,14 +272,29 @@ STEP_METRICS: dict[str, Metric | str] = {
                                "-A x clip_ratio_c (dual-clip)"),
     "optimizer_steps": count("optimiser steps taken this step (mini-batches x epochs)",
                              "optimiser steps"),
-    "grad_norm": count("gradient norm before clipping", "norm"),
+    "grad_norm": count("gradient norm before clipping, mean over the optimiser steps taken",
+                       "norm"),
+    "skipped_updates": count("optimiser steps skipped because the gradient norm was not finite "
+                             "(the weights stay as they were; max_skipped_updates in a row "
+                             "fail the run)", "optimiser steps"),
     "response_length": count("mean response length", "tokens"),
     "kept_response_length": count("mean length of the responses kept for the update; compare "
                                   "across schedulers: streaming favours short responses",
                                   "tokens"),
     "tokens_discarded": count("response tokens generated and then thrown away: requests aborted "
                               "by the streaming scheduler, or finished after their prompt had "
-                              "stopped", "tokens"),
+                              "stopped, and speculative early rounds of prompts that exited",
+                              "tokens"),
+    "early_rounds_started": count("rounds submitted before the prompt's previous round was back "
+                                  "and decided (early_rounds: certain or speculative)", "rounds",
+                                  "early rounds started"),
+    "early_rounds_discarded": count("early rounds aborted because their prompt exited after "
+                                    "all (speculative only; certain rounds are always kept)",
+                                    "rounds", "early rounds discarded"),
+    "early_rounds_saved_s": count("largest head start one prompt's kept early rounds gained, "
+                                  "summed along its rounds (engine seconds: simulated on the "
+                                  "simulated backend): how much sooner that prompt was done",
+                                  "s", "time saved by early rounds"),
     "verifier_errors": count("responses whose verifier raised (scored 0)", "responses"),
     "kept_samples": count("responses kept for the update", "samples"),
     "dropped_groups": count("groups left out of the update: DAPO's groups without signal, or "

@@ -21,11 +21,17 @@ from typing import Any
 import numpy as np
 import torch
 
-from trainer.loss import entropy_bonus, kl_penalty, ppo_clip_loss, truncated_is_weights
-from trainer.types import StopRequested
+from trainer.loss import (
+    Aggregation,
+    entropy_bonus,
+    kl_penalty,
+    ppo_clip_loss,
+    truncated_is_weights,
+)
+from trainer.types import SKIPPED_IN_A_ROW, StopRequested
 
 UPDATE_METRICS = ("policy_loss", "entropy", "kl", "clip_frac_low", "clip_frac_high",
-                  "dual_clip_frac", "grad_norm", "lr", "optimizer_steps")
+                  "dual_clip_frac", "grad_norm", "lr", "optimizer_steps", "skipped_updates")
 _LOSS_METRICS = ("policy_loss", "entropy", "kl", "clip_frac_low", "clip_frac_high",
                  "dual_clip_frac")
 
@@ -155,8 +161,12 @@ def update_policy(model: Any, optimizer: torch.optim.Optimizer, scheduler: Any,
                   ref_model: Any = None, seed: int = 0, micro_batch_size: int | None = None,
                   should_stop: Callable[[], bool] | None = None,
                   shard: UpdateShard = LOCAL) -> dict[str, float]:
-    """One training step's policy update. Returns the UPDATE_METRICS, averaged over mini-batches
-    (``lr`` is the learning rate the step used).
+    """One training step's policy update. Returns the UPDATE_METRICS, averaged over the optimiser
+    steps taken (``lr`` is the learning rate the step used), and ``SKIPPED_IN_A_ROW``.
+
+    A mini-batch whose gradient norm is not finite takes no optimiser step (``skipped_updates``
+    counts them; ``optimizer_steps`` counts the steps taken). With several ranks the norm is the
+    whole model's, so every rank skips the same mini-batches.
 
     Mini-batches hold ``config.ppo_mini_batch_size`` prompts (0: the whole batch) in an order
     shuffled per epoch by ``seed``; each is one optimiser step whose loss is the token-mean over
@@ -225,7 +235,7 @@ def update_policy(model: Any, optimizer: torch.optim.Optimizer, scheduler: Any,
     model.train()
 
     totals = dict.fromkeys((*_LOSS_METRICS, "grad_norm"), 0.0)
-    n_updates = 0
+    n_updates = skipped = in_a_row = 0
     tis_cap = float(getattr(config, "tis_cap", 0.0) or 0.0)
     tis_on = tis_cap > 0 and rollout is not None
     tis_sum = tis_hit = tis_tokens = 0.0
@@ -233,7 +243,9 @@ def update_policy(model: Any, optimizer: torch.optim.Optimizer, scheduler: Any,
         if should_stop is not None and should_stop():
             optimizer.zero_grad(set_to_none=True)
             raise StopRequested("the policy update", clean=n_updates == 0)
-        (n_tokens,) = shard.total([float(sum(lengths[i] for i in idx))])
+        n_tokens, n_seqs = shard.total([float(sum(lengths[i] for i in idx)), float(len(idx))])
+        agg = Aggregation(getattr(config, "loss_agg_mode", "token-mean"), n_tokens, n_seqs,
+                          float(getattr(config, "max_new_tokens", 1) or 1))
         optimizer.zero_grad(set_to_none=True)
         mb = dict.fromkeys(_LOSS_METRICS, 0.0)
         for part in shard.chunks(idx, micro_batch_size):
@@ -253,13 +265,14 @@ def update_policy(model: Any, optimizer: torch.optim.Optimizer, scheduler: Any,
             pg, clip = ppo_clip_loss(lp, old_lp, adv, mask, config.clip_eps_low,
                                      config.clip_eps_high, denominator=n_tokens,
                                      token_weights=weights,
-                                     clip_ratio_c=config.clip_ratio_c)
-            ent_term, h = entropy_bonus(ent, mask, config.entropy_coef, denominator=n_tokens)
+                                     clip_ratio_c=config.clip_ratio_c, agg=agg)
+            ent_term, h = entropy_bonus(ent, mask, config.entropy_coef, denominator=n_tokens,
+                                        agg=agg)
             loss = pg + ent_term
             if ref:
                 ref_lp = _pad([ref[i] for i in part] or [[]], width).to(lp.device)
                 kl_term, kl = kl_penalty(lp, ref_lp, mask, config.kl_coef,
-                                         denominator=n_tokens)
+                                         denominator=n_tokens, agg=agg)
                 loss = loss + kl_term
                 mb["kl"] += kl.item()
             loss.backward()
@@ -272,17 +285,31 @@ def update_policy(model: Any, optimizer: torch.optim.Optimizer, scheduler: Any,
             [p for g in optimizer.param_groups for p in g["params"]], config.max_grad_norm)
         if hasattr(grad_norm, "full_tensor"):  # sharded parameters: a DTensor norm
             grad_norm = grad_norm.full_tensor()
+        if not torch.isfinite(grad_norm):
+            # As verl's actor: an inf/NaN gradient would make every weight NaN. Skip the step
+            # (weights and AdamW moments untouched); the loop fails the run after
+            # max_skipped_updates in a row. Its losses are left out of the means.
+            optimizer.zero_grad(set_to_none=True)
+            skipped += 1
+            in_a_row += 1
+            continue
+        in_a_row = 0
         optimizer.step()
         for k, v in zip(mb, shard.total(list(mb.values())), strict=True):
             totals[k] += v
         totals["grad_norm"] += float(grad_norm)
         n_updates += 1
     optimizer.zero_grad(set_to_none=True)
-    scheduler.step()
+    with warnings.catch_warnings():
+        if n_updates == 0:  # every step skipped: "scheduler.step() before optimizer.step()"
+            warnings.simplefilter("ignore", UserWarning)
+        scheduler.step()
     model.eval()
     for k, v in totals.items():
         metrics[k] = v / max(n_updates, 1)
     metrics["optimizer_steps"] = float(n_updates)
+    metrics["skipped_updates"] = float(skipped)
+    metrics[SKIPPED_IN_A_ROW] = float(in_a_row)
     if tis_on:
         tis_sum, tis_hit, tis_tokens = shard.total([tis_sum, tis_hit, tis_tokens])
         metrics["tis_weight_mean"] = tis_sum / max(tis_tokens, 1.0)

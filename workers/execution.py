@@ -42,6 +42,7 @@ from experiments.models import Run
 
 from trainer.config import TrainConfig
 from trainer.types import Prompt
+from workers.placement_wait import wait_for_ranks
 from workers.recorder import LeaseLost, PostgresRecorder, reconnecting
 
 logger = logging.getLogger("workers.execution")
@@ -225,6 +226,11 @@ def _lease_lost(run_id: int) -> str:
     return "lease lost"
 
 
+def _say_waiting(run_id: int, owner: str, text: str) -> None:
+    if not reconnecting(services.set_run_waiting)(run_id, owner, text):
+        raise LeaseLost(f"run {run_id}: lease lost")
+
+
 def _train(run: Run, owner: str) -> str:
     import trainer
 
@@ -235,8 +241,16 @@ def _train(run: Run, owner: str) -> str:
                     checkpoint.path)
     prompts = trainer_prompts(run.prompt_set_id)
     eval_prompts = trainer_prompts(run.eval_set_id) if run.eval_set_id else None
-    backend = make_backend(config, prompts)
     should_stop = StopCheck(run.pk, owner)
+    # On a shared Ray cluster the run waits for its ranks' bundles first (cancellable, shown
+    # on its page), before the trainer's clock, so the wait is not wall time.
+    if not wait_for_ranks(config, should_stop, lambda text: _say_waiting(run.pk, owner, text)):
+        if should_stop.lease_lost:
+            raise LeaseLost(f"run {run.pk}: lease lost")
+        if not reconnecting(services.finish_run)(run.pk, owner, Run.Status.CANCELLED):
+            raise LeaseLost(f"run {run.pk}: lease lost")
+        return Run.Status.CANCELLED
+    backend = make_backend(config, prompts)
     try:
         result = trainer.train(config, prompts, backend,
                                PostgresRecorder(run.pk, lease_owner=owner), should_stop,

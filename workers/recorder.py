@@ -9,6 +9,7 @@ no row is ever duplicated. A recorder that holds a lease writes only while it st
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import json
 import logging
@@ -158,12 +159,15 @@ class PostgresRecorder:
                 wall = (previous[0][1] if previous else 0.0) + float(m.get("time_step") or 0.0)
                 cursor.execute(
                     "INSERT INTO experiments_step (run_id, step, metrics, real_reward, "
-                    "kept_reward, samples, tokens, wall_seconds, created_at) "
-                    "VALUES (%s, %s, %s, %s, %s, %s, %s, %s, now())",
+                    "kept_reward, samples, tokens, wall_seconds, ranks, created_at) "
+                    "VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s, now())",
                     [run_id, step, json.dumps(clean_metrics(m)),
                      finite_or_none(m.get("real_reward")), finite_or_none(m.get("kept_reward")),
                      int(m.get("samples") or sum(r.samples for r in record.rounds)),
-                     int(m.get("tokens") or 0), wall])
+                     int(m.get("tokens") or 0), wall,
+                     json.dumps([{k: finite_or_none(v) if isinstance(v, float) else v
+                                  for k, v in dataclasses.asdict(r).items()}
+                                 for r in record.ranks])])
             copy_rows("experiments_roundstat", ROUNDSTAT_COLUMNS, (
                 (run_id, step, r.round, r.active_prompts, r.samples, r.positives, r.finished,
                  r.tokens) for r in record.rounds))

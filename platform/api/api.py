@@ -184,6 +184,9 @@ class RunOut(Schema):
     samples_spent: int
     latest_real_reward: float | None
     cancel_requested: bool
+    # What a running run waits for before it trains ("waiting for 8 GPUs on the Ray cluster
+    # (4 free, 6 in all)"); empty otherwise.
+    waiting_for: str
     error: str
     created_at: dt.datetime
     started_at: dt.datetime | None

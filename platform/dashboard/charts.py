@@ -21,7 +21,7 @@ from experiments.models import Run
 from trainer import formatting as fmt
 from trainer.allocation import ALLOCATION_WEIGHTS
 from trainer.config import TrainConfig
-from trainer.types import Metric
+from trainer.types import Metric, RankRecord
 
 from . import heatmap as heatmap_data
 from . import metrics, selectors
@@ -167,6 +167,7 @@ RUN_CHARTS: dict[str, Chart] = {}
 SECTIONS: dict[str, Section] = {s.key: s for s in (
     Section(""),
     Section("est", "Reinforce-Ada Est: where the budget went", "dashboard/_est_note.html"),
+    Section("ranks", "Across ranks: where the run executes", "dashboard/_ranks_note.html"),
     Section("heatmap"),  # the prompt x step heatmap has a card of its own
 )}
 
@@ -697,6 +698,85 @@ def est_budget(run: Run, max_points: int = MAX_POINTS) -> Fig:
     return _est_note({"data": data, "layout": layout}, not a["step"], run)
 
 
+# --- across ranks (world_size > 1) ----------------------------------------------------------------
+
+RANK_PARTS = RankRecord.PARTS
+STRAGGLER_COLOR = "#D55E00"
+PEER_COLOR = "#7f8c9a"
+
+
+def _mean(values: list[float | None]) -> float | None:
+    known = [v for v in values if v is not None]
+    return statistics.fmean(known) if known else None
+
+
+def straggler(series: selectors.RankSeries) -> tuple[int, float, int] | None:
+    """(rank, its mean step time over the median rank's, steps in which it was the slowest) of
+    the rank with the longest mean step time; None with fewer than two ranks."""
+    means = {k: _mean(series.totals(k)) for k in series.parts}
+    means = {k: v for k, v in means.items() if v is not None}
+    if len(means) < 2:
+        return None
+    slow = max(means, key=lambda k: (means[k], -k))
+    median = statistics.median(means.values())
+    totals = {k: series.totals(k) for k in means}
+    slowest = sum(1 for i in range(len(series.steps))
+                  if all(totals[slow][i] is not None and (totals[k][i] is None
+                                                         or totals[k][i] <= totals[slow][i])
+                         for k in totals))
+    return slow, (means[slow] / median if median else math.inf), slowest
+
+
+def _rank_note(series: selectors.RankSeries) -> str:
+    found = straggler(series)
+    if found is None:
+        return ""
+    rank, ratio, slowest = found
+    return (f"slowest: rank {rank} ({series.nodes.get(rank, '')}), {ratio:.2f}x the median "
+            f"rank's step time, the slowest in {slowest:,} of {len(series.steps):,} steps")
+
+
+def rank_times(run: Run, max_points: int = MAX_POINTS, **_: Any) -> Fig:
+    """Each rank's step time (its generation, update, weight gather and engine load) per step,
+    one line per rank; the slowest rank in its own colour, named in the title."""
+    series = selectors.rank_series(run.pk, tuple(k for k, _ in RANK_PARTS))
+    found = straggler(series)
+    slow = found[0] if found else None
+    traces = [_line(f"rank {k}" + (" (slowest)" if k == slow else ""), series.steps,
+                    series.totals(k), STRAGGLER_COLOR if k == slow else PEER_COLOR, max_points,
+                    **({"line": {"color": STRAGGLER_COLOR, "width": 3}} if k == slow else {}))
+              for k in series.parts]
+    note = _rank_note(series)
+    title = "Step time per rank" + (f"<br><sup>{plotly_text(note)}</sup>" if note else "")
+    fig = {"data": traces,
+           "layout": _layout(title, "step", "rank's step time (s)", hovermode="x")}
+    pin_axis(fig["layout"]["yaxis"])
+    fig["layout"]["yaxis"]["rangemode"] = "tozero"
+    return _empty_note(fig, series.steps)
+
+
+def rank_split(run: Run, max_points: int = MAX_POINTS, **_: Any) -> Fig:
+    """Where each rank's step went, mean seconds over the recorded steps, stacked by part."""
+    series = selectors.rank_series(run.pk, tuple(k for k, _ in RANK_PARTS))
+    found = straggler(series)
+    labels = [f"rank {k}" + (" (slowest)" if found and k == found[0] else "")
+              + (f"<br>{plotly_text(series.nodes[k])}" if series.nodes.get(k) else "")
+              for k in series.parts]
+    traces = [{"type": "bar", "name": label, "x": labels,
+               "y": [_mean(series.parts[k][key]) for k in series.parts],
+               "marker": {"color": PALETTE[i % len(PALETTE)]}}
+              for i, (key, label) in enumerate(RANK_PARTS)]
+    n = len(series.steps)
+    fig = {"data": traces, "layout": _layout(
+        f"Each rank's step, split (mean over {n:,} step{'s' if n != 1 else ''})", "rank",
+        "seconds per step (s)", barmode="stack", hovermode="x")}
+    return _empty_note(fig, series.steps)
+
+
+def _spans_ranks(ctx: ChartRun) -> bool:
+    return ctx.config.world_size > 1
+
+
 # --- the registry of run-page charts, in page order ------------------------------------------
 
 def _backend_is_vllm(ctx: ChartRun) -> bool:
@@ -706,8 +786,19 @@ def _backend_is_vllm(ctx: ChartRun) -> bool:
 
 
 def _streaming(ctx: ChartRun) -> bool:
-    # Only the streaming scheduler aborts requests; the others pool every response they draw.
+    # Only the streaming scheduler aborts requests as a matter of course.
     return ctx.config.scheduler == "streaming"
+
+
+def _discards(ctx: ChartRun) -> bool:
+    # Streaming aborts requests, speculative early rounds abort the rounds of prompts that
+    # exited; the other schedulers pool every response they draw.
+    return _streaming(ctx) or (ctx.eliminates and ctx.config.early_rounds_mode == "speculative")
+
+
+def _early_rounds(ctx: ChartRun) -> bool:
+    # A prompt's next round can only go in early where there is a next round.
+    return ctx.eliminates and ctx.config.early_rounds_mode != "off"
 
 
 def _no_points(build: Callable[[Run], Fig]) -> Callable[..., Fig]:
@@ -743,9 +834,20 @@ for _chart in (
                                               ("kept_response_length",
                                                "responses kept for the update")))),
     metric_chart_entry("discarded", MetricChart(
-        "Discarded tokens (streaming: aborted or finished after the prompt stopped)",
+        "Discarded tokens (aborted, or finished after their prompt stopped)",
         "response tokens per step (tokens)",
-        (("tokens_discarded", "tokens generated, then discarded"),)), applies_to=_streaming),
+        (("tokens_discarded", "tokens generated, then discarded"),)), applies_to=_discards),
+    metric_chart_entry("early_rounds", MetricChart(
+        "Early rounds (a prompt's next round drawn before its round was decided)",
+        "rounds per step (rounds)",
+        (("early_rounds_started", "started early"),
+         ("early_rounds_discarded", "discarded: the prompt exited"))),
+        applies_to=_early_rounds),
+    metric_chart_entry("early_rounds_saved", MetricChart(
+        "Time saved by early rounds (the most helped prompt's head start)",
+        "seconds per step (s; simulated on the simulated backend)",
+        (("early_rounds_saved_s", "head start of the most helped prompt"),)),
+        applies_to=_early_rounds),
     metric_chart_entry("timing", MetricChart("Step time", "seconds per step (s)", (
         ("time_generation", "generation"), ("time_scoring", "scoring"),
         ("time_update", "update"), ("time_sync", "weight sync")), stacked=True)),
@@ -757,6 +859,8 @@ for _chart in (
         applies_to=_backend_is_vllm),
     Chart("algorithm_metrics", algorithm_metrics_chart,
           applies_to=lambda ctx: bool(_own_metrics(ctx)), tall=True),
+    Chart("rank_times", rank_times, applies_to=_spans_ranks, section="ranks"),
+    Chart("rank_split", rank_split, applies_to=_spans_ranks, section="ranks"),
     Chart("eval", _no_points(evaluation), full_resolution=True),
     Chart("heatmap", lambda run, max_points=MAX_POINTS, **options: heatmap(run, **options),
           section="heatmap", full_resolution=True),

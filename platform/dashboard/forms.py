@@ -9,6 +9,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from django import forms
+from django.conf import settings
 from experiments import preflight, services
 from experiments.models import PromptSet, Run
 
@@ -47,6 +48,8 @@ def choices(name: str) -> list[tuple[str, str]] | None:
 GROUP_TITLES = {"algorithm": "Algorithm", "est": "Reinforce-Ada Est (ada-est only)",
                 "model": "Model and generation",
                 "optimisation": "Optimisation", "data": "Built-in task and verifier",
+                "distributed": "GPUs and machines (world_size > 1: Ray, FSDP2, one engine per "
+                               "rank)",
                 "run": "Seed, checkpoints and evaluation"}
 
 
@@ -117,8 +120,7 @@ class LaunchForm(NumbersAsTyped):
                                         help_text="Training prompts.")
     eval_set = forms.ModelChoiceField(queryset=PromptSet.objects.all(), required=False,
                                       help_text="Held-out prompts for evaluation (optional).")
-    queue = forms.ChoiceField(choices=[("cpu", "cpu"), ("gpu", "gpu")], initial="cpu",
-                              help_text="Workers that may take the run.")
+    queue = forms.ChoiceField(initial="cpu", help_text="Workers that may take the run.")
     retention = forms.ChoiceField(choices=Run.Retention.choices, initial=Run.Retention.ALL,
                                   help_text="Which response texts are stored.")
     # The preflight (the Estimate button): not part of the run.
@@ -143,6 +145,10 @@ class LaunchForm(NumbersAsTyped):
         super().__init__(*args, **kwargs)
         # An estimate launches nothing: it needs no run name.
         self.fields["name"].required = not estimate
+        # The queues as configured, each with what its workers are and how many ranks fit.
+        self.fields["queue"].choices = [
+            (q, f"{q}: {settings.RUN_QUEUE_HELP.get(q, q)}; world_size up to "
+                f"{settings.RUN_MAX_WORLD_SIZE.get(q, 1):,}") for q in settings.RUN_QUEUES]
         self.config_groups: dict[str, list[str]] = {}
         for spec in field_specs():
             if spec["name"] in SERVICE_OWNED:
@@ -158,7 +164,7 @@ class LaunchForm(NumbersAsTyped):
             {BUILTIN_MODEL: recommended_lr(BUILTIN_MODEL), "": recommended_lr("")})
 
     def grouped(self) -> list[tuple[str, list[forms.BoundField]]]:
-        order = ["algorithm", "est", "model", "optimisation", "data", "run"]
+        order = ["algorithm", "est", "model", "optimisation", "data", "distributed", "run"]
         groups = sorted(self.config_groups, key=lambda g: order.index(g) if g in order else 99)
         return [(GROUP_TITLES.get(g, g), [self[n] for n in self.config_groups[g]])
                 for g in groups]

@@ -206,6 +206,18 @@ def prompt_set_preview(prompt_set: PromptSet, limit: int = 20) -> list[Prompt]:
     return list(Prompt.objects.filter(prompt_set=prompt_set).order_by("index")[:limit])
 
 
+def skipped_updates(run: Run) -> dict[str, int] | None:
+    """The optimiser steps a run skipped for a non-finite gradient norm (``skipped_updates``):
+    how many in all, over how many training steps, and the latest such step; None when none."""
+    rows = list(Step.objects.filter(run=run, metrics__skipped_updates__gt=0)
+                .order_by("step").values_list("step", "metrics__skipped_updates"))
+    if not rows:
+        return None
+    return {"total": int(sum(float(v) for _, v in rows)), "steps": len(rows),
+            "last": rows[-1][0],
+            "max": TrainConfig.from_stored(run.config).max_skipped_updates}
+
+
 def run_eta(run: Run, now: dt.datetime | None = None) -> dt.timedelta | None:
     """Remaining time extrapolated from the mean step time so far; None before the first step."""
     if run.status not in Run.ACTIVE_STATUSES or not run.started_at or run.current_step == 0:
@@ -245,6 +257,57 @@ def step_series(run_id: int, metrics: tuple[str, ...] = ()) -> dict[str, list[An
         for name, value in zip(base, row, strict=True):
             cols[name].append(float(value) if name in ("cum_samples", "cum_tokens") else value)
     return cols
+
+
+# --- ranks of a world_size > 1 run --------------------------------------------------------------
+
+def run_placement(run_id: int) -> list[dict[str, Any]]:
+    """Where the run executes: its latest recorded step's ranks (rank, node, device), in rank
+    order; [] for a one-process run or before the first step. A resumed run may have moved, so
+    the latest step is the one that says."""
+    rows = _fetch(f"SELECT ranks FROM {Step._meta.db_table} WHERE run_id = %s "
+                  "AND jsonb_array_length(ranks) > 0 ORDER BY step DESC LIMIT 1", [run_id])
+    ranks = (json.loads(rows[0][0]) if isinstance(rows[0][0], str) else rows[0][0]) if rows else []
+    return sorted(({"rank": r["rank"], "node": r["node"], "device": r["device"]} for r in ranks),
+                  key=lambda r: r["rank"])
+
+
+@dataclass(frozen=True)
+class RankSeries:
+    """Per rank, per recorded step, each part of its step time (s): ``parts[rank][part]`` is a
+    list aligned with ``steps``. ``nodes[rank]`` is the rank's latest node."""
+
+    steps: list[int]
+    parts: dict[int, dict[str, list[float | None]]]
+    nodes: dict[int, str]
+
+    def totals(self, rank: int) -> list[float | None]:
+        cols = list(self.parts[rank].values())
+        return [None if any(v is None for v in vals) else float(sum(vals))  # type: ignore[arg-type]
+                for vals in zip(*cols, strict=True)]
+
+
+def rank_series(run_id: int, part_keys: tuple[str, ...]) -> RankSeries:
+    """Every recorded step's per-rank split of ``part_keys`` (RankRecord fields)."""
+    rows = _fetch(f"SELECT step, ranks FROM {Step._meta.db_table} WHERE run_id = %s "
+                  "AND jsonb_array_length(ranks) > 0 ORDER BY step", [run_id])
+    steps: list[int] = []
+    parts: dict[int, dict[str, list[float | None]]] = {}
+    nodes: dict[int, str] = {}
+    for i, (step, ranks) in enumerate(rows):
+        steps.append(step)
+        ranks = json.loads(ranks) if isinstance(ranks, str) else ranks
+        for r in ranks:
+            k = int(r["rank"])
+            cols = parts.setdefault(k, {p: [None] * i for p in part_keys})
+            for p in part_keys:
+                cols[p].append(r.get(p))
+            nodes[k] = str(r.get("node", ""))
+        for cols in parts.values():  # a rank missing from a step: a gap, not a shift
+            for p in part_keys:
+                if len(cols[p]) < i + 1:
+                    cols[p].append(None)
+    return RankSeries(steps, dict(sorted(parts.items())), nodes)
 
 
 def is_eval_fraction(key: str) -> bool:
@@ -553,7 +616,7 @@ def last_evals(run_ids: list[int]) -> dict[int, tuple[int, dict[str, Any]]]:
 
 
 # The device a run's "auto" resolves to on each queue's workers.
-QUEUE_DEVICES = {"cpu": "cpu", "gpu": "cuda"}
+QUEUE_DEVICES = {"cpu": "cpu", "gpu": "cuda", "ray": "cuda"}
 
 
 @dataclass(frozen=True)

@@ -157,9 +157,13 @@ def run_detail(request: HttpRequest, run_id: int) -> HttpResponse:
     rows = options["rows"]
     shown = {"sort": request.GET.get("sort", ""), "q": options["query"],
              "rows": f"{rows[0]}-{rows[1]}" if rows else ""}
+    placement = selectors.run_placement(run.pk)
     return render(request, "dashboard/run_detail.html", {
         **_status_context(request, run),
         "config": charts.run_config(run),
+        # Where a world_size > 1 run executes (the "Across ranks" section's table).
+        "placement": placement,
+        "placement_nodes": len({r["node"] for r in placement}),
         # A clone says how it differs from its source (a deleted source leaves nothing to say).
         "source_diff": selectors.config_diff([run.cloned_from, run]) if run.cloned_from else None,
         "chart_sections": [(section, [charts.RUN_CHARTS[n] for n in names])
@@ -175,7 +179,8 @@ def _status_context(request: HttpRequest, run: Run) -> dict[str, Any]:
     return {"run": run, "eta": selectors.run_eta(run), "poll_seconds": POLL_SECONDS,
             "can_manage": services.can_modify_run(run, request.user),
             "active": run.status in Run.ACTIVE_STATUSES,
-            "algorithm_label": selectors.algorithm_label(run.algorithm)}
+            "algorithm_label": selectors.algorithm_label(run.algorithm),
+            "skipped": selectors.skipped_updates(run)}
 
 
 @login_required

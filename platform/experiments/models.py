@@ -119,6 +119,10 @@ class Run(models.Model):
     lease_owner = models.CharField(max_length=200, blank=True)
     heartbeat_at = models.DateTimeField(null=True, blank=True)
     attempts = models.PositiveIntegerField(default=0)
+    # What a leased run waits for before it trains, in words ("waiting for 8 GPUs on the Ray
+    # cluster (4 free, 6 in all)"); empty once it has them. The wait is not training time: the
+    # wall-time limit starts after it.
+    waiting_for = models.CharField(max_length=300, blank=True, default="")
     error = models.TextField(blank=True)
     traceback = models.TextField(blank=True)
     cloned_from = models.ForeignKey("self", null=True, blank=True, on_delete=models.SET_NULL,
@@ -160,6 +164,10 @@ class Step(models.Model):
     # B x M x N x max_new_tokens can pass 2**31 within the config's bounds.
     tokens = models.PositiveBigIntegerField(default=0)
     wall_seconds = models.FloatField(default=0.0, help_text="Seconds since the run started.")
+    # A world_size > 1 run's ranks this step: [{"rank", "node", "device", "generation_s",
+    # "update_s", "weight_gather_s", "engine_load_s"}, ...] (trainer.types.RankRecord); empty
+    # for a one-process run.
+    ranks = models.JSONField(default=list, db_default=[], blank=True)
     created_at = models.DateTimeField(auto_now_add=True)
 
     class Meta:

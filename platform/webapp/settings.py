@@ -154,13 +154,35 @@ CELERY_BROKER_TRANSPORT_OPTIONS = {
     "unacked_restore_interval": int(os.environ.get("CELERY_UNACKED_RESTORE_INTERVAL", 10)),
     "unacked_restore_throttle": int(os.environ.get("CELERY_UNACKED_RESTORE_THROTTLE", 10)),
 }
-RUN_QUEUES = ("cpu", "gpu")
+# The run queues, and what each one's workers are (the launch form's dropdown). A run with
+# world_size > 1 spans that many ranks: on cpu and gpu a private local Ray on the worker's own
+# machine, on ray the Ray cluster named by the driver workers' RAY_ADDRESS (README, "More GPUs,
+# more machines").
+RUN_QUEUES = ("cpu", "gpu", "ray")
+RUN_QUEUE_HELP = {
+    "cpu": "CPU workers; world_size > 1 runs that many CPU processes on the worker's machine",
+    "gpu": "GPU workers, one GPU each; world_size > 1 uses the GPUs of the worker's machine",
+    "ray": "drivers of runs across GPUs and machines on a Ray cluster (world_size >= 2)",
+}
+# The most ranks a run may ask for on each queue: what its workers can ever place (the GPUs of
+# a gpu worker's machine, the Ray cluster's GPUs, the CPU processes a cpu worker's machine can
+# run). A launch past it is refused naming the figure; a run within it but beyond what is free
+# waits for the ranks.
+RUN_MAX_WORLD_SIZE = {
+    "cpu": int(os.environ.get("RUN_MAX_WORLD_SIZE_CPU", 4)),
+    "gpu": int(os.environ.get("RUN_MAX_WORLD_SIZE_GPU", 1)),
+    "ray": int(os.environ.get("RUN_MAX_WORLD_SIZE_RAY", 8)),
+}
+# The fewest ranks a run on each queue needs: the ray queue's drivers hold no GPU, so a
+# one-rank run (one process, no Ray) has nowhere to train there.
+RUN_MIN_WORLD_SIZE = {"ray": 2}
 # A step's generation work at most, per queue, in tokens: max_samples_per_step x max_new_tokens
 # (B x M x N x max_new_tokens for Reinforce-Ada Seq). A launch past it is refused naming the
 # figure; a worker holds a step for as long as it samples, and cancel waits for the round.
 RUN_MAX_STEP_TOKENS = {
     "cpu": int(os.environ.get("RUN_MAX_STEP_TOKENS_CPU", 2**22)),
     "gpu": int(os.environ.get("RUN_MAX_STEP_TOKENS_GPU", 2**30)),
+    "ray": int(os.environ.get("RUN_MAX_STEP_TOKENS_RAY", 2**32)),
 }
 # Most runs one sweep may launch (the product of its grid).
 SWEEP_MAX_RUNS = int(os.environ.get("SWEEP_MAX_RUNS", 100))

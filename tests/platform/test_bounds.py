@@ -90,3 +90,63 @@ def test_values_past_the_columns_are_form_errors_not_server_errors(
         services.launch_run(Run._meta.get_field("owner").related_model.objects.first(), "x",
                             SIM | {field: value}, ps)
     assert exc.value.field == field
+
+
+# --- ranks per queue (world_size, issue 22) ------------------------------------------------------
+
+VLLM = SIM | {"backend": "vllm", "batch_size": 8}
+
+
+def test_world_size_past_what_the_queue_can_place_is_refused_naming_the_figure(
+        owner: User, settings: object) -> None:
+    settings.RUN_MAX_WORLD_SIZE = {"cpu": 2, "gpu": 1, "ray": 8}
+    ps = make_prompt_set(size=64)
+    with pytest.raises(services.LaunchError) as exc:
+        services.launch_run(owner, "too wide", VLLM | {"world_size": 4}, ps, queue="cpu")
+    assert exc.value.field == "world_size"
+    assert exc.value.reason == ("world_size 4 needs 4 CPU processes; the cpu queue has at most "
+                                "2 (RUN_MAX_WORLD_SIZE_CPU)")
+    errors = services.launch_errors(VLLM | {"world_size": 8, "device": "cuda"}, name="x",
+                                    prompt_set=ps, queue="gpu", retention="all")
+    assert errors == [("world_size", "world_size 8 needs 8 GPUs; the gpu queue has at most 1 "
+                                     "(RUN_MAX_WORLD_SIZE_GPU)")]
+    assert not Run.objects.exists()
+    # Within the queue's figure: no complaint (the run waits for free ranks, if need be).
+    for queue, size in (("cpu", 2), ("ray", 8), ("gpu", 1)):
+        assert services.launch_errors(VLLM | {"world_size": size}, name="x", prompt_set=ps,
+                                      queue=queue, retention="all") == [], queue
+
+
+def test_the_ray_queue_refuses_a_one_rank_run(owner: User) -> None:
+    ps = make_prompt_set(size=64)
+    errors = services.launch_errors(VLLM, name="x", prompt_set=ps, queue="ray",
+                                    retention="all")
+    assert [f for f, _ in errors] == ["world_size"]
+    assert "world_size >= 2" in errors[0][1] and "gpu queue" in errors[0][1]
+    # A cuda run may go to either GPU queue, never to cpu.
+    assert services.launch_errors(VLLM | {"device": "cuda", "world_size": 2}, name="x",
+                                  prompt_set=ps, queue="ray", retention="all") == []
+    cpu = services.launch_errors(VLLM | {"device": "cuda"}, name="x", prompt_set=ps,
+                                 queue="cpu", retention="all")
+    assert cpu == [("queue", "device 'cuda' needs a GPU: choose the gpu or ray queue")]
+
+
+def test_launch_form_offers_the_ranks_and_memory_options_and_says_each_queues_figure(
+        owner_client: Client, settings: object) -> None:
+    settings.RUN_MAX_WORLD_SIZE = {"cpu": 2, "gpu": 1, "ray": 16}
+    ps = make_prompt_set(size=64)
+    page = owner_client.get(reverse("dashboard:run_launch")).content.decode()
+    assert "GPUs and machines" in page
+    for name in ("world_size", "fsdp_bucket_mb", "activation_checkpointing",
+                 "vllm_sleep_mode"):
+        assert f'name="{name}"' in page, name
+    assert "FSDP2 shard" in page  # world_size's own help
+    assert "world_size up to 16" in page and "ray: drivers of runs across GPUs" in page
+    resp = owner_client.post(reverse("dashboard:run_launch"),
+                             _launch_data(ps, backend="vllm", world_size=3))
+    assert resp.status_code == 200
+    html = resp.content.decode()
+    block = html[html.index('id="field-world_size"'):]
+    block = block[:block.index('id="field-', 10)]
+    assert "world_size 3 needs 3 CPU processes; the cpu queue has at most 2" in block
+    assert not Run.objects.exists()

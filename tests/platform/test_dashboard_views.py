@@ -9,6 +9,7 @@ import pytest
 from django.contrib.auth.models import User
 from django.test import Client
 from django.urls import reverse
+from django.utils.html import escape
 from experiments.models import Prompt, PromptSet, Run
 
 from .dashboard_fixtures import make_prompt_set, make_run, record_run
@@ -134,7 +135,8 @@ def test_launch_form_lists_every_hyperparameter_with_default_and_help(owner_clie
         if spec["name"] in ("prompts", "eval_prompts"):
             continue
         assert f'id="field-{spec["name"]}"' in page, spec["name"]
-        assert spec["help"].split(" (")[0][:30].replace("'", "&#x27;") in page, spec["name"]
+        # The page holds the help HTML-escaped ('world_size > 1' reads 'world_size &gt; 1').
+        assert escape(spec["help"].split(" (")[0][:30]) in page, spec["name"]
     for label in ("GRPO", "Reinforce-Ada Seq-pos (v1/v2: ada-pos)",
                   "Reinforce-Ada Seq-balance (v1/v2: ada-balance)", "Reinforce-Ada Est", "DAPO"):
         assert label in page

@@ -77,3 +77,24 @@ def test_curves_for_every_k_match_enumerating_subsets() -> None:
     assert metrics["pass@1"] == pytest.approx(metrics[f"avg@{k}"])
     assert 0.0 < metrics["all_correct@6"] < metrics["all_correct@1"]
     assert metrics["pass@1"] < metrics["pass@6"] < 1.0
+
+
+def test_evaluate_counts_correct_by_the_runs_positive_threshold() -> None:
+    """A reward of 0.7 is correct at the default threshold 0.5 and wrong at 0.8: evaluation
+    counts as the sampler does (positive_threshold), not by a fixed 0.5."""
+    from trainer.backends.simulated import SimulatedBackend
+    from trainer.config import TrainConfig
+    from trainer.types import Prompt
+
+    prompts = [Prompt(id=str(i), text=f"{i}+0=", answer=str(i), metadata={"pass_rate": 1.0})
+               for i in range(4)]
+    backend = SimulatedBackend(TrainConfig(backend="simulated"))
+
+    def partial_credit(response: str, answer: str) -> float:
+        return 0.7 if response == answer else 0.0
+
+    at_half = evaluate(backend, prompts, partial_credit, k=4, seed=0)
+    strict = evaluate(backend, prompts, partial_credit, k=4, seed=0, positive_threshold=0.8)
+    assert at_half["greedy_accuracy"] == 1.0 and at_half["pass@4"] == 1.0
+    assert strict["greedy_accuracy"] == 0.0 and strict["pass@4"] == 0.0
+    assert strict["avg@4"] == at_half["avg@4"] == pytest.approx(0.7)  # the mean reward itself

@@ -161,3 +161,16 @@ def test_log_ratio_is_clamped_before_exp() -> None:
     # Towards -100 the ratio is exp(-20) ~ 2e-9: A = +1 is unclipped and finite.
     loss_low, _ = ppo_clip_loss(-lp.detach(), old, torch.tensor([1.0, 1.0]), torch.ones(2, 1))
     assert loss_low.item() == pytest.approx(-math.exp(-20.0))
+
+
+def test_kl_k3_is_clamped_to_ten_as_verls_low_var_kl() -> None:
+    # d = ref - logp = 5: exp(5) - 5 - 1 = 142.4 unclamped; 3: 16.1; 2: 4.39 (below the bound).
+    lp = torch.zeros(1, 3, requires_grad=True)
+    ref = torch.tensor([[5.0, 3.0, 2.0]])
+    k = kl_k3(lp, ref)
+    assert k[0, 0].item() == 10.0 and k[0, 1].item() == 10.0
+    assert k[0, 2].item() == pytest.approx(math.exp(2.0) - 3.0)
+    k.sum().backward()
+    # A clamped token passes no gradient; the one below the bound does (d/dlogp = 1 - e^d).
+    assert lp.grad[0, 0].item() == 0.0 and lp.grad[0, 1].item() == 0.0
+    assert lp.grad[0, 2].item() == pytest.approx(1.0 - math.exp(2.0))

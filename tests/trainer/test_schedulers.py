@@ -174,8 +174,9 @@ def test_per_prompt_run_records_the_round_based_run(tmp_path) -> None:
         runs.append(rec)
     for sa, sb in zip(runs[0].steps, runs[1].steps, strict=True):
         assert sa.samples == sb.samples and sa.prompts == sb.prompts and sa.rounds == sb.rounds
-        assert {k: v for k, v in sa.metrics.items() if not k.startswith("time_")} == \
-            {k: v for k, v in sb.metrics.items() if not k.startswith("time_")}
+        # Everything but time, and how the time was won (per-prompt's early rounds).
+        assert {k: v for k, v in sa.metrics.items() if not k.startswith(("time_", "early_"))} \
+            == {k: v for k, v in sb.metrics.items() if not k.startswith(("time_", "early_"))}
     assert runs[0].of_type("round") == runs[1].of_type("round")
 
 
@@ -290,12 +291,13 @@ def test_cancel_is_checked_in_flight_and_aborts_the_requests(scheduler: str) -> 
 
 def test_cancelled_streaming_run_stops_cleanly(tmp_path) -> None:
     cfg = config(scheduler="streaming", total_steps=3)
-    polls = []
+    rec = ListRecorder()
 
     def stop() -> bool:
-        polls.append(1)
-        return len(polls) > 1  # step 1 polls before it submits; step 2 is cancelled
-    rec = ListRecorder()
+        # Once step 1 is recorded (a count of polls would depend on how long a step takes:
+        # in-flight polls are throttled by wall time).
+        return len(rec.steps) >= 1
+
     result = train(cfg, batch(8, 10), SimulatedBackend(cfg), rec, stop, out_dir=tmp_path)
     assert result.cancelled and result.last_step == 1 and len(rec.steps) == 1
 

@@ -109,7 +109,7 @@ def test_simulate_time_cli_table_and_json(capsys) -> None:
     assert "| algorithm | scheduler |" in out and "step / GRPO round" in out
     for a in ("grpo", "ada-pos", "ada-balance"):
         for s in ("round", "per-prompt", "streaming"):
-            assert f"| {a} | {s} |" in out
+            assert f"| {a} | {s}" in out  # per-prompt+certain for Seq (early rounds)
     # Est allocates one round per step: the round scheduler only.
     assert "| ada-est | round |" in out and "| ada-est | per-prompt |" not in out
     assert "Memory per rank" in out and "| Qwen2.5-Math-1.5B | 1 |" in out
@@ -129,6 +129,8 @@ def test_simulate_time_cli_table_and_json(capsys) -> None:
     (["--engine", "max_num_seqs=0.5"], "error: engine: max_num_seqs must be a whole number"),
     (["--length", "wrong=2"], "error: length: wrong must be within (0, 1]"),
     (["--schedulers", "async"], "error: schedulers: unknown 'async'"),
+    (["--early-rounds", "eager"], "error: early-rounds: unknown 'eager'"),
+    (["--speculative-capacity", "0"], "error: speculative-capacity: must be within (0, 1]"),
     (["--samples-per-round", "2"], "error: samples-per-round: must be >= group_size"),
     (["--gpus", "3", "--nodes", "2"], "error: nodes: 3 GPUs do not split evenly over 2"),
     (["--gpus", "16"], "error: gpus: more GPUs (16) than prompts per step (8)"),

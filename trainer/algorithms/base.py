@@ -293,7 +293,9 @@ def sample_rounds(ctx: StepContext, prompts: Sequence[Prompt], *, downsample_see
     outcome = run_scheduler(ctx.config.scheduler, sampler, prompts, ctx.backend, ctx.scorer,
                             seed=generation_seed,
                             on_round=ctx.on_round if on_round is None else on_round,
-                            should_stop=ctx.should_stop)
+                            should_stop=ctx.should_stop,
+                            early_rounds=ctx.config.early_rounds_mode,
+                            speculative_capacity=ctx.config.speculative_capacity)
     if outcome.cancelled:
         return None, outcome
     return sampler.finalize(), outcome

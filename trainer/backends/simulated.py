@@ -215,3 +215,12 @@ class SimulatedRequestEngine:
 
     def pending(self) -> int:
         return sum(e.pending() for e in self.engines)
+
+    def capacity(self) -> int:
+        """Requests run at once at most, over all engines (``max_num_seqs`` each)."""
+        return self.backend.engine_time.max_num_seqs * len(self.engines)
+
+    def now(self, prompt: Prompt) -> float:
+        """The simulated clock of the engine serving ``prompt``, in seconds (the engines'
+        clocks run apart: a prompt's rounds are timed on its own engine's)."""
+        return self.engines[self.backend.engine_of(prompt)].clock

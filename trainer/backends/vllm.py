@@ -309,6 +309,11 @@ class VLLMRequestEngine:
     def pending(self) -> int:
         return len(self._requests)
 
+    def capacity(self) -> int:
+        """Sequences the engine runs at once at most (its ``max_num_seqs``): the batch limit
+        speculative early rounds measure spare capacity against."""
+        return int(self.engine.vllm_config.scheduler_config.max_num_seqs)
+
 
 def sampled_logprobs(logprobs: Any, token_ids: Sequence[int]) -> list[float] | None:
     """The sampled token's log-prob at every position of a vLLM completion (``logprobs=0``

@@ -1,0 +1,124 @@
+"""A distributed run on a shared Ray cluster that cannot place its ranks yet waits visibly and
+can be cancelled while it waits: a real Ray head (``ray start --head``, one CPU), a real Celery
+worker whose ``RAY_ADDRESS`` names it, a ``world_size = 2`` run launched through the service.
+The run never trains here (it is cancelled while waiting), so no engine is built."""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import psutil
+import pytest
+from api.services import create_token
+from django.test import Client
+from django.urls import reverse
+from experiments import services
+from experiments.models import Run, Step
+
+from tests.fixtures.services import ROOT, wait_for
+from trainer.config import TrainConfig
+from workers.placement_wait import ranks_need, waiting_text
+
+from .test_worker import wait_status
+
+RAY = str(Path(sys.executable).with_name("ray"))
+
+
+def test_waiting_text_counts_the_bundles_the_ranks_take() -> None:
+    cpu = TrainConfig(backend="vllm", world_size=2, device="cpu")
+    gpu = TrainConfig(backend="vllm", world_size=8, device="cuda")
+    auto = TrainConfig(backend="vllm", world_size=8)
+    assert ranks_need(cpu, {"CPU": 16, "GPU": 8}) == {"CPU": 2}
+    assert ranks_need(gpu, {"CPU": 64}) == {"CPU": 8, "GPU": 8}
+    assert ranks_need(auto, {"CPU": 64, "GPU": 16}) == {"CPU": 8, "GPU": 8}
+    assert ranks_need(auto, {"CPU": 64}) == {"CPU": 8}
+    need = {"CPU": 8, "GPU": 8}
+    assert waiting_text(need, {"CPU": 40.0, "GPU": 4.0}, {"CPU": 64.0, "GPU": 6.0}) == (
+        "waiting for 8 GPUs on the Ray cluster (4 free, 6 in all)")
+    # A GPU bundle needs its CPU too: 2 CPUs free hold 2 ranks whatever the GPUs.
+    assert waiting_text(need, {"CPU": 2.0, "GPU": 8.0}, {"CPU": 64.0, "GPU": 8.0}).startswith(
+        "waiting for 8 GPUs on the Ray cluster (2 free")
+    assert waiting_text(need, {"CPU": 8.0, "GPU": 8.5}, {"CPU": 8.0, "GPU": 9.0}) == ""
+    assert waiting_text({"CPU": 2}, {"CPU": 1.0}, {"CPU": 1.0}) == (
+        "waiting for 2 CPUs on the Ray cluster (1 free, 1 in all)")
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+@pytest.fixture
+def ray_head() -> Iterator[str]:
+    """A one-CPU Ray head on loopback, in a session of its own (killed as a whole at the end:
+    Ray's agents outlive a plain SIGTERM of ``ray start``)."""
+    port = _free_port()
+    temp = ROOT / "var" / f"rw{os.getpid()}"   # short: Unix socket paths hold 107 bytes
+    env = {**os.environ, "RAY_USAGE_STATS_ENABLED": "0"}
+    head = subprocess.Popen(
+        [RAY, "start", "--head", f"--port={port}", "--node-ip-address=127.0.0.1",
+         "--num-cpus=1", "--num-gpus=0", "--include-dashboard=false", "--disable-usage-stats",
+         f"--temp-dir={temp}", "--block"],
+        cwd=ROOT, env=env, start_new_session=True, stdin=subprocess.DEVNULL,
+        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        def listening() -> bool:
+            with socket.socket() as s:
+                return s.connect_ex(("127.0.0.1", port)) == 0
+        wait_for(listening, 90, what="the Ray head's GCS port")
+        yield f"127.0.0.1:{port}"
+    finally:
+        session = os.getsid(head.pid)
+        for proc in psutil.process_iter(["pid"]):
+            try:
+                if os.getsid(proc.pid) == session:
+                    proc.send_signal(signal.SIGKILL)
+            except (OSError, psutil.Error):
+                pass
+        head.wait(timeout=30)
+        subprocess.run(["rm", "-rf", str(temp)], check=False)
+
+
+@pytest.mark.slow
+def test_a_run_the_cluster_cannot_place_waits_visibly_and_cancels(
+        start_worker: Any, user: Any, prompt_set_factory: Any, ray_head: str) -> None:
+    start_worker("cpu", env={"RAY_ADDRESS": ray_head, "RAY_USAGE_STATS_ENABLED": "0"})
+    ps = prompt_set_factory(8)
+    run = services.launch_run(user, "two ranks", {"backend": "vllm", "world_size": 2,
+                                                  "device": "cpu", "batch_size": 4,
+                                                  "total_steps": 2, "eval_every": 0,
+                                                  "max_wall_seconds": 1}, ps, queue="cpu")
+    expected = "waiting for 2 CPUs on the Ray cluster (1 free, 1 in all)"
+
+    def waiting() -> bool:
+        run.refresh_from_db()
+        assert run.status in (Run.Status.QUEUED, Run.Status.RUNNING), (run.status, run.error)
+        return run.waiting_for == expected
+
+    wait_for(waiting, 120, what="the run's waiting state")
+    client = Client()
+    client.force_login(user)
+    page = client.get(reverse("dashboard:run_detail", args=[run.pk])).content.decode()
+    assert expected in page and 'id="run-waiting"' in page
+    _, token = create_token(user, "test")
+    api = Client().get(f"/api/v1/runs/{run.pk}",
+                       headers={"Authorization": f"Bearer {token}"}).json()
+    assert api["waiting_for"] == expected and api["status"] == "running"
+    # Waiting is not training: past max_wall_seconds = 1 it still waits, it does not fail.
+    time.sleep(3)
+    run.refresh_from_db()
+    assert run.status == Run.Status.RUNNING and run.waiting_for == expected
+    services.request_cancel(run, user)
+    run = wait_status(run, timeout=60)
+    assert run.status == Run.Status.CANCELLED and run.error == ""
+    assert run.waiting_for == "" and run.attempts == 1
+    assert not Step.objects.filter(run=run).exists()

@@ -1,0 +1,58 @@
+"""Reward shaping on top of the verifier's score: DAPO's overlong penalty (Yu et al., 2025, "Soft
+Overlong Punishment"; verl's DAPO reward manager), off by default.
+
+Light imports only: the schedulers call ``score_generations`` and the web process imports them.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+
+def overlong_penalty(length: int, max_new_tokens: int, buffer_len: int,
+                     factor: float) -> float:
+    """The penalty added to a response of ``length`` tokens, with L_max = ``max_new_tokens``,
+    a buffer of B = ``buffer_len`` tokens and the factor f:
+
+        penalty = min(0, -(length - (L_max - B)) / B * f)
+
+    0 up to L_max - B tokens, then falling linearly to -f at L_max. B = 0: no shaping."""
+    if buffer_len <= 0:
+        return 0.0
+    exceed = length - (max_new_tokens - buffer_len)
+    return min(0.0, -exceed / buffer_len * factor)
+
+
+class RewardScorer:
+    """A run's scorer: the verifier's rewards (``score(prompt, texts)``), and, given the
+    generations, the same plus the overlong penalty of each response's token count
+    (``score_generations``), which the schedulers call. A plain scorer without
+    ``score_generations`` is called with the texts alone."""
+
+    def __init__(self, score: Any, max_new_tokens: int, buffer_len: int = 0,
+                 factor: float = 1.0) -> None:
+        self.score, self.max_new_tokens = score, max_new_tokens
+        self.buffer_len, self.factor = buffer_len, factor
+
+    def __call__(self, prompt: Any, texts: list[str]) -> tuple[list[float], list[str | None]]:
+        return self.score(prompt, texts)
+
+    def score_generations(self, prompt: Any, gens: Sequence[Any]
+                          ) -> tuple[list[float], list[str | None]]:
+        rewards, errors = self.score(prompt, [g.text for g in gens])
+        if self.buffer_len > 0:
+            rewards = [r + overlong_penalty(len(g.response_token_ids), self.max_new_tokens,
+                                            self.buffer_len, self.factor)
+                       for r, g in zip(rewards, gens, strict=True)]
+        return rewards, errors
+
+
+def score_generations(score: Any, prompt: Any, gens: Sequence[Any]
+                      ) -> tuple[list[float], list[str | None]]:
+    """Rewards and errors of one prompt's generations through ``score``: by
+    ``score.score_generations`` where it has one (the run's ``RewardScorer``), else by text."""
+    by_generation = getattr(score, "score_generations", None)
+    if by_generation is not None:
+        return by_generation(prompt, gens)
+    return score(prompt, [g.text for g in gens])
