@@ -153,6 +153,10 @@ def test_two_ranks_train_as_one_process(two_rank_run: Any, tiny_model_dir: Path,
         assert m["grad_norm"] > 0 and m["time_sync"] > 0
         assert len(s.prompts) == config.batch_size
         assert len(s.samples) == m["samples"]
+        # Each rank's own split of the step.
+        assert [r.rank for r in s.ranks] == [0, 1] and all(r.device == "cpu" for r in s.ranks)
+        assert all(r.generation_s > 0 and r.update_s > 0 and r.weight_gather_s > 0
+                   and r.engine_load_s > 0 for r in s.ranks)
     one = dataclasses.replace(config, world_size=1, total_steps=1, save_every=0)
     prompts, _ = resolve_prompts(one)
     single = ListRecorder()

@@ -43,7 +43,8 @@ class RankActor:
         return ip, free_port(ip)
 
     def where(self) -> dict[str, Any]:
-        return {"node": ray.get_runtime_context().get_node_id(), "pid": os.getpid()}
+        return {"node": ray.get_runtime_context().get_node_id(), "pid": os.getpid(),
+                "ip": ray.util.get_node_ip_address()}
 
     def start(self, config: dict[str, Any], rank: int, world_size: int, master_addr: str,
               master_port: int, stop_flag: Any, engine: bool = True) -> dict[str, float]:

@@ -29,7 +29,7 @@ from trainer.distributed.launcher import RankGroup
 from trainer.learner import update_batch
 from trainer.sampler import SamplerResult
 from trainer.schedulers import RoundsOutcome
-from trainer.types import Generation, Prompt
+from trainer.types import Generation, Prompt, RankRecord
 
 
 def spread(counts: Sequence[int], engines: int) -> list[list[int]]:
@@ -149,6 +149,7 @@ class DistributedLearner:
     def __init__(self, backend: DistributedBackend) -> None:
         self.backend, self.group, self.config = backend, backend.group, backend.config
         self.sync_seconds: list[float] = []
+        self._nodes: list[str] | None = None
 
     def prepare(self, resume_from: str | Path | None) -> dict[str, Any] | None:
         from trainer import checkpoint as ckpt
@@ -176,6 +177,17 @@ class DistributedLearner:
         t0 = time.perf_counter()
         self.group.call_all("sync_weights")
         self.sync_seconds.append(time.perf_counter() - t0)
+
+    def rank_records(self) -> list[RankRecord]:
+        """Each rank's node, device and seconds since the last step's report: generating its
+        share of the requests, its part of the update, the weight gather and the engine load."""
+        if self._nodes is None:
+            self._nodes = [w["ip"] for w in self.group.where()]
+        return [RankRecord(rank=r["rank"], node=node, device=r["device"],
+                           generation_s=r.get("generation", 0.0), update_s=r.get("update", 0.0),
+                           weight_gather_s=r.get("gather", 0.0),
+                           engine_load_s=r.get("load", 0.0))
+                for r, node in zip(self.group.call_all("step_report"), self._nodes, strict=True)]
 
     def save(self, path: Path, *, step: int, config: dict[str, Any],
              extra: dict[str, Any]) -> Path:
