@@ -155,11 +155,21 @@ def summarise(run: dict[str, Any], window: int) -> dict[str, Any]:
             run["steps"], steps, _cumsum([m["samples"] for m in steps]), strict=True)],
         "first_all_wrong": _mean([m["first_round_all_wrong"] for m in steps]),
         "gen_batches": _mean([m.get("gen_batches", 1.0) for m in steps]),
+        # Of the prompt draws, those an earlier step drew too (runs before the metric: nan;
+        # an arm without prompts_drawn draws its batch alone, 0 revisits within an epoch).
+        "revisited": _revisited_share(steps),
         # Of the groups drawn, those without signal: DAPO drops them before the update (its
         # zero-adv frac over kept groups is 0 by construction); the others keep them.
         "drawn_zero": _mean([m["dropped_groups"] / m["prompts_drawn"] if "prompts_drawn" in m
                              else m["zero_adv_frac"] for m in steps]),
     }
+
+
+def _revisited_share(steps: list[dict[str, float]]) -> float:
+    revisits = sum(m.get("prompts_revisited", float("nan")) for m in steps)
+    if "prompts_drawn" in (steps[0] if steps else {}):
+        return revisits / max(sum(m["prompts_drawn"] for m in steps), 1.0)
+    return 0.0 if revisits == 0 else float("nan")
 
 
 def _cumsum(xs: list[float]) -> list[float]:
@@ -335,16 +345,16 @@ def render_ci(per_seed: dict[int, dict[str, dict[str, Any]]], window: int, k: in
     algos = [a for a in ALGORITHMS if all(a in s for s in per_seed.values())]
     ks = [j for j in PASS_KS if j <= k]
     head = (f"| arm | zero-adv frac (kept) | drawn w/o signal | first-n all wrong | samples total "
-            f"| batches/step | wall s "
+            f"| batches/step | revisited draws | wall s "
             f"| real reward, last {window} | greedy | avg@{k} | "
             + " | ".join(f"pass@{j}" for j in ks) + " |")
-    out = [head, "| --- |" + " ---: |" * (10 + len(ks) - 1)]
+    out = [head, "| --- |" + " ---: |" * (11 + len(ks) - 1)]
     nan = float("nan")
     if algos:
         # Step 0 is the warm start itself, evaluated with each seed's eval seed (every arm of a
         # seed evaluates the same weights with the same seed: one row).
         first = [s[algos[0]]["eval0"] or {} for s in per_seed.values()]
-        out.append("| warm start (step 0) | | | | | | | | "
+        out.append("| warm start (step 0) | | | | | | | | | "
                    f"{_pm([e.get('greedy_accuracy', nan) for e in first])} | "
                    f"{_pm([e.get(f'avg@{k}', nan) for e in first])} | "
                    + " | ".join(_pm([e.get(f"pass@{j}", nan) for e in first]) for j in ks)
@@ -358,6 +368,7 @@ def render_ci(per_seed: dict[int, dict[str, dict[str, Any]]], window: int, k: in
             f"{_pm([r['first_all_wrong'] for r in rows])} | "
             f"{_pm([r['samples_total'] for r in rows], 0)} | "
             f"{_pm([r['gen_batches'] for r in rows], 2)} | "
+            f"{_pm([r['revisited'] for r in rows], 2)} | "
             f"{_pm([r['wall_s'] for r in rows], 0)} | "
             f"{_pm([r['reward_end'] for r in rows])} | "
             f"{_pm([e.get('greedy_accuracy', nan) for e in last])} | "
@@ -407,7 +418,8 @@ def render_curves(per_seed: dict[int, dict[str, dict[str, Any]]], window: int) -
 # Paired comparisons (same seed): Reinforce-Ada against the baselines nearest its budget.
 PAIRS = (("ada-balance", "grpo-n16"), ("ada-balance", "dapo"), ("ada-pos", "grpo-n8"),
          ("ada-pos", "grpo-n16"),
-         ("ada-pos", "dapo"), ("ada-est", "grpo-n8"), ("dapo", "grpo"))
+         ("ada-pos", "dapo"), ("ada-est", "grpo-n8"), ("dapo", "grpo"), ("dapo", "dapo-any"),
+         ("dapo-any", "grpo"), ("dapo", "grpo-n16"), ("dapo-16k", "grpo-16k"))
 
 
 def render_pairs(per_seed: dict[int, dict[str, dict[str, Any]]], window: int, k: int) -> str:
