@@ -18,7 +18,7 @@ from typing import Any
 from django.http import HttpRequest
 from ninja import NinjaAPI
 from ninja.operation import Operation
-from ninja.security import HttpBearer, django_auth
+from ninja.security import HttpBearer, session
 
 from api.errors import register_error_handlers
 from api.routes import account, prompt_sets, reports, runs, sweeps
@@ -28,6 +28,18 @@ from api.services import user_for_token
 class TokenAuth(HttpBearer):
     def authenticate(self, request: HttpRequest, token: str) -> Any:
         return user_for_token(token)
+
+
+class SessionAuth(session.SessionAuth):
+    """The browser's session (the docs page's "Try it out"), CSRF-checked as ninja does, but
+    only for a request that has a session to forge: a request with a Bearer token (which failed
+    the token check) or without a session cookie is simply not signed in, a 401, not a 403
+    "CSRF check Failed" (browsers never add an Authorization header by themselves)."""
+
+    def __call__(self, request: HttpRequest) -> Any:
+        if "authorization" in request.headers or self.param_name not in request.COOKIES:
+            return None
+        return super().__call__(request)
 
 
 class PlatformAPI(NinjaAPI):
@@ -41,7 +53,7 @@ api = PlatformAPI(
     title="Reinforce-Ada platform API", version="1", urls_namespace="api-v1",
     description="Runs, sweeps, prompt sets and their records. Authenticate with "
                 "`Authorization: Bearer <token>`; create a token on your account page (/account/).",
-    auth=[TokenAuth(), django_auth])
+    auth=[TokenAuth(), SessionAuth()])
 register_error_handlers(api)
 
 # In this order: the schema lists the paths as they are added.

@@ -16,6 +16,7 @@ from pydantic import ValidationError as PydanticValidationError
 
 from api.errors import error_pairs
 from api.schemas import LaunchBody
+from trainer import jsonsafe
 
 
 def user_of(request: HttpRequest) -> Any:
@@ -70,17 +71,25 @@ def launch_body(request: HttpRequest, schema: type[LaunchBody]) -> LaunchBody:
     if kind in ("application/toml", "text/toml", "text/x-toml"):
         try:
             config = tomllib.loads(text)
-        except tomllib.TOMLDecodeError as exc:
+        except ValueError as exc:  # TOMLDecodeError, or an integer of more than 4,300 digits
             raise services.LaunchError("config", f"invalid TOML: {exc}") from None
+        except RecursionError:
+            raise services.LaunchError("config", "invalid TOML: nested too deeply") from None
         data: Any = {k: v for k, v in request.GET.items()}
         data["config"] = config
     else:
         try:
-            data = json.loads(text or "null")
+            data = jsonsafe.loads(text or "null")
         except ValueError as exc:
             raise services.LaunchError("body", f"invalid JSON: {exc}") from None
         if not isinstance(data, dict):
             raise services.LaunchError("body", "expected a JSON object")
+    # Text that is not Unicode (a lone surrogate: JSON's "\ud800") and nesting deeper than any
+    # config needs, named by their place (config.model, grid[0].values[1]); numbers are the
+    # config's own check (it names NaN in a float field).
+    problem = jsonsafe.first_problem(data, numbers=False)
+    if problem:
+        raise services.LaunchError(*problem)
     try:
         return schema.model_validate(data)
     except PydanticValidationError as exc:

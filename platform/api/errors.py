@@ -5,13 +5,34 @@ from __future__ import annotations
 
 from typing import Any
 
-from django.core.exceptions import ObjectDoesNotExist, PermissionDenied
+from django.conf import settings
+from django.core.exceptions import ObjectDoesNotExist, PermissionDenied, RequestDataTooBig
 from django.http import HttpRequest, HttpResponse
 from experiments import services
 from ninja import NinjaAPI
 from ninja.errors import AuthenticationError, ValidationError
 
 from trainer.config import ConfigError
+
+# A body past the limit is read and dropped up to this many bytes before the 413 goes out, so a
+# client still sending it reads the answer instead of a broken pipe; past it the connection
+# closes (bounded work for a hostile client).
+DRAIN_MAX_BYTES = 64 * 2**20
+
+
+def drain(request: HttpRequest) -> None:
+    """Read and drop what is left of the request's body, up to ``DRAIN_MAX_BYTES``."""
+    stream = getattr(request, "_stream", None)
+    left = DRAIN_MAX_BYTES
+    try:
+        while stream is not None and left > 0:
+            chunk = stream.read(min(64 * 2**10, left))
+            if not chunk:
+                break
+            left -= len(chunk)
+    except OSError:  # the client gave up: nothing to answer
+        pass
+
 
 # A union's errors carry the member tried ("int", "function-after[...]"): not a field.
 UNION_TAGS = {"int", "str", "float", "bool", "none", "list", "dict"}
@@ -65,7 +86,15 @@ def register_error_handlers(api: NinjaAPI) -> None:
     def invalid(request: HttpRequest, exc: ValidationError) -> HttpResponse:
         return error_response(request, 422, error_pairs(exc.errors))
 
+    def too_large(request: HttpRequest, exc: RequestDataTooBig) -> HttpResponse:
+        drain(request)
+        limit = settings.DATA_UPLOAD_MAX_MEMORY_SIZE
+        return error_response(request, 413, [("body", (
+            f"the body is larger than {limit / 2**20:.1f} MiB ({limit:,} bytes), the limit "
+            "(DATA_UPLOAD_MAX_MEMORY_SIZE); a prompt file goes to POST /prompt-sets as a file"))])
+
     for exc_class, handler in ((services.LaunchError, launch_error), (ConfigError, config_error),
                                (PermissionDenied, forbidden), (ObjectDoesNotExist, not_found),
-                               (AuthenticationError, unauthorized), (ValidationError, invalid)):
+                               (AuthenticationError, unauthorized), (ValidationError, invalid),
+                               (RequestDataTooBig, too_large)):
         api.add_exception_handler(exc_class, handler)

@@ -10,6 +10,7 @@ from django.contrib.auth.models import AbstractBaseUser, AnonymousUser
 from django.core.exceptions import PermissionDenied, ValidationError
 
 from experiments.models import Run
+from trainer import jsonsafe
 
 User = AbstractBaseUser | AnonymousUser
 
@@ -54,6 +55,13 @@ def check_fits_columns(obj: Any) -> None:
     characters or a number past the column's integer range is a ``LaunchError`` naming the
     field, not a database error. Foreign keys are left out (the caller passes objects)."""
     relations = {f.name for f in obj._meta.concrete_fields if f.is_relation}
+    # Text and JSON the database cannot take (a lone surrogate psycopg cannot encode, NaN that
+    # jsonb refuses, nesting past jsonsafe.MAX_DEPTH) whoever the writer (form, API, import).
+    for f in obj._meta.concrete_fields:
+        if f.name not in relations:
+            problem = jsonsafe.first_problem(getattr(obj, f.attname), f.name)
+            if problem:
+                raise LaunchError(*problem)
     try:
         obj.clean_fields(exclude=relations)
     except ValidationError as exc:

@@ -15,6 +15,7 @@ from django.db import connection, transaction
 from experiments import selectors
 from experiments.models import PromptSet
 from experiments.services.common import LaunchError, User, check_fits_columns
+from trainer import jsonsafe
 from trainer.digest import PromptDigest
 
 
@@ -42,9 +43,14 @@ def import_prompt_set(*, owner: User | None, name: str, prompts: Iterable[Any],
                 "COPY experiments_prompt (prompt_set_id, index, text, answer, metadata) "
                 "FROM STDIN") as copy:
             for i, p in enumerate(prompts):
+                # PostgreSQL's text and jsonb cannot hold NUL, a lone surrogate or NaN: refused
+                # with the prompt's number, before the database would refuse the whole COPY
+                # (trainer.data already names the file's line for an upload).
+                problem = jsonsafe.first_problem(
+                    {"text": p.text, "answer": p.answer, "metadata": dict(p.metadata or {})})
+                if problem:
+                    raise LaunchError("file", f"prompt {i + 1}: {problem[0]} {problem[1]}")
                 metadata = json.dumps(dict(p.metadata or {}))
-                # PostgreSQL's text and jsonb cannot hold NUL: refused with the prompt's number,
-                # before the database would refuse the whole COPY.
                 if "\x00" in p.text or "\x00" in p.answer or "\\u0000" in metadata:
                     raise LaunchError("file", f"prompt {i + 1} contains a NUL character")
                 copy.write_row((prompt_set.pk, i, p.text, p.answer, metadata))
