@@ -33,6 +33,7 @@ from experiments.services.launch import (
 from experiments.services.leases import (
     acquire_run_lease,
     finish_run,
+    hand_back_run,
     latest_checkpoint,
     prepare_resume,
     renew_run_lease,
@@ -74,7 +75,7 @@ __all__ = [
     "can_modify_run", "can_modify_sweep", "cancel_sweep", "check_fits_columns", "config_errors",
     "create_builtin_prompt_set", "create_prompt_set_from_upload", "delete_prompt_set",
     "delete_run", "delete_run_records", "derived_run_name", "effective_verifier",
-    "expand_sweep", "find_or_import_prompt_set", "finish_run", "import_prompt_set",
+    "expand_sweep", "find_or_import_prompt_set", "finish_run", "hand_back_run", "import_prompt_set",
     "latest_checkpoint", "launch_errors", "launch_run", "launch_sweep", "parse_sweep_spec",
     "point_label", "prepare_resume", "queue_errors", "relaunch_run", "renew_run_lease",
     "request_cancel", "requeue_orphaned_runs", "run_checkpoint_dir", "run_process_lost",

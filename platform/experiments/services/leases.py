@@ -9,7 +9,8 @@ from pathlib import Path
 
 from django.conf import settings
 from django.db import connection, transaction
-from django.db.models.functions import Now
+from django.db.models import F
+from django.db.models.functions import Greatest, Now
 
 from experiments.models import Checkpoint, Run
 from experiments.services.enqueue import BrokerUnavailable, enqueue_run
@@ -100,6 +101,25 @@ def run_process_lost(run_id: int, owner: str, how: str) -> str:
     except BrokerUnavailable as exc:  # its lease is free: the sweep enqueues it in time
         logger.warning("run %s: not re-enqueued (%s)", run_id, exc)
     return f"re-enqueued (attempt {run.attempts} of {settings.RUN_MAX_ATTEMPTS} lost)"
+
+
+def hand_back_run(run_id: int, owner: str) -> str:
+    """The worker holding ``owner``'s lease is shutting down cleanly and stopped the run at a
+    step boundary (its checkpoint kept): release the lease, give back the attempt it took (a
+    clean shutdown is no failure), and put the run back on its queue, where the next worker
+    resumes it from that checkpoint. Returns what was done, for the worker's log."""
+    with transaction.atomic():
+        run = Run.objects.select_for_update().filter(pk=run_id, lease_owner=owner).first()
+        if run is None:
+            return "lease lost"
+        Run.objects.filter(pk=run_id).update(
+            status=Run.Status.QUEUED, lease_owner="", heartbeat_at=None, current_round=0,
+            waiting_for="", attempts=Greatest(F("attempts") - 1, 0))
+    try:
+        enqueue_run(run_id, run.queue)
+    except BrokerUnavailable as exc:  # its lease is free: the sweep enqueues it in time
+        logger.warning("run %s: handed back, not re-enqueued (%s)", run_id, exc)
+    return "handed back"
 
 
 def renew_run_lease(run_id: int, owner: str) -> bool:
