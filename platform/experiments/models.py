@@ -1,7 +1,7 @@
 """Runs, prompts and the per-step / per-round / per-prompt / per-sample records of training.
 
-Models carry constraints, not business logic: writes go through ``services.py``, reads through
-``selectors.py``. Unique keys on (run, step[, round | prompt | index]) make every write idempotent,
+Models carry constraints, not business logic: writes go through ``services``, reads through
+``selectors``. Unique keys on (run, step[, round | prompt | index]) make every write idempotent,
 so a resumed or redelivered run can never record a step twice.
 """
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import math
 import os
+import signal
 import subprocess
 import sys
 from pathlib import Path
@@ -249,6 +250,30 @@ def test_sigkill_mid_run_resumes_from_checkpoint_without_duplicates(
     assert list(Step.objects.filter(run=run).order_by("step").values_list("step", flat=True)) \
         == list(range(1, 13))
     # Resumed steps are the uninterrupted run's steps (the trainer restores its RNG state).
+    assert_recorded_as_emitted(run, replay(run, tmp_path))
+
+
+def test_sigterm_hands_the_run_back_without_counting_an_attempt(
+        start_worker: Any, user: Any, prompt_set_factory: Any, tmp_path: Path) -> None:
+    """A clean worker shutdown (SIGTERM: docker stop) does not wait for a long run: the run's
+    process stops at its next poll, keeps its checkpoint and puts the run back on its queue
+    with the attempt given back; the next worker resumes it, rows as an uninterrupted run's."""
+    first = start_worker("cpu", env=HOOK | {"RADA_TEST_GENERATE_SLEEP": "0.15"})
+    ps = prompt_set_factory(12, pass_rate=0.5)
+    run = services.launch_run(user, "shutdown", SIM | {"total_steps": 10, "save_every": 4}, ps)
+    wait_step(run, 5)  # past the checkpoint of step 4
+    first.proc.send_signal(signal.SIGTERM)
+    first.proc.wait(timeout=60)  # warm shutdown, yet the run did not hold it up
+    assert "handing run back" in first.log()
+    run.refresh_from_db()
+    assert run.status == Run.Status.QUEUED and run.lease_owner == "" and run.attempts == 0
+    assert run.current_step < 10 and run.error == ""
+    second = start_worker("cpu")
+    run = wait_status(run)
+    assert run.status == Run.Status.SUCCEEDED, run.traceback
+    assert run.attempts == 1 and run.current_step == 10
+    assert "resuming from step" in second.log()
+    assert_no_duplicates(run)
     assert_recorded_as_emitted(run, replay(run, tmp_path))
 
 
