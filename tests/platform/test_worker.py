@@ -88,7 +88,11 @@ def assert_recorded_as_emitted(run: Run, emitted: Any) -> None:
         timing = {k for k in rec.metrics if k.startswith("time_")}
         for key, value in rec.metrics.items():
             if key not in timing:
-                assert row.metrics[key] == pytest.approx(value, nan_ok=True), key
+                # The policy loss is a float32 mean of terms ~A x ratio whose advantages sum to
+                # ~0: it lands near 1e-8, where one rounding of a float32 sum (eps 1.2e-7 of
+                # terms of order 1) moves it by a few percent. Within that rounding it must agree.
+                tol = {"rel": 1e-6, "abs": 1e-7} if key == "policy_loss" else {}
+                assert row.metrics[key] == pytest.approx(value, nan_ok=True, **tol), key
         assert row.real_reward == pytest.approx(rec.metrics["real_reward"])
         assert row.samples == sum(r.samples for r in rec.rounds)
         rounds = list(RoundStat.objects.filter(run=run, step=rec.step).order_by(
