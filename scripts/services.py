@@ -11,6 +11,13 @@ of its own, bounded by ``maxmemory`` (``RADA_CACHE_MAXMEMORY``, default 128mb) w
 evicting keys is how a full cache makes room, and it must never evict the broker's queues. The
 servers stop when COMMAND ends, on Ctrl-C and on SIGTERM; the exit status is COMMAND's.
 
+One instance, one set of servers: while an ``exec`` holds an instance's servers (``make run``), a
+second ``exec`` of the same instance (``make manage ARGS="import_run DIR"``) attaches to them:
+it runs its command against the same URLs and stops nothing, and the first waits for it before
+stopping its servers. A server is stopped only by the ``exec`` that started it, or as the
+leftover of one proven dead (its pid, recorded in ``var/<instance>/servers.json``, is gone); a
+PostgreSQL running on the instance's folder that no ``exec`` owns is refused, never stopped.
+
 ``SECRET_KEY``, when unset, is read from ``var/secret-key`` (``SECRET_KEY_FILE``), which the first
 start generates (mode 600): the web app refuses to run without a secret of its own.
 
@@ -26,7 +33,10 @@ PostgreSQL refuses to run as root; as root the cluster is owned by and runs as `
 from __future__ import annotations
 
 import argparse
+import contextlib
+import fcntl
 import importlib.util
+import json
 import os
 import pwd
 import secrets
@@ -36,6 +46,7 @@ import socket
 import subprocess
 import sys
 import time
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -186,9 +197,55 @@ class Redis:
                 self.proc.wait()
 
 
+OWNER_FILE = "servers.json"  # {"pid": the exec that started the servers, "env": their URLs}
+ATTACHED_DIR = "attached"   # one empty file per attached exec, named by its pid
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # alive, another user's
+        return True
+    return True
+
+
+@contextlib.contextmanager
+def _locked(path: Path) -> Iterator[None]:
+    """One exec at a time decides, for an instance, whether to start or attach."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with open(path, "a") as fh:
+        fcntl.flock(fh, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(fh, fcntl.LOCK_UN)
+
+
+def running_owner(base: Path) -> dict[str, object] | None:
+    """The live exec holding the instance's servers ({"pid", "env"}), or None."""
+    try:
+        owner = json.loads((base / OWNER_FILE).read_text())
+    except (OSError, ValueError):
+        return None
+    pid = owner.get("pid")
+    if isinstance(pid, int) and pid != os.getpid() and _alive(pid):
+        return owner
+    return None
+
+
+def _postmaster_pid(datadir: Path) -> int | None:
+    try:
+        return int((datadir / "postmaster.pid").read_text().split("\n", 1)[0])
+    except (OSError, ValueError):
+        return None
+
+
 @dataclass
 class Servers:
-    """The servers this process started (none for variables that were already set)."""
+    """The servers this process started (none for variables that were already set), or the
+    running ones of the same instance it attached to (``attached_to``: their exec's pid)."""
 
     instance: str
     fast: bool = False
@@ -196,10 +253,54 @@ class Servers:
     redis: Redis | None = None
     cache: Redis | None = None
     env: dict[str, str] = field(default_factory=dict)
+    attached_to: int | None = None
+
+    @property
+    def base(self) -> Path:
+        return ROOT / "var" / self.instance
 
     def start(self) -> dict[str, str]:
-        base = ROOT / "var" / self.instance
+        with _locked(self.base / ".lock"):
+            owner = running_owner(self.base)
+            if owner is not None:
+                self._attach(owner)
+            else:
+                self._start_servers()
+        if not os.environ.get("SECRET_KEY"):
+            path = Path(os.environ.get("SECRET_KEY_FILE", ROOT / "var" / "secret-key"))
+            self.env["SECRET_KEY"] = secret_key(path)
+            print(f"services: SECRET_KEY from {path}", file=sys.stderr)
+        return self.env
+
+    def _attach(self, owner: dict[str, object]) -> None:
+        self.attached_to = int(owner["pid"])  # type: ignore[call-overload]
+        for key, value in dict(owner.get("env") or {}).items():  # type: ignore[call-overload]
+            if not os.environ.get(key):
+                self.env[key] = value
+        (self.base / ATTACHED_DIR).mkdir(exist_ok=True)
+        (self.base / ATTACHED_DIR / str(os.getpid())).touch()
+        print(f"services: attached to instance {self.instance!r}'s running servers (pid "
+              f"{self.attached_to}); they stay up when this command ends", file=sys.stderr)
+        for key, value in self.env.items():
+            print(f"services: {key}={value}", file=sys.stderr)
+
+    def _start_servers(self) -> None:
+        base = self.base
+        starts = not all(os.environ.get(k) for k in ("DATABASE_URL", "CELERY_BROKER_URL",
+                                                     "CACHE_URL"))
+        datadir = base / "pgdata"
+        pid = _postmaster_pid(datadir)
+        if (not os.environ.get("DATABASE_URL") and pid is not None and _alive(pid)
+                and not (base / OWNER_FILE).exists()):
+            # Not ours, and its exec is not proven dead (no record of one): it may be serving.
+            sys.exit(f"services: a PostgreSQL (pid {pid}) is running on {datadir} and no "
+                     f"`services.py exec` of instance {self.instance!r} owns it; it is left "
+                     f"alone. Stop it yourself (pg_ctl -D {datadir} stop) if it is a leftover.")
         try:
+            # Recorded before anything starts: a SIGKILL midway leaves servers whose exec is
+            # provably dead (the next start stops them), never ones that nobody owns.
+            if starts:
+                self._record()
             if not os.environ.get("DATABASE_URL"):
                 self.postgres = Postgres(base / "pgdata", fast=self.fast)
                 self.env["DATABASE_URL"] = self.postgres.start()
@@ -213,15 +314,46 @@ class Servers:
         except BaseException:
             self.stop()
             raise
+        if starts:
+            self._record()
         for key, value in self.env.items():
             print(f"services: {key}={value}", file=sys.stderr)
-        if not os.environ.get("SECRET_KEY"):
-            path = Path(os.environ.get("SECRET_KEY_FILE", ROOT / "var" / "secret-key"))
-            self.env["SECRET_KEY"] = secret_key(path)
-            print(f"services: SECRET_KEY from {path}", file=sys.stderr)
-        return self.env
+
+    def _record(self) -> None:
+        self.base.mkdir(parents=True, exist_ok=True)
+        tmp = self.base / f".{OWNER_FILE}.{os.getpid()}"
+        tmp.write_text(json.dumps({"pid": os.getpid(), "env": dict(self.env)}))
+        tmp.replace(self.base / OWNER_FILE)
+
+    def _wait_for_attached(self) -> None:
+        """Commands attached to these servers finish first (a second Ctrl-C stops now)."""
+        folder = self.base / ATTACHED_DIR
+        told = False
+        try:
+            while True:
+                live = []
+                for mark in folder.glob("*") if folder.exists() else []:
+                    if mark.name.isdigit() and _alive(int(mark.name)):
+                        live.append(mark.name)
+                    else:
+                        mark.unlink(missing_ok=True)
+                if not live:
+                    return
+                if not told:
+                    print(f"services: waiting for {len(live)} attached command(s) (pid "
+                          f"{', '.join(live)}) before stopping the servers", file=sys.stderr)
+                    told = True
+                time.sleep(0.5)
+        except KeyboardInterrupt:
+            return
 
     def stop(self) -> None:
+        if self.attached_to is not None:
+            (self.base / ATTACHED_DIR / str(os.getpid())).unlink(missing_ok=True)
+            self.attached_to = None
+            return
+        if self.postgres or self.redis or self.cache:
+            self._wait_for_attached()
         for redis in (self.cache, self.redis):
             if redis:
                 redis.stop()
@@ -229,6 +361,10 @@ class Servers:
         if self.postgres:
             self.postgres.stop()
             self.postgres = None
+        owner = self.base / OWNER_FILE
+        with contextlib.suppress(OSError, ValueError):
+            if json.loads(owner.read_text()).get("pid") == os.getpid():
+                owner.unlink()
 
     def __enter__(self) -> Servers:
         self.start()

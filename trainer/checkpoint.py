@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 import random
 import shutil
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -52,8 +53,11 @@ def set_rng_state(state: dict[str, Any]) -> None:
 
 def save_checkpoint(path: str | Path, *, step: int, config: dict[str, Any], model: Any = None,
                     tokenizer: Any = None, optimizer: Any = None, scheduler: Any = None,
-                    extra: dict[str, Any] | None = None) -> Path:
-    """Write a checkpoint of the state after ``step`` and return its directory."""
+                    extra: dict[str, Any] | None = None,
+                    write: Callable[[Path], None] | None = None) -> Path:
+    """Write a checkpoint of the state after ``step`` and return its directory. ``write``
+    adds files of its own (a distributed run's shards) to the directory before it is renamed
+    into place."""
     import torch
 
     path = Path(path)
@@ -69,6 +73,8 @@ def save_checkpoint(path: str | Path, *, step: int, config: dict[str, Any], mode
         torch.save(optimizer.state_dict(), tmp / OPTIMIZER_FILE)
     if scheduler is not None:
         torch.save(scheduler.state_dict(), tmp / SCHEDULER_FILE)
+    if write is not None:
+        write(tmp)
     state = {"step": step, "config": config, "rng": rng_state(), **(extra or {})}
     (tmp / STATE_FILE).write_text(json.dumps(state))
     if path.exists():

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import sys
 import tomllib
 from collections.abc import Iterator
 from dataclasses import dataclass, field, fields
@@ -21,6 +22,7 @@ from typing import Any
 from trainer.algorithms import ALGORITHM_NAMES, Algorithm, algorithms, get_algorithm
 from trainer.algorithms.dapo import FURTHER_PROMPTS
 from trainer.algorithms.seq import MAX_SAMPLES_PER_PROMPT
+from trainer.jsonsafe import text_problem
 from trainer.schedulers import DEFAULT_SPECULATIVE_CAPACITY, EARLY_ROUNDS, SCHEDULERS
 
 # The registered algorithms' names, read live (trainer.algorithms: GRPO; DAPO; Reinforce-Ada's
@@ -538,8 +540,10 @@ class TrainConfig:
                 data = tomllib.load(fh)
         except FileNotFoundError as exc:
             raise ConfigError("config", f"no such file: {path}") from exc
-        except tomllib.TOMLDecodeError as exc:
+        except (tomllib.TOMLDecodeError, ValueError) as exc:  # ValueError: a 5,000-digit int
             raise ConfigError("config", f"invalid TOML in {path}: {exc}") from exc
+        except RecursionError:
+            raise ConfigError("config", f"invalid TOML in {path}: nested too deeply") from None
         return cls.from_dict(data)
 
     def to_dict(self) -> dict[str, Any]:
@@ -676,14 +680,40 @@ def _type_errors(name: str, value: Any, annotation: str) -> Iterator[ConfigError
     elif annotation == "int":
         ok = isinstance(value, int) and not isinstance(value, bool)
     elif annotation == "float":
-        ok = (isinstance(value, (int, float)) and not isinstance(value, bool)
-              and math.isfinite(value))
+        ok = isinstance(value, (int, float)) and not isinstance(value, bool) and _finite(value)
     elif annotation == "str":
         ok = isinstance(value, str)
+        problem = text_problem(value) if ok else None
+        if problem:
+            yield ConfigError(name, problem)
+            return
     else:  # pragma: no cover - every field has one of the types above
         ok = True
-    if not ok:
-        yield ConfigError(name, f"expected {annotation}, got {value!r}")
+    if not ok and annotation == "float" and isinstance(value, int) and not isinstance(value, bool):
+        digits = int(value.bit_length() * 0.30103) + 1  # str() stops at 4,300 digits
+        yield ConfigError(name, f"expected float, got an integer of about {digits:,} digits, "
+                          "past a float's range")
+    elif not ok:
+        yield ConfigError(name, f"expected {annotation}, got {_shown(value)}")
+
+
+def _finite(value: int | float) -> bool:
+    """A number a float field can hold: finite, and an integer no larger than a float's range
+    (``math.isfinite(10**400)`` raises OverflowError)."""
+    try:
+        return math.isfinite(value)
+    except OverflowError:
+        return False
+
+
+def _shown(value: Any, limit: int = 60) -> str:
+    """``repr(value)`` cut to ``limit`` characters: an error quotes a 400-digit integer or a
+    megabyte of text by its start."""
+    try:
+        text = repr(value)
+    except ValueError:  # an integer past Python's digit limit for str()
+        return f"an integer of more than {sys.get_int_max_str_digits():,} digits"
+    return text if len(text) <= limit else f"{text[:limit]}... ({len(text):,} characters)"
 
 
 def _choice(name: str, value: str, choices: tuple[str, ...]) -> Iterator[ConfigError]:

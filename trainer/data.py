@@ -18,6 +18,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, BinaryIO
 
+from trainer import jsonsafe
 from trainer.types import Prompt
 
 if TYPE_CHECKING:
@@ -109,11 +110,14 @@ def _jsonl_records(stream: BinaryIO, source: str) -> Iterator[tuple[str, Any]]:
         # the decoder would report "line 2, column 1" of a one-line document.
         line = line.rstrip("\r\n")
         try:
-            yield f"line {number}", json.loads(line)
+            record = jsonsafe.loads(line)
         except json.JSONDecodeError as exc:
             where = (f"at the end of the line (after column {len(line)})"
                      if exc.pos >= len(line) else f"at column {exc.pos + 1} of {len(line)}")
             raise DataError(source, f"line {number}", f"bad JSON: {exc.msg} {where}") from exc
+        except ValueError as exc:  # nested too deeply; an integer of more than 4,300 digits
+            raise DataError(source, f"line {number}", f"bad JSON: {exc}") from exc
+        yield f"line {number}", record
 
 
 def _parquet_records(stream: BinaryIO, source: str, limits: Limits
@@ -135,20 +139,81 @@ def _parquet_records(stream: BinaryIO, source: str, limits: Limits
     if cap is not None and declared > cap:
         raise DataError(source, "", f"the file's metadata declares {_mib(declared)} of data "
                         f"uncompressed; the limit is {_mib(cap)}")
+    # Rows per batch from the declared size of a row, so a batch of wide rows stays near
+    # PARQUET_SLICE_BYTES when decoded (a dictionary-encoded column is read as a dictionary: its
+    # batch is small whatever the rows expand to).
+    per_row = declared / max(meta.num_rows, 1)
+    batch_rows = int(min(1024, max(1, PARQUET_SLICE_BYTES // max(per_row, 1))))
     decoded = 0
     row = 0
     try:
-        for batch in parquet.iter_batches(batch_size=1024):
-            # Metadata can lie: the rows themselves are held to the same bound as they arrive.
-            decoded += batch.nbytes
-            if cap is not None and decoded > cap:
-                raise DataError(source, f"row {row}", f"the rows decode to more than "
-                                f"{_mib(cap)}, the limit")
-            for record in batch.to_pylist():
-                yield f"row {row}", record
-                row += 1
+        for batch in parquet.iter_batches(batch_size=batch_rows):
+            # Metadata can lie, and a dictionary column of one long string repeated on every
+            # row declares one string: each row's decoded size is computed before any row is
+            # turned into Python objects, and the rows are expanded a bounded slice at a time.
+            sizes = _row_sizes(batch)
+            start = 0
+            while start < batch.num_rows:
+                end, slice_bytes = start, 0
+                while end < batch.num_rows and (end == start
+                                                or slice_bytes + sizes[end] <= PARQUET_SLICE_BYTES):
+                    slice_bytes += int(sizes[end])
+                    if cap is not None and decoded + slice_bytes > cap:
+                        raise DataError(source, f"row {row + end - start}", "the rows decode to "
+                                        f"more than {_mib(cap)}, the limit")
+                    end += 1
+                decoded += slice_bytes
+                for record in batch.slice(start, end - start).to_pylist():
+                    yield f"row {row}", record
+                    row += 1
+                start = end
     except (pa.ArrowException, OSError) as exc:
         raise DataError(source, f"row {row}", f"not a readable Parquet file: {exc}") from exc
+
+
+# Parquet rows are turned into Python objects at most this many decoded bytes at a time.
+PARQUET_SLICE_BYTES = 4 * 2**20
+
+
+def _row_sizes(batch: Any) -> Any:
+    """Each row's decoded size in bytes (an int64 array), computed from the Arrow data without
+    decoding it: a dictionary column's rows are its entries' sizes, a string's its length, a
+    list's the sum of its items'."""
+    import numpy as np
+
+    sizes = np.zeros(batch.num_rows, dtype=np.int64)
+    for column in batch.columns:
+        sizes += _array_sizes(column)
+    return sizes
+
+
+def _array_sizes(array: Any) -> Any:
+    import numpy as np
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    kind = array.type
+    n = len(array)
+    if pa.types.is_dictionary(kind):
+        entries = _array_sizes(array.dictionary)
+        indices = array.indices.fill_null(0).to_numpy(zero_copy_only=False).astype(np.int64)
+        return entries[indices] if len(entries) else np.zeros(n, dtype=np.int64)
+    if pa.types.is_string(kind) or pa.types.is_large_string(kind) or pa.types.is_binary(kind) \
+            or pa.types.is_large_binary(kind):
+        return pc.binary_length(array).fill_null(0).to_numpy(zero_copy_only=False
+                                                             ).astype(np.int64) + 8
+    if pa.types.is_struct(kind):
+        sizes = np.full(n, 8, dtype=np.int64)
+        for i in range(kind.num_fields):
+            sizes += _array_sizes(array.field(i))
+        return sizes
+    if pa.types.is_list(kind) or pa.types.is_large_list(kind):
+        items = _array_sizes(array.values)
+        offsets = array.offsets.to_numpy(zero_copy_only=False).astype(np.int64)
+        totals = np.concatenate([[0], np.cumsum(items)])
+        return totals[offsets[1:]] - totals[offsets[:-1]] + 8
+    return np.full(n, max(kind.bit_width // 8, 1) if hasattr(kind, "bit_width") else 8,
+                   dtype=np.int64)
 
 
 def _mib(n: int) -> str:
@@ -161,6 +226,11 @@ def _to_prompt(record: Any, source: str, location: str, used_ids: set[str]) -> P
 
     if not isinstance(record, Mapping):
         raise fail(f"expected an object with 'prompt' and 'answer', got {type(record).__name__}")
+    # Text that is not Unicode, NaN or infinities, nesting past jsonsafe.MAX_DEPTH: refused here,
+    # with the line, not by the database that stores the prompt (or a tokenizer later).
+    problem = jsonsafe.first_problem(dict(record))
+    if problem:
+        raise fail(f"field '{problem[0]}' {problem[1]}")
     if "prompt" not in record or record["prompt"] is None:
         raise fail("missing field 'prompt'")
     text = _prompt_text(record["prompt"], fail)

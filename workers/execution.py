@@ -54,6 +54,28 @@ ROOT = Path(__file__).resolve().parents[1]
 BACKEND_HOOK_ENV = "RADA_BACKEND_HOOK"
 
 
+# The run's process this worker is waiting on (None between runs), so that a clean shutdown of
+# the worker (SIGTERM: docker stop, systemd) can ask it to hand its run back.
+_CHILD: subprocess.Popen[bytes] | None = None
+# Set in the run's process by SIGTERM: stop at the next poll, keep the checkpoint, hand back.
+HANDING_BACK = threading.Event()
+
+
+def hand_back_child() -> None:
+    """The worker is shutting down: ask the run's process (if any) to stop cleanly and hand
+    its run back (it stops within a poll, its checkpoint kept, and the run goes back on its
+    queue without counting an attempt)."""
+    child = _CHILD
+    if child is not None and child.poll() is None:
+        logger.warning("worker shutting down: handing run back (SIGTERM to pid %s)", child.pid)
+        child.send_signal(signal.SIGTERM)
+
+
+def on_sigterm_hand_back(*_: Any) -> None:
+    """The run's process's SIGTERM handler."""
+    HANDING_BACK.set()
+
+
 def new_lease_owner() -> str:
     return f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
 
@@ -109,6 +131,8 @@ class StopCheck:
         self._asked = float("-inf")
 
     def __call__(self) -> bool:
+        if HANDING_BACK.is_set():
+            return True
         now = time.monotonic()
         if not (self.cancelled or self.lease_lost) and now - self._asked >= self.poll:
             self._asked = now
@@ -180,8 +204,10 @@ def run_child(*args: str) -> int:
     """``python -m workers.run_process ARGS... WORKER_PID`` (a run's training, or an estimate's
     sampling) and wait for it; its exit status (negative: killed by that signal). The child logs
     to the worker's own output."""
+    global _CHILD
     cmd = [sys.executable, "-m", "workers.run_process", *args, str(os.getpid())]
     proc = subprocess.Popen(cmd, cwd=ROOT, stdin=subprocess.DEVNULL)
+    _CHILD = proc
     try:
         return proc.wait()
     except BaseException:
@@ -190,6 +216,8 @@ def run_child(*args: str) -> int:
         proc.kill()
         proc.wait()
         raise
+    finally:
+        _CHILD = None
 
 
 def run_in_this_process(run_id: int, owner: str) -> str:
@@ -226,6 +254,14 @@ def _lease_lost(run_id: int) -> str:
     return "lease lost"
 
 
+def _hand_back(run_id: int, owner: str) -> str:
+    """Stopped by the worker's shutdown, not by the user: the run goes back on its queue."""
+    outcome = reconnecting(services.hand_back_run)(run_id, owner)
+    if outcome == "lease lost":
+        raise LeaseLost(f"run {run_id}: lease lost")
+    return "handed back"
+
+
 def _say_waiting(run_id: int, owner: str, text: str) -> None:
     if not reconnecting(services.set_run_waiting)(run_id, owner, text):
         raise LeaseLost(f"run {run_id}: lease lost")
@@ -247,6 +283,8 @@ def _train(run: Run, owner: str) -> str:
     if not wait_for_ranks(config, should_stop, lambda text: _say_waiting(run.pk, owner, text)):
         if should_stop.lease_lost:
             raise LeaseLost(f"run {run.pk}: lease lost")
+        if HANDING_BACK.is_set() and not should_stop.cancelled:
+            return _hand_back(run.pk, owner)
         if not reconnecting(services.finish_run)(run.pk, owner, Run.Status.CANCELLED):
             raise LeaseLost(f"run {run.pk}: lease lost")
         return Run.Status.CANCELLED
@@ -265,6 +303,8 @@ def _train(run: Run, owner: str) -> str:
             close()
     if should_stop.lease_lost:
         raise LeaseLost(f"run {run.pk}: lease lost")
+    if HANDING_BACK.is_set() and result.status == "cancelled" and not should_stop.cancelled:
+        return _hand_back(run.pk, owner)
     error = ""
     if result.status == "time_limit":
         status = Run.Status.FAILED

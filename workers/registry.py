@@ -24,7 +24,7 @@ import time
 from typing import Any
 
 import redis
-from celery.signals import worker_ready, worker_shutdown
+from celery.signals import worker_ready, worker_shutdown, worker_shutting_down
 from django.conf import settings
 from django.db import connection
 from webapp.celery import WORKER_REGISTRY_PREFIX
@@ -106,3 +106,12 @@ def _on_worker_shutdown(**_: Any) -> None:
     thread = _state.pop("thread", None)
     if thread is not None:
         thread.stop()
+
+
+@worker_shutting_down.connect
+def _on_worker_shutting_down(**_: Any) -> None:
+    # A clean shutdown (SIGTERM) hands the running run back instead of waiting hours for it:
+    # its process stops at the next poll, keeps its checkpoint and re-queues the run.
+    from workers.execution import hand_back_child
+
+    hand_back_child()

@@ -37,8 +37,10 @@ def main(argv: list[str]) -> int:
 
         estimate_in_this_process(work_id, owner)
     else:
-        from workers.execution import run_in_this_process
+        from workers.execution import on_sigterm_hand_back, run_in_this_process
 
+        # The worker's clean shutdown: stop at the next poll and hand the run back.
+        signal.signal(signal.SIGTERM, on_sigterm_hand_back)
         run_in_this_process(work_id, owner)
     return 0
 

@@ -18,7 +18,6 @@ from typing import Any
 
 from django.core.cache import cache
 from django.db import connection
-from django.db.models import Q, QuerySet
 from django.utils import timezone
 from experiments.models import (
     EvalResult,
@@ -112,30 +111,7 @@ def _fetch(sql: str, params: list[Any]) -> list[tuple[Any, ...]]:
 
 
 # --- runs --------------------------------------------------------------------------------------
-
-@dataclass
-class RunFilters:
-    status: str = ""
-    algorithm: str = ""
-    prompt_set: str = ""
-    q: str = ""
-    sweep: str = ""
-
-
-def run_list(filters: RunFilters) -> QuerySet[Run]:
-    qs = Run.objects.select_related("prompt_set", "owner", "sweep").defer("traceback")
-    if filters.status:
-        qs = qs.filter(status=filters.status)
-    if filters.algorithm:
-        qs = qs.filter(algorithm=filters.algorithm)
-    if filters.prompt_set:
-        qs = qs.filter(prompt_set_id=filters.prompt_set)
-    if filters.q:
-        qs = qs.filter(Q(name__icontains=filters.q) | Q(model__icontains=filters.q))
-    if filters.sweep:
-        qs = qs.filter(sweep_id=filters.sweep)
-    return qs.order_by("-created_at")
-
+# The runs themselves are read in ``experiments/selectors.py`` (the API reads them too).
 
 @dataclass
 class SweepGroup:
@@ -168,21 +144,6 @@ def group_sweeps(runs: list[Run]) -> list[Run | SweepGroup]:
     return items
 
 
-def run_detail(run_id: int) -> Run:
-    return Run.objects.select_related("prompt_set", "eval_set", "owner", "cloned_from",
-                                      "sweep").get(pk=run_id)
-
-
-def runs_by_ids(ids: list[int]) -> list[Run]:
-    by_id = {r.pk: r for r in Run.objects.select_related("prompt_set", "sweep").filter(
-        pk__in=ids)}
-    return [by_id[i] for i in ids if i in by_id]
-
-
-def prompt_sets() -> QuerySet[PromptSet]:
-    return PromptSet.objects.order_by("-created_at")
-
-
 def answer_note(prompt_set: PromptSet, prompt: Prompt | None = None) -> str:
     """Words on how the set's answers are written where it is not the obvious way: the built-in
     task's answers are the sum's digits reversed ("749" answers 946+1=), its long variant's the
@@ -202,10 +163,6 @@ def answer_note(prompt_set: PromptSet, prompt: Prompt | None = None) -> str:
     return f"{ANSWER_FORMAT}: {prompt.answer} is the sum {prompt.answer.strip()[::-1]}"
 
 
-def prompt_set_preview(prompt_set: PromptSet, limit: int = 20) -> list[Prompt]:
-    return list(Prompt.objects.filter(prompt_set=prompt_set).order_by("index")[:limit])
-
-
 def skipped_updates(run: Run) -> dict[str, int] | None:
     """The optimiser steps a run skipped for a non-finite gradient norm (``skipped_updates``):
     how many in all, over how many training steps, and the latest such step; None when none."""
@@ -220,7 +177,8 @@ def skipped_updates(run: Run) -> dict[str, int] | None:
 
 def run_eta(run: Run, now: dt.datetime | None = None) -> dt.timedelta | None:
     """Remaining time extrapolated from the mean step time so far; None before the first step."""
-    if run.status not in Run.ACTIVE_STATUSES or not run.started_at or run.current_step == 0:
+    # Only while it trains: an interrupted run (queued again) would extrapolate a growing ETA.
+    if run.status != Run.Status.RUNNING or not run.started_at or run.current_step == 0:
         return None
     elapsed = ((now or timezone.now()) - run.started_at).total_seconds()
     per_step = elapsed / run.current_step

@@ -7,6 +7,7 @@ and relaunch to anyone but the run's owner or staff (PermissionDenied -> 403).
 from __future__ import annotations
 
 import json
+from dataclasses import dataclass
 from typing import Any
 
 from django.conf import settings
@@ -44,7 +45,7 @@ def _run_or_404(run_id: int | None) -> Run:
     if run_id is None:
         raise Http404("no such run")
     try:
-        return selectors.run_detail(run_id)
+        return experiment_selectors.run_detail(run_id)
     except Run.DoesNotExist as exc:
         raise Http404("no such run") from exc
 
@@ -68,23 +69,36 @@ def _heatmap_options(request: HttpRequest) -> dict[str, Any]:
 
 # --- runs --------------------------------------------------------------------------------------
 
+@dataclass
+class RunFilters:
+    """The runs list's filters as its form shows them (the query's values, "" when unset)."""
+
+    status: str = ""
+    algorithm: str = ""
+    prompt_set: str = ""
+    q: str = ""
+    sweep: str = ""
+
+
 @login_required
 def run_list(request: HttpRequest) -> HttpResponse:
     prompt_set = params.get_id(request.GET, "prompt_set")
     sweep = params.get_id(request.GET, "sweep")
-    filters = selectors.RunFilters(
+    filters = RunFilters(
         status=params.get_choice(request.GET, "status", Run.Status.values),
         algorithm=params.get_choice(request.GET, "algorithm", selectors.algorithm_labels()),
         prompt_set=str(prompt_set) if prompt_set else "", q=params.get_text(request.GET, "q"),
         sweep=str(sweep) if sweep else "")
-    runs = list(selectors.run_list(filters)[:500])
+    runs = list(experiment_selectors.run_list(
+        status=filters.status, algorithm=filters.algorithm, prompt_set_id=prompt_set,
+        search=filters.q, sweep_id=sweep)[:500])
     rows = selectors.group_sweeps(runs)
     for item in rows:
         if isinstance(item, selectors.SweepGroup):
             item.can_manage = services.can_modify_sweep(item.sweep, request.user)
     context = {"runs": runs, "rows": rows, "filters": filters,
                "statuses": Run.Status.choices, "algorithms": selectors.algorithm_labels(),
-               "prompt_sets": selectors.prompt_sets(),
+               "prompt_sets": experiment_selectors.prompt_set_list(),
                "any_active": any(r.status in Run.ACTIVE_STATUSES for r in runs)}
     if request.htmx:
         return render(request, "dashboard/_run_rows.html", context)
@@ -364,7 +378,7 @@ def prompt_sets(request: HttpRequest) -> HttpResponse:
                                               f"into {ps.name}.")
                     return redirect("dashboard:prompt_set_detail", set_id=ps.pk)
     return render(request, "dashboard/prompt_sets.html", {
-        "sets": selectors.prompt_sets(), "upload": upload, "builtin": builtin,
+        "sets": experiment_selectors.prompt_set_list(), "upload": upload, "builtin": builtin,
         "max_mib": settings.PROMPT_UPLOAD_MAX_BYTES / 2**20,
         "max_rows": f"{settings.PROMPT_UPLOAD_MAX_ROWS:,}"})
 
@@ -373,7 +387,7 @@ def prompt_sets(request: HttpRequest) -> HttpResponse:
 def prompt_set_detail(request: HttpRequest, set_id: int) -> HttpResponse:
     ps = get_object_or_404(PromptSet, pk=set_id)
     return render(request, "dashboard/prompt_set_detail.html",
-                  {"set": ps, "prompts": selectors.prompt_set_preview(ps),
+                  {"set": ps, "prompts": experiment_selectors.prompt_set_preview(ps),
                    "answer_note": selectors.answer_note(ps)})
 
 
@@ -386,7 +400,7 @@ def _compare_runs(request: HttpRequest) -> tuple[list[Run], list[int]]:
     for sweep_id in params.get_ids(request.GET, "sweep"):
         ids.extend(experiment_selectors.sweep_runs(sweep_id).values_list("pk", flat=True))
     ids = list(dict.fromkeys(ids))
-    runs = selectors.runs_by_ids(ids)
+    runs = experiment_selectors.runs_by_ids(ids)
     found = {r.pk for r in runs}
     return runs, [i for i in ids if i not in found]
 

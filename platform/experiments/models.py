@@ -1,7 +1,7 @@
 """Runs, prompts and the per-step / per-round / per-prompt / per-sample records of training.
 
-Models carry constraints, not business logic: writes go through ``services.py``, reads through
-``selectors.py``. Unique keys on (run, step[, round | prompt | index]) make every write idempotent,
+Models carry constraints, not business logic: writes go through ``services``, reads through
+``selectors``. Unique keys on (run, step[, round | prompt | index]) make every write idempotent,
 so a resumed or redelivered run can never record a step twice.
 """
 
@@ -150,6 +150,12 @@ class Run(models.Model):
     @property
     def progress(self) -> float:
         return self.current_step / self.total_steps if self.total_steps else 0.0
+
+    @property
+    def interrupted(self) -> bool:
+        """Queued again after it trained (its worker shut down cleanly and handed it back):
+        it resumes from its last checkpoint when a worker takes it."""
+        return self.status == self.Status.QUEUED and self.current_step > 0
 
 
 class Step(models.Model):

@@ -23,14 +23,9 @@ from django.db.models.functions import Now
 from django.utils import timezone
 
 from experiments.models import Estimate, PromptSet
-from experiments.services import (
-    LaunchError,
-    User,
-    _check_can_modify,
-    config_errors,
-    effective_verifier,
-    queue_errors,
-)
+from experiments.services import LaunchError, User, config_errors, effective_verifier, queue_errors
+from experiments.services.common import _check_can_modify
+from experiments.services.enqueue import BrokerUnavailable, enqueue_estimate
 from trainer.config import TrainConfig
 from trainer.preflight import PREDICTION_COLUMNS, pass_rates, predict, preflight_warnings
 
@@ -92,8 +87,6 @@ def request_estimate(owner: User, config_dict: dict[str, Any], prompt_set: Promp
         estimate_id = estimate.pk
 
         def enqueue() -> None:
-            from webapp.celery import BrokerUnavailable, enqueue_estimate
-
             try:
                 enqueue_estimate(estimate_id, queue)
             except BrokerUnavailable as exc:  # nothing will sample it: say so, do not hang

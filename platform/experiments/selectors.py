@@ -1,5 +1,6 @@
-"""Reads of the experiments app for pages, the admin and the worker (HackSoft styleguide).
-Chart series live with the dashboard; these are the run-lifecycle and prompt-set reads."""
+"""Reads of the experiments app (HackSoft styleguide): runs, prompt sets and sweeps, for the
+dashboard, the API, the admin and the worker alike. Chart series and the pages' aggregates live
+with the dashboard (``dashboard/selectors.py``)."""
 
 from __future__ import annotations
 
@@ -7,54 +8,48 @@ from dataclasses import dataclass, field
 
 from django.db.models import Count, Q, QuerySet
 
-from experiments.models import Checkpoint, Prompt, PromptSet, Run, Sweep
+from experiments.models import Prompt, PromptSet, Run, Sweep
 
 
 def run_list(*, status: str | None = None, algorithm: str | None = None,
              prompt_set_id: int | None = None, search: str | None = None,
-             owner_id: int | None = None) -> QuerySet[Run]:
-    """Runs, newest first, filtered; prompt set and owner fetched in the same query."""
-    qs = Run.objects.select_related("prompt_set", "owner").defer("traceback")
+             sweep_id: int | None = None, owner: str | None = None) -> QuerySet[Run]:
+    """Runs, newest first, filtered (``search``: text in the name or model; ``owner``: a
+    username); prompt set, owner and sweep fetched in the same query. The runs list and the
+    API's ``GET /runs`` both read it."""
+    qs = Run.objects.select_related("prompt_set", "owner", "sweep").defer("traceback")
     if status:
         qs = qs.filter(status=status)
     if algorithm:
         qs = qs.filter(algorithm=algorithm)
     if prompt_set_id:
         qs = qs.filter(prompt_set_id=prompt_set_id)
-    if owner_id:
-        qs = qs.filter(owner_id=owner_id)
     if search:
         qs = qs.filter(Q(name__icontains=search) | Q(model__icontains=search))
-    return qs
+    if sweep_id:
+        qs = qs.filter(sweep_id=sweep_id)
+    if owner:
+        qs = qs.filter(owner__username=owner)
+    return qs.order_by("-created_at")
+
+
+def run_detail(run_id: int) -> Run:
+    """One run with what its page and the API's run show (``Run.DoesNotExist`` when gone)."""
+    return Run.objects.select_related("prompt_set", "eval_set", "owner", "cloned_from",
+                                      "sweep").get(pk=run_id)
+
+
+def runs_by_ids(ids: list[int]) -> list[Run]:
+    """The runs of ``ids`` that exist, in the order given (compare, reports)."""
+    by_id = {r.pk: r for r in Run.objects.select_related("prompt_set", "sweep").filter(
+        pk__in=ids)}
+    return [by_id[i] for i in ids if i in by_id]
 
 
 def prompt_set_runs(prompt_set: PromptSet) -> list[Run]:
     """Runs that train or evaluate on ``prompt_set``."""
     return list(Run.objects.filter(Q(prompt_set=prompt_set) | Q(eval_set=prompt_set))
                 .only("pk", "name").order_by("pk"))
-
-
-def run_get(run_id: int) -> Run:
-    return Run.objects.select_related("prompt_set", "eval_set", "owner", "cloned_from").get(
-        pk=run_id)
-
-
-def run_progress(run_id: int) -> dict[str, object]:
-    """The small live part of a run page: status, step, round, samples, reward, error."""
-    run = Run.objects.only(
-        "status", "current_step", "current_round", "total_steps", "samples_spent",
-        "latest_real_reward", "cancel_requested", "heartbeat_at", "started_at", "finished_at",
-        "error").get(pk=run_id)
-    return {"status": run.status, "current_step": run.current_step,
-            "current_round": run.current_round, "total_steps": run.total_steps,
-            "progress": run.progress, "samples_spent": run.samples_spent,
-            "latest_real_reward": run.latest_real_reward,
-            "cancel_requested": run.cancel_requested, "heartbeat_at": run.heartbeat_at,
-            "started_at": run.started_at, "finished_at": run.finished_at, "error": run.error}
-
-
-def run_checkpoints(run_id: int) -> QuerySet[Checkpoint]:
-    return Checkpoint.objects.filter(run_id=run_id).order_by("step")
 
 
 def prompt_set_list() -> QuerySet[PromptSet]:

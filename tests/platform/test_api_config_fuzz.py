@@ -1,5 +1,6 @@
 """Random configs (every TrainConfig field, awkward values: NaN, infinities, huge integers,
-NUL, nested lists) launched through the API: a 4xx or a launch, never a 5xx."""
+NUL, nested lists, lone surrogates, integers past a float's range, deep nesting) launched
+through the API: a 4xx or a launch, never a 5xx."""
 
 from __future__ import annotations
 
@@ -20,7 +21,10 @@ NAMES = [spec["name"] for spec in field_specs()]
 AWKWARD = st.one_of(
     st.sampled_from([float("nan"), float("inf"), -float("inf"), 2**63, 2**64, -(2**63) - 1,
                      10**30, 1e308, -1, 0, 1, 0.5, True, False, None, "", "\x00", "auto",
-                     "builtin:tiny", [1, 2], {"a": 1}]),
+                     "builtin:tiny", [1, 2], {"a": 1},
+                     # The classes of issue 19: a lone surrogate, past a float's range, deep.
+                     "\ud800", "a\udfffb", 10**400, -(10**400), json.loads("[" * 300 + "]" * 300),
+                     {"\ud800": 1}]),
     st.integers(min_value=-(2**70), max_value=2**70), st.floats(), st.text(max_size=12))
 
 

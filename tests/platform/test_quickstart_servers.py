@@ -109,3 +109,83 @@ def test_sigterm_stops_command_and_servers(instance: str, tmp_path: Path) -> Non
     wrapper.send_signal(signal.SIGTERM)
     assert wrapper.wait(120) == 128 + signal.SIGTERM
     assert not _port_open(db_url) and not _port_open(broker_url)
+
+
+HOLD = """
+import os, pathlib, sys, time
+import psycopg
+out = pathlib.Path(os.environ["OUT"])
+out.write_text(os.environ["DATABASE_URL"])
+while not (out.parent / "release").exists():
+    time.sleep(0.2)
+# Still serving after the attached command ended: the rows it wrote are here.
+with psycopg.connect(os.environ["DATABASE_URL"]) as conn:
+    print(conn.execute("SELECT count(*) FROM attached_rows").fetchone()[0])
+"""
+WRITE = """
+import os, psycopg
+with psycopg.connect(os.environ["DATABASE_URL"]) as conn:
+    conn.execute("CREATE TABLE attached_rows (x int)")
+    conn.execute("INSERT INTO attached_rows VALUES (1), (2)")
+print(os.environ["DATABASE_URL"])
+"""
+
+
+def test_a_command_beside_a_running_instance_attaches_and_stops_nothing(
+        instance: str, tmp_path: Path) -> None:
+    """Issue 19: with `make run` up, `services.py exec --instance dev -- manage.py import_run`
+    took the live PostgreSQL for a leftover and stopped it. A second exec of the same instance
+    runs its command against the running servers and leaves them serving."""
+    import time
+
+    env = {k: v for k, v in os.environ.items()
+           if k not in ("DATABASE_URL", "CELERY_BROKER_URL", "CACHE_URL")}
+    url_file = tmp_path / "url"
+    holder = subprocess.Popen(
+        [sys.executable, "scripts/services.py", "exec", "--instance", instance, "--fast", "--",
+         sys.executable, "-c", HOLD], cwd=ROOT, env=env | {"OUT": str(url_file)},
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        deadline = time.monotonic() + 120
+        while not (url_file.exists() and url_file.read_text()) and time.monotonic() < deadline:
+            assert holder.poll() is None, holder.communicate()
+            time.sleep(0.2)
+        db_url = url_file.read_text()
+        second = subprocess.run(
+            [sys.executable, "scripts/services.py", "exec", "--instance", instance, "--fast",
+             "--", sys.executable, "-c", WRITE], cwd=ROOT, env=env, capture_output=True,
+            text=True, timeout=120)
+        assert second.returncode == 0, second.stderr
+        assert second.stdout.strip() == db_url  # the same server, not a new one
+        assert "attached to instance" in second.stderr
+        assert _port_open(db_url)  # still serving
+        (tmp_path / "release").touch()
+        out, err = holder.communicate(timeout=120)
+        assert holder.returncode == 0, err
+        assert out.strip() == "2"
+    finally:
+        if holder.poll() is None:
+            holder.kill()
+    assert not _port_open(db_url)  # the exec that started it stopped it
+
+
+def test_a_postgres_no_exec_owns_is_refused_not_stopped(instance: str) -> None:
+    """A PostgreSQL running on the instance's folder without a record of the exec that started
+    it (started by hand, or by an older services.py) may be serving: exec refuses to touch it."""
+    sys.path.insert(0, str(ROOT / "scripts"))
+    from services import Postgres
+
+    pg = Postgres(ROOT / "var" / instance / "pgdata", fast=True)
+    url = pg.start()
+    try:
+        env = {k: v for k, v in os.environ.items()
+               if k not in ("DATABASE_URL", "CELERY_BROKER_URL", "CACHE_URL")}
+        out = subprocess.run(
+            [sys.executable, "scripts/services.py", "exec", "--instance", instance, "--fast",
+             "--", sys.executable, "-c", "print('ran')"], cwd=ROOT, env=env,
+            capture_output=True, text=True, timeout=120)
+        assert out.returncode != 0 and "ran" not in out.stdout
+        assert "no `services.py exec`" in out.stderr and "left alone" in out.stderr
+        assert _port_open(url)
+    finally:
+        pg.stop()

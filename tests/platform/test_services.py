@@ -203,7 +203,7 @@ def test_selectors_filter_runs(db: None, user: Any, prompt_set_factory: Any) -> 
     assert list(selectors.run_list(algorithm="grpo")) == [a]
     assert list(selectors.run_list(search="bet")) == [b]
     assert set(selectors.run_list(prompt_set_id=ps.pk)) == {a, b}
-    assert selectors.run_progress(b.pk)["status"] == "queued"
+    assert selectors.run_detail(b.pk).status == "queued"
 
 
 def test_auto_verifier_follows_the_prompt_set(db: None, user: Any,

@@ -39,14 +39,16 @@ ENGINE_CASES = [dict(algorithm="ada-balance"), dict(algorithm="ada-pos"),
 
 
 @pytest.mark.parametrize("case", ENGINE_CASES, ids=lambda c: "-".join(map(str, c.values())))
+@pytest.mark.parametrize("seed", [1, 2, 3])
 def test_per_prompt_on_the_engine_gives_exactly_the_round_based_step(vllm_backend: Any,
-                                                                      case: dict) -> None:
+                                                                      case: dict,
+                                                                      seed: int) -> None:
     """Per-prompt, with each early-rounds mode, draws the round-based step's tokens exactly;
     certain early rounds not one token more, speculative ones discard only what they abort."""
     steps = {}
     for scheduler, early in (("round", "off"), ("per-prompt", "off"),
                              ("per-prompt", "certain"), ("per-prompt", "speculative")):
-        cfg = config(scheduler=scheduler, early_rounds=early, **case)
+        cfg = config(scheduler=scheduler, early_rounds=early, seed=seed, **case)
         steps[early if scheduler != "round" else "round"] = sample_step(
             cfg, PROMPTS, vllm_backend, make_scorer(cfg), step=3)
         assert not vllm_backend.llm.llm_engine.has_unfinished_requests()

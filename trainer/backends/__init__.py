@@ -23,6 +23,12 @@ def make_backend(config: TrainConfig, prompts: Sequence[Prompt] = ()) -> Generat
         from trainer.backends.simulated import SimulatedBackend
 
         return SimulatedBackend(config, prompts)
+    if config.world_size > 1:
+        # The ranks hold the policy and the engines (vLLM is needed where they run); this
+        # process drives them.
+        from trainer.distributed.backend import DistributedBackend
+
+        return DistributedBackend(config)
     if config.backend == "vllm":
         require_vllm()
     from trainer.model import load_policy

@@ -89,12 +89,16 @@ class VLLMBackend:
     (0: ``DEFAULT_CPU_KV_CACHE_GIB``; vLLM's own default asks for 92% of the machine's memory)
     or, when set, on CUDA too instead of ``gpu_memory_utilization``. ``engine_options``: more
     of ``vllm.LLM``'s arguments (a distributed rank's ``distributed_executor_backend``).
+    ``model_dir``: a directory holding ``model``'s current weights to build the engine from
+    (a distributed rank's: transformers' ``save_pretrained`` writes nothing on a rank other
+    than 0); by default the policy is saved to a temporary one.
     """
 
     def __init__(self, model: Any, tokenizer: Any, *, temperature: float = 1.0, top_p: float = 1.0,
                  max_new_tokens: int = 16, dtype: str = "auto", seed: int = 0,
                  gpu_memory_utilization: float = 0.5, kv_cache_gib: float = 0.0,
-                 engine_options: dict[str, Any] | None = None) -> None:
+                 engine_options: dict[str, Any] | None = None,
+                 model_dir: str | None = None) -> None:
         device = vllm_device()
         policy_device = next(model.parameters()).device.type
         if device == "cuda" and policy_device != "cuda":
@@ -133,15 +137,18 @@ class VLLMBackend:
             engine_args |= {"max_num_seqs": 256, "max_num_batched_tokens": 256 * max_len}
         # The engine loads from a directory: hand it the policy's current weights (a resumed
         # run's, not the original model's).
-        self._weights_dir = tempfile.TemporaryDirectory(prefix="trainer-vllm-")
-        model.save_pretrained(self._weights_dir.name, safe_serialization=True)
-        tokenizer.save_pretrained(self._weights_dir.name)
+        self._weights_dir: Any = None
+        if model_dir is None:
+            self._weights_dir = tempfile.TemporaryDirectory(prefix="trainer-vllm-")
+            model.save_pretrained(self._weights_dir.name, safe_serialization=True)
+            tokenizer.save_pretrained(self._weights_dir.name)
+            model_dir = self._weights_dir.name
         # vLLM's CPU worker replaces torch.set_num_threads with a no-op for the whole process
         # (it expects to own the cores); the policy update in this same process must keep
         # control of its thread count.
         set_num_threads = torch.set_num_threads
         try:
-            self.llm = LLM(model=self._weights_dir.name, dtype=dtype, seed=seed,
+            self.llm = LLM(model=model_dir, dtype=dtype, seed=seed,
                            enforce_eager=True, logprobs_mode="processed_logprobs",
                            max_model_len=max_len,
                            **engine_args, **(engine_options or {}))
@@ -232,7 +239,8 @@ class VLLMBackend:
         gc.collect()
         if self.device == "cuda":
             torch.cuda.empty_cache()
-        self._weights_dir.cleanup()
+        if self._weights_dir is not None:
+            self._weights_dir.cleanup()
 
 
 class VLLMRequestEngine:

@@ -104,16 +104,20 @@ def shard_policy(model: torch.nn.Module, mesh: Any, *, cuda: bool) -> None:
             module.set_force_sum_reduction_for_comms(True)
 
 
-def full_weights(model: torch.nn.Module, bucket_bytes: int) -> Iterator[tuple[str, torch.Tensor]]:
+def full_weights(model: torch.nn.Module, bucket_bytes: int,
+                 seconds: dict[str, float] | None = None
+                 ) -> Iterator[tuple[str, torch.Tensor]]:
     """(name, full tensor) for every entry of the sharded model's state dict, gathered a bucket
     of about ``bucket_bytes`` at a time (every rank must run this to the end, in step: each
     ``full_tensor()`` is a collective). A bucket is dropped once the consumer moved past it, so
-    at most one bucket of full tensors is alive beyond what the engine keeps."""
+    at most one bucket of full tensors is alive beyond what the engine keeps. ``seconds``
+    ["gather"] accumulates the time spent gathering (the rest of a load is the engine's)."""
     items = list(model.state_dict().items())
     start = 0
     while start < len(items):
         bucket: list[tuple[str, torch.Tensor]] = []
         size = 0
+        t0 = time.perf_counter()
         while start < len(items) and (not bucket or size < bucket_bytes):
             name, value = items[start]
             full = value.full_tensor() if hasattr(value, "full_tensor") else value
@@ -121,6 +125,8 @@ def full_weights(model: torch.nn.Module, bucket_bytes: int) -> Iterator[tuple[st
             bucket.append((name, full))
             size += full.numel() * full.element_size()
             start += 1
+        if seconds is not None:
+            seconds["gather"] = seconds.get("gather", 0.0) + time.perf_counter() - t0
         yield from bucket
         del bucket
 
@@ -165,12 +171,13 @@ class Rank:
         if self.sleep_mode and not self.cuda:
             raise ValueError("vllm_sleep_mode: vLLM's CPU build has no sleep mode; leave it "
                              "empty or off on CPU")
-        model, tokenizer = load_model_dir(resolve_model_path(self.config.model),
-                                          self.device.type)
+        self.model_dir = resolve_model_path(self.config.model)
+        model, tokenizer = load_model_dir(self.model_dir, self.device.type)
         self.tokenizer = tokenizer
         self.pad_id = int(tokenizer.pad_token_id or 0)
         self.engine: Any = None
         self.seconds: dict[str, float] = {}
+        self.step_seconds: dict[str, float] = {}
         if engine:
             t0 = time.perf_counter()
             self.engine = self._build_engine(model, tokenizer)
@@ -200,12 +207,19 @@ class Rank:
                            max_new_tokens=cfg.max_new_tokens, dtype=cfg.rollout_dtype,
                            seed=cfg.seed % 2**31, kv_cache_gib=cfg.vllm_kv_cache_gib,
                            gpu_memory_utilization=cfg.vllm_gpu_memory_utilization,
-                           engine_options=options)
+                           engine_options=options, model_dir=str(self.model_dir))
 
     # --- generation ----------------------------------------------------------------------------
+    def _spent(self, part: str, t0: float) -> None:
+        self.step_seconds[part] = self.step_seconds.get(part, 0.0) + time.perf_counter() - t0
+
     def generate(self, prompts: Sequence[Prompt], counts: Sequence[int], *, seed: int,
                  greedy: bool = False) -> list[list[Generation]]:
-        return self.engine.generate(prompts, counts, seed=seed, greedy=greedy)
+        t0 = time.perf_counter()
+        try:
+            return self.engine.generate(prompts, counts, seed=seed, greedy=greedy)
+        finally:
+            self._spent("generation", t0)
 
     def engine_logprobs(self, prompt_ids: Sequence[Sequence[int]],
                         response_ids: Sequence[Sequence[int]]) -> list[list[float]]:
@@ -220,12 +234,18 @@ class Rank:
         """Queue ``submits`` (key, prompt, sample, seed), abort ``aborts``, then run one
         engine step when requests are pending. Returns the finished requests, the tokens the
         aborted ones had generated and the requests still pending."""
+        t0 = time.perf_counter()
         engine = self._requests
         for key, prompt, sample, seed in submits:
             engine.submit(key, prompt, sample, seed)
         discarded = engine.abort(list(aborts)) if aborts else 0
         finished = engine.step() if engine.pending() else []
+        self._spent("generation", t0)
         return finished, discarded, engine.pending()
+
+    def engine_step_abort(self, keys: Sequence[Any]) -> int:
+        """Abort requests in this rank's engine; the response tokens they had generated."""
+        return self._requests.abort(list(keys))
 
     # --- the update ----------------------------------------------------------------------------
     def _agreed_stop(self) -> bool:
@@ -246,6 +266,7 @@ class Rank:
                                 micro_batch_size=self.config.ppo_micro_batch_size or None,
                                 should_stop=self._agreed_stop, shard=self.shard)
         self.seconds["update"] = time.perf_counter() - t0
+        self._spent("update", t0)
         return metrics
 
     def sync_weights(self) -> dict[str, float]:
@@ -260,11 +281,25 @@ class Rank:
         llm = self.engine.llm
         if self.sleep_mode:
             llm.wake_up()
-        weights = full_weights(self.model, self.config.fsdp_bucket_mb * 2**20)
+        parts: dict[str, float] = {}
+        weights = full_weights(self.model, self.config.fsdp_bucket_mb * 2**20, parts)
         llm.collective_rpc("reload_weights", kwargs={"weights_iterator": weights})
         llm.reset_prefix_cache()
         self.seconds["sync"] = time.perf_counter() - t0
+        gather = parts.get("gather", 0.0)
+        self.step_seconds["gather"] = self.step_seconds.get("gather", 0.0) + gather
+        self.step_seconds["load"] = (self.step_seconds.get("load", 0.0)
+                                     + self.seconds["sync"] - gather)
         return {"sync": self.seconds["sync"]}
+
+    def step_report(self) -> dict[str, Any]:
+        """Where this rank runs and its seconds since the last report (generation, update,
+        weight gather, engine load); the counters restart."""
+        device = (f"{torch.cuda.get_device_name(self.device)} ({self.device})" if self.cuda
+                  else "cpu")
+        out = {"rank": self.rank, "device": device, **self.step_seconds}
+        self.step_seconds = {}
+        return out
 
     def full_state_dict(self) -> dict[str, torch.Tensor]:
         """The whole policy's weights on every rank (for checks and the HF export)."""
@@ -297,16 +332,21 @@ class Rank:
                                                   weights_only=True))
 
     def export_hf(self, path: str | Path) -> None:
-        """A Hugging Face model directory of the current weights (rank 0 writes; every rank
-        takes part in the gather)."""
+        """A Hugging Face model directory of the current weights in ``path`` (rank 0 writes;
+        every rank takes part in the gather). A tied head is left out, as ``save_pretrained``
+        does."""
+        from safetensors.torch import save_file
+
         weights = self.full_state_dict()
         if self.rank == 0:
-            from trainer.model import load_model_dir, resolve_model_path
-
-            model, tokenizer = load_model_dir(resolve_model_path(self.config.model), "cpu")
-            model.load_state_dict(weights, strict=False)
-            model.save_pretrained(path, safe_serialization=True)
-            tokenizer.save_pretrained(path)
+            if getattr(self.model.config, "tie_word_embeddings", False):
+                weights.pop("lm_head.weight", None)
+            path = Path(path)
+            path.mkdir(parents=True, exist_ok=True)
+            save_file({k: v.contiguous() for k, v in weights.items()},
+                      str(path / "model.safetensors"), metadata={"format": "pt"})
+            self.model.config.save_pretrained(path)
+            self.tokenizer.save_pretrained(path)
         dist.barrier()
 
     def close(self) -> None:

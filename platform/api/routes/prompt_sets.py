@@ -1,0 +1,47 @@
+"""``/prompt-sets``: list, upload, one set with its first prompts and its runs."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from django.http import HttpRequest
+from experiments import selectors as experiment_selectors
+from experiments import services
+from experiments.models import PromptSet
+from ninja import File, Form, Router, Status, UploadedFile
+from ninja.errors import HttpError
+
+from api.common import MAX_ID, user_of
+from api.schemas import PromptSetDetail, PromptSetOut, Text
+
+router = Router(tags=["prompt sets"])
+
+
+@router.get("", response=list[PromptSetOut])
+def list_prompt_sets(request: HttpRequest) -> Any:
+    return experiment_selectors.prompt_set_list()
+
+
+@router.post("", response={201: PromptSetOut})
+def upload_prompt_set(request: HttpRequest, name: Form[Text],
+                      file: File[UploadedFile] = None) -> Any:  # type: ignore[assignment]
+    """Upload a JSONL or Parquet file of prompts (``prompt``, ``answer``; verl's layout too),
+    as multipart form data with fields ``name`` and ``file``."""
+    if file is None:
+        from webapp.uploads import rejected_files
+
+        reason = rejected_files(request).get("file", "a JSONL or Parquet file is required")
+        raise services.LaunchError("file", reason)
+    ps = services.create_prompt_set_from_upload(user_of(request), name, file, file.name or "")
+    return Status(201, ps)
+
+
+@router.get("/{int:set_id}", response=PromptSetDetail)
+def prompt_set_detail(request: HttpRequest, set_id: int) -> Any:
+    ps = (PromptSet.objects.select_related("owner").filter(pk=set_id).first()
+          if 0 < set_id <= MAX_ID else None)
+    if ps is None:
+        raise HttpError(404, f"no prompt set with id {set_id}")
+    return ps
+
+

@@ -1,0 +1,244 @@
+"""The API's request and response bodies and query parameters (pydantic, through ninja)."""
+
+from __future__ import annotations
+
+import datetime as dt
+from typing import Annotated, Any, Literal
+
+from experiments import selectors as experiment_selectors
+from experiments.models import PromptSet, Run
+from ninja import Schema
+from pydantic import AfterValidator, Field
+
+PAGE_MAX = 5000
+
+
+def _no_nul(value: str) -> str:
+    # PostgreSQL's text cannot hold NUL: refused here, with its field, not by the database.
+    if "\x00" in value:
+        raise ValueError("contains a NUL character")
+    return value
+
+
+Text = Annotated[str, AfterValidator(_no_nul)]
+
+
+class PromptSetOut(Schema):
+    id: int
+    name: str
+    source: str
+    description: str
+    size: int
+    owner: str | None
+    created_at: dt.datetime
+
+    @staticmethod
+    def resolve_owner(obj: PromptSet) -> str | None:
+        return obj.owner.username if obj.owner_id else None
+
+
+class PromptOut(Schema):
+    id: int
+    index: int
+    text: str
+    answer: str
+    metadata: dict[str, Any]
+
+
+class PromptSetDetail(PromptSetOut):
+    preview: list[PromptOut] = Field(description="the first 20 prompts")
+    runs: list[int] = Field(description="runs that train or evaluate on the set")
+
+    @staticmethod
+    def resolve_preview(obj: PromptSet) -> list[Any]:
+        return list(experiment_selectors.prompt_set_preview(obj))
+
+    @staticmethod
+    def resolve_runs(obj: PromptSet) -> list[int]:
+        return [r.pk for r in experiment_selectors.prompt_set_runs(obj)]
+
+
+class RunOut(Schema):
+    id: int
+    name: str
+    algorithm: str
+    status: str
+    owner: str
+    prompt_set: int = Field(validation_alias="prompt_set_id")
+    eval_set: int | None = Field(None, validation_alias="eval_set_id")
+    sweep: int | None = Field(None, validation_alias="sweep_id")
+    cloned_from: int | None = Field(None, validation_alias="cloned_from_id")
+    model: str
+    seed: int
+    queue: str
+    retention: str
+    total_steps: int
+    current_step: int
+    current_round: int
+    samples_spent: int
+    latest_real_reward: float | None
+    cancel_requested: bool
+    # What a running run waits for before it trains ("waiting for 8 GPUs on the Ray cluster
+    # (4 free, 6 in all)"); empty otherwise.
+    waiting_for: str
+    error: str
+    created_at: dt.datetime
+    started_at: dt.datetime | None
+    finished_at: dt.datetime | None
+
+    @staticmethod
+    def resolve_owner(obj: Run) -> str:
+        return obj.owner.username
+
+
+class RunDetail(RunOut):
+    config: dict[str, Any]
+
+
+class SweepOut(Schema):
+    id: int
+    name: str
+    owner: str
+    grid: list[dict[str, Any]]
+    base_config: dict[str, Any]
+    created_at: dt.datetime
+    status: str
+    summary: str
+    counts: dict[str, int]
+    runs: list[int]
+
+
+class SweepLaunched(SweepOut):
+    enqueue_errors: list[str]
+
+
+class StepOut(Schema):
+    step: int
+    real_reward: float | None = Field(description="mean over prompts of the mean reward of "
+                                      "each prompt's first n samples (0-1; comparable to GRPO)")
+    kept_reward: float | None = Field(description="mean reward of the kept responses (0-1)")
+    samples: int = Field(description="responses generated this step")
+    tokens: int = Field(description="response tokens generated this step")
+    wall_seconds: float = Field(description="seconds of training up to this step")
+    metrics: dict[str, Any] = Field(description="every metric the trainer recorded (names and "
+                                    "units: trainer.types.STEP_METRICS); null where not finite")
+
+
+class RoundOut(Schema):
+    step: int
+    round: int = Field(description="1-based sampling round")
+    active_prompts: int = Field(description="prompts sampled in this round")
+    samples: int = Field(description="responses drawn in this round")
+    positives: int = Field(description="positive responses among them")
+    finished: int = Field(description="prompts whose exit rule was met after this round")
+    tokens: int = Field(description="response tokens generated in this round")
+
+
+class EvalOut(Schema):
+    step: int = Field(description="0: before training")
+    metrics: dict[str, Any] = Field(description="greedy_accuracy, avg@k, pass@k... (fractions, "
+                                    "0-1) and counts such as prompts and k")
+
+
+class PromptStepOut(Schema):
+    step: int
+    prompt_id: int = Field(description="the prompt's id in the run's prompt set")
+    samples: int
+    positives: int
+    negatives: int
+    rounds: int = Field(description="rounds in which the prompt was sampled")
+    exit_round: int | None = Field(description="round after which its exit rule was met; null: "
+                                   "unresolved")
+    missing: str = Field(description="unresolved for lack of 'positives' or 'negatives'")
+    kept_positives: int
+    kept_negatives: int
+    baseline: float = Field(description="mean reward of the prompt's whole pool")
+    tokens: int
+    p_hat: float | None = Field(description="Est: pass-rate estimate before the step")
+    allocated: int | None = Field(description="Est: samples allocated this step")
+
+
+class SampleOut(Schema):
+    step: int
+    prompt_id: int
+    index: int = Field(description="position in the prompt's pool this step (0-based)")
+    round: int
+    response: str | None = Field(description="null where the retention policy dropped it")
+    tokens: int
+    reward: float
+    kept: bool = Field(description="kept for the policy update")
+    advantage: float | None = Field(description="null when not kept")
+    verifier_error: str
+
+
+class PromptStepPage(Schema):
+    items: list[PromptStepOut]
+    next_cursor: str | None = Field(description="pass as cursor for the next page; null: last")
+
+
+class SamplePage(Schema):
+    items: list[SampleOut]
+    next_cursor: str | None = Field(description="pass as cursor for the next page; null: last")
+
+
+class Message(Schema):
+    detail: str
+
+
+class CancelOut(Schema):
+    cancelled: int
+
+
+class Me(Schema):
+    id: int
+    username: str
+    is_staff: bool
+
+
+class LaunchBody(Schema):
+    """A launch. ``config`` holds TrainConfig fields (the keys of ``python -m trainer run``'s
+    TOML); ``prompts``/``eval_prompts`` are set from the prompt sets and ignored here."""
+
+    name: Text
+    prompt_set: int | Text = Field(description="id or name")
+    config: dict[str, Any] = Field(default_factory=dict)
+    eval_set: int | Text | None = Field(None, description="id or name")
+    queue: Text = "cpu"
+    retention: Text = "all"
+
+
+class SweepBody(LaunchBody):
+    grid: str | list[Any] | dict[str, Any] = Field(
+        description='"algorithm=grpo,ada-balance;seed=0..2", a list of {"field", "values"}, or '
+                    "a mapping field -> values")
+
+
+class RunFilters(Schema):
+    status: Literal["queued", "running", "succeeded", "failed", "cancelled"] | None = None
+    algorithm: Text | None = Field(None, max_length=32)
+    prompt_set: int | None = Field(None, ge=1, le=2**63 - 1)
+    sweep: int | None = Field(None, ge=1, le=2**63 - 1)
+    owner: Text | None = Field(None, max_length=150, description="username")
+    q: Text | None = Field(None, max_length=200, description="text in the name or model")
+    limit: int = Field(100, ge=1, le=1000)
+    offset: int = Field(0, ge=0, le=10**9)
+
+
+class PageQuery(Schema):
+    cursor: str | None = Field(None, max_length=200)
+    limit: int = Field(1000, ge=1, le=PAGE_MAX)
+    step: int | None = Field(None, ge=0, le=2**31 - 1)
+    prompt: int | None = Field(None, ge=0, le=2**63 - 1)
+
+
+class SampleQuery(PageQuery):
+    kept: bool | None = None
+
+
+DbId = Annotated[int, Field(ge=1, le=2**63 - 1)]
+
+
+class ReportQuery(Schema):
+    sweep: list[DbId] = Field(default_factory=list, max_length=100)
+    runs: list[DbId] = Field(default_factory=list, max_length=500)
+

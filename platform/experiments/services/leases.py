@@ -1,0 +1,182 @@
+"""The run lease and the workers' side of a run's life: take, renew and release the lease,
+resume from the last checkpoint, and enqueue again the runs no worker holds."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Sequence
+from pathlib import Path
+
+from django.conf import settings
+from django.db import connection, transaction
+from django.db.models import F
+from django.db.models.functions import Greatest, Now
+
+from experiments.models import Checkpoint, Run
+from experiments.services.enqueue import BrokerUnavailable, enqueue_run
+from experiments.services.runs import delete_run_records
+
+# One logger for the services, whichever module of them logs.
+logger = logging.getLogger("experiments.services")
+
+
+def requeue_orphaned_runs(queues: Sequence[str], *, include_queued: bool = False) -> list[int]:
+    """Enqueue again the runs on ``queues`` that no worker will otherwise take: running ones
+    whose lease went stale (their worker died), queued ones the broker never took (it was down
+    at launch), and with ``include_queued`` every queued one (their messages may be lost: a
+    worker's start, a broker restart without persistence). Duplicates are harmless: the lease
+    lets one execution through. Called by every worker's registry thread once per lease
+    period."""
+    with connection.cursor() as cursor:
+        # The database's clock, not this host's: workers on several hosts compare heartbeats.
+        cursor.execute(
+            "SELECT id, queue FROM experiments_run WHERE queue = ANY(%s) AND ("
+            "  (status = 'running' AND (heartbeat_at IS NULL "
+            "     OR heartbeat_at < now() - make_interval(secs => %s))) "
+            "  OR (status = 'queued' AND (enqueued_at IS NULL OR %s))) ORDER BY id",
+            [list(queues), settings.RUN_LEASE_TIMEOUT_SECONDS, include_queued])
+        rows = cursor.fetchall()
+    for run_id, queue in rows:
+        enqueue_run(run_id, queue)
+        Run.objects.filter(pk=run_id).update(enqueued_at=Now())
+    return [run_id for run_id, _ in rows]
+
+
+# --- the run lease (called by workers) ----------------------------------------------------------
+# A run executes on at most one worker: the worker that set ``lease_owner`` and keeps
+# ``heartbeat_at`` fresh. Every write a worker makes for a run is conditional on still holding
+# the lease, so a worker that lost it (declared dead, or the run was deleted) cannot write.
+
+def acquire_run_lease(run_id: int, owner: str) -> Run | None:
+    """Take the lease of a queued run, or of a running one whose heartbeat is older than
+    ``RUN_LEASE_TIMEOUT_SECONDS`` (its worker died), counting an attempt; None when the run is
+    finished, cancelled, gone, or leased by a live worker (a redelivered task then does
+    nothing). A run that already had ``RUN_MAX_ATTEMPTS`` attempts (each lost: a finished one
+    would not be here) is a poison run: it ends failed with "worker lost N times" instead, and
+    no worker takes it again."""
+    takeable = ("status IN ('queued', 'running') AND (lease_owner = '' OR heartbeat_at IS NULL "
+                "OR heartbeat_at < now() - make_interval(secs => %s))")
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "UPDATE experiments_run SET lease_owner = %s, heartbeat_at = now(), "
+            "  attempts = attempts + 1, status = 'running', current_round = 0, waiting_for = '', "
+            "  started_at = COALESCE(started_at, now()) "
+            f"WHERE id = %s AND attempts < %s AND {takeable} RETURNING id",
+            [owner, run_id, settings.RUN_MAX_ATTEMPTS, settings.RUN_LEASE_TIMEOUT_SECONDS])
+        if cursor.fetchone() is not None:
+            return Run.objects.select_related("prompt_set", "eval_set").get(pk=run_id)
+        cursor.execute(
+            "UPDATE experiments_run SET status = 'failed', lease_owner = '', "
+            "  current_round = 0, finished_at = now(), "
+            "  error = 'worker lost ' || attempts || ' times (RUN_MAX_ATTEMPTS = ' || %s "
+            "          || '); not tried again' "
+            f"WHERE id = %s AND attempts >= %s AND {takeable} RETURNING attempts",
+            [settings.RUN_MAX_ATTEMPTS, run_id, settings.RUN_MAX_ATTEMPTS,
+             settings.RUN_LEASE_TIMEOUT_SECONDS])
+        failed = cursor.fetchone()
+    if failed is not None:
+        logger.error("run %s: worker lost %s times; failed", run_id, failed[0])
+    return None
+
+
+def run_process_lost(run_id: int, owner: str, how: str) -> str:
+    """The worker holding ``owner``'s lease saw the run's process die (``how``). One attempt
+    lost: below ``RUN_MAX_ATTEMPTS`` the lease is released and the run enqueued again (it
+    resumes from its last checkpoint); at the cap it ends failed with "worker lost N times".
+    Returns what was done, for the worker's log."""
+    with transaction.atomic():
+        run = Run.objects.select_for_update().filter(pk=run_id, lease_owner=owner).first()
+        if run is None:
+            return "lease lost"
+        if run.attempts >= settings.RUN_MAX_ATTEMPTS:
+            Run.objects.filter(pk=run_id).update(
+                status=Run.Status.FAILED, lease_owner="", current_round=0, finished_at=Now(),
+                error=f"worker lost {run.attempts} times (RUN_MAX_ATTEMPTS = "
+                      f"{settings.RUN_MAX_ATTEMPTS}; last: {how}); not tried again")
+            return f"failed after {run.attempts} attempts"
+        Run.objects.filter(pk=run_id).update(lease_owner="", heartbeat_at=None,
+                                             current_round=0, waiting_for="")
+    try:
+        enqueue_run(run_id, run.queue)
+    except BrokerUnavailable as exc:  # its lease is free: the sweep enqueues it in time
+        logger.warning("run %s: not re-enqueued (%s)", run_id, exc)
+    return f"re-enqueued (attempt {run.attempts} of {settings.RUN_MAX_ATTEMPTS} lost)"
+
+
+def hand_back_run(run_id: int, owner: str) -> str:
+    """The worker holding ``owner``'s lease is shutting down cleanly and stopped the run at a
+    step boundary (its checkpoint kept): release the lease, give back the attempt it took (a
+    clean shutdown is no failure), and put the run back on its queue, where the next worker
+    resumes it from that checkpoint. Returns what was done, for the worker's log."""
+    with transaction.atomic():
+        run = Run.objects.select_for_update().filter(pk=run_id, lease_owner=owner).first()
+        if run is None:
+            return "lease lost"
+        Run.objects.filter(pk=run_id).update(
+            status=Run.Status.QUEUED, lease_owner="", heartbeat_at=None, current_round=0,
+            waiting_for="", attempts=Greatest(F("attempts") - 1, 0))
+    try:
+        enqueue_run(run_id, run.queue)
+    except BrokerUnavailable as exc:  # its lease is free: the sweep enqueues it in time
+        logger.warning("run %s: handed back, not re-enqueued (%s)", run_id, exc)
+    return "handed back"
+
+
+def renew_run_lease(run_id: int, owner: str) -> bool:
+    """Heartbeat; False when the lease is no longer ours."""
+    return bool(Run.objects.filter(pk=run_id, lease_owner=owner).update(heartbeat_at=Now()))
+
+
+def set_run_waiting(run_id: int, owner: str, waiting_for: str) -> bool:
+    """Say what the leased run waits for before it can train ("" once it has it), and refresh
+    the heartbeat; False when the lease is no longer ours."""
+    return bool(Run.objects.filter(pk=run_id, lease_owner=owner).update(
+        waiting_for=waiting_for[:300], heartbeat_at=Now()))
+
+
+def run_should_stop(run_id: int, owner: str) -> tuple[bool, bool]:
+    """(cancel requested, lease lost) for the worker holding ``owner``'s lease."""
+    row = Run.objects.filter(pk=run_id).values_list("cancel_requested", "lease_owner").first()
+    if row is None:
+        return False, True
+    return bool(row[0]), row[1] != owner
+
+
+def prepare_resume(run_id: int, owner: str) -> Checkpoint | None:
+    """Before (re)starting a run: pick the checkpoint to resume from and drop every record after
+    it, so the steps the trainer emits again are recorded once. Returns that checkpoint (None:
+    start from scratch)."""
+    ckpt = latest_checkpoint(run_id)
+    resume_step = ckpt.step if ckpt else 0
+    with transaction.atomic():
+        Run.objects.select_for_update().filter(pk=run_id, lease_owner=owner).get()
+        delete_run_records(run_id, after_step=resume_step)
+        if ckpt is None:
+            delete_run_records(run_id, tables=("experiments_evalresult",
+                                               "experiments_checkpoint"))
+        with connection.cursor() as cursor:
+            cursor.execute(
+                "UPDATE experiments_run SET current_step = %s, current_round = 0, "
+                "  samples_spent = (SELECT COALESCE(SUM(samples), 0) FROM experiments_step "
+                "                   WHERE run_id = %s), "
+                "  latest_real_reward = (SELECT real_reward FROM experiments_step "
+                "                        WHERE run_id = %s ORDER BY step DESC LIMIT 1) "
+                "WHERE id = %s", [resume_step, run_id, run_id, run_id])
+    return ckpt
+
+
+def finish_run(run_id: int, owner: str, status: str, *, error: str = "",
+               traceback: str = "") -> bool:
+    """Record how the execution ended and release the lease; False when the lease was lost."""
+    return bool(Run.objects.filter(pk=run_id, lease_owner=owner).update(
+        status=status, error=error, traceback=traceback, lease_owner="", current_round=0,
+        waiting_for="",
+        finished_at=Now(), heartbeat_at=Now()))
+
+
+def latest_checkpoint(run_id: int) -> Checkpoint | None:
+    """The newest recorded checkpoint whose folder still exists."""
+    for ckpt in Checkpoint.objects.filter(run_id=run_id).order_by("-step"):
+        if Path(ckpt.path).exists():
+            return ckpt
+    return None

@@ -1,0 +1,163 @@
+"""Prompt sets: imported from files or generated from the built-in task, streamed with
+``COPY``, stored whole or not at all; deleted when no run uses them."""
+
+from __future__ import annotations
+
+import io
+import json
+from collections.abc import Iterable, Sequence
+from typing import IO, Any
+
+from django.conf import settings
+from django.core.exceptions import PermissionDenied
+from django.db import connection, transaction
+
+from experiments import selectors
+from experiments.models import PromptSet
+from experiments.services.common import LaunchError, User, check_fits_columns
+from trainer import jsonsafe
+from trainer.digest import PromptDigest
+
+
+def import_prompt_set(*, owner: User | None, name: str, prompts: Iterable[Any],
+                      source: str = PromptSet.Source.UPLOAD, description: str = "") -> PromptSet:
+    """Store ``prompts`` (``trainer.types.Prompt``-like: text, answer, metadata) as a new prompt
+    set, whole or not at all: one transaction, rows streamed with ``COPY`` as the iterable yields
+    them (an upload is never held in memory whole); an error the iterable raises midway rolls
+    back everything."""
+    name = name.strip()
+    if not name:
+        raise LaunchError("name", "a prompt set needs a name")
+    if "\x00" in name:
+        raise LaunchError("name", "contains a NUL character")
+    prompt_set = PromptSet(name=name, source=source, description=description,
+                           owner=owner if owner is not None and owner.is_authenticated else None)
+    check_fits_columns(prompt_set)
+    with transaction.atomic():
+        if PromptSet.objects.filter(name=name).exists():
+            raise LaunchError("name", f"a prompt set named {name!r} exists")
+        prompt_set.save()
+        size = 0
+        digest = PromptDigest()
+        with connection.cursor() as cursor, cursor.copy(
+                "COPY experiments_prompt (prompt_set_id, index, text, answer, metadata) "
+                "FROM STDIN") as copy:
+            for i, p in enumerate(prompts):
+                # PostgreSQL's text and jsonb cannot hold NUL, a lone surrogate or NaN: refused
+                # with the prompt's number, before the database would refuse the whole COPY
+                # (trainer.data already names the file's line for an upload).
+                problem = jsonsafe.first_problem(
+                    {"text": p.text, "answer": p.answer, "metadata": dict(p.metadata or {})})
+                if problem:
+                    raise LaunchError("file", f"prompt {i + 1}: {problem[0]} {problem[1]}")
+                metadata = json.dumps(dict(p.metadata or {}))
+                if "\x00" in p.text or "\x00" in p.answer or "\\u0000" in metadata:
+                    raise LaunchError("file", f"prompt {i + 1} contains a NUL character")
+                copy.write_row((prompt_set.pk, i, p.text, p.answer, metadata))
+                digest.add(p.text, p.answer)
+                size = i + 1
+        if not size:
+            raise LaunchError("file", "no prompts")
+        prompt_set.size = size
+        prompt_set.content_hash = digest.hexdigest()
+        prompt_set.save(update_fields=["size", "content_hash"])
+    return prompt_set
+
+
+def find_or_import_prompt_set(prompts: Sequence[Any], *, name: str, source: str,
+                              description: str = "", owner: User | None = None,
+                              prefer: str = "") -> tuple[PromptSet, bool]:
+    """(a stored set holding exactly ``prompts`` in order, False), found by content hash
+    (``trainer.digest``) whatever its name, so that runs on the same prompts share one set and
+    compare prompt by prompt (among several, the one named ``prefer``, else the oldest); else
+    (``prompts`` imported as a new set named ``name``, True), the name suffixed with " (2)",
+    " (3)"... where another set has it."""
+    digest = PromptDigest.of(prompts)
+    same = list(PromptSet.objects.filter(content_hash=digest, size=len(prompts))
+                .order_by("pk"))
+    if same:
+        return next((ps for ps in same if ps.name == prefer), same[0]), False
+    limit = PromptSet._meta.get_field("name").max_length
+    base, unique, n = name[:limit], name[:limit], 1
+    while PromptSet.objects.filter(name=unique).exists():
+        n += 1
+        suffix = f" ({n})"
+        unique = base[:limit - len(suffix)] + suffix
+    return import_prompt_set(owner=owner, name=unique, prompts=prompts, source=source,
+                             description=description), True
+
+
+def create_prompt_set_from_upload(owner: User, name: str, upload: IO[bytes],
+                                  filename: str) -> PromptSet:
+    """Parse an uploaded JSONL/Parquet file with the trainer's loader (the CLI's rules) and import
+    it whole, streaming; a malformed file, or one past the upload limits (size, rows, Parquet's
+    declared uncompressed size), raises ``LaunchError("file", ...)`` naming the line and reason
+    or the limit and the value, and nothing is stored."""
+    from trainer.data import DataError, Limits, iter_prompts
+
+    limit = settings.PROMPT_UPLOAD_MAX_BYTES
+    size = upload.seek(0, io.SEEK_END)
+    upload.seek(0)
+    if size > limit:
+        raise LaunchError("file", f"the file is {size / 2**20:.1f} MiB; the limit is "
+                          f"{limit / 2**20:.1f} MiB (PROMPT_UPLOAD_MAX_BYTES)")
+    limits = Limits(max_rows=settings.PROMPT_UPLOAD_MAX_ROWS,
+                    max_uncompressed_bytes=settings.PROMPT_UPLOAD_MAX_UNCOMPRESSED_BYTES)
+    try:
+        return import_prompt_set(owner=owner, name=name,
+                                 prompts=iter_prompts(upload, filename, limits=limits),
+                                 source=PromptSet.Source.UPLOAD,
+                                 description=f"uploaded {filename}")
+    except DataError as exc:
+        raise LaunchError("file", str(exc)) from exc
+
+
+def create_builtin_prompt_set(owner: User | None, name: str, n: int | None = None,
+                              min_digits: int = 1, max_digits: int = 3, seed: int = 0, *,
+                              num_prompts: int | None = None,
+                              task: str = "arithmetic") -> PromptSet:
+    """Generate the built-in arithmetic task (``a+b=``, answer digits reversed) or, with
+    ``task="arithmetic-long"``, its long-answer variant (2-8 operands, every running sum).
+    ``num_prompts`` is an alias of ``n`` (the launch form's field name)."""
+    from trainer.tasks import LONG_MAX_DIGITS, arithmetic_long_prompts, arithmetic_prompts
+
+    n = n if n is not None else num_prompts
+    if n is None:
+        raise LaunchError("num_prompts", "how many prompts?")
+
+    if not 1 <= n <= 1_000_000:
+        raise LaunchError("n", "must be within [1, 1,000,000]")
+    if task not in ("arithmetic", "arithmetic-long"):
+        raise LaunchError("task", f"must be arithmetic or arithmetic-long, got {task!r}")
+    most = 9 if task == "arithmetic" else LONG_MAX_DIGITS
+    if not 1 <= min_digits <= max_digits <= most:
+        raise LaunchError("max_digits", f"need 1 <= min_digits <= max_digits <= {most}")
+    make = arithmetic_prompts if task == "arithmetic" else arithmetic_long_prompts
+    try:
+        prompts = make(n, min_digits, max_digits, seed=seed)
+    except ValueError as exc:  # more distinct prompts than the digits allow
+        raise LaunchError("num_prompts", str(exc)) from exc
+    return import_prompt_set(
+        owner=owner, name=name, prompts=prompts, source=PromptSet.Source.BUILTIN,
+        description=f"built-in {task}: {n} prompts, {min_digits}-{max_digits} digits, "
+                    f"seed {seed}")
+
+
+def delete_prompt_set(prompt_set: PromptSet, user: User) -> None:
+    """Delete a prompt set and its prompts (raw SQL: Django's cascade would load a million
+    prompts to delete them one by one). Only its owner or staff may; refused while a run trains
+    or evaluates on it (its records point at the set's prompts): delete those runs first."""
+    if not (user.is_authenticated and (user.is_staff or prompt_set.owner_id == user.pk)):
+        raise PermissionDenied("only the prompt set's owner or staff may do this")
+    with transaction.atomic():
+        # Locked first: a launch that references the set waits, then fails on the foreign key.
+        list(PromptSet.objects.select_for_update().filter(pk=prompt_set.pk).values_list("pk"))
+        users = selectors.prompt_set_runs(prompt_set)
+        if users:
+            raise LaunchError("prompt_set", f"used by {len(users)} run(s) ("
+                              f"{', '.join(r.name for r in users[:3])}); delete them first")
+        with connection.cursor() as cursor:
+            cursor.execute("DELETE FROM experiments_prompt WHERE prompt_set_id = %s",
+                           [prompt_set.pk])
+        PromptSet.objects.filter(pk=prompt_set.pk).delete()
+

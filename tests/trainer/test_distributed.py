@@ -1,0 +1,261 @@
+"""A run across two ranks on a real local Ray: two RankActors, each with a gloo FSDP2 shard of
+the tiny model and a real vLLM CPU engine, driven by ``trainer.train`` unchanged.
+
+One private Ray for the module (``RAY_ADDRESS`` points the runs at it) and one group of ranks
+for the training tests (a resume reloads the ranks from the checkpoint, so it may reuse them):
+starting Ray, two actors and two engines costs minutes on 2 shared cores. Slow: about 5-8
+minutes in all here.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.fixtures.vllm import requires_vllm
+from tests.trainer.test_vllm_backend import comparable, vllm_config
+from trainer.recorders import ListRecorder
+from trainer.types import STEP_METRICS
+
+pytestmark = [requires_vllm(), pytest.mark.slow]
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+@pytest.fixture(scope="module")
+def local_ray() -> Iterator[Any]:
+    from trainer.distributed.placement import LocalRay
+
+    ray_head = LocalRay.start(num_cpus=2)
+    before = os.environ.get("RAY_ADDRESS")
+    os.environ["RAY_ADDRESS"] = ray_head.address
+    yield ray_head
+    if before is None:
+        os.environ.pop("RAY_ADDRESS", None)
+    else:
+        os.environ["RAY_ADDRESS"] = before
+    ray_head.stop()
+
+
+def two_rank_config(model_dir: Path, **kw: Any) -> Any:
+    return vllm_config(model_dir, world_size=2, device="cpu", save_every=2, **kw)
+
+
+@pytest.fixture(scope="module")
+def ranks(local_ray: Any, tiny_model_dir: Path) -> Iterator[Any]:
+    from trainer.distributed.launcher import RankGroup
+
+    group = RankGroup(two_rank_config(tiny_model_dir))
+    yield group
+    group.stop()
+
+
+def run(config: Any, group: Any, out: Path, **kw: Any) -> tuple[ListRecorder, Any]:
+    from trainer.data import resolve_prompts
+    from trainer.distributed.backend import DistributedBackend
+    from trainer.loop import train
+
+    prompts, _ = resolve_prompts(config)
+    rec = ListRecorder()
+    result = train(config, prompts, DistributedBackend(config, group=group), rec, out_dir=out,
+                   **kw)
+    return rec, result
+
+
+@pytest.fixture(scope="module")
+def two_rank_run(ranks: Any, tiny_model_dir: Path, tmp_path_factory: pytest.TempPathFactory
+                 ) -> tuple[Any, ListRecorder, Path]:
+    out = tmp_path_factory.mktemp("two-ranks")
+    config = two_rank_config(tiny_model_dir)
+    rec, result = run(config, ranks, out)
+    assert result.status == "completed"
+    return config, rec, out
+
+
+def test_ranks_hold_engines_on_a_placement_group(ranks: Any) -> None:
+    where = ranks.where()
+    assert len({w["pid"] for w in where}) == 2  # two processes
+
+
+def test_two_engines_give_one_engines_samples(ranks: Any, tiny_model_dir: Path) -> None:
+    """The same requests spread over two engines, in another order: identical tokens and
+    log-probs (per-request seeds)."""
+    from trainer.distributed.backend import DistributedBackend
+    from trainer.tasks import arithmetic_prompts
+
+    backend = DistributedBackend(two_rank_config(tiny_model_dir), group=ranks)
+    prompts = arithmetic_prompts(6, max_digits=2, seed=2)
+    spread = backend.generate(prompts, [3, 1, 2, 2, 4, 1], seed=11)
+    one = ranks.call_each("generate", [((prompts, [3, 1, 2, 2, 4, 1]), {"seed": 11}),
+                                       (([], []), {"seed": 11})])[0]
+    other = ranks.call_each("generate", [(([], []), {"seed": 11}),
+                                         ((prompts[::-1], [1, 4, 2, 2, 1, 3]),
+                                          {"seed": 11})])[1][::-1]
+    for a, b, c in zip(spread, one, other, strict=True):
+        assert [g.response_token_ids for g in a] == [g.response_token_ids for g in b] \
+            == [g.response_token_ids for g in c]
+        assert [g.rollout_logprobs for g in a] == [g.rollout_logprobs for g in b] \
+            == [g.rollout_logprobs for g in c]
+
+
+def test_per_prompt_and_streaming_schedulers_across_engines(ranks: Any,
+                                                           tiny_model_dir: Path) -> None:
+    """per-prompt over two engines draws exactly the round scheduler's step (prompts stay on
+    their engine, submits and steps go to every engine); streaming aborts across engines."""
+    import numpy as np
+
+    from trainer.distributed.backend import DistributedBackend
+    from trainer.loop import make_scorer, sample_step
+    from trainer.tasks import arithmetic_prompts
+
+    prompts = arithmetic_prompts(6, max_digits=2, seed=4)
+    steps = {}
+    for scheduler in ("round", "per-prompt", "streaming"):
+        cfg = two_rank_config(tiny_model_dir, scheduler=scheduler)
+        backend = DistributedBackend(cfg, group=ranks)
+        steps[scheduler] = sample_step(cfg, prompts, backend, make_scorer(cfg), step=3)
+    a, b = steps["round"], steps["per-prompt"]
+    assert [[g.response_token_ids for g in gs] for gs in a.outcome.generations] == \
+        [[g.response_token_ids for g in gs] for gs in b.outcome.generations]
+    for name in ("rewards", "kept", "advantages", "exit_round"):
+        np.testing.assert_array_equal(getattr(a.result, name), getattr(b.result, name),
+                                      err_msg=name)
+    streamed = steps["streaming"].result
+    assert streamed is not None and streamed.num_prompts == len(prompts)
+    assert steps["streaming"].outcome.tokens_discarded >= 0
+
+
+def test_two_ranks_train_as_one_process(two_rank_run: Any, tiny_model_dir: Path,
+                                        tmp_path: Path, ranks: Any) -> None:
+    """Step 1's pools, kept groups and advantages equal the single-process vllm run's
+    exactly (same weights at step 1, per-request seeds); every step's records are complete;
+    after the run each engine's log-probs of fixed responses are the gathered policy's."""
+    from trainer.backends import make_backend
+    from trainer.data import resolve_prompts
+    from trainer.loop import train
+
+    config, rec, out = two_rank_run
+    assert [s.step for s in rec.steps] == [1, 2, 3]
+    for s in rec.steps:
+        m = s.metrics
+        assert set(STEP_METRICS) <= set(m) and all(math.isfinite(v) for v in m.values())
+        assert m["grad_norm"] > 0 and m["time_sync"] > 0
+        assert len(s.prompts) == config.batch_size
+        assert len(s.samples) == m["samples"]
+        # Each rank's own split of the step.
+        assert [r.rank for r in s.ranks] == [0, 1] and all(r.device == "cpu" for r in s.ranks)
+        assert all(r.generation_s > 0 and r.update_s > 0 and r.weight_gather_s > 0
+                   and r.engine_load_s > 0 for r in s.ranks)
+    one = dataclasses.replace(config, world_size=1, total_steps=1, save_every=0)
+    prompts, _ = resolve_prompts(one)
+    single = ListRecorder()
+    backend = make_backend(one, prompts)
+    try:
+        train(one, prompts, backend, single, out_dir=tmp_path)
+    finally:
+        backend.close()
+    got, want = comparable(rec.steps[0]), comparable(single.steps[0])
+    assert got[1] == want[1]  # every sample, reward, kept flag and advantage
+    for key in ("policy_loss", "entropy", "grad_norm", "kept_samples", "samples"):
+        assert got[0][key] == pytest.approx(want[0][key], rel=1e-4, abs=1e-6), key
+    # The checkpoint: shards, the run state and a Hugging Face export of the whole policy.
+    final = out / "checkpoints" / "step-000003"
+    assert (final / "sharded").is_dir() and (final / "config.json").is_file()
+    assert (final / "model.safetensors").is_file()
+    # The engines hold the gathered policy: their log-probs of a fixed response are the
+    # exported model's within 1e-4.
+    import torch
+
+    from trainer.model import load_model_dir
+    from trainer.policy import response_logprobs
+
+    model, tok = load_model_dir(final, "cpu")
+    prompt_ids = [list(tok("1+2=")["input_ids"])] * 2
+    response_ids = [[5, 6, 2], [7, 2]]
+    with torch.no_grad():
+        lp, _, mask = response_logprobs(model, prompt_ids, response_ids, tok.pad_token_id, 1.0)
+    policy = [row[:n] for row, n in zip(lp.tolist(), mask.sum(-1).tolist(), strict=True)]
+    for engine in ranks.call_all("engine_logprobs", prompt_ids, response_ids):
+        gap = max(abs(a - b) for ra, rb in zip(engine, policy, strict=True)
+                  for a, b in zip(ra, rb, strict=True))
+        assert gap < 1e-4
+
+
+def test_resume_from_the_sharded_checkpoint_replays_step_three(two_rank_run: Any,
+                                                               ranks: Any,
+                                                               tmp_path: Path) -> None:
+    config, rec, out = two_rank_run
+    resumed_out = tmp_path / "resumed"
+    shutil.copytree(out / "checkpoints" / "step-000002",
+                    resumed_out / "checkpoints" / "step-000002")
+    resumed, result = run(config, ranks, resumed_out,
+                          resume_from=resumed_out / "checkpoints" / "step-000002")
+    assert result.status == "completed"
+    assert [s.step for s in resumed.steps] == [3]
+    got, want = comparable(resumed.steps[0]), comparable(rec.steps[2])
+    assert got[1] == want[1]
+    for key in ("policy_loss", "grad_norm", "entropy"):
+        assert got[0][key] == pytest.approx(want[0][key], rel=1e-5, abs=1e-7), key
+
+
+DRIVER = """
+import sys, time
+from trainer.config import TrainConfig
+from trainer.distributed.backend import DistributedBackend
+from trainer.tasks import arithmetic_prompts
+cfg = TrainConfig(model=sys.argv[1], backend="vllm", world_size=2, device="cpu",
+                  vllm_kv_cache_gib=0.125, max_new_tokens=6)
+backend = DistributedBackend(cfg)
+print("ready", flush=True)
+while True:
+    backend.generate(arithmetic_prompts(8, max_digits=2), [8] * 8, seed=1)
+"""
+
+
+def test_a_sigkilled_driver_leaves_no_ray_or_rank_behind(tiny_model_dir: Path) -> None:
+    """A driver with its own private Ray, SIGKILLed while its ranks generate: the reaper takes
+    down the Ray head, its agents and both ranks (checked by process tree and session)."""
+    import psutil
+
+    env = {k: v for k, v in os.environ.items() if k != "RAY_ADDRESS"}
+    driver = subprocess.Popen([sys.executable, "-c", DRIVER, str(tiny_model_dir)], cwd=REPO,
+                              env=env, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
+                              text=True)
+    try:
+        assert driver.stdout is not None
+        assert driver.stdout.readline().strip() == "ready"
+        time.sleep(2)  # mid-generation
+        tree = psutil.Process(driver.pid).children(recursive=True)
+        heads = [p for p in tree if "--head" in " ".join(p.cmdline())]
+        assert heads, "the private Ray head runs under the driver"
+        sessions = {os.getsid(p.pid) for p in heads}
+        ray_procs = [p for p in psutil.process_iter() if _sid(p.pid) in sessions]
+        assert any("raylet" in " ".join(p.cmdline()) for p in ray_procs)
+        assert any("RankActor" in p.name() or "ray::" in " ".join(p.cmdline())
+                   for p in ray_procs)
+        driver.send_signal(signal.SIGKILL)
+        driver.wait()
+        _, alive = psutil.wait_procs([*tree, *ray_procs], timeout=60)
+        assert not alive, [p.pid for p in alive]
+        assert not [p for p in psutil.process_iter() if _sid(p.pid) in sessions]
+    finally:
+        if driver.poll() is None:
+            driver.kill()
+
+
+def _sid(pid: int) -> int | None:
+    try:
+        return os.getsid(pid)
+    except (ProcessLookupError, PermissionError):
+        return None

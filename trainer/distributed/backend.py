@@ -1,0 +1,200 @@
+"""The driver's side of a distributed run (``world_size > 1``): a generation backend that
+spreads requests over the ranks' engines and a learner that trains the sharded policy, so that
+``trainer.train`` runs unchanged. The driver holds no model.
+
+- **Requests.** A prompt's requests all go to one engine (its prefix stays cached there); the
+  prompts are spread so that the engines get about as many requests each. Every request
+  carries its own seed (``request_seed``), so which engine draws a sample does not change it.
+- **The update.** Every rank gets the whole kept batch and computes its token-balanced part of
+  each mini-batch (``trainer.distributed.rank``); all ranks return the same global metrics.
+- **Checkpoints.** The driver's run state (RNG streams, step, the algorithm's state) in
+  ``trainer_state.json`` as in one process; the ranks' shards with
+  ``torch.distributed.checkpoint`` under ``sharded/`` and a Hugging Face export of the whole
+  policy beside them, all inside the checkpoint's temporary directory before it is renamed
+  into place. Multi-node: the output directory must be on a file system every node shares.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from collections.abc import Callable, Hashable, Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from trainer.config import TrainConfig
+from trainer.distributed.launcher import RankGroup
+from trainer.learner import update_batch
+from trainer.sampler import SamplerResult
+from trainer.schedulers import RoundsOutcome
+from trainer.types import Generation, Prompt, RankRecord
+
+
+def spread(counts: Sequence[int], engines: int) -> list[list[int]]:
+    """Prompt indices per engine: each prompt whole on one engine, the largest first onto the
+    engine with the fewest requests so far (ties: the lower engine); in prompt order."""
+    load = [0] * engines
+    out: list[list[int]] = [[] for _ in range(engines)]
+    for i in sorted(range(len(counts)), key=lambda i: (-counts[i], i)):
+        k = min(range(engines), key=lambda e: (load[e], e))
+        out[k].append(i)
+        load[k] += counts[i]
+    return [sorted(part) for part in out]
+
+
+class DistributedBackend:
+    """``GenerationBackend`` over a ``RankGroup``; ``learner`` trains the ranks' policy."""
+
+    model: Any = None       # the policy lives in the ranks
+    tokenizer: Any = None   # the engines return token ids: the driver never tokenizes
+
+    def __init__(self, config: TrainConfig, *, group: RankGroup | None = None) -> None:
+        self.config = config
+        self.group = group if group is not None else RankGroup(config)
+        self.learner = DistributedLearner(self)
+        self.sync_seconds: list[float] = []
+
+    @property
+    def world_size(self) -> int:
+        return len(self.group.actors)
+
+    def generate(self, prompts: Sequence[Prompt], counts: Sequence[int], *, seed: int,
+                 greedy: bool = False) -> list[list[Generation]]:
+        if len(prompts) != len(counts):
+            raise ValueError(f"{len(prompts)} prompts but {len(counts)} counts")
+        parts = spread(counts, self.world_size)
+        answers = self.group.call_each("generate", [
+            (([prompts[i] for i in part], [counts[i] for i in part]),
+             {"seed": seed, "greedy": greedy}) for part in parts])
+        out: list[list[Generation]] = [[] for _ in prompts]
+        for part, answer in zip(parts, answers, strict=True):
+            for i, gens in zip(part, answer, strict=True):
+                out[i] = gens
+        return out
+
+    def request_engine(self, count_partial: bool = True) -> DistributedRequestEngine:
+        return DistributedRequestEngine(self.group, count_partial)
+
+    def engine_logprobs(self, prompt_ids: Sequence[Sequence[int]],
+                        response_ids: Sequence[Sequence[int]]) -> list[list[list[float]]]:
+        """Every engine's log-probs of the same responses (one list per rank)."""
+        return self.group.call_all("engine_logprobs", prompt_ids, response_ids)
+
+    def sync_weights(self) -> None:
+        self.learner.sync_weights()
+
+    def close(self) -> None:
+        self.group.stop()
+
+
+class DistributedRequestEngine:
+    """``RequestEngine`` over the ranks' engines: submits and aborts are routed to the engine
+    that holds the prompt; ``step`` steps every engine once (those with work) and returns what
+    finished anywhere."""
+
+    def __init__(self, group: RankGroup, count_partial: bool) -> None:
+        self.group = group
+        self.engines = len(group.actors)
+        group.call_all("engine_open", count_partial)
+        self.home: dict[str, int] = {}
+        self.load = [0] * self.engines
+        self.queued: list[list[tuple[Hashable, Prompt, int, int]]] = [
+            [] for _ in range(self.engines)]
+        self.live: dict[Hashable, int] = {}   # key -> engine, submitted and not finished
+
+    def submit(self, key: Hashable, prompt: Prompt, sample: int, seed: int) -> None:
+        engine = self.home.get(prompt.id)
+        if engine is None:
+            engine = self.home[prompt.id] = min(range(self.engines),
+                                                key=lambda e: (self.load[e], e))
+        self.load[engine] += 1
+        self.queued[engine].append((key, prompt, sample, seed))
+        self.live[key] = engine
+
+    def step(self) -> list[tuple[Hashable, Generation]]:
+        answers = self.group.call_each("engine_step", [
+            ((self.queued[e], []), {}) for e in range(self.engines)])
+        self.queued = [[] for _ in range(self.engines)]
+        finished = [item for done, _, _ in answers for item in done]
+        for key, _ in finished:
+            self.live.pop(key, None)
+        return finished
+
+    def abort(self, keys: Sequence[Hashable]) -> int:
+        per_engine: list[list[Hashable]] = [[] for _ in range(self.engines)]
+        for key in keys:
+            engine = self.live.pop(key, None)
+            if engine is None:
+                continue
+            queued = self.queued[engine]
+            kept = [q for q in queued if q[0] != key]
+            if len(kept) == len(queued):  # already in the engine
+                per_engine[engine].append(key)
+            self.queued[engine] = kept
+        if not any(per_engine):
+            return 0
+        answers = self.group.call_each("engine_step_abort", [
+            ((per_engine[e],), {}) for e in range(self.engines)])
+        return int(sum(answers))
+
+    def pending(self) -> int:
+        return len(self.live)
+
+
+class DistributedLearner:
+    """``trainer.learner.Learner`` over the ranks of a ``DistributedBackend``."""
+
+    def __init__(self, backend: DistributedBackend) -> None:
+        self.backend, self.group, self.config = backend, backend.group, backend.config
+        self.sync_seconds: list[float] = []
+        self._nodes: list[str] | None = None
+
+    def prepare(self, resume_from: str | Path | None) -> dict[str, Any] | None:
+        from trainer import checkpoint as ckpt
+
+        if resume_from is None:
+            return None
+        if not (Path(resume_from) / "sharded").is_dir():
+            raise ValueError(f"checkpoint {resume_from} has no sharded/ directory: it was not "
+                             "written by a world_size > 1 run")
+        state = ckpt.load_checkpoint(resume_from)  # the driver's RNG streams and run state
+        self.group.call_all("load", str(resume_from))
+        self.sync_weights()
+        return state
+
+    def update(self, res: SamplerResult, outcome: RoundsOutcome, batch: Sequence[Prompt],
+               kept: np.ndarray, *, step: int, seed: int,
+               should_stop: Callable[[], bool] | None = None) -> dict[str, float]:
+        ub = update_batch(res, outcome, batch, kept, None)
+        metrics = self.group.call_all("update", ub, seed=seed, should_stop=should_stop)[0]
+        if not math.isfinite(metrics["policy_loss"]):
+            raise FloatingPointError(f"non-finite policy loss {metrics['policy_loss']}")
+        return metrics
+
+    def sync_weights(self) -> None:
+        t0 = time.perf_counter()
+        self.group.call_all("sync_weights")
+        self.sync_seconds.append(time.perf_counter() - t0)
+
+    def rank_records(self) -> list[RankRecord]:
+        """Each rank's node, device and seconds since the last step's report: generating its
+        share of the requests, its part of the update, the weight gather and the engine load."""
+        if self._nodes is None:
+            self._nodes = [w["ip"] for w in self.group.where()]
+        return [RankRecord(rank=r["rank"], node=node, device=r["device"],
+                           generation_s=r.get("generation", 0.0), update_s=r.get("update", 0.0),
+                           weight_gather_s=r.get("gather", 0.0),
+                           engine_load_s=r.get("load", 0.0))
+                for r, node in zip(self.group.call_all("step_report"), self._nodes, strict=True)]
+
+    def save(self, path: Path, *, step: int, config: dict[str, Any],
+             extra: dict[str, Any]) -> Path:
+        from trainer import checkpoint as ckpt
+
+        def shards(tmp: Path) -> None:
+            self.group.call_all("save", str(tmp))
+            self.group.call_all("export_hf", str(tmp))
+
+        return ckpt.save_checkpoint(path, step=step, config=config, extra=extra, write=shards)

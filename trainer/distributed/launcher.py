@@ -1,0 +1,169 @@
+"""Start a run's ranks on Ray and take them down: the placement group, one ``RankActor`` per
+bundle, the rendezvous (rank 0's node and a free port there), calls to every rank, and the
+teardown when the run ends or a rank dies."""
+
+from __future__ import annotations
+
+import dataclasses
+import time
+from collections.abc import Callable, Sequence
+from typing import Any
+
+from trainer.config import TrainConfig
+from trainer.types import StopRequested
+
+# A rank that does not finish starting (torch import, model load, engine build) in this long is
+# reported as stuck rather than waited on for ever.
+START_TIMEOUT_S = 900.0
+
+
+class RankFailed(RuntimeError):
+    """A rank died or raised; every rank has been torn down."""
+
+
+def uses_gpu(config: TrainConfig, cluster_gpus: float | None) -> bool:
+    """Ranks on GPUs: ``device = cuda``, or ``auto`` where there are GPUs (the cluster's, or
+    this machine's for a private local Ray)."""
+    if config.device == "cpu":
+        return False
+    if config.device == "cuda":
+        return True
+    if cluster_gpus is not None:
+        return cluster_gpus >= 1
+    import torch
+
+    return torch.cuda.is_available()
+
+
+class RankGroup:
+    """``config.world_size`` ranks on Ray, started and ready (engines built unless
+    ``engine=False``). ``seconds`` holds how long connecting, placing and starting took."""
+
+    def __init__(self, config: TrainConfig, *, engine: bool = True) -> None:
+        import os
+
+        import ray
+        from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
+
+        from trainer.distributed.actor import RankActor, StopFlag
+        from trainer.distributed.placement import connect, placement_group
+
+        t0 = time.perf_counter()
+        n = config.world_size
+        remote = bool(os.environ.get("RAY_ADDRESS"))
+        self.cluster = None
+        self.pg = None
+        self.actors: list[Any] = []
+        self.seconds: dict[str, float] = {}
+        try:
+            gpu = uses_gpu(config, None) if not remote else None
+            self.cluster = connect(n, bool(gpu))
+            if gpu is None:
+                gpu = uses_gpu(config, ray.cluster_resources().get("GPU", 0.0))
+            self.gpu = gpu
+            self.seconds["ray_connect"] = time.perf_counter() - t0
+            t1 = time.perf_counter()
+            self.pg = placement_group(n, gpu)
+            self.seconds["placement"] = time.perf_counter() - t1
+            self.stop_flag = StopFlag.remote()
+            self.actors = [RankActor.options(
+                num_cpus=1, num_gpus=1 if gpu else 0,
+                scheduling_strategy=PlacementGroupSchedulingStrategy(
+                    self.pg, placement_group_bundle_index=i)).remote() for i in range(n)]
+            t2 = time.perf_counter()
+            addr, port = ray.get(self.actors[0].address.remote(), timeout=START_TIMEOUT_S)
+            # The ranks run on the device their bundle gave them.
+            rank_config = dataclasses.replace(config, device="cuda" if gpu else "cpu")
+            started = self._get([a.start.remote(rank_config.to_dict(), i, n, addr, port,
+                                                self.stop_flag, engine)
+                                 for i, a in enumerate(self.actors)], timeout=START_TIMEOUT_S)
+            self.seconds["ranks_start"] = time.perf_counter() - t2
+            self.seconds["engine_build"] = max(s.get("engine_build", 0.0) for s in started)
+        except BaseException:
+            self.stop()
+            raise
+
+    # --- calls ---------------------------------------------------------------------------------
+    def _get(self, refs: Sequence[Any], *, timeout: float | None = None,
+             should_stop: Callable[[], bool] | None = None) -> list[Any]:
+        """The results of ``refs``; the driver's ``should_stop`` is relayed to the ranks while
+        they run. A rank that died or raised tears every rank down."""
+        import ray
+
+        from trainer.distributed.actor import StoppedCall
+
+        deadline = None if timeout is None else time.monotonic() + timeout
+        flagged = False
+        pending = list(refs)
+        try:
+            while pending:
+                # One at a time: a rank that failed is seen at once, not after the others
+                # (which may be waiting for it in a collective for ever).
+                done, pending = ray.wait(pending, num_returns=1, timeout=0.2)
+                ray.get(done)
+                if not flagged and should_stop is not None and pending and should_stop():
+                    self.stop_flag.set.remote()
+                    flagged = True
+                if deadline is not None and time.monotonic() > deadline and pending:
+                    raise TimeoutError(f"{len(pending)} of {len(refs)} ranks did not answer "
+                                       f"within {timeout:.0f} s")
+            results = ray.get(list(refs))
+        except (ray.exceptions.RayError, TimeoutError) as exc:
+            self.stop()
+            raise RankFailed(f"a rank failed, every rank was stopped: {exc}") from exc
+        if flagged:
+            self.stop_flag.clear.remote()
+        stopped = [r for r in results if isinstance(r, StoppedCall)]
+        if stopped:
+            raise StopRequested(stopped[0].where, clean=all(s.clean for s in stopped))
+        return results
+
+    def call_all(self, method: str, *args: Any,
+                 should_stop: Callable[[], bool] | None = None, **kwargs: Any) -> list[Any]:
+        """``method(*args, **kwargs)`` on every rank at once (the collective calls: update,
+        sync, save, load), one result per rank."""
+        return self._get([a.call.remote(method, *args, **kwargs) for a in self.actors],
+                         should_stop=should_stop)
+
+    def call_each(self, method: str, per_rank: Sequence[tuple[tuple[Any, ...], dict[str, Any]]]
+                  ) -> list[Any]:
+        """``method`` on rank k with ``per_rank[k]``'s (args, kwargs), all at once."""
+        return self._get([a.call.remote(method, *args, **kwargs)
+                          for a, (args, kwargs) in zip(self.actors, per_rank, strict=True)])
+
+    def where(self) -> list[dict[str, Any]]:
+        """Each rank's Ray node and PID."""
+        return self._get([a.where.remote() for a in self.actors])
+
+    def peak_memory(self) -> list[dict[str, float]]:
+        return self._get([a.peak_memory.remote() for a in self.actors])
+
+    # --- teardown ------------------------------------------------------------------------------
+    def stop(self) -> None:
+        """Close every engine and process group, kill the actors, free the placement group and
+        leave Ray (stopping it when it is this run's own). Safe to call twice."""
+        import ray
+
+        if self.actors:
+            refs = [a.close.remote() for a in self.actors]
+            try:
+                ray.wait(refs, num_returns=len(refs), timeout=30)
+            except Exception:  # noqa: BLE001 - a dead actor has nothing left to close
+                pass
+            for actor in self.actors:
+                try:
+                    ray.kill(actor)
+                except Exception:  # noqa: BLE001 - already gone
+                    pass
+            self.actors = []
+        if self.pg is not None:
+            from ray.util.placement_group import remove_placement_group
+
+            try:
+                remove_placement_group(self.pg)
+            except Exception:  # noqa: BLE001 - the cluster may be gone already
+                pass
+            self.pg = None
+        if self.cluster is not None:
+            self.cluster.shutdown()
+            self.cluster = None

@@ -1,0 +1,248 @@
+"""Where a distributed run's ranks go: the Ray cluster ``RAY_ADDRESS`` names, or a private local
+Ray started for this run alone, and a placement group of ``world_size`` bundles on it (one GPU
+each on GPUs, one CPU each on CPU).
+
+A private Ray is started as ``ray start --head --block`` in a session of its own, and a reaper
+process (``python -m trainer.distributed.placement reap ...``, in yet another session) watches
+the driver: Ray's agents re-parent to PID 1 and ignore SIGTERM once a driver that called
+``ray.init()`` is SIGKILLed (measured), so when the driver dies, however it dies, the reaper
+kills every process of the Ray session. ``ray stop`` is never used: it stops every Ray on the
+machine, other runs' included.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+# Not trainer.model's: the reaper must start without importing torch.
+REPO_ROOT = Path(__file__).resolve().parents[2]
+# Ray's files (sessions, sockets, logs) under the repository's var/, not /tmp/ray and ~/.ray;
+# short, because a Unix socket path holds at most 107 bytes.
+RAY_TEMP_ROOT = REPO_ROOT / "var" / "ray"
+LOCAL_IP = "127.0.0.1"
+# How long a run waits for its bundles before saying the cluster is too small.
+PLACEMENT_TIMEOUT_S = 120.0
+
+
+def ray_environment(local: bool) -> dict[str, str]:
+    """Variables the driver, Ray and the ranks need: no usage report to Ray's servers, the
+    repository importable in every worker, and on a private local Ray vLLM's own address
+    (it otherwise probes an outside address to learn it)."""
+    env = {"RAY_USAGE_STATS_ENABLED": "0",
+           "PYTHONPATH": os.pathsep.join(p for p in (str(REPO_ROOT),
+                                                     os.environ.get("PYTHONPATH", "")) if p)}
+    if local:
+        env["VLLM_HOST_IP"] = LOCAL_IP
+    return env
+
+
+def free_port(host: str = LOCAL_IP) -> int:
+    with socket.socket() as s:
+        s.bind((host, 0))
+        return int(s.getsockname()[1])
+
+
+@dataclass
+class LocalRay:
+    """A private single-node Ray for one run: its ``ray start --block`` process (a session
+    leader), the reaper watching the driver, and the address to connect to."""
+
+    address: str
+    head: subprocess.Popen[bytes]
+    reaper: subprocess.Popen[bytes]
+    temp_dir: Path
+    log: Path = field(default_factory=Path)
+
+    @classmethod
+    def start(cls, num_cpus: int, num_gpus: int = 0) -> LocalRay:
+        RAY_TEMP_ROOT.mkdir(parents=True, exist_ok=True)
+        port = free_port()
+        env = {**os.environ, **ray_environment(local=True)}
+        ray_cli = Path(sys.executable).with_name("ray")
+        log = RAY_TEMP_ROOT / f"head-{os.getpid()}-{port}.log"
+        cmd = [str(ray_cli), "start", "--head", "--block", f"--node-ip-address={LOCAL_IP}",
+               f"--port={port}", f"--temp-dir={RAY_TEMP_ROOT}", "--include-dashboard=false",
+               "--disable-usage-stats", f"--num-cpus={num_cpus}", f"--num-gpus={num_gpus}"]
+        with open(log, "wb") as out:
+            head = subprocess.Popen(cmd, env=env, stdout=out, stderr=subprocess.STDOUT,
+                                    start_new_session=True)
+        reaper = subprocess.Popen(
+            [sys.executable, "-m", "trainer.distributed.placement", "reap", str(os.getpid()),
+             str(head.pid)], env=env, start_new_session=True,
+            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        local = cls(address=f"{LOCAL_IP}:{port}", head=head, reaper=reaper,
+                    temp_dir=RAY_TEMP_ROOT, log=log)
+        local._wait_ready(port)
+        return local
+
+    def _wait_ready(self, port: int, timeout: float = 120.0) -> None:
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if self.head.poll() is not None:
+                self.stop()
+                raise RuntimeError(f"the local Ray head exited ({self.head.returncode}); its "
+                                   f"log: {self.log}")
+            try:
+                with socket.create_connection((LOCAL_IP, port), timeout=1.0):
+                    return
+            except OSError:
+                time.sleep(0.2)
+        self.stop()
+        raise RuntimeError(f"the local Ray head did not listen on port {port} within "
+                           f"{timeout:.0f} s; its log: {self.log}")
+
+    def processes(self) -> list[int]:
+        """Every process of this Ray: the head's tree and its session (agents that
+        re-parented to PID 1 stay in the session)."""
+        return session_processes(self.head.pid)
+
+    def stop(self) -> None:
+        """Stop this Ray and every process it started; the reaper then exits."""
+        kill_session(self.head.pid)
+        for proc in (self.head, self.reaper):
+            try:
+                proc.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+
+
+def session_processes(leader: int) -> list[int]:
+    """PIDs of ``leader``'s process tree and of every process in its session."""
+    import psutil
+
+    pids: set[int] = set()
+    try:
+        pids.update(p.pid for p in psutil.Process(leader).children(recursive=True))
+        pids.add(leader)
+    except psutil.NoSuchProcess:
+        pass
+    for proc in psutil.process_iter():
+        try:
+            if os.getsid(proc.pid) == leader:
+                pids.add(proc.pid)
+        except (ProcessLookupError, PermissionError):
+            continue
+    pids.discard(os.getpid())
+    return sorted(pids)
+
+
+def kill_session(leader: int, grace: float = 3.0) -> None:
+    """SIGTERM then, after ``grace`` seconds, SIGKILL every process of ``leader``'s session
+    and tree (Ray's agents ignore SIGTERM)."""
+    import psutil
+
+    procs = []
+    for pid in session_processes(leader):
+        try:
+            proc = psutil.Process(pid)
+            proc.send_signal(signal.SIGTERM)
+            procs.append(proc)
+        except psutil.NoSuchProcess:
+            continue
+    _, alive = psutil.wait_procs(procs, timeout=grace)
+    # Processes started while we were terminating (a worker the raylet was spawning).
+    late = [psutil.Process(p) for p in session_processes(leader)
+            if psutil.pid_exists(p)]
+    for proc in {*alive, *late}:
+        try:
+            proc.kill()
+        except psutil.NoSuchProcess:
+            continue
+    psutil.wait_procs([*alive, *late], timeout=grace)
+
+
+def reap(driver: int, leader: int, interval: float = 0.5) -> None:
+    """The reaper's loop: once ``driver`` is gone (or ``leader`` stopped), kill ``leader``'s
+    session and exit."""
+    import psutil
+
+    try:
+        born = psutil.Process(driver).create_time()
+    except psutil.NoSuchProcess:
+        born = None
+    while True:
+        try:
+            alive = born is not None and psutil.Process(driver).create_time() == born
+        except psutil.NoSuchProcess:
+            alive = False
+        if not alive or not psutil.pid_exists(leader):
+            break
+        time.sleep(interval)
+    kill_session(leader)
+
+
+@dataclass
+class Cluster:
+    """The Ray the run is connected to; ``local`` is set when it is this run's own."""
+
+    address: str
+    local: LocalRay | None
+
+    def shutdown(self) -> None:
+        import ray
+
+        ray.shutdown()
+        if self.local is not None:
+            self.local.stop()
+
+
+def connect(world_size: int, use_gpu: bool) -> Cluster:
+    """``ray.init`` on ``RAY_ADDRESS``, or on a private local Ray of ``world_size`` CPUs (and
+    GPUs) started for this run."""
+    import ray
+
+    address = os.environ.get("RAY_ADDRESS", "")
+    local = None
+    if not address:
+        gpus = world_size if use_gpu else 0
+        local = LocalRay.start(num_cpus=world_size, num_gpus=gpus)
+        address = local.address
+    env = ray_environment(local=local is not None)
+    os.environ.update({k: v for k, v in env.items() if k != "PYTHONPATH"})
+    try:
+        kwargs: dict[str, Any] = {"address": address, "log_to_driver": False,
+                                  "runtime_env": {"env_vars": env}}
+        if local is not None:
+            kwargs["_node_ip_address"] = LOCAL_IP
+        ray.init(**kwargs)
+    except Exception:
+        if local is not None:
+            local.stop()
+        raise
+    return Cluster(address=address, local=local)
+
+
+def placement_group(world_size: int, use_gpu: bool, timeout: float = PLACEMENT_TIMEOUT_S
+                    ) -> Any:
+    """A placement group of ``world_size`` bundles, packed onto as few nodes as fit; fails with
+    what the cluster has when it cannot be placed in ``timeout`` seconds."""
+    import ray
+    from ray.util.placement_group import placement_group as make
+    from ray.util.placement_group import remove_placement_group
+
+    bundle = {"CPU": 1, "GPU": 1} if use_gpu else {"CPU": 1}
+    pg = make([dict(bundle) for _ in range(world_size)], strategy="PACK")
+    try:
+        ray.get(pg.ready(), timeout=timeout)
+    except ray.exceptions.GetTimeoutError as exc:
+        remove_placement_group(pg)
+        raise RuntimeError(
+            f"world_size = {world_size}: the Ray cluster at {ray.get_runtime_context().gcs_address}"
+            f" cannot place {world_size} bundles of {bundle} within {timeout:.0f} s; it has "
+            f"{ray.cluster_resources()}") from exc
+    return pg
+
+
+if __name__ == "__main__":
+    if len(sys.argv) == 4 and sys.argv[1] == "reap":
+        reap(int(sys.argv[2]), int(sys.argv[3]))
+    else:
+        sys.exit("usage: python -m trainer.distributed.placement reap DRIVER_PID HEAD_PID")
