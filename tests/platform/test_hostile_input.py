@@ -301,3 +301,17 @@ def test_sweep_grid_errors_name_the_grid(api: Api) -> None:
         body = {"name": "g", "prompt_set": "arith", "config": SIM, "grid": grid}
         errors = _refused(lambda body=body: _json(api, "/sweeps", json.dumps(body)))["errors"]
         assert {e["field"] for e in errors} == {"grid"}
+
+
+@pytest.mark.django_db
+@pytest.mark.parametrize("path", ["/runs", "/sweeps"])
+def test_bidirectional_overrides_in_names_are_refused(api: Api, path: str) -> None:
+    body = {"name": "invoice\u202egnp.exe", "prompt_set": "arith", "config": SIM}
+    if path == "/sweeps":
+        body["grid"] = {"seed": [0, 1]}
+    errors = _refused(lambda: _json(api, path, json.dumps(body)))["errors"]
+    assert errors[0]["field"] == "name" and "U+202E" in errors[0]["reason"]
+    errors = _refused(lambda: api.client.post(
+        "/api/v1/prompt-sets", {"name": "set\u2067x", "file": SimpleUploadedFile(
+            "p.jsonl", GOOD)}, headers=api.headers))["errors"]
+    assert errors[0]["field"] == "name" and "U+2067" in errors[0]["reason"]
