@@ -44,8 +44,9 @@ from trainer.sampler import AdaptiveSampler
 from trainer.seeds import derive_seed
 from trainer.types import Generation, Prompt, RoundStat
 
-__all__ = ["EARLY_ROUNDS", "SCHEDULERS", "RequestEngine", "RoundsOutcome", "Scorer",
-           "run_per_prompt", "run_rounds", "run_scheduler"]
+__all__ = ["EARLY_ROUNDS", "SCHEDULERS", "Batch", "BatchRule", "BatchesOutcome", "RequestEngine",
+           "RoundsOutcome", "Scorer", "request_engine", "run_batches", "run_per_prompt",
+           "run_rounds", "run_scheduler"]
 
 # The config's ``scheduler`` values (validated in trainer.config).
 SCHEDULERS = ("round", "per-prompt", "streaming")
@@ -177,19 +178,24 @@ def run_scheduler(scheduler: str, sampler: AdaptiveSampler, prompts: Sequence[Pr
         return run_rounds(sampler, prompts, backend, score, seed=seed, on_round=on_round,
                           should_stop=should_stop)
     if scheduler in ("per-prompt", "streaming"):
-        engine_of = getattr(backend, "request_engine", None)
-        if engine_of is None:
-            raise ValueError(f"scheduler {scheduler!r} needs a backend that takes single "
-                             f"requests ({', '.join(REQUEST_BACKENDS)}); "
-                             f"{type(backend).__name__} has no request_engine()")
-        # Only streaming aborts as a matter of course and needs the tokens of unfinished
-        # requests; per-prompt spares the engine reporting every request at every step.
-        engine = engine_of(count_partial=scheduler == "streaming")
+        engine = request_engine(scheduler, backend)
         return run_per_prompt(sampler, prompts, engine, score, seed=seed,
                               streaming=scheduler == "streaming", early_rounds=early_rounds,
                               speculative_capacity=speculative_capacity, on_round=on_round,
                               should_stop=should_stop)
     raise ValueError(f"unknown scheduler {scheduler!r}; choose one of {', '.join(SCHEDULERS)}")
+
+
+def request_engine(scheduler: str, backend: object) -> RequestEngine:
+    """The backend's single-request engine for a per-prompt scheduler."""
+    engine_of = getattr(backend, "request_engine", None)
+    if engine_of is None:
+        raise ValueError(f"scheduler {scheduler!r} needs a backend that takes single "
+                         f"requests ({', '.join(REQUEST_BACKENDS)}); "
+                         f"{type(backend).__name__} has no request_engine()")
+    # Only streaming aborts as a matter of course and needs the tokens of unfinished
+    # requests; per-prompt spares the engine reporting every request at every step.
+    return engine_of(count_partial=scheduler == "streaming")
 
 
 Key = tuple[int, int, int]  # (prompt, round, sample)
@@ -452,3 +458,231 @@ def run_per_prompt(sampler: AdaptiveSampler, prompts: Sequence[Prompt], engine: 
             out.cancelled = True
             return out
     return out
+
+
+# --- further batches drawn early (DAPO's dynamic sampling) -------------------------------------
+
+@dataclass
+class Batch:
+    """One generation batch of a step that draws batches of prompts until enough groups count
+    (DAPO): its one-round sampler, its prompts, its generation seed (request seeds as round 1
+    of ``run_per_prompt``), where its round statistics go, and the caller's ``tag``."""
+
+    sampler: AdaptiveSampler
+    prompts: Sequence[Prompt]
+    seed: int
+    on_round: Callable[[RoundStat], None] | None = None
+    tag: object = None
+
+
+@dataclass
+class BatchRule:
+    """When a further batch is needed: while fewer than ``target`` groups count over the batches
+    drawn so far, and fewer than ``max_batches`` were drawn. ``counts(rewards, outstanding)``
+    says, of one prompt whose ``rewards`` are back and ``outstanding`` samples are still out,
+    whether its group counts for sure and whether it still may (the algorithm's rule: DAPO's
+    ``group_signal_bounds``)."""
+
+    target: int
+    max_batches: int
+    counts: Callable[[Sequence[float], int], tuple[bool, bool]]
+
+
+@dataclass
+class BatchesOutcome:
+    """What ``run_batches`` drew: the batches kept, in draw order, each with its own outcome
+    (batch 0's carries the step's timings and early-batch counts), and whether it was
+    cancelled."""
+
+    batches: list[tuple[Batch, RoundsOutcome]]
+    cancelled: bool = False
+
+
+@dataclass
+class _Drawn:
+    batch: Batch
+    out: RoundsOutcome
+    keys: dict[int, set[tuple[int, int, int]]]               # prompt -> requests in flight
+    arrived: dict[int, dict[int, tuple[Generation, float, str | None]]]
+    sure: int = 0
+    maybe: int = 0
+    open_prompts: int = 0
+    emitted: bool = False
+    sent_at: float = 0.0
+    early: bool = False
+
+
+def run_batches(make_batch: Callable[[int], Batch | None], rule: BatchRule,
+                engine: RequestEngine, score: Scorer, *, early_rounds: str = "certain",
+                speculative_capacity: float = DEFAULT_SPECULATIVE_CAPACITY,
+                should_stop: Callable[[], bool] | None = None,
+                stop_poll_s: float = STOP_POLL_S) -> BatchesOutcome:
+    """Draw batches ``make_batch(0)``, ``make_batch(1)``, ... (``None``: no prompts left) of
+    one-round samplers on ``engine`` until ``rule`` says no further batch is needed: exactly
+    the batches a batch-after-batch loop draws, with the same samples (request (k, i, j) is
+    sample j of prompt i of batch k, seeded as round 1 of ``run_per_prompt``).
+
+    ``early_rounds``: ``off`` draws batch k+1 once batches 0..k are back; ``certain`` as soon
+    as it is sure to be needed (even if every group still in flight counted, fewer than
+    ``rule.target`` would), so not one token more is drawn; ``speculative`` also, while the
+    engine runs fewer than ``speculative_capacity`` x ``capacity()`` requests, draws the next
+    batch once the current one is sure to be needed, and aborts it (its tokens counted as
+    discarded) once the batches before it are sure to be enough. A batch's round statistics
+    go out once every batch before it is back, so an aborted batch reports none.
+    """
+    if early_rounds not in EARLY_ROUNDS:
+        raise ValueError(f"unknown early_rounds {early_rounds!r}; choose one of "
+                         f"{', '.join(EARLY_ROUNDS)}")
+    speculate_below = 0.0
+    if early_rounds == "speculative":
+        capacity = getattr(engine, "capacity", None)
+        if capacity is None:
+            raise ValueError(f"early_rounds 'speculative' needs an engine that reports its "
+                             f"batch limit (capacity()); {type(engine).__name__} does not")
+        speculate_below = speculative_capacity * capacity()
+    clock = getattr(engine, "now", None)
+    drawn: list[_Drawn] = []
+    result = BatchesOutcome([])
+    exhausted = False
+
+    def now(d: _Drawn) -> float:
+        if clock is None or not d.batch.prompts:
+            return time.perf_counter()
+        return float(clock(d.batch.prompts[0]))
+
+    def bounds(d: _Drawn, i: int) -> tuple[bool, bool]:
+        return rule.counts([r for _, r, _ in d.arrived[i].values()], len(d.keys[i]))
+
+    def launch() -> bool:
+        nonlocal exhausted
+        k = len(drawn)
+        batch = make_batch(k)
+        if batch is None:
+            exhausted = True
+            return False
+        s = batch.sampler
+        if s.max_rounds != 1 or s.has_exit_rule:
+            raise ValueError("run_batches draws one-round batches (GRPO groups); this sampler "
+                             f"takes up to {s.max_rounds} rounds")
+        s.start_per_prompt()
+        n = len(batch.prompts)
+        d = _Drawn(batch, RoundsOutcome([[] for _ in range(n)], [[] for _ in range(n)],
+                                        [[] for _ in range(n)], s.round_stats), {}, {})
+        d.early = any(e.open_prompts for e in drawn)
+        d.sent_at = now(d)
+        if d.early:
+            drawn[0].out.early_rounds_started += 1
+        drawn.append(d)
+        for i in range(n):
+            if not s.is_open(i):
+                continue
+            count = s.round_counts([i])[0]
+            d.keys[i] = {(k, i, j) for j in range(count)}
+            d.arrived[i] = {}
+            d.open_prompts += 1
+            for j in range(count):
+                engine.submit((k, i, j), batch.prompts[i], j, derive_seed(batch.seed, 1))
+        for i in d.keys:
+            sure, maybe = bounds(d, i)
+            d.sure += sure
+            d.maybe += maybe
+        return True
+
+    def abort_from(m: int) -> None:
+        first = drawn[0].out
+        for d in drawn[m:]:
+            keys = sorted(k for ks in d.keys.values() for k in ks)
+            if keys:
+                first.tokens_discarded += engine.abort(keys)
+            first.tokens_discarded += sum(len(g.response_token_ids) for got in d.arrived.values()
+                                          for g, _, _ in got.values())
+            first.early_rounds_discarded += 1
+        del drawn[m:]
+
+    def decide() -> None:
+        # Drop the batches the ones before them are sure to make unneeded, report the batches
+        # now sure to be kept, then draw the next batch while it is certain (or speculated).
+        sure = maybe = 0
+        back = True
+        for m, d in enumerate(drawn):
+            if m and sure >= rule.target:
+                abort_from(m)
+                break
+            if back and not d.emitted:
+                if d.early:
+                    drawn[0].out.early_rounds_saved_s += max(0.0, now(d) - d.sent_at)
+                    d.early = False  # counted once: the head start it had when it was sure
+                if not d.open_prompts:
+                    d.emitted = True
+                    if d.batch.on_round is not None:
+                        for stat in d.batch.sampler.round_stats:
+                            d.batch.on_round(stat)
+            back = back and not d.open_prompts
+            sure += d.sure
+            maybe += d.maybe
+        while not exhausted and len(drawn) < rule.max_batches:
+            if maybe < rule.target and (early_rounds != "off" or back):
+                pass  # certain: needed whatever comes back
+            elif early_rounds == "speculative" and sure < rule.target \
+                    and engine.pending() < speculate_below \
+                    and maybe - drawn[-1].maybe < rule.target:
+                pass  # speculated: the last batch is itself sure to be needed
+            else:
+                return
+            if not launch():
+                return
+            maybe += drawn[-1].maybe
+            sure += drawn[-1].sure
+
+    if should_stop is not None and should_stop():
+        result.cancelled = True
+        return result
+    launch()
+    if not drawn:
+        return result
+    decide()
+    last_poll = time.monotonic()
+    while any(d.open_prompts for d in drawn):
+        first = drawn[0].out
+        t0 = time.perf_counter()
+        finished = engine.step()
+        first.time_generation += time.perf_counter() - t0
+        t0 = time.perf_counter()
+        for key, g in finished:
+            k, i, j = key  # type: ignore[misc]
+            d = drawn[k] if k < len(drawn) else None
+            if d is None or key not in d.keys.get(i, ()):
+                first.tokens_discarded += len(g.response_token_ids)
+                continue
+            was = bounds(d, i)
+            d.keys[i].discard(key)
+            r, e = score_generations(score, d.batch.prompts[i], [g])
+            d.arrived[i][j] = (g, r[0], e[0])
+            sure, maybe = bounds(d, i)
+            d.sure += sure - was[0]
+            d.maybe += maybe - was[1]
+            if d.keys[i]:
+                continue
+            # The group is back: observe it in sample order, as run_rounds does.
+            got = d.arrived[i]
+            for jj in sorted(got):
+                gen, reward, err = got[jj]
+                d.batch.sampler.observe(i, reward)
+                d.out.generations[i].append(gen)
+                d.out.rewards[i].append(reward)
+                d.out.errors[i].append(err)
+            d.batch.sampler.end_prompt_round(
+                i, tokens=sum(len(x.response_token_ids) for x, _, _ in got.values()))
+            d.open_prompts -= 1
+        first.time_scoring += time.perf_counter() - t0
+        decide()
+        if should_stop is None or time.monotonic() - last_poll < stop_poll_s:
+            continue
+        last_poll = time.monotonic()
+        if should_stop():
+            keys = sorted(k for d in drawn for ks in d.keys.values() for k in ks)
+            first.tokens_discarded += engine.abort(keys)
+            result.cancelled = True
+            break
+    result.batches = [(d.batch, d.out) for d in drawn]
+    return result

@@ -90,11 +90,18 @@ def launch_body(request: HttpRequest, schema: type[LaunchBody]) -> LaunchBody:
     problem = jsonsafe.first_problem(data, numbers=False)
     if problem:
         raise services.LaunchError(*problem)
+    # A misspelt key ("retension") must not launch with the default in its place.
+    known = list(schema.model_fields)
+    unknown = [(str(k), f"unknown field; a launch takes {', '.join(known)}")
+               for k in data if k not in known]
     try:
-        return schema.model_validate(data)
+        body = schema.model_validate(data)
     except PydanticValidationError as exc:
-        pairs = error_pairs(exc.errors())
+        pairs = error_pairs(exc.errors()) + unknown
         raise services.LaunchError(*pairs[0], more=pairs[1:]) from None
+    if unknown:
+        raise services.LaunchError(*unknown[0], more=unknown[1:])
+    return body
 
 
 def launch_config(body: LaunchBody) -> dict[str, Any]:

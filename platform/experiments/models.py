@@ -151,6 +151,12 @@ class Run(models.Model):
     def progress(self) -> float:
         return self.current_step / self.total_steps if self.total_steps else 0.0
 
+    @property
+    def interrupted(self) -> bool:
+        """Queued again after it trained (its worker shut down cleanly and handed it back):
+        it resumes from its last checkpoint when a worker takes it."""
+        return self.status == self.Status.QUEUED and self.current_step > 0
+
 
 class Step(models.Model):
     """One training step. Chart columns are real columns so charts never parse JSON."""

@@ -6,6 +6,7 @@ from django.urls import include, path
 from webapp.views import favicon, healthz
 
 handler400 = "webapp.views.bad_request"
+handler500 = "webapp.views.server_error"
 
 urlpatterns = [
     path("admin/", admin.site.urls),

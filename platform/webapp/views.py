@@ -1,12 +1,13 @@
-"""Project-level views: the health check, the favicon, the 400 page."""
+"""Project-level views: the health check, the favicon, the 400 page, the 500/503 page."""
 
 from __future__ import annotations
 
+import sys
 from typing import Any
 
 from django.conf import settings
 from django.core.exceptions import BadRequest
-from django.db import connection
+from django.db import DatabaseError, InterfaceError, OperationalError, connection
 from django.http import HttpRequest, HttpResponse, HttpResponseRedirect, JsonResponse
 from django.shortcuts import render
 from django.templatetags.static import static
@@ -24,6 +25,33 @@ def bad_request(request: HttpRequest, exception: Exception | None = None) -> Htt
     that does not parse: ``dashboard.params.BadParameter``); suspicious requests get no detail."""
     reason = str(exception) if isinstance(exception, BadRequest) else ""
     return render(request, "400.html", {"reason": reason}, status=400)
+
+
+# Seconds a client is told to wait before retrying while the database is unreachable.
+RETRY_AFTER_SECONDS = 10
+OUTAGE = ("the database is unreachable (restarting, or down): nothing was changed; try again "
+          f"in {RETRY_AFTER_SECONDS} seconds")
+
+
+def server_error(request: HttpRequest) -> HttpResponse:
+    """500, or 503 while the database is unreachable (an outage is the server's, and passes):
+    JSON in the API's shape under /api/, a page saying so elsewhere. Built without the database
+    or the templates' context (the user, the session), which may be what failed."""
+    exc = sys.exc_info()[1]
+    outage = isinstance(exc, (OperationalError, InterfaceError)) or (
+        isinstance(exc, DatabaseError) and "connection" in str(exc).lower())
+    status = 503 if outage else 500
+    detail = OUTAGE if outage else "server error: the failure is logged for the operator"
+    if request.path.startswith("/api/"):
+        response: HttpResponse = JsonResponse({"detail": detail}, status=status)
+    else:
+        title = "Service unavailable" if outage else "Server error"
+        response = HttpResponse(
+            f"<!doctype html><html lang=en><meta charset=utf-8><title>{title}</title>"
+            f"<h1>{title}</h1><p>{detail}.</p></html>", status=status)
+    if outage:
+        response["Retry-After"] = str(RETRY_AFTER_SECONDS)
+    return response
 
 
 @require_GET

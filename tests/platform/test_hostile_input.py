@@ -278,3 +278,26 @@ def test_a_body_past_the_limit_is_a_413_in_the_apis_shape(api: Api, path: str) -
     assert errors == [{"field": "body", "reason": errors[0]["reason"]}]
     assert "larger than 2.5 MiB (2,621,440 bytes), the limit (DATA_UPLOAD_MAX_MEMORY_SIZE)" \
         in errors[0]["reason"]
+
+
+# --- smaller refusals ---------------------------------------------------------------------------
+
+@pytest.mark.django_db
+def test_unknown_launch_keys_are_refused_by_name(api: Api) -> None:
+    """``"retension": "none"`` launched a run that kept every response (the default)."""
+    body = {"name": "x", "prompt_set": "arith", "config": SIM, "retension": "none"}
+    errors = _refused(lambda: _json(api, "/runs", json.dumps(body)))["errors"]
+    assert errors[0]["field"] == "retension"
+    assert errors[0]["reason"].startswith("unknown field; a launch takes name, prompt_set")
+    errors = _refused(lambda: api.post("/runs?name=t&prompt_set=arith&retension=none",
+                                       'backend = "simulated"\n',
+                                       content_type="application/toml"))["errors"]
+    assert errors[0]["field"] == "retension"
+
+
+@pytest.mark.django_db
+def test_sweep_grid_errors_name_the_grid(api: Api) -> None:
+    for grid in ("seed=0,x", {"nope": [1, 2]}):
+        body = {"name": "g", "prompt_set": "arith", "config": SIM, "grid": grid}
+        errors = _refused(lambda body=body: _json(api, "/sweeps", json.dumps(body)))["errors"]
+        assert {e["field"] for e in errors} == {"grid"}

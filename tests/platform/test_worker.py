@@ -378,3 +378,34 @@ def test_worker_trains_the_tiny_model_with_est(start_worker: Any, user: Any,
         sum(r[2] for r in rows if r[0] == 3) / 4)
     state = read_state(Checkpoint.objects.get(run=run, step=3).path)
     assert set(state["pass_rate_estimator"]["samples"]) == {str(r[1]) for r in rows}
+
+
+def test_five_clean_restarts_during_one_run(start_worker: Any, user: Any,
+                                            prompt_set_factory: Any, tmp_path: Path) -> None:
+    """Issue 19: three Ctrl-Cs of `make run` during one run failed it ("worker lost 3 times").
+    Five clean shutdowns (SIGTERM, what the demo now sends its worker) during one run: each
+    hands the run back without counting an attempt, the page says it is interrupted and waiting
+    to resume, and the run succeeds with the rows of an uninterrupted run."""
+    from django.test import Client
+
+    ps = prompt_set_factory(12, pass_rate=0.5)
+    run = services.launch_run(user, "restarts", SIM | {"total_steps": 14, "save_every": 2}, ps)
+    client = Client()
+    client.force_login(user)
+    for restart in range(5):
+        worker = start_worker("cpu", env=HOOK | {"RADA_TEST_GENERATE_SLEEP": "0.15"})
+        wait_step(run, 2 * restart + 2)
+        worker.proc.send_signal(signal.SIGTERM)
+        worker.proc.wait(timeout=60)
+        run.refresh_from_db()
+        # The attempt the lease took is given back: a clean shutdown is no lost worker.
+        assert run.status == Run.Status.QUEUED and run.attempts == 0, run.error
+        assert run.interrupted
+        page = client.get(f"/runs/{run.pk}/status/").content.decode()
+        assert "interrupted, waiting to resume" in page and "ETA" not in page
+    start_worker("cpu")
+    run = wait_status(run)
+    assert run.status == Run.Status.SUCCEEDED, run.traceback
+    assert run.attempts == 1 and run.current_step == 14 and not run.interrupted
+    assert_no_duplicates(run)
+    assert_recorded_as_emitted(run, replay(run, tmp_path))

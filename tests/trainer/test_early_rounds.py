@@ -13,13 +13,14 @@ import pytest
 
 from tests.trainer.test_schedulers import batch, config
 from trainer import train
+from trainer.algorithms.dapo import group_signal_bounds
 from trainer.backends.simulated import SimulatedBackend
 from trainer.config import TrainConfig
 from trainer.enginetime import EngineTimeModel
 from trainer.loop import make_scorer, sample_step
 from trainer.recorders import ListRecorder
 from trainer.sampler import AdaptiveSampler, make_sampler
-from trainer.schedulers import run_per_prompt, run_scheduler
+from trainer.schedulers import Batch, BatchRule, run_batches, run_per_prompt, run_scheduler
 from trainer.seeds import derive_seed
 
 # Long responses (512 tokens; the paper allows 2048) so that a round's samples come back
@@ -108,6 +109,15 @@ def test_exit_probability_ranks_the_prompts_least_likely_to_exit_first() -> None
 
 # --- exactly the round-based step ------------------------------------------------------------
 
+def requested(engine: RecordingEngine, result, algorithm: str) -> Counter:
+    """The requests the engine got, as (prompt, round) -> count in ``result``'s numbering (DAPO:
+    request (k, i, j) is sample j of prompt i of batch k, the result's round k + 1)."""
+    if algorithm != "dapo":
+        return Counter((i, t) for i, t, _ in engine.submitted)
+    first = np.searchsorted(result.exit_round, np.arange(1, result.exit_round.max() + 2))
+    return Counter((int(first[k]) + i, k + 1) for k, i, _ in engine.submitted)
+
+
 EARLY_CASES = [
     dict(algorithm="ada-balance"),
     dict(algorithm="ada-pos"),
@@ -143,13 +153,85 @@ def test_early_rounds_give_exactly_the_round_based_step(case: dict, seed: int) -
         out, engine = s.outcome, backend.engine
         if early != "speculative":
             # Not one request more than round-based sampling draws, so not one token more.
-            assert Counter((i, t) for i, t, _ in engine.submitted) == drawn
+            # (DAPO with early_rounds off: batch after batch, each through run_per_prompt.)
+            assert requested(engine, ra, case["algorithm"] if early != "off" else "") == drawn
             assert out.tokens_discarded == 0 and out.early_rounds_discarded == 0
             assert not engine.aborted
         if early == "off":
             assert out.early_rounds_started == 0
     if case["algorithm"] != "dapo":
         assert len(set(base.result.exit_round.tolist())) > 1  # not vacuous
+
+
+DAPO = dict(algorithm="dapo", batch_size=8, max_num_gen_batches=6, **LONG)
+
+
+def dapo_step(seed: int, **kw):
+    """A DAPO step of B = 8 whose further batches of 8 come from a pool of mostly never- and
+    always-solved prompts, so it needs several."""
+    pool = batch(64, seed)
+    cfg = config(seed=seed, **DAPO, **kw)
+    backend = RecordingBackend(cfg)
+    s = sample_step(cfg, pool[:8], backend, make_scorer(cfg), 2,
+                    more_prompts=lambda k: pool[8 * k:8 * k + 8])
+    return s, backend
+
+
+@pytest.mark.parametrize("seed", [0, 1, 7])
+def test_dapo_further_batches_drawn_early_keep_exactly_the_round_based_groups(seed: int) -> None:
+    base, _ = dapo_step(seed, scheduler="round")
+    ra = base.result
+    assert ra.exit_round.max() > 1  # several batches: not vacuous
+    for early in ("off", "certain", "speculative"):
+        s, backend = dapo_step(seed, scheduler="per-prompt", early_rounds=early)
+        rb, out, engine = s.result, s.outcome, backend.engine
+        for name in ("sample_prompt", "sample_round", "rewards", "kept", "advantages",
+                     "exit_round", "kept_positives", "kept_negatives"):
+            np.testing.assert_array_equal(getattr(ra, name), getattr(rb, name),
+                                          err_msg=f"{early}: {name}")
+        assert [[g.response_token_ids for g in gs] for gs in base.outcome.generations] == \
+            [[g.response_token_ids for g in gs] for gs in out.generations]
+        assert base.outcome.round_stats == out.round_stats
+        assert [p.id for p in base.prompts] == [p.id for p in s.prompts]
+        if early == "off":
+            continue  # batch after batch on a fresh engine each: covered above
+        kept_batches = int(ra.exit_round.max())
+        if early == "certain":
+            # Not one request more than batch-after-batch sampling draws.
+            assert requested(engine, ra, "dapo") == Counter(
+                zip(ra.sample_prompt.tolist(), ra.sample_round.tolist(), strict=True))
+            assert out.tokens_discarded == 0 and out.early_rounds_discarded == 0
+            assert not engine.aborted
+        else:
+            # Only requests of batches that turned out not to be needed are aborted.
+            assert all(k >= kept_batches for k, _, _ in engine.aborted)
+            assert out.early_rounds_started >= out.early_rounds_discarded
+
+
+def test_dapo_batches_start_early_and_speculation_pays_in_discarded_tokens() -> None:
+    certain = [dapo_step(seed, scheduler="per-prompt", early_rounds="certain")[0].outcome
+               for seed in (0, 1, 7)]
+    assert sum(o.early_rounds_started for o in certain) > 0
+    assert sum(o.early_rounds_saved_s for o in certain) > 0
+    spec = [dapo_step(seed, scheduler="per-prompt", early_rounds="speculative")[0].outcome
+            for seed in (0, 1, 7)]
+    assert sum(o.early_rounds_discarded for o in spec) > 0
+    assert sum(o.tokens_discarded for o in spec) > 0
+
+
+def test_dapo_cancel_aborts_early_batches_too() -> None:
+    pool = batch(64, 1)
+    cfg = config(seed=1, **DAPO)
+    engine = RecordingEngine(SimulatedBackend(cfg).request_engine())
+
+    def make_batch(k: int) -> Batch:
+        return Batch(make_sampler(cfg, 8, seed=k), pool[8 * k:8 * k + 8], derive_seed(1, k))
+
+    rule = BatchRule(target=8, max_batches=6, counts=group_signal_bounds)
+    out = run_batches(make_batch, rule, engine, make_scorer(cfg), early_rounds="speculative",
+                      should_stop=lambda: engine.steps >= 3, stop_poll_s=0)
+    assert out.cancelled and engine.pending() == 0
+    assert any(k > 0 for k, _, _ in engine.aborted), "a further batch was in flight"
 
 
 def test_certain_rounds_start_early_and_save_simulated_time() -> None:

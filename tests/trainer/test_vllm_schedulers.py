@@ -70,6 +70,40 @@ def test_per_prompt_on_the_engine_gives_exactly_the_round_based_step(vllm_backen
     assert len(set(a.result.rounds_used.tolist())) > 1, "prompts should need different rounds"
 
 
+DAPO_POOL = arithmetic_prompts(28, max_digits=2, seed=11)
+
+
+def test_dapo_further_batches_drawn_early_on_the_engine_keep_the_round_based_groups(
+        vllm_backend: Any) -> None:
+    """DAPO with B = 4 and further batches of 4: certain and speculative early batches keep
+    exactly the round-based step's groups (token ids, rewards, kept masks, advantages), certain
+    ones discarding nothing, for 3 seeds."""
+    batches = []
+    for seed in (1, 2, 3):
+        steps = {}
+        for scheduler, early in (("round", "off"), ("per-prompt", "certain"),
+                                 ("per-prompt", "speculative")):
+            cfg = config(algorithm="dapo", batch_size=4, max_num_gen_batches=6,
+                         scheduler=scheduler, early_rounds=early, seed=seed)
+            steps[early] = sample_step(cfg, DAPO_POOL[:4], vllm_backend, make_scorer(cfg),
+                                       step=3, more_prompts=lambda k: DAPO_POOL[4 * k:4 * k + 4])
+            assert not vllm_backend.llm.llm_engine.has_unfinished_requests()
+        a = steps["off"]
+        batches.append(int(a.result.exit_round.max()))
+        for early in ("certain", "speculative"):
+            b = steps[early]
+            assert [[g.response_token_ids for g in gs] for gs in a.outcome.generations] == \
+                [[g.response_token_ids for g in gs] for gs in b.outcome.generations], early
+            for name in ("sample_prompt", "sample_round", "rewards", "kept", "advantages",
+                         "exit_round"):
+                np.testing.assert_array_equal(getattr(a.result, name), getattr(b.result, name),
+                                              err_msg=f"{seed} {early}: {name}")
+            assert a.outcome.round_stats == b.outcome.round_stats, early
+        assert steps["certain"].outcome.tokens_discarded == 0
+        assert steps["certain"].outcome.early_rounds_discarded == 0
+    assert max(batches) > 1, "some step should need further batches"
+
+
 def test_streaming_on_the_engine_aborts_finished_prompts(vllm_backend: Any) -> None:
     cfg = config(algorithm="ada-pos", scheduler="streaming", samples_per_round=4)
     s = sample_step(cfg, PROMPTS, vllm_backend, make_scorer(cfg), step=3)

@@ -118,23 +118,34 @@ def sample_dapo_step(ctx: StepContext) -> SampledStep:
     results: list[SamplerResult] = []
     outcomes: list[RoundsOutcome] = []
     drawn: list[Prompt] = []
-    with_signal = 0
-    for k in range(config.max_num_gen_batches):
+
+    def next_batch(k: int) -> tuple[list[Prompt], list[tuple[int, Prompt]], int, int,
+                                    Callable[[RoundStat], None]] | None:
         more = list(itertools.islice(stream, G - B if k == 0 else G))
         prompts = [*ctx.batch, *(p for _, p in more)] if k == 0 else [p for _, p in more]
         if not prompts:
-            break  # the prompt set ran out
+            return None  # the prompt set ran out
 
-        def renumbered(stat: RoundStat, k: int = k) -> None:
+        def renumbered(stat: RoundStat) -> None:
             if ctx.on_round is not None:
                 ctx.on_round(dataclasses.replace(stat, round=k + 1))
 
         # Batch 0 draws with GRPO's seed, so its samples are a same-seed GRPO run's.
         gen_seed = seeds.derive_seed(config.seed, ctx.step, seeds.GENERATION) if k == 0 else \
             seeds.derive_seed(config.seed, ctx.step, seeds.GENERATION, k)
-        res, outcome = sample_rounds(
-            ctx, prompts, generation_seed=gen_seed, on_round=renumbered,
-            downsample_seed=seeds.derive_seed(config.seed, ctx.step, seeds.DOWNSAMPLE, k))
+        return (prompts, more, gen_seed,
+                seeds.derive_seed(config.seed, ctx.step, seeds.DOWNSAMPLE, k), renumbered)
+
+    if config.early_rounds_mode != "off":
+        return _sample_batches_early(ctx, next_batch, indices)
+    with_signal = 0
+    for k in range(config.max_num_gen_batches):
+        got = next_batch(k)
+        if got is None:
+            break
+        prompts, more, gen_seed, downsample_seed, renumbered = got
+        res, outcome = sample_rounds(ctx, prompts, generation_seed=gen_seed,
+                                     on_round=renumbered, downsample_seed=downsample_seed)
         if res is None:
             return SampledStep(None, outcome, None, drawn)
         results.append(res)
@@ -147,6 +158,51 @@ def sample_dapo_step(ctx: StepContext) -> SampledStep:
             break
     return SampledStep(concat_results(results, keep_groups=B), merge_outcomes(outcomes), None,
                        drawn, prompt_indices=indices)
+
+
+def group_signal_bounds(rewards: Sequence[float], outstanding: int) -> tuple[bool, bool]:
+    """Whether a group whose ``rewards`` are back and ``outstanding`` samples still out carries
+    signal (rewards not all equal, ``signal_groups``) for sure, and whether it still may."""
+    sure = len(rewards) > 1 and max(rewards) > min(rewards)
+    return sure, sure or outstanding > 0
+
+
+def _sample_batches_early(ctx: StepContext, next_batch: Callable[[int], Any],
+                          indices: list[int] | None) -> SampledStep:
+    """DAPO's batches with further batches drawn early (``early_rounds`` certain or
+    speculative, ``trainer.schedulers.run_batches``): exactly the batches, samples and kept
+    groups of drawing them one after another."""
+    from trainer.sampler import make_sampler
+    from trainer.schedulers import Batch, BatchRule, request_engine, run_batches
+
+    config = ctx.config
+
+    def make_batch(k: int) -> Batch | None:
+        got = next_batch(k)
+        if got is None:
+            return None
+        prompts, more, gen_seed, downsample_seed, renumbered = got
+        return Batch(make_sampler(config, len(prompts), downsample_seed), prompts, gen_seed,
+                     on_round=renumbered, tag=more)
+
+    rule = BatchRule(target=config.batch_size, max_batches=config.max_num_gen_batches,
+                     counts=group_signal_bounds)
+    drawn_out = run_batches(make_batch, rule, request_engine(config.scheduler, ctx.backend),
+                            ctx.scorer, early_rounds=config.early_rounds_mode,
+                            speculative_capacity=config.speculative_capacity,
+                            should_stop=ctx.should_stop)
+    outcomes = [o for _, o in drawn_out.batches]
+    drawn = [p for b, _ in drawn_out.batches for p in b.prompts]
+    if drawn_out.cancelled:
+        outcome = merge_outcomes(outcomes)
+        outcome.cancelled = True
+        return SampledStep(None, outcome, None, drawn)
+    results = [b.sampler.finalize() for b, _ in drawn_out.batches]
+    if indices is not None:
+        for b, _ in drawn_out.batches:
+            indices.extend(i for i, _ in b.tag)  # type: ignore[attr-defined]
+    return SampledStep(concat_results(results, keep_groups=config.batch_size),
+                       merge_outcomes(outcomes), None, drawn, prompt_indices=indices)
 
 
 def _chained(more_prompts: Callable[[int], Sequence[Prompt]]) -> Iterator[tuple[int, Prompt]]:
@@ -170,7 +226,10 @@ def merge_outcomes(outcomes: Sequence[RoundsOutcome]) -> RoundsOutcome:
                      for k, o in enumerate(outcomes) for st in o.round_stats],
         time_generation=sum(o.time_generation for o in outcomes),
         time_scoring=sum(o.time_scoring for o in outcomes),
-        tokens_discarded=sum(o.tokens_discarded for o in outcomes))
+        tokens_discarded=sum(o.tokens_discarded for o in outcomes),
+        early_rounds_started=sum(o.early_rounds_started for o in outcomes),
+        early_rounds_discarded=sum(o.early_rounds_discarded for o in outcomes),
+        early_rounds_saved_s=sum(o.early_rounds_saved_s for o in outcomes))
 
 
 def concat_results(results: Sequence[SamplerResult], keep_groups: int | None = None

@@ -32,11 +32,19 @@ def list_sweeps(request: HttpRequest, limit: int = Query(100, ge=1, le=1000)) ->
 def create_sweep(request: HttpRequest) -> Any:
     """Launch a grid of runs over one base config, whole or not at all."""
     body = launch_body(request, SweepBody)
-    grid = services.parse_sweep_spec(body.grid) if isinstance(body.grid, str) else body.grid
-    prompt_set = prompt_set_ref(body.prompt_set, "prompt_set")
-    sweep = services.launch_sweep(user_of(request), body.name, launch_config(body), grid,
-                                  prompt_set, eval_set=prompt_set_ref(body.eval_set, "eval_set"),
-                                  queue=body.queue, retention=body.retention)
+    try:
+        grid = services.parse_sweep_spec(body.grid) if isinstance(body.grid, str) else body.grid
+        prompt_set = prompt_set_ref(body.prompt_set, "prompt_set")
+        sweep = services.launch_sweep(user_of(request), body.name, launch_config(body), grid,
+                                      prompt_set,
+                                      eval_set=prompt_set_ref(body.eval_set, "eval_set"),
+                                      queue=body.queue, retention=body.retention)
+    except services.LaunchError as exc:
+        # The services name the launch form's field ("sweep"); here the grid is "grid".
+        if not any(field == "sweep" for field, _ in exc.pairs):
+            raise
+        pairs = [("grid" if field == "sweep" else field, reason) for field, reason in exc.pairs]
+        raise services.LaunchError(*pairs[0], more=pairs[1:]) from None
     errors = [r.enqueue_error for r in sweep.launched_runs if r.enqueue_error]
     return Status(201, sweep_out(sweep, enqueue_errors=errors))
 

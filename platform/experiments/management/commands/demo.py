@@ -4,8 +4,9 @@ launches a GRPO / Reinforce-Ada-balance pair with the same seed, prints where to
 its processes on Ctrl-C.
 
 The web server and the worker run in their own sessions, so Ctrl-C reaches this command only and
-it decides how they stop: gunicorn gracefully, the worker at once (a run it was executing keeps a
-stale lease and resumes from its last checkpoint the next time a worker starts).
+it decides how they stop: gunicorn gracefully, the worker cleanly (a run it was executing is
+handed back at its next poll, no attempt counted, and resumes from its last checkpoint the next
+time a worker starts).
 """
 
 from __future__ import annotations
@@ -38,6 +39,9 @@ TRAIN_SET = "arithmetic (built-in)"
 # where the CLI's scored it 0.45); the name says which it is.
 EVAL_SET = "arithmetic held-out (built-in, 1-3 digits)"
 DEMO_PREFIX = "demo"
+# How long Ctrl-C waits for the web server and the worker (a worker hands its run back within a
+# poll of the trainer: a round, a mini-batch) before it kills what is left.
+STOP_SECONDS = 60
 
 
 def port_free(host: str, port: int) -> bool:
@@ -223,16 +227,18 @@ class Command(BaseCommand):
         # A second Ctrl-C must not cut the shutdown short and leave processes behind.
         signal.signal(signal.SIGINT, signal.SIG_IGN)
         signal.signal(signal.SIGTERM, signal.SIG_IGN)
-        # The worker stops at once (SIGQUIT: cold shutdown); its run resumes later from its
-        # last checkpoint. gunicorn finishes its requests (SIGTERM).
-        for name, sig in (("worker", signal.SIGQUIT), ("web", signal.SIGTERM)):
+        # The worker shuts down cleanly (SIGTERM): its run's process stops at its next poll and
+        # hands the run back, attempt not counted, to resume from its last checkpoint at the next
+        # `make run` (a cold SIGQUIT counted every Ctrl-C as a lost worker: three failed a run).
+        # gunicorn finishes its requests (SIGTERM).
+        for name, sig in (("worker", signal.SIGTERM), ("web", signal.SIGTERM)):
             proc = procs[name]
             if proc.poll() is None:
                 proc.send_signal(sig)
         t0 = time.monotonic()
         for name, proc in procs.items():
             try:
-                proc.wait(max(1.0, 30 - (time.monotonic() - t0)))
+                proc.wait(max(1.0, STOP_SECONDS - (time.monotonic() - t0)))
             except subprocess.TimeoutExpired:
                 proc.kill()
                 proc.wait()
