@@ -142,3 +142,25 @@ def test_a_sigkilled_worker_leaves_no_rank_and_the_next_resumes_as_if_uninterrup
     assert_no_duplicates(run)
     emitted = replay_as_the_worker(run, tmp_path, tiny_model_dir, monkeypatch)
     assert_recorded_as_emitted(run, emitted)
+
+
+def test_cancel_of_a_running_two_rank_run_ends_every_rank(
+        start_worker: Any, user: Any, tiny_model_dir: Path) -> None:
+    """The cancel reaches both ranks (the driver's stop flag, read before every mini-batch) and
+    the run's process takes its private Ray down with them; the worker goes on. The wall-time
+    limit stops a run through the same flag (``trainer.loop.StopPolicy``)."""
+    worker = start_worker("cpu", env=worker_env(tiny_model_dir))
+    ps = services.create_builtin_prompt_set(user, "arith-2ranks", 64, 1, 2, 0)
+    run = services.launch_run(user, "two ranks, cancelled",
+                              CONFIG | {"total_steps": 40, "save_every": 10}, ps)
+    wait_step(run, 1, timeout=900)
+    procs, dirs = _ray_tree(worker.pid)
+    assert "ray::" in " ".join(" ".join(p.cmdline()) for p in procs)
+    services.request_cancel(run, user)
+    run = wait_status(run, timeout=300)
+    assert run.status == Run.Status.CANCELLED and run.error == ""
+    assert run.current_step < 40
+    _, alive = psutil.wait_procs(procs, timeout=60)
+    assert not alive, [(p.pid, p.name()) for p in alive]
+    assert not _naming(dirs)
+    assert worker.alive()
