@@ -43,7 +43,7 @@ from experiments.models import Run
 from trainer.config import TrainConfig
 from trainer.types import Prompt, StopRequested
 from workers.placement_wait import visible_wait
-from workers.recorder import LeaseLost, PostgresRecorder, reconnecting
+from workers.recorder import LeaseLost, PostgresRecorder, is_database_outage, reconnecting
 
 logger = logging.getLogger("workers.execution")
 ROOT = Path(__file__).resolve().parents[1]
@@ -53,6 +53,11 @@ ROOT = Path(__file__).resolve().parents[1]
 # training loop; production leaves it unset.
 BACKEND_HOOK_ENV = "RADA_BACKEND_HOOK"
 
+
+# The run's process's exit status and result when the database stayed unreachable past the
+# recorder's retry window (EX_TEMPFAIL): an outage, not a failure of the run.
+EXIT_OUTAGE = 75
+OUTAGE = "database outage"
 
 # The run's process this worker is waiting on (None between runs), so that a clean shutdown of
 # the worker (SIGTERM: docker stop, systemd) can ask it to hand its run back.
@@ -179,6 +184,14 @@ def execute(run_id: int) -> str:
         heartbeat.stop()
     # This thread's connection sat idle for the whole run: the database may have restarted.
     connection.close()
+    if returncode == EXIT_OUTAGE:
+        # Wait for the database (RUN_OUTAGE_WAIT_SECONDS), then hand the run back: it resumes
+        # from its checkpoint. A longer outage raises here: the lease goes stale and the run's
+        # next execution counts an attempt, so a database broken for good cannot loop a run.
+        outcome = reconnecting(services.hand_back_run,
+                               seconds=settings.RUN_OUTAGE_WAIT_SECONDS)(run_id, owner)
+        logger.warning("run %s: database outage; %s", run_id, outcome)
+        return f"database outage; {outcome}"
     if returncode == 0:
         status = reconnecting(_run_status)(run_id)
         logger.info("run %s: %s", run_id, status or "deleted")
@@ -232,6 +245,12 @@ def run_in_this_process(run_id: int, owner: str) -> str:
     except LeaseLost:
         return _lease_lost(run_id)
     except Exception as exc:
+        if is_database_outage(exc):
+            # Past the recorder's retry window; not the run's failure: the worker waits for the
+            # database and hands the run back (EXIT_OUTAGE), its attempt uncounted.
+            logger.error("run %s: the database stayed unreachable (%s); giving the attempt "
+                         "back", run_id, str(exc).strip().splitlines()[0] if str(exc) else exc)
+            return OUTAGE
         if reconnecting(services.run_should_stop)(run_id, owner)[1]:
             return _lease_lost(run_id)
         logger.exception("run %s failed", run_id)

@@ -18,6 +18,7 @@ import time
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from typing import Any, TypeVar
 
+from django.conf import settings
 from django.db import InterfaceError, OperationalError, connection, transaction
 from django.utils import timezone
 from experiments.models import Run
@@ -38,15 +39,26 @@ ROUNDSTAT_COLUMNS = ("run_id", "step", "round", "active_prompts", "samples", "po
 logger = logging.getLogger("workers.recorder")
 T = TypeVar("T")
 # How long a worker keeps retrying a write while the database is unreachable (a restart, a
-# failover) before the run fails: longer than a PostgreSQL restart, shorter than forever.
-RECONNECT_SECONDS = 120.0
+# failover) before the run gives up its attempt: longer than a PostgreSQL restart.
+RECONNECT_SECONDS = float(getattr(settings, "RUN_RECONNECT_SECONDS", 120.0))
 
 
 class LeaseLost(RuntimeError):
     """Another worker took the run over (or it was deleted): stop without writing."""
 
 
-def reconnecting(fn: Callable[..., T]) -> Callable[..., T]:
+def is_database_outage(exc: BaseException) -> bool:
+    """Whether ``exc`` (or what caused it) is the database being unreachable."""
+    seen: set[int] = set()
+    while exc is not None and id(exc) not in seen:
+        seen.add(id(exc))
+        if isinstance(exc, (OperationalError, InterfaceError)):
+            return True
+        exc = exc.__cause__ or exc.__context__  # type: ignore[assignment]
+    return False
+
+
+def reconnecting(fn: Callable[..., T], seconds: float | None = None) -> Callable[..., T]:
     """Retry ``fn`` while the database connection is broken (``OperationalError``,
     ``InterfaceError``: a restarted server, a dropped socket), reconnecting each time, for up to
     ``RECONNECT_SECONDS``. Only for idempotent writes (every recorder write is: per-step rows are
@@ -55,7 +67,7 @@ def reconnecting(fn: Callable[..., T]) -> Callable[..., T]:
 
     @functools.wraps(fn)
     def call(*args: Any, **kwargs: Any) -> T:
-        deadline = time.monotonic() + RECONNECT_SECONDS
+        deadline = time.monotonic() + (RECONNECT_SECONDS if seconds is None else seconds)
         delay = 0.2
         while True:
             try:

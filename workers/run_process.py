@@ -5,7 +5,9 @@ that a crash of the work (OOM, a segfault in a native library) kills the child, 
 (``workers.preflight``).
 
 Exit status 0: the outcome is recorded (or the lease was lost and nothing more is to be
-written). Anything else, a signal included, is a lost attempt for the worker to handle.
+written). 75 (``EXIT_OUTAGE``): the database stayed unreachable past the recorder's retry window;
+the worker waits for it and hands the run back, no attempt counted. Anything else, a signal
+included, is a lost attempt for the worker to handle.
 """
 
 from __future__ import annotations
@@ -37,11 +39,17 @@ def main(argv: list[str]) -> int:
 
         estimate_in_this_process(work_id, owner)
     else:
-        from workers.execution import on_sigterm_hand_back, run_in_this_process
+        from workers.execution import (
+            EXIT_OUTAGE,
+            OUTAGE,
+            on_sigterm_hand_back,
+            run_in_this_process,
+        )
 
         # The worker's clean shutdown: stop at the next poll and hand the run back.
         signal.signal(signal.SIGTERM, on_sigterm_hand_back)
-        run_in_this_process(work_id, owner)
+        if run_in_this_process(work_id, owner) == OUTAGE:
+            return EXIT_OUTAGE
     return 0
 
 

@@ -198,6 +198,13 @@ RUN_STOP_POLL_SECONDS = float(os.environ.get("RUN_STOP_POLL_SECONDS", 1))
 # Executions of one run that may be lost (its process or its worker killed: out of memory, a
 # segfault) before it ends failed with "worker lost N times" instead of being tried again.
 RUN_MAX_ATTEMPTS = int(os.environ.get("RUN_MAX_ATTEMPTS", 3))
+# A database outage is the infrastructure's, not the run's: a run whose writes kept failing past
+# the recorder's retry window (RUN_RECONNECT_SECONDS) gives up its attempt uncounted, and its
+# worker waits up to RUN_OUTAGE_WAIT_SECONDS for the database, then hands the run back to
+# resume from its checkpoint. An outage longer than that counts as a lost attempt (so a database
+# broken for good ends in RUN_MAX_ATTEMPTS, not a loop).
+RUN_RECONNECT_SECONDS = float(os.environ.get("RUN_RECONNECT_SECONDS", 120))
+RUN_OUTAGE_WAIT_SECONDS = float(os.environ.get("RUN_OUTAGE_WAIT_SECONDS", 3600))
 CHECKPOINT_ROOT = Path(os.environ.get("CHECKPOINT_ROOT", BASE_DIR / "var" / "checkpoints"))
 # Request bodies. Every endpoint keeps Django's default cap on non-file data
 # (DATA_UPLOAD_MAX_MEMORY_SIZE, 2.5 MiB): a form post is kilobytes. Files are accepted by the
