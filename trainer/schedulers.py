@@ -150,9 +150,13 @@ class RequestEngine(Protocol):
     requests that finished, as (key, generation); ``abort(keys)`` drops unfinished requests and
     returns the response tokens they had generated; ``pending()`` counts unfinished requests.
 
-    Optional: ``capacity()``, the most requests the engine runs at once (its ``max_num_seqs``;
-    speculative early rounds need it), and ``now(prompt)``, the clock in seconds of the engine
-    that serves ``prompt`` (the simulated clock; by default the wall clock).
+    Optional: ``capacity()``, the most requests one engine runs at once (its ``max_num_seqs``;
+    speculative early rounds need it); ``now(prompt)``, the clock in seconds of the engine
+    that serves ``prompt`` (the simulated clock; by default the wall clock); and, over several
+    data-parallel engines, ``engine_of(prompt)`` (the index of the engine that serves, or will
+    serve, ``prompt``: a prompt's requests stay on its engine) with ``pending_per_engine()``
+    (unfinished requests of each engine), so that speculation measures spare capacity per
+    engine (by default: one engine).
     """
 
     def submit(self, key: Hashable, prompt: Prompt, sample: int, seed: int) -> None: ...
@@ -184,6 +188,16 @@ def run_scheduler(scheduler: str, sampler: AdaptiveSampler, prompts: Sequence[Pr
                               speculative_capacity=speculative_capacity, on_round=on_round,
                               should_stop=should_stop)
     raise ValueError(f"unknown scheduler {scheduler!r}; choose one of {', '.join(SCHEDULERS)}")
+
+
+def _engine_load(engine: RequestEngine) -> tuple[Callable[[Prompt], int], list[int]]:
+    """The engine that serves a prompt, and each engine's unfinished requests (one engine
+    unless the request engine spans several: ``RequestEngine``)."""
+    engine_of = getattr(engine, "engine_of", None)
+    per_engine = getattr(engine, "pending_per_engine", None)
+    if engine_of is None or per_engine is None:
+        return (lambda prompt: 0), [engine.pending()]
+    return engine_of, list(per_engine())
 
 
 def request_engine(scheduler: str, backend: object) -> RequestEngine:
@@ -234,7 +248,7 @@ def run_per_prompt(sampler: AdaptiveSampler, prompts: Sequence[Prompt], engine: 
     still in flight can meet the exit rule (``AdaptiveSampler.exit_possible``): it would be
     drawn anyway, so the pools and the tokens are those of ``off`` and only the waiting goes.
     ``speculative`` also submits the next round of prompts whose current round is undecided
-    while the engine runs fewer than ``speculative_capacity`` x ``engine.capacity()``
+    while their engine runs fewer than ``speculative_capacity`` x ``engine.capacity()``
     requests, least likely to exit first (``exit_probability``), one undecided round per
     prompt at most and never past round N; if the prompt then exits, the early round is
     aborted and its tokens counted as discarded. Either way a round's samples are observed
@@ -400,14 +414,21 @@ def run_per_prompt(sampler: AdaptiveSampler, prompts: Sequence[Prompt], engine: 
             return
 
     def speculate() -> None:
-        if engine.pending() >= speculate_below:
+        # Spare capacity per engine: a prompt's requests stay on its engine, so a full engine
+        # cannot take a speculated round however empty the others are.
+        engine_of, load = _engine_load(engine)
+        if min(load) >= speculate_below:
             return
         for i in sorted(candidates, key=lambda k: (candidates[k], k)):
-            if engine.pending() >= speculate_below:
-                return
+            e = engine_of(prompts[i])
+            if load[e] >= speculate_below:
+                continue
             del candidates[i]
             submit(i, flights[i].submitted + 1)
+            load[e] += len(flights[i].keys[flights[i].submitted])
             plan(i)
+            if min(load) >= speculate_below:
+                return
 
     if should_stop is not None and should_stop():
         out.cancelled = True
@@ -624,9 +645,11 @@ def run_batches(make_batch: Callable[[int], Batch | None], rule: BatchRule,
             if maybe < rule.target and (early_rounds != "off" or back):
                 pass  # certain: needed whatever comes back
             elif early_rounds == "speculative" and sure < rule.target \
-                    and engine.pending() < speculate_below \
-                    and maybe - drawn[-1].maybe < rule.target:
-                pass  # speculated: the last batch is itself sure to be needed
+                    and maybe - drawn[-1].maybe < rule.target \
+                    and max(_engine_load(engine)[1]) < speculate_below:
+                # Speculated: the last batch is itself sure to be needed, and every engine
+                # has room (a batch's prompts spread over all of them).
+                pass
             else:
                 return
             if not launch():

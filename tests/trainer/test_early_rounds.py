@@ -22,6 +22,7 @@ from trainer.recorders import ListRecorder
 from trainer.sampler import AdaptiveSampler, make_sampler
 from trainer.schedulers import Batch, BatchRule, run_batches, run_per_prompt, run_scheduler
 from trainer.seeds import derive_seed
+from trainer.types import Prompt
 
 # Long responses (512 tokens; the paper allows 2048) so that a round's samples come back
 # at very different times and early rounds have something to gain.
@@ -299,6 +300,45 @@ def test_speculation_waits_for_spare_capacity() -> None:
                          early_rounds="speculative", speculative_capacity=0.5)
     assert pending_at_speculation and out.early_rounds_started == len(pending_at_speculation)
     assert max(pending_at_speculation) < 32
+
+
+def test_speculation_checks_spare_capacity_per_engine() -> None:
+    """Two simulated engines of 16 slots each: a prompt's requests stay on its engine, so a
+    round is speculated only while its own engine runs fewer than 0.5 x 16 = 8 requests,
+    however empty the other one is (summed, 16 of 32 would let a busy engine take more)."""
+    # Engine 0 serves the even prompts (hard: long wrong answers, every round), engine 1 the
+    # odd ones (easy), so the two engines' loads drift apart.
+    prompts = [Prompt(f"e{i}", f"q{i}", str(i), {"pass_rate": 0.05 if i % 2 == 0 else 0.9})
+               for i in range(12)]
+    cfg = config(seed=3, scheduler="per-prompt", early_rounds="speculative",
+                 algorithm="ada-pos", speculative_capacity=0.5, **LONG)
+    backend = SimulatedBackend(cfg, engine_time=EngineTimeModel(max_num_seqs=16), engines=2)
+    engine = backend.request_engine()
+    sampler = make_sampler(cfg, len(prompts), seed=0)
+    speculated: list[tuple[int, int, int]] = []  # (engine, its load, the other's load)
+    submit = engine.submit
+
+    def watching_submit(key, prompt, *args) -> None:
+        i, t, j = key
+        if t > sampler.prompt_round(i) and j == 0:
+            e = backend.engine_of(prompt)
+            load = engine.pending_per_engine()
+            speculated.append((e, load[e], load[1 - e]))
+        submit(key, prompt, *args)
+
+    engine.submit = watching_submit  # type: ignore[method-assign]
+    out = run_per_prompt(sampler, prompts, engine, make_scorer(cfg), seed=derive_seed(3, 2),
+                         early_rounds="speculative", speculative_capacity=0.5)
+    assert speculated and out.early_rounds_started == len(speculated)
+    assert {e for e, _, _ in speculated} == {0, 1}  # both engines speculate
+    assert all(own < 8 for _, own, _ in speculated), speculated
+    # The same step as without speculation.
+    base = make_sampler(cfg, len(prompts), seed=0)
+    run_per_prompt(base, prompts, SimulatedBackend(cfg, engine_time=EngineTimeModel(
+        max_num_seqs=16), engines=2).request_engine(), make_scorer(cfg), seed=derive_seed(3, 2))
+    a, b = base.finalize(), sampler.finalize()
+    for name in ("rewards", "kept", "advantages", "exit_round"):
+        np.testing.assert_array_equal(getattr(a, name), getattr(b, name), err_msg=name)
 
 
 def test_streaming_keeps_its_certain_rounds() -> None:

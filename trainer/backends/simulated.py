@@ -217,8 +217,16 @@ class SimulatedRequestEngine:
         return sum(e.pending() for e in self.engines)
 
     def capacity(self) -> int:
-        """Requests run at once at most, over all engines (``max_num_seqs`` each)."""
-        return self.backend.engine_time.max_num_seqs * len(self.engines)
+        """Requests one engine runs at once at most (``max_num_seqs``)."""
+        return self.backend.engine_time.max_num_seqs
+
+    def engine_of(self, prompt: Prompt) -> int:
+        """The engine that serves ``prompt`` (all its requests go there)."""
+        return self.backend.engine_of(prompt)
+
+    def pending_per_engine(self) -> list[int]:
+        """Unfinished requests of each engine."""
+        return [e.pending() for e in self.engines]
 
     def now(self, prompt: Prompt) -> float:
         """The simulated clock of the engine serving ``prompt``, in seconds (the engines'
