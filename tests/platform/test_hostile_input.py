@@ -301,3 +301,29 @@ def test_sweep_grid_errors_name_the_grid(api: Api) -> None:
         body = {"name": "g", "prompt_set": "arith", "config": SIM, "grid": grid}
         errors = _refused(lambda body=body: _json(api, "/sweeps", json.dumps(body)))["errors"]
         assert {e["field"] for e in errors} == {"grid"}
+
+
+@pytest.mark.django_db
+@pytest.mark.parametrize("path", ["/runs", "/sweeps"])
+def test_bidirectional_overrides_in_names_are_refused(api: Api, path: str) -> None:
+    body = {"name": "invoice\u202egnp.exe", "prompt_set": "arith", "config": SIM}
+    if path == "/sweeps":
+        body["grid"] = {"seed": [0, 1]}
+    errors = _refused(lambda: _json(api, path, json.dumps(body)))["errors"]
+    assert errors[0]["field"] == "name" and "U+202E" in errors[0]["reason"]
+    errors = _refused(lambda: api.client.post(
+        "/api/v1/prompt-sets", {"name": "set\u2067x", "file": SimpleUploadedFile(
+            "p.jsonl", GOOD)}, headers=api.headers))["errors"]
+    assert errors[0]["field"] == "name" and "U+2067" in errors[0]["reason"]
+
+
+@pytest.mark.django_db
+def test_a_404_says_why(client: Client) -> None:
+    """A 404 carried no reason ("/compare/chart.json?runs=abc"): it now says what was not
+    found."""
+    for path, reason in (("/compare/chart.json?runs=abc", "Need 1 or more runs."),
+                         ("/runs/999999/", "No such run."),
+                         ("/no-such-page/", "No page at /no-such-page/.")):
+        response = client.get(path)
+        assert response.status_code == 404
+        assert reason in response.content.decode(), (path, response.content[:400])

@@ -13,6 +13,8 @@ from experiments.models import Run
 from trainer import jsonsafe
 
 User = AbstractBaseUser | AnonymousUser
+# Unicode's bidirectional embeddings, overrides and isolates (U+202A-U+202E, U+2066-U+2069).
+BIDI_CONTROLS = frozenset("\u202a\u202b\u202c\u202d\u202e\u2066\u2067\u2068\u2069")
 
 
 class LaunchError(ValidationError):
@@ -62,6 +64,14 @@ def check_fits_columns(obj: Any) -> None:
             problem = jsonsafe.first_problem(getattr(obj, f.attname), f.name)
             if problem:
                 raise LaunchError(*problem)
+    # A name shown in lists and links must read as what it is: a bidirectional override
+    # ("invoice\u202egnp.exe" displays as "invoiceexe.png") is refused.
+    name = getattr(obj, "name", None)
+    if isinstance(name, str):
+        found = next((c for c in name if c in BIDI_CONTROLS), None)
+        if found:
+            raise LaunchError("name", f"contains the bidirectional control U+{ord(found):04X}, "
+                              "which makes a name display otherwise than it is written")
     try:
         obj.clean_fields(exclude=relations)
     except ValidationError as exc:

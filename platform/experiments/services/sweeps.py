@@ -212,10 +212,10 @@ def launch_sweep(owner: User, name: str, base_config: dict[str, Any], grid: Any,
     if not name:
         raise LaunchError("name", "a sweep needs a name")
     axes = sweep_grid(grid)
-    runs = expand_sweep(name, base_config, axes, prompt_set, queue, retention)
     sweep = Sweep(owner=owner, name=name, base_config=dict(base_config),
                   grid=[{"field": f, "values": values} for f, values in axes])
-    check_fits_columns(sweep)
+    check_fits_columns(sweep)  # first: a bad name is the name's error, not each point's
+    runs = expand_sweep(name, base_config, axes, prompt_set, queue, retention)
     with transaction.atomic():
         sweep.save()
         for _, run in runs:
