@@ -41,8 +41,8 @@ from experiments import selectors, services
 from experiments.models import Run
 
 from trainer.config import TrainConfig
-from trainer.types import Prompt
-from workers.placement_wait import wait_for_ranks
+from trainer.types import Prompt, StopRequested
+from workers.placement_wait import visible_wait
 from workers.recorder import LeaseLost, PostgresRecorder, is_database_outage, reconnecting
 
 logger = logging.getLogger("workers.execution")
@@ -297,17 +297,19 @@ def _train(run: Run, owner: str) -> str:
     prompts = trainer_prompts(run.prompt_set_id)
     eval_prompts = trainer_prompts(run.eval_set_id) if run.eval_set_id else None
     should_stop = StopCheck(run.pk, owner)
-    # On a shared Ray cluster the run waits for its ranks' bundles first (cancellable, shown
-    # on its page), before the trainer's clock, so the wait is not wall time.
-    if not wait_for_ranks(config, should_stop, lambda text: _say_waiting(run.pk, owner, text)):
+    # A distributed run on a shared Ray cluster waits for its ranks' bundles while its backend
+    # is built (cancellable, shown on its page), before the trainer's clock: not wall time.
+    try:
+        with visible_wait(should_stop, lambda text: _say_waiting(run.pk, owner, text)):
+            backend = make_backend(config, prompts)
+    except StopRequested:
         if should_stop.lease_lost:
-            raise LeaseLost(f"run {run.pk}: lease lost")
+            raise LeaseLost(f"run {run.pk}: lease lost") from None
         if HANDING_BACK.is_set() and not should_stop.cancelled:
             return _hand_back(run.pk, owner)
         if not reconnecting(services.finish_run)(run.pk, owner, Run.Status.CANCELLED):
-            raise LeaseLost(f"run {run.pk}: lease lost")
+            raise LeaseLost(f"run {run.pk}: lease lost") from None
         return Run.Status.CANCELLED
-    backend = make_backend(config, prompts)
     try:
         result = trainer.train(config, prompts, backend,
                                PostgresRecorder(run.pk, lease_owner=owner), should_stop,

@@ -1,36 +1,22 @@
-"""A distributed run (``world_size > 1``) on a shared Ray cluster (``RAY_ADDRESS``) waits here,
-before its ranks are started, until the cluster has a bundle free for every rank: visibly
-(``Run.waiting_for``: "waiting for 8 GPUs on the Ray cluster (4 free, 6 in all)"), cancellable,
-and outside the wall-time limit (the trainer's clock starts after it).
+"""A distributed run (``world_size > 1``) whose ranks the Ray cluster cannot place yet waits
+visibly (``Run.waiting_for``: "waiting for 8 GPUs on the Ray cluster (4 free, 6 in all)"),
+cancellably, and outside the wall-time limit (the trainer's clock starts after its ranks are up).
 
-A run on a private local Ray (no ``RAY_ADDRESS``) does not wait: that Ray is started with
-exactly the run's ranks. The bundles counted are the ones ``trainer.distributed`` asks for: one
-CPU per rank, and one GPU per rank when the ranks run on GPUs (``device = cuda``, or ``auto`` on
-a cluster that has GPUs). Free bundles can still be taken by another run between this check and
-the placement; the placement then waits for them in its turn.
+There is one wait: the trainer's own placement (``trainer.distributed.placement.placement_group``),
+which on the platform runs under the waiter installed here instead of its CLI timeout. The
+bundles it waits for are the ones the ranks take (one CPU per rank, and one GPU per rank when the
+ranks run on GPUs: ``trainer.distributed.launcher.uses_gpu``). A run on a private local Ray (no
+``RAY_ADDRESS``) does not wait: that Ray is started with exactly the run's ranks.
 """
 
 from __future__ import annotations
 
 import logging
 import math
-import os
-import time
-from collections.abc import Callable
-from typing import Any
-
-from trainer.config import TrainConfig
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 
 logger = logging.getLogger("workers.placement_wait")
-
-POLL_SECONDS = 2.0
-
-
-def ranks_need(config: TrainConfig, cluster: dict[str, float]) -> dict[str, int]:
-    """Ray resources the run's ranks take: {"CPU": n} or {"CPU": n, "GPU": n}."""
-    n = config.world_size
-    gpu = config.device == "cuda" or (config.device == "auto" and cluster.get("GPU", 0) >= 1)
-    return {"CPU": n, "GPU": n} if gpu else {"CPU": n}
 
 
 def waiting_text(need: dict[str, int], free: dict[str, float], total: dict[str, float]
@@ -44,40 +30,37 @@ def waiting_text(need: dict[str, int], free: dict[str, float], total: dict[str, 
             f"{math.floor(total.get(key, 0.0)):,} in all)")
 
 
-def wait_for_ranks(config: TrainConfig, should_stop: Callable[[], bool],
-                   report: Callable[[str], None], poll_seconds: float = POLL_SECONDS) -> bool:
-    """Block until the cluster named by ``RAY_ADDRESS`` has the run's bundles free (True), or
-    ``should_stop`` fires first (False). ``report`` gets the waiting text on every change
-    ("" at the end). Returns True at once when there is nothing to wait for."""
-    address = os.environ.get("RAY_ADDRESS", "")
-    if config.world_size <= 1 or not address:
-        return True
-    import ray
+@contextmanager
+def visible_wait(should_stop: Callable[[], bool], report: Callable[[str], None]
+                 ) -> Iterator[None]:
+    """While inside, a placement that cannot be satisfied yet reports what it waits for on
+    every change ("" once placed, or on the way out) and gives up when ``should_stop`` fires
+    (the placement then raises ``StopRequested``)."""
+    from trainer.distributed.placement import waiting_with
 
-    os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
-    kwargs: dict[str, Any] = {"address": address, "log_to_driver": False}
-    if address.split(":")[0] in ("127.0.0.1", "localhost"):
-        # A cluster on this machine's loopback: the driver's node is that address too (Ray
-        # otherwise takes the machine's outside address and finds no node there).
-        kwargs["_node_ip_address"] = "127.0.0.1"
-    ray.init(**kwargs)
-    said = None
-    try:
-        while True:
+    said = ""
+
+    def waiter(need: dict[str, int] | None) -> bool:
+        nonlocal said
+        text = ""
+        if need is not None:
+            import ray
+
             total = ray.cluster_resources()
-            text = waiting_text(ranks_need(config, total), ray.available_resources(), total)
-            if text != said:
-                report(text)
-                said = text
-                if text:
-                    logger.info("%s", text)
-            if not text:
-                return True
-            if should_stop():
-                return False
-            time.sleep(poll_seconds)
+            text = waiting_text(need, ray.available_resources(), total)
+            if not text:  # enough is free but another placement took it first, or is placing
+                key = "GPU" if "GPU" in need else "CPU"
+                text = f"placing {need[key]:,} ranks on the Ray cluster"
+        if text != said:
+            report(text)
+            said = text
+            if text:
+                logger.info("%s", text)
+        return need is None or not should_stop()
+
+    try:
+        with waiting_with(waiter):
+            yield
     finally:
-        # The trainer connects again for the run itself; this driver's session ends here.
-        ray.shutdown()
         if said:
             report("")

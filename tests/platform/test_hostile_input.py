@@ -315,3 +315,15 @@ def test_bidirectional_overrides_in_names_are_refused(api: Api, path: str) -> No
         "/api/v1/prompt-sets", {"name": "set\u2067x", "file": SimpleUploadedFile(
             "p.jsonl", GOOD)}, headers=api.headers))["errors"]
     assert errors[0]["field"] == "name" and "U+2067" in errors[0]["reason"]
+
+
+@pytest.mark.django_db
+def test_a_404_says_why(client: Client) -> None:
+    """A 404 carried no reason ("/compare/chart.json?runs=abc"): it now says what was not
+    found."""
+    for path, reason in (("/compare/chart.json?runs=abc", "Need 1 or more runs."),
+                         ("/runs/999999/", "No such run."),
+                         ("/no-such-page/", "No page at /no-such-page/.")):
+        response = client.get(path)
+        assert response.status_code == 404
+        assert reason in response.content.decode(), (path, response.content[:400])

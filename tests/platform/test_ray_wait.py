@@ -25,7 +25,7 @@ from experiments.models import Run, Step
 
 from tests.fixtures.services import ROOT, wait_for
 from trainer.config import TrainConfig
-from workers.placement_wait import ranks_need, waiting_text
+from workers.placement_wait import waiting_text
 
 from .test_worker import wait_status
 
@@ -33,13 +33,13 @@ RAY = str(Path(sys.executable).with_name("ray"))
 
 
 def test_waiting_text_counts_the_bundles_the_ranks_take() -> None:
-    cpu = TrainConfig(backend="vllm", world_size=2, device="cpu")
-    gpu = TrainConfig(backend="vllm", world_size=8, device="cuda")
-    auto = TrainConfig(backend="vllm", world_size=8)
-    assert ranks_need(cpu, {"CPU": 16, "GPU": 8}) == {"CPU": 2}
-    assert ranks_need(gpu, {"CPU": 64}) == {"CPU": 8, "GPU": 8}
-    assert ranks_need(auto, {"CPU": 64, "GPU": 16}) == {"CPU": 8, "GPU": 8}
-    assert ranks_need(auto, {"CPU": 64}) == {"CPU": 8}
+    from trainer.distributed.launcher import uses_gpu
+
+    # One rule for where the ranks run (and so which bundles the wait counts): the launcher's.
+    assert not uses_gpu(TrainConfig(backend="vllm", world_size=2, device="cpu"), 8.0)
+    assert uses_gpu(TrainConfig(backend="vllm", world_size=8, device="cuda"), 0.0)
+    assert uses_gpu(TrainConfig(backend="vllm", world_size=8), 16.0)
+    assert not uses_gpu(TrainConfig(backend="vllm", world_size=8), 0.0)
     need = {"CPU": 8, "GPU": 8}
     assert waiting_text(need, {"CPU": 40.0, "GPU": 4.0}, {"CPU": 64.0, "GPU": 6.0}) == (
         "waiting for 8 GPUs on the Ray cluster (4 free, 6 in all)")

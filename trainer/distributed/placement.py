@@ -18,6 +18,8 @@ import socket
 import subprocess
 import sys
 import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -28,8 +30,27 @@ REPO_ROOT = Path(__file__).resolve().parents[2]
 # short, because a Unix socket path holds at most 107 bytes.
 RAY_TEMP_ROOT = REPO_ROOT / "var" / "ray"
 LOCAL_IP = "127.0.0.1"
-# How long a run waits for its bundles before saying the cluster is too small.
+# How long a run waits for its bundles before saying the cluster is too small, unless a waiter
+# is installed (``waiting_with``): the platform's runs wait visibly and cancellably instead.
 PLACEMENT_TIMEOUT_S = 120.0
+PLACEMENT_POLL_S = 2.0
+
+# Called while the placement group waits, with the resources the ranks need in all
+# ({"CPU": n[, "GPU": n]}); it returns False to give up (the run was cancelled), and is called
+# once more with None when the group is placed after a wait.
+Waiter = Callable[[dict[str, int] | None], bool]
+_waiter: Waiter | None = None
+
+
+@contextmanager
+def waiting_with(waiter: Waiter) -> Iterator[None]:
+    """While inside, ``placement_group`` waits as long as ``waiter`` says (no timeout)."""
+    global _waiter
+    before, _waiter = _waiter, waiter
+    try:
+        yield
+    finally:
+        _waiter = before
 
 
 def ray_environment(local: bool) -> dict[str, str]:
@@ -222,22 +243,39 @@ def connect(world_size: int, use_gpu: bool) -> Cluster:
 
 def placement_group(world_size: int, use_gpu: bool, timeout: float = PLACEMENT_TIMEOUT_S
                     ) -> Any:
-    """A placement group of ``world_size`` bundles, packed onto as few nodes as fit; fails with
-    what the cluster has when it cannot be placed in ``timeout`` seconds."""
+    """A placement group of ``world_size`` bundles, packed onto as few nodes as fit. Without a
+    waiter it fails with what the cluster has when it cannot be placed in ``timeout`` seconds;
+    with one (``waiting_with``) it waits until placed, or raises ``StopRequested`` when the
+    waiter gives up."""
     import ray
     from ray.util.placement_group import placement_group as make
     from ray.util.placement_group import remove_placement_group
 
+    from trainer.types import StopRequested
+
     bundle = {"CPU": 1, "GPU": 1} if use_gpu else {"CPU": 1}
+    need = {k: v * world_size for k, v in bundle.items()}
     pg = make([dict(bundle) for _ in range(world_size)], strategy="PACK")
+    ready = pg.ready()
+    deadline = time.monotonic() + timeout
+    waited = False
     try:
-        ray.get(pg.ready(), timeout=timeout)
-    except ray.exceptions.GetTimeoutError as exc:
+        while not ray.wait([ready], timeout=PLACEMENT_POLL_S)[0]:
+            if _waiter is not None:
+                waited = True
+                if not _waiter(need):
+                    raise StopRequested("the placement of the ranks", clean=True)
+            elif time.monotonic() > deadline:
+                raise RuntimeError(
+                    f"world_size = {world_size}: the Ray cluster at "
+                    f"{ray.get_runtime_context().gcs_address} cannot place {world_size} bundles "
+                    f"of {bundle} within {timeout:.0f} s; it has {ray.cluster_resources()}")
+        ray.get(ready)
+    except BaseException:
         remove_placement_group(pg)
-        raise RuntimeError(
-            f"world_size = {world_size}: the Ray cluster at {ray.get_runtime_context().gcs_address}"
-            f" cannot place {world_size} bundles of {bundle} within {timeout:.0f} s; it has "
-            f"{ray.cluster_resources()}") from exc
+        raise
+    if waited and _waiter is not None:
+        _waiter(None)
     return pg
 
 

@@ -1,0 +1,166 @@
+"""A ``world_size = 2`` run through the platform: launched through the service layer, executed
+by a real Celery worker that has no ``RAY_ADDRESS`` (so the run's process starts a private local
+Ray of two CPUs, with its reaper), two gloo FSDP2 ranks each with a real vLLM CPU engine.
+
+Slow: every worker run starts its own Ray, two rank actors and two engines (about 1-2 minutes
+each on 2 shared cores), and the in-process comparison another.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from pathlib import Path
+from typing import Any
+
+import psutil
+import pytest
+from django.test import Client
+from django.urls import reverse
+from experiments import services
+from experiments.models import Run, Step
+
+from tests.fixtures.vllm import TEST_KV_CACHE_GIB, requires_vllm
+from tests.platform.test_worker import (
+    assert_no_duplicates,
+    assert_recorded_as_emitted,
+    replay_as_the_worker,
+    wait_status,
+    wait_step,
+)
+
+pytestmark = [requires_vllm(), pytest.mark.slow]
+
+CONFIG = {"backend": "vllm", "model": "builtin:tiny", "world_size": 2, "device": "cpu",
+          "rollout_dtype": "float32", "vllm_kv_cache_gib": TEST_KV_CACHE_GIB,
+          "algorithm": "ada-balance", "batch_size": 4, "group_size": 4, "samples_per_round": 4,
+          "max_rounds": 2, "total_steps": 3, "lr": 2e-4, "save_every": 1, "eval_every": 0,
+          "max_new_tokens": 6, "seed": 0}
+
+
+def worker_env(model_dir: Path) -> dict[str, str]:
+    from trainer.model import MODEL_DIR_ENV
+
+    # No RAY_ADDRESS: the run's process starts a private Ray of its own.
+    return {MODEL_DIR_ENV: str(model_dir), "RAY_ADDRESS": "", "OMP_NUM_THREADS": "1",
+            "MKL_NUM_THREADS": "1", "RUN_MAX_ATTEMPTS": "5"}
+
+
+@pytest.fixture(autouse=True)
+def no_ray_address(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The in-process replay starts its own private Ray too."""
+    monkeypatch.delenv("RAY_ADDRESS", raising=False)
+
+
+def test_a_two_rank_run_on_a_worker_records_what_train_emits_and_shows_both_ranks(
+        start_worker: Any, user: Any, tiny_model_dir: Path, tmp_path: Path,
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    start_worker("cpu", env=worker_env(tiny_model_dir))
+    ps = services.create_builtin_prompt_set(user, "arith-2ranks", 64, 1, 2, 0)
+    run = services.launch_run(user, "two ranks", CONFIG, ps)
+    run = wait_status(run, timeout=900)
+    assert run.status == Run.Status.SUCCEEDED, run.traceback
+    assert run.current_step == 3 and run.attempts == 1
+    assert_no_duplicates(run)
+    for step in Step.objects.filter(run=run):
+        assert [r["rank"] for r in step.ranks] == [0, 1]
+        for r in step.ranks:
+            assert r["device"] == "cpu" and r["node"]
+            assert r["generation_s"] > 0 and r["update_s"] > 0 and r["weight_gather_s"] > 0
+    # The run page says where it ran and charts each rank.
+    client = Client()
+    client.force_login(user)
+    page = client.get(reverse("dashboard:run_detail", args=[run.pk])).content.decode()
+    table = page[page.index('id="run-placement"'):page.index("</table>", page.index(
+        'id="run-placement"'))]
+    assert "2 ranks on 1 node" in table
+    assert re.search(r"<td>0</td><td>[^<]+</td><td>cpu</td>", table)
+    assert re.search(r"<td>1</td><td>[^<]+</td><td>cpu</td>", table)
+    for name in ("rank_times", "rank_split"):
+        assert f'id="chart-{name}"' in page
+        chart = client.get(reverse("dashboard:run_chart", args=[run.pk, name])).json()
+        legends = " ".join(str(t.get("name", "")) + " " + " ".join(map(str, t.get("x", [])))
+                           for t in chart["data"])
+        assert "rank 0" in legends and "rank 1" in legends, name
+    # The same config trained in this process (its own private Ray, two ranks, one thread
+    # each): every row the worker recorded is what train() emits.
+    emitted = replay_as_the_worker(run, tmp_path, tiny_model_dir, monkeypatch)
+    assert_recorded_as_emitted(run, emitted)
+
+
+def _ray_tree(worker_pid: int) -> tuple[list[psutil.Process], set[str]]:
+    """The worker's process tree (run process, Ray head, reaper) plus every process of the
+    private Ray's sessions (raylet, GCS, agents, the rank actors and their engines), and the
+    Ray session directories they name."""
+    tree = psutil.Process(worker_pid).children(recursive=True)
+    heads = [p for p in tree if "--head" in " ".join(p.cmdline())]
+    sessions = {os.getsid(p.pid) for p in heads}
+    procs = {p.pid: p for p in tree}
+    dirs: set[str] = set()
+    for p in psutil.process_iter():
+        try:
+            if os.getsid(p.pid) in sessions:
+                procs[p.pid] = p
+                dirs.update(re.findall(r"--session[-_]dir=(\S+)", " ".join(p.cmdline())))
+        except (OSError, psutil.Error):
+            pass
+    return list(procs.values()), dirs
+
+
+def _naming(dirs: set[str]) -> list[int]:
+    found = []
+    for p in psutil.process_iter():
+        try:
+            line = " ".join(p.cmdline())
+        except (OSError, psutil.Error):
+            continue
+        if any(d in line for d in dirs):
+            found.append(p.pid)
+    return found
+
+
+def test_a_sigkilled_worker_leaves_no_rank_and_the_next_resumes_as_if_uninterrupted(
+        start_worker: Any, user: Any, tiny_model_dir: Path, tmp_path: Path,
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    env = worker_env(tiny_model_dir)
+    worker = start_worker("cpu", env=env)
+    ps = services.create_builtin_prompt_set(user, "arith-2ranks", 64, 1, 2, 0)
+    run = services.launch_run(user, "two ranks, killed", CONFIG, ps)
+    wait_step(run, 1, timeout=900)
+    procs, dirs = _ray_tree(worker.pid)
+    names = " ".join(" ".join(p.cmdline()) for p in procs)
+    assert "raylet" in names and "ray::" in names, names[:2000]
+    assert dirs, "the private Ray's session directory"
+    worker.kill()
+    _, alive = psutil.wait_procs(procs, timeout=60)
+    assert not alive, [(p.pid, p.name()) for p in alive]
+    assert not _naming(dirs), "a process of the killed run's Ray session survives"
+    start_worker("cpu", env=env)
+    run = wait_status(run, timeout=900)
+    assert run.status == Run.Status.SUCCEEDED, run.traceback
+    assert run.attempts == 2 and run.current_step == 3
+    assert_no_duplicates(run)
+    emitted = replay_as_the_worker(run, tmp_path, tiny_model_dir, monkeypatch)
+    assert_recorded_as_emitted(run, emitted)
+
+
+def test_cancel_of_a_running_two_rank_run_ends_every_rank(
+        start_worker: Any, user: Any, tiny_model_dir: Path) -> None:
+    """The cancel reaches both ranks (the driver's stop flag, read before every mini-batch) and
+    the run's process takes its private Ray down with them; the worker goes on. The wall-time
+    limit stops a run through the same flag (``trainer.loop.StopPolicy``)."""
+    worker = start_worker("cpu", env=worker_env(tiny_model_dir))
+    ps = services.create_builtin_prompt_set(user, "arith-2ranks", 64, 1, 2, 0)
+    run = services.launch_run(user, "two ranks, cancelled",
+                              CONFIG | {"total_steps": 40, "save_every": 10}, ps)
+    wait_step(run, 1, timeout=900)
+    procs, dirs = _ray_tree(worker.pid)
+    assert "ray::" in " ".join(" ".join(p.cmdline()) for p in procs)
+    services.request_cancel(run, user)
+    run = wait_status(run, timeout=300)
+    assert run.status == Run.Status.CANCELLED and run.error == ""
+    assert run.current_step < 40
+    _, alive = psutil.wait_procs(procs, timeout=60)
+    assert not alive, [(p.pid, p.name()) for p in alive]
+    assert not _naming(dirs)
+    assert worker.alive()
