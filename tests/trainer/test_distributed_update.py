@@ -78,7 +78,8 @@ def _rank_main(rank: int, cfg: dict, port: int, batch: UpdateBatch, out: str) ->
               torch.arange(6, dtype=torch.int64).reshape(3, 2)]
     shards = [distribute_tensor(t, mesh, [Shard(0)]) for t in uneven]
     gathered = [_gather_packed(shards[:2]), _gather_packed(shards[2:])]
-    uneven_exact = all(torch.equal(a, b) for a, b in zip(uneven, gathered[0] + gathered[1]))
+    uneven_exact = all(torch.equal(a, b) for a, b in zip(uneven, gathered[0] + gathered[1],
+                                                     strict=True))
     if rank == 0:
         torch.save({"metrics": metrics, "weights": weights, "packed_exact": packed_exact,
                     "uneven_exact": uneven_exact}, out)

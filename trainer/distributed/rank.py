@@ -126,10 +126,10 @@ def _gather_packed(values: list[Any]) -> list[torch.Tensor]:
     local = [v.to_local().detach() for v in values]
     chunk_rows = [-(-v.shape[0] // world) for v in values]
     row_numel = [int(torch.Size(v.shape[1:]).numel()) for v in values]
-    sizes = [c * n for c, n in zip(chunk_rows, row_numel)]
+    sizes = [c * n for c, n in zip(chunk_rows, row_numel, strict=True)]
     flat = torch.zeros(sum(sizes), dtype=local[0].dtype, device=local[0].device)
     offset = 0
-    for piece, size in zip(local, sizes):
+    for piece, size in zip(local, sizes, strict=True):
         flat[offset:offset + piece.numel()] = piece.reshape(-1)
         offset += size
     gathered = torch.empty(world * flat.numel(), dtype=flat.dtype, device=flat.device)
@@ -137,7 +137,7 @@ def _gather_packed(values: list[Any]) -> list[torch.Tensor]:
     blocks = gathered.view(world, flat.numel())
     out = []
     offset = 0
-    for value, c, size in zip(values, chunk_rows, sizes):
+    for value, c, size in zip(values, chunk_rows, sizes, strict=True):
         whole = blocks[:, offset:offset + size].reshape(world * c, *value.shape[1:])
         out.append(whole[:value.shape[0]].clone())
         offset += size
@@ -176,7 +176,8 @@ def full_weights(model: torch.nn.Module, bucket_bytes: int,
             else:
                 full[i] = value.detach()
         for idx in groups.values():
-            for i, tensor in zip(idx, _gather_packed([bucket[i][1] for i in idx])):
+            for i, tensor in zip(idx, _gather_packed([bucket[i][1] for i in idx]),
+                                 strict=True):
                 full[i] = tensor
         if seconds is not None:
             seconds["gather"] = seconds.get("gather", 0.0) + time.perf_counter() - t0
@@ -363,6 +364,36 @@ class Rank:
     def full_state_dict(self) -> dict[str, torch.Tensor]:
         """The whole policy's weights on every rank (for checks and the HF export)."""
         return {k: v.cpu() for k, v in full_weights(self.model, 2**62)}
+
+    # --- a new run on these ranks -------------------------------------------------------------
+    # What the shard and the engine were built with: a later run on the same ranks must share
+    # them (the update's fields, lr, the clip ranges, the loss, may change).
+    BUILT_WITH = ("model", "world_size", "device", "rollout_dtype", "temperature", "top_p",
+                  "max_new_tokens", "vllm_kv_cache_gib", "activation_checkpointing",
+                  "vllm_sleep_mode")
+
+    def begin_run(self, config: dict[str, Any], *, initial_weights: bool) -> None:
+        """Take a new run's config for the update; with ``initial_weights`` the policy goes
+        back to the model directory's weights (a new run on ranks an earlier run trained) with
+        a fresh optimiser and schedule. The engine is refreshed by the next ``sync_weights``."""
+        from torch.distributed.checkpoint.state_dict import StateDictOptions, set_model_state_dict
+
+        from trainer.model import load_model_dir
+        from trainer.update import make_optimizer
+
+        new = TrainConfig.from_stored(config)
+        for name in self.BUILT_WITH:
+            if getattr(new, name) != getattr(self.config, name):
+                raise ValueError(f"{name}: these ranks were built with "
+                                 f"{getattr(self.config, name)!r}, the run asks for "
+                                 f"{getattr(new, name)!r}; start new ranks for it")
+        self.config = new
+        if initial_weights:
+            initial, _ = load_model_dir(self.model_dir, "cpu")
+            set_model_state_dict(self.model, initial.state_dict(),
+                                 options=StateDictOptions(full_state_dict=True))
+            del initial
+        self.optimizer, self.scheduler = make_optimizer(self.model, self.config)
 
     # --- checkpoints ---------------------------------------------------------------------------
     def save(self, path: str | Path) -> None:
