@@ -10,7 +10,11 @@ pandas, polars and pyarrow read directly once unzipped (``pd.read_parquet("sampl
     prompt_steps.parquet one row per (step, prompt)
     samples.parquet      one row per response, texts as the run's retention policy kept them
     evaluations.parquet  one row per held-out evaluation: ``metrics`` as JSON and as columns
-    checkpoints.parquet  step and path of each checkpoint the run recorded
+    checkpoints.parquet  step and path of each checkpoint the run recorded, relative to the
+                         checkpoint root (``run-7/checkpoints/step-000040``): a bundle does not
+                         show its reader the server's file system. A checkpoint outside the root
+                         is named by its folder's name alone. ``import_run`` resolves the paths
+                         against its own CHECKPOINT_ROOT.
     prompts.parquet      the run's prompt set (``prompt_id`` is the key the other tables use)
 
 Memory stays bounded whatever the run's size: rows are read from PostgreSQL with a server-side
@@ -27,6 +31,7 @@ from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import IO, Any
 
+from django.conf import settings
 from django.db import connection, transaction
 
 from experiments.models import Run
@@ -130,6 +135,9 @@ def _record_batches(run: Run, name: str, metric_keys: list[str]) -> tuple[Any, I
     def batches() -> Iterator[Any]:
         for rows in _chunks(_sql(name, names), [run.pk]):
             cols = [list(col) for col in zip(*rows, strict=True)]
+            if name == "checkpoints":
+                i = names.index("path")
+                cols[i] = [bundle_checkpoint_path(p) for p in cols[i]]
             if metric_keys:
                 parsed = [json.loads(m) for m in cols[names.index("metrics")]]
                 for k in metric_keys:
@@ -139,6 +147,30 @@ def _record_batches(run: Run, name: str, metric_keys: list[str]) -> tuple[Any, I
                 schema=schema)
 
     return schema, batches()
+
+
+def bundle_checkpoint_path(path: str) -> str:
+    """``path`` as a bundle shows it: relative to CHECKPOINT_ROOT, or, for a checkpoint kept
+    elsewhere, its folder's name; never the server's absolute path."""
+    root = Path(settings.CHECKPOINT_ROOT).resolve()
+    full = Path(path)
+    try:
+        return full.resolve().relative_to(root).as_posix() if full.is_absolute() else \
+            full.as_posix()
+    except ValueError:
+        return full.name
+
+
+def server_checkpoint_path(path: str) -> str:
+    """A bundle's checkpoint path on this server: under CHECKPOINT_ROOT. Raises ValueError for
+    a path that would leave the root (``..``); an absolute path (a bundle written before paths
+    were relative) is kept as it is."""
+    rel = Path(path)
+    if rel.is_absolute():
+        return path
+    if ".." in rel.parts:
+        raise ValueError(f"checkpoint path {path!r} leaves the checkpoint root")
+    return str(Path(settings.CHECKPOINT_ROOT) / rel)
 
 
 def _number(value: Any) -> float | None:

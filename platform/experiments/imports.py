@@ -368,6 +368,9 @@ def _copy_parquet(run_id: int, path: Path, table: str, names: list[str], ids: di
             if unknown:
                 raise ValueError(f"prompt id {min(unknown)} is not in prompts.parquet")
             cols[i] = [ids[p] for p in cols[i]]
+        if table == "experiments_checkpoint":  # relative to the checkpoint root in a bundle
+            i = names.index("path")
+            cols[i] = [bundles.server_checkpoint_path(p) for p in cols[i]]
         extra = (now,) if timestamps else ()
         _copy(table, out_cols, ((run_id, *row, *extra) for row in zip(*cols, strict=True)))
         del batch, cols

@@ -15,6 +15,7 @@ from typing import Any
 import pyarrow.parquet as pq
 import pytest
 from api.services import create_token
+from django.conf import settings
 from django.core.management import CommandError, call_command
 from django.urls import reverse
 from experiments import bundles
@@ -70,7 +71,8 @@ def recorded(user: Any) -> Run:
     ps = make_prompt_set("arith", size=12)
     run = record_run_with_evals(make_run(user, ps, total_steps=3, eval_every=2, eval_k=2,
                                          name="source"), make_prompts(4, pass_rate=0.5))
-    Checkpoint.objects.create(run=run, step=3, path="/nowhere/step-000003")
+    Checkpoint.objects.create(run=run, step=3, path=str(
+        Path(settings.CHECKPOINT_ROOT) / f"run-{run.pk}" / "checkpoints" / "step-000003"))
     Run.objects.filter(pk=run.pk).update(status=Run.Status.SUCCEEDED)
     run.refresh_from_db()
     return run
@@ -140,6 +142,10 @@ def test_round_trip_export_import_gives_identical_records(recorded: Run, user: A
     with open(bundle, "wb") as fh:
         bundles.write_bundle(recorded, fh)
     folder = unzip(bundle.read_bytes(), tmp_path / "unzipped")
+    # The bundle names checkpoints relative to the checkpoint root, not by the server's
+    # absolute paths (issue 19); the import resolves them back under this server's root.
+    assert pq.read_table(folder / "checkpoints.parquet").column("path").to_pylist() == [
+        f"run-{recorded.pk}/checkpoints/step-000003"]
     sets = PromptSet.objects.count()
 
     first = import_run(folder, user)
@@ -280,6 +286,32 @@ def test_import_of_a_cli_run_records_what_it_emitted(cli_run: Path, user: Any,
     # is a superuser here, so the command asks for one.
     with pytest.raises(CommandError, match="owner"):
         call_command("import_run", str(cli_run))
+
+
+@pytest.mark.django_db
+def test_a_bundle_never_shows_a_server_path(recorded: Run, user: Any, tmp_path: Path) -> None:
+    # A checkpoint kept outside the root is named by its folder alone.
+    Checkpoint.objects.create(run=recorded, step=2, path="/srv/secret/elsewhere/step-000002")
+    with open(tmp_path / "b.zip", "wb") as fh:
+        bundles.write_bundle(recorded, fh)
+    folder = unzip((tmp_path / "b.zip").read_bytes(), tmp_path / "b")
+    paths = pq.read_table(folder / "checkpoints.parquet").column("path").to_pylist()
+    assert paths == ["step-000002", f"run-{recorded.pk}/checkpoints/step-000003"]
+    assert not any(str(settings.CHECKPOINT_ROOT) in p or "/srv" in p for p in paths)
+    imported = import_run(folder, user).run
+    assert list(Checkpoint.objects.filter(run=imported).order_by("step")
+                .values_list("path", flat=True)) == [
+        str(Path(settings.CHECKPOINT_ROOT) / p) for p in paths]
+
+    # A path that would climb out of the root is refused, naming the file; nothing is stored.
+    import pyarrow as pa
+    table = pq.read_table(folder / "checkpoints.parquet")
+    pq.write_table(table.set_column(table.schema.get_field_index("path"), "path",
+                                    pa.array(["../../etc", "x"])), folder / "checkpoints.parquet")
+    runs = Run.objects.count()
+    with pytest.raises(CommandError, match="checkpoints.parquet: .*leaves the checkpoint root"):
+        call_command("import_run", str(folder), owner="alice", name="other")
+    assert Run.objects.count() == runs
 
 
 @pytest.mark.django_db
