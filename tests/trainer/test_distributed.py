@@ -112,7 +112,8 @@ def test_two_engines_give_one_engines_samples(ranks: Any, tiny_model_dir: Path) 
 def test_per_prompt_and_streaming_schedulers_across_engines(ranks: Any,
                                                            tiny_model_dir: Path) -> None:
     """per-prompt over two engines draws exactly the round scheduler's step (prompts stay on
-    their engine, submits and steps go to every engine); streaming aborts across engines."""
+    their engine, submits and steps go to every engine), with speculative early rounds too
+    (spare capacity checked per engine); streaming aborts across engines."""
     import numpy as np
 
     from trainer.distributed.backend import DistributedBackend
@@ -121,16 +122,20 @@ def test_per_prompt_and_streaming_schedulers_across_engines(ranks: Any,
 
     prompts = arithmetic_prompts(6, max_digits=2, seed=4)
     steps = {}
-    for scheduler in ("round", "per-prompt", "streaming"):
-        cfg = two_rank_config(tiny_model_dir, scheduler=scheduler)
+    for scheduler, early in (("round", "off"), ("per-prompt", "certain"),
+                             ("per-prompt", "speculative"), ("streaming", "certain")):
+        cfg = two_rank_config(tiny_model_dir, scheduler=scheduler, early_rounds=early)
         backend = DistributedBackend(cfg, group=ranks)
-        steps[scheduler] = sample_step(cfg, prompts, backend, make_scorer(cfg), step=3)
-    a, b = steps["round"], steps["per-prompt"]
-    assert [[g.response_token_ids for g in gs] for gs in a.outcome.generations] == \
-        [[g.response_token_ids for g in gs] for gs in b.outcome.generations]
-    for name in ("rewards", "kept", "advantages", "exit_round"):
-        np.testing.assert_array_equal(getattr(a.result, name), getattr(b.result, name),
-                                      err_msg=name)
+        steps[scheduler if early != "speculative" else early] = sample_step(
+            cfg, prompts, backend, make_scorer(cfg), step=3)
+    a = steps["round"]
+    for b in (steps["per-prompt"], steps["speculative"]):
+        assert [[g.response_token_ids for g in gs] for gs in a.outcome.generations] == \
+            [[g.response_token_ids for g in gs] for gs in b.outcome.generations]
+        for name in ("rewards", "kept", "advantages", "exit_round"):
+            np.testing.assert_array_equal(getattr(a.result, name), getattr(b.result, name),
+                                          err_msg=name)
+    assert steps["speculative"].outcome.early_rounds_started > 0
     streamed = steps["streaming"].result
     assert streamed is not None and streamed.num_prompts == len(prompts)
     assert steps["streaming"].outcome.tokens_discarded >= 0

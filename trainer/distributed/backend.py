@@ -97,7 +97,7 @@ class DistributedRequestEngine:
     def __init__(self, group: RankGroup, count_partial: bool) -> None:
         self.group = group
         self.engines = len(group.actors)
-        group.call_all("engine_open", count_partial)
+        self.capacities = group.call_all("engine_open", count_partial)
         self.home: dict[str, int] = {}
         self.load = [0] * self.engines
         self.queued: list[list[tuple[Hashable, Prompt, int, int]]] = [
@@ -141,6 +141,28 @@ class DistributedRequestEngine:
 
     def pending(self) -> int:
         return len(self.live)
+
+    def capacity(self) -> int:
+        """The most requests one rank's engine runs at once (the smallest, should they
+        differ): speculative early rounds check each engine against it."""
+        if any(c is None for c in self.capacities):
+            raise ValueError("a rank's engine does not report its batch limit (capacity()), "
+                             "which early_rounds 'speculative' needs")
+        return min(self.capacities)
+
+    def engine_of(self, prompt: Prompt) -> int:
+        """The rank whose engine serves ``prompt`` (or would, were it submitted now)."""
+        engine = self.home.get(prompt.id)
+        if engine is None:
+            return min(range(self.engines), key=lambda e: (self.load[e], e))
+        return engine
+
+    def pending_per_engine(self) -> list[int]:
+        """Unfinished requests on each rank's engine."""
+        counts = [0] * self.engines
+        for engine in self.live.values():
+            counts[engine] += 1
+        return counts
 
 
 class DistributedLearner:

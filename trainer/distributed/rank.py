@@ -225,9 +225,13 @@ class Rank:
                         response_ids: Sequence[Sequence[int]]) -> list[list[float]]:
         return self.engine.engine_logprobs(prompt_ids, response_ids)
 
-    def engine_open(self, count_partial: bool) -> None:
-        """Start feeding single requests (the per-prompt and streaming schedulers)."""
+    def engine_open(self, count_partial: bool) -> int | None:
+        """Start feeding single requests (the per-prompt and streaming schedulers). Returns
+        the most requests this rank's engine runs at once (``capacity()``; None if it does
+        not say), which speculative early rounds measure spare capacity against."""
         self._requests = self.engine.request_engine(count_partial=count_partial)
+        capacity = getattr(self._requests, "capacity", None)
+        return None if capacity is None else int(capacity())
 
     def engine_step(self, submits: Sequence[tuple[Any, Prompt, int, int]],
                     aborts: Sequence[Any]) -> tuple[list[tuple[Any, Generation]], int, int]:
