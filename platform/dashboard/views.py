@@ -29,6 +29,7 @@ from django.views.decorators.http import require_POST
 from experiments import bundles, preflight, services
 from experiments import selectors as experiment_selectors
 from experiments.models import Estimate, Prompt, PromptSet, Run, Sweep
+from webapp.security import allows_webgl
 from webapp.uploads import accepts_files, rejected_files
 
 from trainer import formatting as fmt
@@ -418,6 +419,7 @@ def _missing_note(missing: list[int]) -> str:
 
 
 @login_required
+@allows_webgl  # its pass-rate scatter is a scattergl chart
 def compare(request: HttpRequest) -> HttpResponse:
     runs, missing = _compare_runs(request)
     x, metric = _compare_view(request)

@@ -49,6 +49,7 @@ INSTALLED_APPS = [
 
 MIDDLEWARE = [
     "django.middleware.security.SecurityMiddleware",
+    "webapp.security.ContentSecurityPolicyMiddleware",
     "whitenoise.middleware.WhiteNoiseMiddleware",
     "django.contrib.sessions.middleware.SessionMiddleware",
     "django.middleware.common.CommonMiddleware",
@@ -60,6 +61,23 @@ MIDDLEWARE = [
     # Last, as django-axes requires: turns a locked-out sign-in into its lockout page.
     "axes.middleware.AxesMiddleware",
 ]
+
+# Sent on every response (webapp/security.py). Scripts only from this server's files: no inline
+# script, no eval. Inline styles are allowed: plotly.js sets style attributes and adds <style>
+# elements as it draws, and htmx adds its indicator's; a style cannot run script. Charts' image
+# downloads are data: and blob: URLs.
+CONTENT_SECURITY_POLICY = {
+    "default-src": "'self'",
+    "script-src": "'self'",
+    "style-src": "'self' 'unsafe-inline'",
+    "img-src": "'self' data: blob:",
+    "font-src": "'self' data:",
+    "connect-src": "'self'",
+    "object-src": "'none'",
+    "base-uri": "'self'",
+    "form-action": "'self'",
+    "frame-ancestors": "'none'",
+}
 
 ROOT_URLCONF = "webapp.urls"
 WSGI_APPLICATION = "webapp.wsgi.application"

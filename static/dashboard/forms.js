@@ -18,3 +18,10 @@
     });
   }, true);  // capture: before a confirmation or htmx handles the submit
 })();
+
+// A field marked data-select-on-click (a new API token) selects its text when clicked, ready to
+// copy (a listener here, not an onclick attribute: the Content-Security-Policy forbids those).
+document.addEventListener("click", function (ev) {
+  const el = ev.target;
+  if (el instanceof HTMLInputElement && el.hasAttribute("data-select-on-click")) el.select();
+});

@@ -3,6 +3,10 @@
 
 ``scripts/ensure_chromium.sh`` installs the browser where it can; where it is still missing the
 browser tests are skipped with that reason (on CI, ``CI`` set, they fail instead: they must run).
+
+The pages are served under the Content-Security-Policy (``webapp/security.py``), which refuses
+eval: ``page.wait_for_function`` takes a function (``"() => ..."``), not a bare expression
+string, which Playwright would evaluate with eval.
 """
 
 from __future__ import annotations

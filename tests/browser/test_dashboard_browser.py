@@ -137,10 +137,11 @@ def test_researcher_path(live_server: Any, page: Any, screenshot: Callable[..., 
     page.wait_for_selector("#estimate")
     page.evaluate("window.__notReloaded = true")
     assert page.locator("#estimate progress").count() == 1
-    page.wait_for_function("document.querySelector('#estimate').dataset.status === 'succeeded'",
-                           timeout=300_000)
     page.wait_for_function(
-        "['budget', 'passrates'].every(n => (document.getElementById('chart-estimate-' + n)"
+        "() => document.querySelector('#estimate').dataset.status === 'succeeded'",
+        timeout=300_000)
+    page.wait_for_function(
+        "() => ['budget', 'passrates'].every(n => (document.getElementById('chart-estimate-' + n)"
         " || {dataset: {}}).dataset.loaded === '1')")
     assert page.evaluate("window.__notReloaded") is True
     table = page.locator("#estimate-table").inner_text()
@@ -158,16 +159,16 @@ def test_researcher_path(live_server: Any, page: Any, screenshot: Callable[..., 
     assert int(page.locator("#step-counter").inner_text()) < STEPS
     assert page.locator("#run-delete-button").count() == 0
     page.wait_for_function(
-        f"document.querySelector('#run-status').dataset.status === 'succeeded'"
+        f"() => document.querySelector('#run-status').dataset.status === 'succeeded'"
         f" && Number(document.querySelector('#step-counter').textContent) === {STEPS}",
         timeout=400_000)
     assert page.evaluate("window.__notReloaded") is True
     page.wait_for_selector("#run-delete-button")
     # Charts follow the status card: the reward chart has every step once the run is done.
     page.wait_for_function(
-        f"(() => {{ const d = document.getElementById('chart-rewards');"
+        f"() => (() => {{ const d = document.getElementById('chart-rewards');"
         f" return d.data && d.data[0].x.length === {STEPS}; }})()", timeout=30_000)
-    page.wait_for_function("document.getElementById('chart-heatmap').dataset.loaded === '1'")
+    page.wait_for_function("() => document.getElementById('chart-heatmap').dataset.loaded === '1'")
     screenshot("run-page")
 
     # Click a heatmap cell that has data: the prompt's history opens.
@@ -179,7 +180,7 @@ def test_researcher_path(live_server: Any, page: Any, screenshot: Callable[..., 
     page.wait_for_url(re.compile(rf"/runs/{run.pk}/prompts/{target['prompt']}/$"))
     assert page.locator(".step-block").count() >= 1
     assert page.locator("table.responses tbody tr").count() >= 1
-    page.wait_for_function("document.getElementById('chart-passrate').dataset.loaded === '1'")
+    page.wait_for_function("() => document.getElementById('chart-passrate').dataset.loaded === '1'")
     # A prompt's page holds every response of its latest steps: the top of it is the picture.
     screenshot("prompt-history", full_page=False)
 
@@ -196,10 +197,11 @@ def test_researcher_path(live_server: Any, page: Any, screenshot: Callable[..., 
     page.wait_for_url(re.compile(r"/runs/\d+/$"))
     grpo = Run.objects.get(name="grpo <b>tiny</b>")
     assert grpo.cloned_from_id == run.pk and grpo.algorithm == "grpo"
-    page.wait_for_function("document.querySelector('#run-status').dataset.status === 'succeeded'",
-                           timeout=400_000)
+    page.wait_for_function(
+        "() => document.querySelector('#run-status').dataset.status === 'succeeded'",
+        timeout=400_000)
     # The clone's page says what it changed; GRPO's funnel says it eliminates nothing.
-    page.wait_for_function("document.getElementById('chart-funnel').dataset.loaded === '1'")
+    page.wait_for_function("() => document.getElementById('chart-funnel').dataset.loaded === '1'")
     assert "algorithm" in page.locator("#source-diff").inner_text()
     assert page.evaluate("document.getElementById('chart-funnel').layout.title.text"
                          ).startswith("One round, no elimination")
@@ -214,17 +216,17 @@ def test_researcher_path(live_server: Any, page: Any, screenshot: Callable[..., 
     page.check(f"#cmp-{grpo.pk}")
     page.click("#compare-button")
     page.wait_for_url(re.compile(r"/compare/\?"))
-    page.wait_for_function("document.getElementById('chart-compare').dataset.loaded === '1'")
-    page.wait_for_function("document.getElementById('chart-scatter').dataset.loaded === '1'")
+    page.wait_for_function("() => document.getElementById('chart-compare').dataset.loaded === '1'")
+    page.wait_for_function("() => document.getElementById('chart-scatter').dataset.loaded === '1'")
     legend = page.evaluate("document.querySelector('#chart-compare .legend').textContent")
     assert "balance-tiny" in legend and "grpo <b>tiny</b>" in legend  # as typed, not bold
     # One x-axis control re-plots both charts in place and writes the choice into the URL.
     page.select_option("#compare-controls select[name=x]", "samples")
     page.select_option("#compare-controls select[name=metric]", "zero_adv_frac")
     for chart in ("chart-compare", "chart-compare-samples"):
-        page.wait_for_function(f"document.getElementById('{chart}').layout.xaxis.title.text"
+        page.wait_for_function(f"() => document.getElementById('{chart}').layout.xaxis.title.text"
                                " === 'cumulative samples'")
-    page.wait_for_function("document.getElementById('chart-compare').layout.yaxis.title.text"
+    page.wait_for_function("() => document.getElementById('chart-compare').layout.yaxis.title.text"
                            ".startsWith('zero-advantage')")
     assert "algorithm" in page.locator("#config-diff").inner_text()
     screenshot("compare")
@@ -233,7 +235,7 @@ def test_researcher_path(live_server: Any, page: Any, screenshot: Callable[..., 
     # The shared URL opens the same view in a fresh page.
     other = page.context.new_page()
     other.goto(shared)
-    other.wait_for_function("document.getElementById('chart-compare').dataset.loaded === '1'")
+    other.wait_for_function("() => document.getElementById('chart-compare').dataset.loaded === '1'")
     assert other.evaluate("document.getElementById('chart-compare').layout.xaxis.title.text"
                           ) == "cumulative samples"
     assert other.input_value("#compare-controls select[name=metric]") == "zero_adv_frac"
@@ -269,7 +271,7 @@ def test_large_run_heatmap_bins_zoom_and_history(live_server: Any, page: Any,
                               name="large (simulated)", total_steps=steps, batch_size=batch))
     sign_in(page, base)
     page.goto(base + f"/runs/{run.pk}/")
-    page.wait_for_function("document.getElementById('chart-heatmap').dataset.loaded === '1'")
+    page.wait_for_function("() => document.getElementById('chart-heatmap').dataset.loaded === '1'")
     fig = page.evaluate("document.getElementById('chart-heatmap')._fig")
     bins = -(-size // 256)
     subtitle = page.evaluate("document.getElementById('chart-heatmap').layout.title.subtitle.text")
@@ -285,7 +287,7 @@ def test_large_run_heatmap_bins_zoom_and_history(live_server: Any, page: Any,
     cell = page.evaluate(CELL, 2)
     lo, hi = fig["row_ranges"][cell["row"]]
     page.mouse.click(cell["x"], cell["y"])
-    page.wait_for_function("document.getElementById('chart-heatmap')._fig.bin_size === 1")
+    page.wait_for_function("() => document.getElementById('chart-heatmap')._fig.bin_size === 1")
     assert page.input_value("#heatmap-controls input[name=rows]") == f"{lo}-{hi}"
     assert f"rows={lo}-{hi}" in page.url
     zoomed = page.evaluate("document.getElementById('chart-heatmap')._fig")
@@ -293,7 +295,7 @@ def test_large_run_heatmap_bins_zoom_and_history(live_server: Any, page: Any,
 
     # The zoomed URL is a link to the same view; a cell of one prompt opens its history.
     page.goto(page.url)
-    page.wait_for_function("document.getElementById('chart-heatmap').dataset.loaded === '1'")
+    page.wait_for_function("() => document.getElementById('chart-heatmap').dataset.loaded === '1'")
     cell = page.evaluate(CELL, 0)
     prompt_id = page.evaluate("document.getElementById('chart-heatmap')._fig.prompt_ids"
                               f"[{cell['row']}]")
@@ -325,11 +327,11 @@ def test_a_late_response_does_not_overwrite_a_newer_choice(live_server: Any, pag
     page.add_init_script(SLOW_FETCH)
     sign_in(page, live_server.url)
     page.goto(live_server.url + f"/compare/?runs={runs[0].pk},{runs[1].pk}")
-    page.wait_for_function("document.getElementById('chart-compare').dataset.loaded === '1'")
+    page.wait_for_function("() => document.getElementById('chart-compare').dataset.loaded === '1'")
     page.evaluate("window.__slow = 'metric=real_reward'")
     page.select_option("#compare-controls select[name=x]", "samples")  # held back
     page.select_option("#compare-controls select[name=metric]", "zero_adv_frac")
-    page.wait_for_function("window.__slowDone === true")
+    page.wait_for_function("() => window.__slowDone === true")
     page.wait_for_timeout(500)  # time for the late response to be drawn, were it drawn
     title = "document.getElementById('chart-compare').layout.{}.title.text"
     assert page.evaluate(title.format("yaxis")).startswith("zero-advantage")

@@ -18,7 +18,7 @@ from .conftest import sign_in
 
 pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]
 
-LOADED = "document.getElementById('chart-{0}') && " \
+LOADED = "() => document.getElementById('chart-{0}') && " \
     "document.getElementById('chart-{0}').dataset.loaded === '1'"
 
 

@@ -23,7 +23,7 @@ PROMPTS, BATCH, STEPS = (128, 32, 60) if SAVE_SCREENSHOTS else (16, 8, 6)
 
 
 def _loaded(page: Any, chart: str) -> None:
-    page.wait_for_function(f"document.getElementById('{chart}').dataset.loaded === '1'")
+    page.wait_for_function(f"() => document.getElementById('{chart}').dataset.loaded === '1'")
 
 
 def test_est_run_page_and_prompt_history(live_server: Any, page: Any,

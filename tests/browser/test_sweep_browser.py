@@ -91,7 +91,7 @@ def test_sweep_from_the_form_to_its_report(live_server: Any, page: Any,
     start_worker(queues="cpu", env=env)
     # The list follows the sweep live (htmx): the aggregate status counts a run in progress.
     page.wait_for_function(
-        f"document.querySelector('#sweep-{sweep.pk} .sweep-summary').textContent"
+        f"() => document.querySelector('#sweep-{sweep.pk} .sweep-summary').textContent"
         f".includes('succeeded')", timeout=300_000)
     screenshot("sweep-list", full_page=False)
     wait_for(lambda: not Run.objects.filter(sweep=sweep).exclude(status="succeeded").exists(),
@@ -104,7 +104,8 @@ def test_sweep_from_the_form_to_its_report(live_server: Any, page: Any,
     page.click(f"#sweep-{sweep.pk} a:text('Report')")
     page.wait_for_url(re.compile(rf"/report/\?sweep={sweep.pk}$"))
     for name in reports.FIGURES:
-        page.wait_for_function(f"document.getElementById('fig-{name}').dataset.loaded === '1'")
+        page.wait_for_function(
+            f"() => document.getElementById('fig-{name}').dataset.loaded === '1'")
         legend = page.evaluate(f"document.getElementById('fig-{name}').data"
                                ".filter(t => t.showlegend !== false).map(t => t.name)")
         assert set(ALGORITHMS) <= set(legend), (name, legend)

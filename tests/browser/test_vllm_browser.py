@@ -63,7 +63,7 @@ def test_vllm_run_page_draws_the_rollout_gap(live_server: Any, page: Any, tiny_m
     sign_in(page, base)
     page.goto(base + f"/runs/{run.pk}/")
     for chart in ("chart-rollout", "chart-timing"):
-        page.wait_for_function(f"document.getElementById('{chart}').dataset.loaded === '1'")
+        page.wait_for_function(f"() => document.getElementById('{chart}').dataset.loaded === '1'")
         assert page.locator(f"#{chart} .main-svg").count() >= 1  # Plotly drew it
     traces = page.evaluate("document.getElementById('chart-rollout').data"
                            ".map(t => [t.name, t.y.length])")

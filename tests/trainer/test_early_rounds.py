@@ -183,8 +183,10 @@ def test_dapo_further_batches_drawn_early_keep_exactly_the_round_based_groups(se
     base, _ = dapo_step(seed, scheduler="round")
     ra = base.result
     assert ra.exit_round.max() > 1  # several batches: not vacuous
-    for early in ("off", "certain", "speculative"):
-        s, backend = dapo_step(seed, scheduler="per-prompt", early_rounds=early)
+    # Streaming: DAPO's GRPO groups have no exit rule, so it draws what per-prompt does.
+    for scheduler, early in (("per-prompt", "off"), ("per-prompt", "certain"),
+                             ("per-prompt", "speculative"), ("streaming", "certain")):
+        s, backend = dapo_step(seed, scheduler=scheduler, early_rounds=early)
         rb, out, engine = s.result, s.outcome, backend.engine
         for name in ("sample_prompt", "sample_round", "rewards", "kept", "advantages",
                      "exit_round", "kept_positives", "kept_negatives"):
