@@ -3,7 +3,9 @@ by a real Celery worker that has no ``RAY_ADDRESS`` (so the run's process starts
 Ray of two CPUs, with its reaper), two gloo FSDP2 ranks each with a real vLLM CPU engine.
 
 Slow: every worker run starts its own Ray, two rank actors and two engines (about 1-2 minutes
-each on 2 shared cores), and the in-process comparison another.
+each on 2 shared cores), and the in-process comparison another: about 10 minutes in all here
+under load (the two worker runs and the replay about 7, the cancel and wall-time tests about 1.5
+each).
 """
 
 from __future__ import annotations
@@ -20,6 +22,7 @@ from django.urls import reverse
 from experiments import services
 from experiments.models import Run, Step
 
+from tests.fixtures.services import wait_for
 from tests.fixtures.vllm import TEST_KV_CACHE_GIB, requires_vllm
 from tests.platform.test_worker import (
     assert_no_duplicates,
@@ -52,10 +55,53 @@ def no_ray_address(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.delenv("RAY_ADDRESS", raising=False)
 
 
-def test_a_two_rank_run_on_a_worker_records_what_train_emits_and_shows_both_ranks(
+def _cmd(p: psutil.Process) -> str:
+    """A process's command line; "" once it is gone (the tree changes while it is read)."""
+    try:
+        return " ".join(p.cmdline())
+    except (OSError, psutil.Error):
+        return ""
+
+
+def _ray_tree(worker_pid: int) -> tuple[list[psutil.Process], set[str]]:
+    """The worker's process tree (run process, Ray head, reaper) plus every process of the
+    private Ray's sessions (raylet, GCS, agents, the rank actors and their engines), and the
+    Ray session directories they name."""
+    tree = psutil.Process(worker_pid).children(recursive=True)
+    heads = [p for p in tree if "--head" in _cmd(p)]
+    sessions = {os.getsid(p.pid) for p in heads}
+    procs = {p.pid: p for p in tree}
+    dirs: set[str] = set()
+    for p in psutil.process_iter():
+        try:
+            if os.getsid(p.pid) in sessions:
+                procs[p.pid] = p
+                dirs.update(re.findall(r"--session[-_]dir=(\S+)", _cmd(p)))
+        except (OSError, psutil.Error):
+            pass
+    return list(procs.values()), dirs
+
+
+def _naming(dirs: set[str]) -> list[int]:
+    found = []
+    for p in psutil.process_iter():
+        try:
+            line = " ".join(p.cmdline())
+        except (OSError, psutil.Error):
+            continue
+        if any(d in line for d in dirs):
+            found.append(p.pid)
+    return found
+
+
+def test_a_two_rank_run_on_a_worker_records_what_train_emits_and_survives_a_sigkill(
         start_worker: Any, user: Any, tiny_model_dir: Path, tmp_path: Path,
         monkeypatch: pytest.MonkeyPatch) -> None:
-    start_worker("cpu", env=worker_env(tiny_model_dir))
+    """Run A trains uninterrupted on a worker; run B, the same config on the same prompts, has
+    its worker SIGKILLed after step 1 and is resumed by the next worker. Both record exactly
+    what ``train()`` emits in this process (one replay: it is the costly part)."""
+    env = worker_env(tiny_model_dir)
+    worker = start_worker("cpu", env=env)
     ps = services.create_builtin_prompt_set(user, "arith-2ranks", 64, 1, 2, 0)
     run = services.launch_run(user, "two ranks", CONFIG, ps)
     run = wait_status(run, timeout=900)
@@ -82,66 +128,29 @@ def test_a_two_rank_run_on_a_worker_records_what_train_emits_and_shows_both_rank
         legends = " ".join(str(t.get("name", "")) + " " + " ".join(map(str, t.get("x", [])))
                            for t in chart["data"])
         assert "rank 0" in legends and "rank 1" in legends, name
-    # The same config trained in this process (its own private Ray, two ranks, one thread
-    # each): every row the worker recorded is what train() emits.
-    emitted = replay_as_the_worker(run, tmp_path, tiny_model_dir, monkeypatch)
-    assert_recorded_as_emitted(run, emitted)
 
-
-def _ray_tree(worker_pid: int) -> tuple[list[psutil.Process], set[str]]:
-    """The worker's process tree (run process, Ray head, reaper) plus every process of the
-    private Ray's sessions (raylet, GCS, agents, the rank actors and their engines), and the
-    Ray session directories they name."""
-    tree = psutil.Process(worker_pid).children(recursive=True)
-    heads = [p for p in tree if "--head" in " ".join(p.cmdline())]
-    sessions = {os.getsid(p.pid) for p in heads}
-    procs = {p.pid: p for p in tree}
-    dirs: set[str] = set()
-    for p in psutil.process_iter():
-        try:
-            if os.getsid(p.pid) in sessions:
-                procs[p.pid] = p
-                dirs.update(re.findall(r"--session[-_]dir=(\S+)", " ".join(p.cmdline())))
-        except (OSError, psutil.Error):
-            pass
-    return list(procs.values()), dirs
-
-
-def _naming(dirs: set[str]) -> list[int]:
-    found = []
-    for p in psutil.process_iter():
-        try:
-            line = " ".join(p.cmdline())
-        except (OSError, psutil.Error):
-            continue
-        if any(d in line for d in dirs):
-            found.append(p.pid)
-    return found
-
-
-def test_a_sigkilled_worker_leaves_no_rank_and_the_next_resumes_as_if_uninterrupted(
-        start_worker: Any, user: Any, tiny_model_dir: Path, tmp_path: Path,
-        monkeypatch: pytest.MonkeyPatch) -> None:
-    env = worker_env(tiny_model_dir)
-    worker = start_worker("cpu", env=env)
-    ps = services.create_builtin_prompt_set(user, "arith-2ranks", 64, 1, 2, 0)
-    run = services.launch_run(user, "two ranks, killed", CONFIG, ps)
-    wait_step(run, 1, timeout=900)
+    # B: SIGKILL of the worker mid-run. No rank, engine or Ray process survives it.
+    killed = services.launch_run(user, "two ranks, killed", CONFIG, ps)
+    wait_step(killed, 1, timeout=900)
     procs, dirs = _ray_tree(worker.pid)
-    names = " ".join(" ".join(p.cmdline()) for p in procs)
-    assert "raylet" in names and "ray::" in names, names[:2000]
+    names = " ".join(_cmd(p) for p in procs)
+    assert "raylet" in names and "RankActor" in names, names[:2000]
     assert dirs, "the private Ray's session directory"
     worker.kill()
     _, alive = psutil.wait_procs(procs, timeout=60)
     assert not alive, [(p.pid, p.name()) for p in alive]
     assert not _naming(dirs), "a process of the killed run's Ray session survives"
     start_worker("cpu", env=env)
-    run = wait_status(run, timeout=900)
-    assert run.status == Run.Status.SUCCEEDED, run.traceback
-    assert run.attempts == 2 and run.current_step == 3
-    assert_no_duplicates(run)
+    killed = wait_status(killed, timeout=900)
+    assert killed.status == Run.Status.SUCCEEDED, killed.traceback
+    assert killed.attempts == 2 and killed.current_step == 3
+    assert_no_duplicates(killed)
+
+    # The same config trained in this process (its own private Ray, two ranks, one thread
+    # each): every row either worker recorded is what train() emits.
     emitted = replay_as_the_worker(run, tmp_path, tiny_model_dir, monkeypatch)
     assert_recorded_as_emitted(run, emitted)
+    assert_recorded_as_emitted(killed, emitted)
 
 
 def test_cancel_of_a_running_two_rank_run_ends_every_rank(
@@ -155,10 +164,35 @@ def test_cancel_of_a_running_two_rank_run_ends_every_rank(
                               CONFIG | {"total_steps": 40, "save_every": 10}, ps)
     wait_step(run, 1, timeout=900)
     procs, dirs = _ray_tree(worker.pid)
-    assert "ray::" in " ".join(" ".join(p.cmdline()) for p in procs)
+    assert "ray::" in " ".join(_cmd(p) for p in procs)
     services.request_cancel(run, user)
     run = wait_status(run, timeout=300)
     assert run.status == Run.Status.CANCELLED and run.error == ""
+    assert run.current_step < 40
+    _, alive = psutil.wait_procs(procs, timeout=60)
+    assert not alive, [(p.pid, p.name()) for p in alive]
+    assert not _naming(dirs)
+    assert worker.alive()
+
+
+def test_the_wall_time_limit_ends_every_rank(start_worker: Any, user: Any,
+                                             tiny_model_dir: Path) -> None:
+    """``max_wall_seconds`` counts training only (the Ray start and the engines' build come
+    before the clock); past it the run fails with the reason and both ranks are gone."""
+    worker = start_worker("cpu", env=worker_env(tiny_model_dir))
+    ps = services.create_builtin_prompt_set(user, "arith-2ranks", 64, 1, 2, 0)
+    run = services.launch_run(user, "two ranks, wall limit",
+                              CONFIG | {"total_steps": 40, "save_every": 10,
+                                        "max_wall_seconds": 15}, ps)
+
+    def ranks_up() -> tuple[list[psutil.Process], set[str]] | None:
+        procs, dirs = _ray_tree(worker.pid)
+        return (procs, dirs) if sum("RankActor" in _cmd(p) for p in procs) >= 2 else None
+
+    procs, dirs = wait_for(ranks_up, 600, interval=1.0, what="the run's two rank actors")
+    run = wait_status(run, timeout=900)
+    assert run.status == Run.Status.FAILED, (run.status, run.traceback)
+    assert "wall-time limit reached: max_wall_seconds = 15 s" in run.error
     assert run.current_step < 40
     _, alive = psutil.wait_procs(procs, timeout=60)
     assert not alive, [(p.pid, p.name()) for p in alive]

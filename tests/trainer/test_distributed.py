@@ -49,7 +49,7 @@ def local_ray() -> Iterator[Any]:
 
 
 def two_rank_config(model_dir: Path, **kw: Any) -> Any:
-    return vllm_config(model_dir, world_size=2, device="cpu", save_every=2, **kw)
+    return vllm_config(model_dir, **{"world_size": 2, "device": "cpu", "save_every": 2, **kw})
 
 
 @pytest.fixture(scope="module")
@@ -212,6 +212,96 @@ def test_resume_from_the_sharded_checkpoint_replays_step_three(two_rank_run: Any
     assert got[1] == want[1]
     for key in ("policy_loss", "grad_norm", "entropy"):
         assert got[0][key] == pytest.approx(want[0][key], rel=1e-5, abs=1e-7), key
+
+
+@pytest.mark.parametrize("algorithm", ["ada-est", "dapo"])
+def test_ada_est_and_dapo_at_two_ranks_match_one_process(algorithm: str, ranks: Any,
+                                                        tiny_model_dir: Path,
+                                                        tmp_path: Path) -> None:
+    """As for ada-balance: step 1 (pools, kept groups, advantages; Est's estimator, DAPO's
+    further batches) equals the single-process vllm run's exactly and every step's records are
+    complete. The module's ranks were trained by the runs above: a new run puts them back to
+    the model's weights and takes its own config (DAPO's clip ranges), which this also proves.
+    Two steps in each (step 1 is the one compared)."""
+    from trainer.backends import make_backend
+    from trainer.data import resolve_prompts
+    from trainer.loop import train
+
+    assert ranks.trained
+    config = two_rank_config(tiny_model_dir, algorithm=algorithm, total_steps=2, save_every=0)
+    rec, result = run(config, ranks, tmp_path / "ranks")
+    assert result.status == "completed" and [s.step for s in rec.steps] == [1, 2]
+    for s in rec.steps:
+        m = s.metrics
+        assert set(STEP_METRICS) <= set(m) and all(math.isfinite(v) for v in m.values())
+        assert m["grad_norm"] > 0 and len(s.samples) == m["samples"]
+        assert [r.rank for r in s.ranks] == [0, 1]
+    # The same total_steps: DAPO's further batches depend on it.
+    one = dataclasses.replace(config, world_size=1)
+    prompts, _ = resolve_prompts(one)
+    single = ListRecorder()
+    backend = make_backend(one, prompts)
+    try:
+        train(one, prompts, backend, single, out_dir=tmp_path / "one")
+    finally:
+        backend.close()
+    got, want = comparable(rec.steps[0]), comparable(single.steps[0])
+    assert got[1] == want[1]  # every sample, reward, kept flag and advantage
+    for key in ("policy_loss", "entropy", "grad_norm", "kept_samples", "samples"):
+        assert got[0][key] == pytest.approx(want[0][key], rel=1e-4, abs=1e-6), key
+
+
+def test_a_cancel_mid_step_reaches_every_rank_and_the_run_ends_cleanly(
+        ranks: Any, tiny_model_dir: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Cancel arrives once step 1's update is under way: every rank stops before its first
+    mini-batch (none steps alone: the weights are unchanged and no rank is left waiting in a
+    collective, so the group still answers), the run ends "cancelled" with no step recorded,
+    and closing the backend leaves no rank process. Runs last on the module's ranks (it stops
+    them)."""
+    import psutil
+    import ray
+    import torch
+
+    from trainer.data import resolve_prompts
+    from trainer.distributed.backend import DistributedBackend, DistributedLearner
+    from trainer.loop import train
+
+    cancel = {"set": False}
+    real_update = DistributedLearner.update
+
+    def update_then_cancel(self: Any, *args: Any, **kw: Any) -> Any:
+        # The user's cancel lands now. The flag is raised before the ranks are called (what
+        # the driver's relay does for a cancel a moment earlier), so the stop does not race
+        # the tiny model's sub-second update; the relay then sees should_stop too.
+        cancel["set"] = True
+        ray.get(self.group.stop_flag.set.remote())
+        return real_update(self, *args, **kw)
+
+    monkeypatch.setattr(DistributedLearner, "update", update_then_cancel)
+    config = two_rank_config(tiny_model_dir, save_every=0)
+    from trainer.model import load_model_dir
+
+    # The run starts the ranks from the model's weights; a stop before the first mini-batch
+    # leaves them there.
+    before = load_model_dir(tiny_model_dir, "cpu")[0].state_dict()
+    prompts, _ = resolve_prompts(config)
+    rec = ListRecorder()
+    backend = DistributedBackend(config, group=ranks)
+    result = train(config, prompts, backend, rec, out_dir=tmp_path,
+                   should_stop=lambda: cancel["set"])
+    assert cancel["set"] and result.status == "cancelled" and result.last_step == 0
+    assert rec.steps == []
+    # Every rank left the update at the same mini-batch: the group answers, unchanged.
+    pids = [w["pid"] for w in ranks.where()]
+    after = ranks.call_all("full_state_dict")
+    for weights in after:
+        assert all(torch.equal(weights[k], v) for k, v in before.items())
+    assert not ray.get(ranks.stop_flag.is_set.remote())  # cleared for the next call
+    backend.close()
+    _, alive = psutil.wait_procs([psutil.Process(p) for p in pids if psutil.pid_exists(p)],
+                                 timeout=60)
+    assert not alive, f"ranks still running after the run ended: {[p.pid for p in alive]}"
 
 
 DRIVER = """

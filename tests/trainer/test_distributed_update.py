@@ -58,14 +58,31 @@ def config(model_dir: Path) -> TrainConfig:
 
 def _rank_main(rank: int, cfg: dict, port: int, batch: UpdateBatch, out: str) -> None:
     torch.set_num_threads(1)
-    from trainer.distributed.rank import Rank
+    from trainer.distributed.rank import Rank, _gather_packed, full_weights
 
     r = Rank(cfg, rank=rank, world_size=2, master_addr="127.0.0.1", master_port=port,
              engine=False)
     metrics = r.update(batch, seed=7)
     weights = r.full_state_dict()
+    # The packed gather (one collective per bucket) against one full_tensor() per entry:
+    # identical bits, with one tensor per bucket and with everything in one.
+    one_by_one = {k: v.full_tensor() if hasattr(v, "full_tensor") else v
+                  for k, v in r.model.state_dict().items()}
+    packed_exact = all(torch.equal(one_by_one[k], v) for k, v in weights.items())
+    packed_exact &= all(torch.equal(one_by_one[k], v) for k, v in full_weights(r.model, 1))
+    # Rows that do not split evenly (5 over 2 ranks; 1 row: rank 1 holds none), mixed dtypes.
+    from torch.distributed.tensor import Shard, distribute_tensor
+
+    mesh = next(iter(r.model.state_dict().values())).device_mesh
+    uneven = [torch.arange(15.0).reshape(5, 3), torch.arange(4.0).reshape(1, 4),
+              torch.arange(6, dtype=torch.int64).reshape(3, 2)]
+    shards = [distribute_tensor(t, mesh, [Shard(0)]) for t in uneven]
+    gathered = [_gather_packed(shards[:2]), _gather_packed(shards[2:])]
+    uneven_exact = all(torch.equal(a, b) for a, b in zip(uneven, gathered[0] + gathered[1],
+                                                     strict=True))
     if rank == 0:
-        torch.save({"metrics": metrics, "weights": weights}, out)
+        torch.save({"metrics": metrics, "weights": weights, "packed_exact": packed_exact,
+                    "uneven_exact": uneven_exact}, out)
     r.close()
 
 
@@ -95,6 +112,8 @@ def test_two_fsdp_ranks_take_the_single_process_step(tiny_model_dir: Path,
     mp.start_processes(_rank_main, args=(cfg.to_dict(), free_port(), batch, str(out)),
                        nprocs=2, start_method="spawn")
     got = torch.load(out, weights_only=False)
+    assert got["packed_exact"], "the packed bucket gather differs from full_tensor()"
+    assert got["uneven_exact"], "the packed gather mis-rebuilt an unevenly sharded tensor"
     moved = max(float((v - before[k]).abs().max()) for k, v in model.state_dict().items())
     gap = max(float((got["weights"][k] - v).abs().max()) for k, v in model.state_dict().items())
     assert moved > 1e-4  # the step did something

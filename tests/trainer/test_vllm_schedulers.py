@@ -78,7 +78,7 @@ def test_dapo_further_batches_drawn_early_on_the_engine_keep_the_round_based_gro
     """DAPO with B = 4 and further batches of 4: certain and speculative early batches keep
     exactly the round-based step's groups (token ids, rewards, kept masks, advantages), certain
     ones discarding nothing, for 3 seeds."""
-    batches = []
+    batches, speculated = [], 0
     for seed in (1, 2, 3):
         steps = {}
         for scheduler, early in (("round", "off"), ("per-prompt", "certain"),
@@ -101,7 +101,9 @@ def test_dapo_further_batches_drawn_early_on_the_engine_keep_the_round_based_gro
             assert a.outcome.round_stats == b.outcome.round_stats, early
         assert steps["certain"].outcome.tokens_discarded == 0
         assert steps["certain"].outcome.early_rounds_discarded == 0
+        speculated += steps["speculative"].outcome.early_rounds_started
     assert max(batches) > 1, "some step should need further batches"
+    assert speculated > 0, "some further batch should go in early"
 
 
 def test_streaming_on_the_engine_aborts_finished_prompts(vllm_backend: Any) -> None:

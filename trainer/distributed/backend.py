@@ -176,6 +176,12 @@ class DistributedLearner:
     def prepare(self, resume_from: str | Path | None) -> dict[str, Any] | None:
         from trainer import checkpoint as ckpt
 
+        # The ranks take this run's config (a group may outlive a run: tests reuse one); ranks
+        # an earlier run trained go back to the model's initial weights.
+        fresh = resume_from is None and self.group.trained
+        self.group.call_all("begin_run", self.config.to_dict(), initial_weights=fresh)
+        if fresh:
+            self.sync_weights()
         if resume_from is None:
             return None
         if not (Path(resume_from) / "sharded").is_dir():
@@ -190,6 +196,7 @@ class DistributedLearner:
                kept: np.ndarray, *, step: int, seed: int,
                should_stop: Callable[[], bool] | None = None) -> dict[str, float]:
         ub = update_batch(res, outcome, batch, kept, None)
+        self.group.trained = True
         metrics = self.group.call_all("update", ub, seed=seed, should_stop=should_stop)[0]
         if not math.isfinite(metrics["policy_loss"]):
             raise FloatingPointError(f"non-finite policy loss {metrics['policy_loss']}")

@@ -55,6 +55,7 @@ class RankGroup:
         self.pg = None
         self.actors: list[Any] = []
         self.seconds: dict[str, float] = {}
+        self.trained = False  # an update ran on these ranks (a later run starts them afresh)
         try:
             gpu = uses_gpu(config, None) if not remote else None
             self.cluster = connect(n, bool(gpu))

@@ -104,31 +104,87 @@ def shard_policy(model: torch.nn.Module, mesh: Any, *, cuda: bool) -> None:
             module.set_force_sum_reduction_for_comms(True)
 
 
+def _packable(value: Any) -> bool:
+    """A DTensor sharded on dim 0 over a 1-D mesh (FSDP2's layout: rank r holds rows
+    [r*c, (r+1)*c) with c = ceil(rows / world), torch.chunk's split), which the packed gather
+    can rebuild; anything else goes through ``full_tensor()``."""
+    from torch.distributed.tensor import DTensor, Shard
+
+    return (isinstance(value, DTensor) and value.device_mesh.ndim == 1
+            and tuple(value.placements) == (Shard(0),) and value.dim() > 0)
+
+
+def _gather_packed(values: list[Any]) -> list[torch.Tensor]:
+    """The full tensors of ``values`` (dim-0 sharded DTensors of one dtype on one mesh) by ONE
+    all-gather: each rank lays its local shards end to end, each padded to the chunk size c
+    rows, so rank r's block of every tensor is rows [r*c, (r+1)*c) of the padded whole and the
+    first ``rows`` rows of the ranks' blocks laid end to end are the tensor itself. A tiny
+    model's ~50 tensors were ~50 gloo round trips each sync; a bucket is now one."""
+    mesh = values[0].device_mesh
+    world = mesh.size()
+    group = mesh.get_group()
+    local = [v.to_local().detach() for v in values]
+    chunk_rows = [-(-v.shape[0] // world) for v in values]
+    row_numel = [int(torch.Size(v.shape[1:]).numel()) for v in values]
+    sizes = [c * n for c, n in zip(chunk_rows, row_numel, strict=True)]
+    flat = torch.zeros(sum(sizes), dtype=local[0].dtype, device=local[0].device)
+    offset = 0
+    for piece, size in zip(local, sizes, strict=True):
+        flat[offset:offset + piece.numel()] = piece.reshape(-1)
+        offset += size
+    gathered = torch.empty(world * flat.numel(), dtype=flat.dtype, device=flat.device)
+    dist.all_gather_into_tensor(gathered, flat, group=group)
+    blocks = gathered.view(world, flat.numel())
+    out = []
+    offset = 0
+    for value, c, size in zip(values, chunk_rows, sizes, strict=True):
+        whole = blocks[:, offset:offset + size].reshape(world * c, *value.shape[1:])
+        out.append(whole[:value.shape[0]].clone())
+        offset += size
+    return out
+
+
 def full_weights(model: torch.nn.Module, bucket_bytes: int,
                  seconds: dict[str, float] | None = None
                  ) -> Iterator[tuple[str, torch.Tensor]]:
     """(name, full tensor) for every entry of the sharded model's state dict, gathered a bucket
-    of about ``bucket_bytes`` at a time (every rank must run this to the end, in step: each
-    ``full_tensor()`` is a collective). A bucket is dropped once the consumer moved past it, so
-    at most one bucket of full tensors is alive beyond what the engine keeps. ``seconds``
-    ["gather"] accumulates the time spent gathering (the rest of a load is the engine's)."""
+    of about ``bucket_bytes`` at a time, the bucket's shards packed into one collective (every
+    rank must run this to the end, in step: each gather is a collective). A bucket is dropped
+    once the consumer moved past it, so at most one bucket of full tensors is alive beyond
+    what the engine keeps. ``seconds`` ["gather"] accumulates the time spent gathering (the
+    rest of a load is the engine's)."""
     items = list(model.state_dict().items())
     start = 0
     while start < len(items):
-        bucket: list[tuple[str, torch.Tensor]] = []
+        bucket: list[tuple[str, Any]] = []
         size = 0
         t0 = time.perf_counter()
         while start < len(items) and (not bucket or size < bucket_bytes):
             name, value = items[start]
-            full = value.full_tensor() if hasattr(value, "full_tensor") else value
-            full = full.detach()
-            bucket.append((name, full))
-            size += full.numel() * full.element_size()
+            bucket.append((name, value))
+            size += value.numel() * value.element_size()
             start += 1
+        full: dict[int, torch.Tensor] = {}
+        # One collective per (mesh, dtype) among the bucket's packable tensors (every rank
+        # sees the same state dict, so the same groups in the same order).
+        groups: dict[tuple[int, torch.dtype], list[int]] = {}
+        for i, (_, value) in enumerate(bucket):
+            if _packable(value):
+                groups.setdefault((id(value.device_mesh), value.dtype), []).append(i)
+            elif hasattr(value, "full_tensor"):
+                full[i] = value.full_tensor().detach()
+            else:
+                full[i] = value.detach()
+        for idx in groups.values():
+            for i, tensor in zip(idx, _gather_packed([bucket[i][1] for i in idx]),
+                                 strict=True):
+                full[i] = tensor
         if seconds is not None:
             seconds["gather"] = seconds.get("gather", 0.0) + time.perf_counter() - t0
-        yield from bucket
-        del bucket
+        out = [(name, full[i]) for i, (name, _) in enumerate(bucket)]
+        del bucket, full
+        yield from out
+        del out
 
 
 class Rank:
@@ -308,6 +364,36 @@ class Rank:
     def full_state_dict(self) -> dict[str, torch.Tensor]:
         """The whole policy's weights on every rank (for checks and the HF export)."""
         return {k: v.cpu() for k, v in full_weights(self.model, 2**62)}
+
+    # --- a new run on these ranks -------------------------------------------------------------
+    # What the shard and the engine were built with: a later run on the same ranks must share
+    # them (the update's fields, lr, the clip ranges, the loss, may change).
+    BUILT_WITH = ("model", "world_size", "device", "rollout_dtype", "temperature", "top_p",
+                  "max_new_tokens", "vllm_kv_cache_gib", "activation_checkpointing",
+                  "vllm_sleep_mode")
+
+    def begin_run(self, config: dict[str, Any], *, initial_weights: bool) -> None:
+        """Take a new run's config for the update; with ``initial_weights`` the policy goes
+        back to the model directory's weights (a new run on ranks an earlier run trained) with
+        a fresh optimiser and schedule. The engine is refreshed by the next ``sync_weights``."""
+        from torch.distributed.checkpoint.state_dict import StateDictOptions, set_model_state_dict
+
+        from trainer.model import load_model_dir
+        from trainer.update import make_optimizer
+
+        new = TrainConfig.from_stored(config)
+        for name in self.BUILT_WITH:
+            if getattr(new, name) != getattr(self.config, name):
+                raise ValueError(f"{name}: these ranks were built with "
+                                 f"{getattr(self.config, name)!r}, the run asks for "
+                                 f"{getattr(new, name)!r}; start new ranks for it")
+        self.config = new
+        if initial_weights:
+            initial, _ = load_model_dir(self.model_dir, "cpu")
+            set_model_state_dict(self.model, initial.state_dict(),
+                                 options=StateDictOptions(full_state_dict=True))
+            del initial
+        self.optimizer, self.scheduler = make_optimizer(self.model, self.config)
 
     # --- checkpoints ---------------------------------------------------------------------------
     def save(self, path: str | Path) -> None:
