@@ -19,7 +19,21 @@ them: never point it at servers that matter). Drills, each on a fresh run of the
    the worker takes the next run;
 5. load: ``--readers`` concurrent dashboard readers on loopback for ``--seconds`` while a run
    records: p50/p95 latency, errors, and the recorder's ingest rate (sample rows per second)
-   against the same run recorded with no readers.
+   against the same run recorded with no readers;
+6. outage: the postmaster and its backends SIGKILLed (kill -9, no shutdown) mid-run and the
+   database left down for ``--outage-seconds`` (default: past the recorder's retry window,
+   RUN_RECONNECT_SECONDS), then started again; the run's rows against an uninterrupted run's,
+   its attempts (an outage costs none) and /healthz during the outage (503) and after;
+7. restarts: the worker shut down cleanly (SIGTERM, as ``make run``'s Ctrl-C and docker stop
+   do) ``--restarts`` times during one run, a new worker started after each; rows against an
+   uninterrupted run's, attempts, and the page's "interrupted, waiting to resume".
+
+As hard as a default deployment (issue 19): ``--backend hf`` trains the built-in tiny model
+(real transformers, no pacing hook), and ``--default-lease`` keeps the default lease
+(RUN_LEASE_TIMEOUT_SECONDS 60) instead of the drills' 4 s:
+
+    python scripts/services.py exec --instance drills -- python benchmarks/fault_drills.py \
+        --only outage,restarts --backend hf --default-lease
 """
 
 from __future__ import annotations
@@ -53,6 +67,9 @@ WORKER_ENV = {"RUN_LEASE_TIMEOUT_SECONDS": "4", "RUN_HEARTBEAT_SECONDS": "0.5",
 SIM = {"backend": "simulated", "algorithm": "ada-balance", "batch_size": 16, "group_size": 4,
        "samples_per_round": 4, "max_rounds": 3, "eval_every": 0, "seed": 11, "save_every": 2}
 LOG_DIR = ROOT / "var" / "drills" / "logs"
+# --backend hf: the built-in tiny model on the CPU (its learning rate: docs/architecture.md).
+HF = {"backend": "hf", "model": "builtin:tiny", "device": "cpu", "lr": 2e-4, "batch_size": 8,
+      "max_new_tokens": 6}
 
 
 def log(msg: str) -> None:
@@ -120,7 +137,11 @@ def setup() -> tuple[Any, Any]:
 def launch(user: Any, ps: Any, name: str, **config: Any) -> Any:
     from experiments import services
 
-    return services.launch_run(user, f"{name} {uuid.uuid4().hex[:4]}", SIM | config, ps)
+    return services.launch_run(user, f"{name} {uuid.uuid4().hex[:4]}",
+                               SIM | BACKEND | config, ps)
+
+
+BACKEND: dict[str, Any] = {}  # HF under --backend hf
 
 
 def status(run: Any) -> str:
@@ -420,6 +441,115 @@ def gunicorn(port: int, workers: int) -> subprocess.Popen[bytes]:
         cwd=ROOT, env=env, start_new_session=True)
 
 
+def _pgdata() -> Path:
+    return ROOT / "var" / "drills" / "pgdata"
+
+
+def drill_outage(user: Any, ps: Any, base: str, steps: int, outage: float) -> dict[str, Any]:
+    """kill -9 of the postmaster and its backends, the database down ``outage`` seconds."""
+    from django.db import connection
+    from services import Postgres, _pg_bin
+
+    datadir = _pgdata()
+    log("outage: the uninterrupted reference run")
+    w = start_worker({})
+    ref = launch(user, ps, "outage-reference", total_steps=steps)
+    t0 = time.monotonic()
+    wait_done(ref)
+    ref_seconds = time.monotonic() - t0
+    run = launch(user, ps, "outage", total_steps=steps)
+    t0 = time.monotonic()
+    wait_until(lambda: run.refresh_from_db() or run.current_step >= 3, 600, "step 3")
+    at_step = run.current_step
+    web = Reader(base)
+    postmaster = int((datadir / "postmaster.pid").read_text().split()[0])
+    backends = subprocess.run(["pgrep", "-P", str(postmaster)], capture_output=True,
+                              text=True).stdout.split()
+    connection.close()
+    os.kill(postmaster, signal.SIGKILL)
+    for pid in backends:  # a dead machine takes them too; left alive they hold shared memory
+        try:
+            os.kill(int(pid), signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+    log(f"outage: postmaster {postmaster} and {len(backends)} children SIGKILLed at step "
+        f"{at_step}; down for {outage:.0f} s")
+    down_at = time.monotonic()
+    during = []
+    while time.monotonic() - down_at < outage:
+        during.append(web.status("/healthz"))
+        time.sleep(min(10.0, outage / 4))
+    pg = Postgres(datadir, fast=True)
+    (datadir / "postmaster.pid").unlink(missing_ok=True)
+    pg._call([_pg_bin("pg_ctl"), "-D", str(datadir), "-l", str(datadir / "server.log"), "-w",
+              "-t", "60", "restart"])
+    back_at = time.monotonic()
+    log(f"outage: database back after {back_at - down_at:.0f} s")
+    after = []
+    for _ in range(40):
+        after.append(web.status("/healthz"))
+        if after[-1] == 200:
+            break
+        time.sleep(0.5)
+    wait_done(run, timeout=1800)
+    seconds = time.monotonic() - t0
+    w.stop()
+    a, b = rows(ref), rows(run)
+    dup, gaps = duplicates_and_gaps(run, steps)
+    return {"status": run.status, "attempts": run.attempts, "error": run.error,
+            "killed_at_step": at_step, "outage_seconds": back_at - down_at,
+            "handed_back": "database outage; handed back" in w.log(),
+            "healthz_during": sorted(set(during)), "healthz_after": after,
+            "equal": {k: a[k] == b[k] for k in a}, "rows": {k: len(v) for k, v in b.items()},
+            "duplicates": dup, "gaps": gaps, "seconds": seconds,
+            "seconds_after_back": time.monotonic() - back_at, "reference_seconds": ref_seconds}
+
+
+def drill_restarts(user: Any, ps: Any, base: str, steps: int, restarts: int
+                   ) -> dict[str, Any]:
+    """``restarts`` clean shutdowns (SIGTERM) of the worker during one run."""
+    log("restarts: the uninterrupted reference run")
+    w = start_worker({})
+    ref = launch(user, ps, "restarts-reference", total_steps=steps)
+    t0 = time.monotonic()
+    wait_done(ref)
+    ref_seconds = time.monotonic() - t0
+    w.stop()
+    run = launch(user, ps, "restarts", total_steps=steps)
+    reader = Reader(base)
+    reader.login()
+    t0 = time.monotonic()
+    pages, released = [], []
+    for i in range(restarts):
+        w = start_worker({})
+        run.refresh_from_db()
+        at = run.current_step
+        wait_until(lambda a=at: run.refresh_from_db() or run.current_step > a
+                   or run.status not in ("queued", "running"), 600, "a step on this worker")
+        if run.status != "running":
+            break
+        t1 = time.monotonic()
+        w.proc.send_signal(signal.SIGTERM)
+        w.proc.wait(timeout=120)
+        released.append(time.monotonic() - t1)
+        run.refresh_from_db()
+        with reader.opener.open(f"{base}/runs/{run.pk}/status/", timeout=30) as resp:
+            pages.append("interrupted, waiting to resume" in resp.read().decode())
+        log(f"restarts: SIGTERM {i + 1}/{restarts} at step {run.current_step}, status "
+            f"{run.status}, attempts {run.attempts}")
+    w = start_worker({})
+    wait_done(run, timeout=1800)
+    seconds = time.monotonic() - t0
+    w.stop()
+    a, b = rows(ref), rows(run)
+    dup, gaps = duplicates_and_gaps(run, steps)
+    return {"restarts": len(released), "status": run.status, "attempts": run.attempts,
+            "error": run.error, "page_said_interrupted": pages,
+            "shutdown_seconds_max": max(released, default=None),
+            "equal": {k: a[k] == b[k] for k in a}, "rows": {k: len(v) for k, v in b.items()},
+            "duplicates": dup, "gaps": gaps, "seconds": seconds, "reference_seconds": ref_seconds}
+
+
 def _terminate(signum: int, frame: Any) -> None:
     raise SystemExit(f"signal {signum}")
 
@@ -437,7 +567,23 @@ def main() -> None:
     parser.add_argument("--web-workers", type=int, default=2)
     parser.add_argument("--only", default="kills,redis,postgres,poison,load")
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--backend", choices=("simulated", "hf"), default="simulated",
+                        help="hf: the built-in tiny model, unpaced (a default deployment's)")
+    parser.add_argument("--default-lease", action="store_true",
+                        help="keep the default lease (RUN_LEASE_TIMEOUT_SECONDS 60)")
+    parser.add_argument("--steps", type=int, default=20, help="steps of the outage and "
+                        "restarts drills' runs")
+    parser.add_argument("--outage-seconds", type=float, default=None,
+                        help="how long the outage drill keeps the database down (default: "
+                             "RUN_RECONNECT_SECONDS + 30, past the recorder's retry window)")
+    parser.add_argument("--restarts", type=int, default=5)
     args = parser.parse_args()
+    if args.backend == "hf":
+        BACKEND.update(HF)
+        WORKER_ENV.pop("RADA_BACKEND_HOOK")
+    if args.default_lease:
+        WORKER_ENV.pop("RUN_LEASE_TIMEOUT_SECONDS")
+        WORKER_ENV.pop("RUN_HEARTBEAT_SECONDS")
     only = set(args.only.split(","))
     user, ps = setup()
     from experiments import services
@@ -448,6 +594,12 @@ def main() -> None:
     ps_poison = PromptSet.objects.filter(name="drills-poison").first() or \
         services.import_prompt_set(owner=user, name="drills-poison", prompts=make_prompts(
             32, pass_rate=0.5, metadata={"kill_self_at_call": 2}))
+    from django.conf import settings
+
+    outage = args.outage_seconds if args.outage_seconds is not None else \
+        settings.RUN_RECONNECT_SECONDS + 30
+    print(f"backend {args.backend}, lease {WORKER_ENV.get('RUN_LEASE_TIMEOUT_SECONDS', 'default')}"
+          f" s", flush=True)
     rng = random.Random(args.seed)
     base = f"http://127.0.0.1:{args.port}"
     web = gunicorn(args.port, args.web_workers)
@@ -460,7 +612,10 @@ def main() -> None:
                            ("postgres", lambda: drill_postgres(user, ps, base)),
                            ("poison", lambda: drill_poison(user, ps_poison, ps)),
                            ("load", lambda: drill_load(user, ps, base, args.readers,
-                                                       args.seconds, args.think))):
+                                                       args.seconds, args.think)),
+                           ("outage", lambda: drill_outage(user, ps, base, args.steps, outage)),
+                           ("restarts", lambda: drill_restarts(user, ps, base, args.steps,
+                                                               args.restarts))):
             if name not in only:
                 continue
             log(f"drill {name}")
