@@ -37,7 +37,7 @@ from __future__ import annotations
 import time
 from collections.abc import Callable, Hashable, Sequence
 from dataclasses import dataclass, field
-from typing import Protocol
+from typing import Any, Protocol
 
 from trainer.rewards import score_generations
 from trainer.sampler import AdaptiveSampler
@@ -278,13 +278,7 @@ def run_per_prompt(sampler: AdaptiveSampler, prompts: Sequence[Prompt], engine: 
 
     early_exit = streaming and sampler.has_exit_rule
     threshold = sampler.positive_threshold
-    speculate_below = 0.0
-    if early_rounds == "speculative":
-        capacity = getattr(engine, "capacity", None)
-        if capacity is None:
-            raise ValueError(f"early_rounds 'speculative' needs an engine that reports its "
-                             f"batch limit (capacity()); {type(engine).__name__} does not")
-        speculate_below = speculative_capacity * capacity()
+    speculate_below = _speculation_threshold(engine, early_rounds, speculative_capacity)
     # Prompts whose next round is undecided, by their chance to exit (speculative only).
     candidates: dict[int, float] = {}
 
@@ -554,13 +548,7 @@ def run_batches(make_batch: Callable[[int], Batch | None], rule: BatchRule,
     if early_rounds not in EARLY_ROUNDS:
         raise ValueError(f"unknown early_rounds {early_rounds!r}; choose one of "
                          f"{', '.join(EARLY_ROUNDS)}")
-    speculate_below = 0.0
-    if early_rounds == "speculative":
-        capacity = getattr(engine, "capacity", None)
-        if capacity is None:
-            raise ValueError(f"early_rounds 'speculative' needs an engine that reports its "
-                             f"batch limit (capacity()); {type(engine).__name__} does not")
-        speculate_below = speculative_capacity * capacity()
+    speculate_below = _speculation_threshold(engine, early_rounds, speculative_capacity)
     clock = getattr(engine, "now", None)
     drawn: list[_Drawn] = []
     result = BatchesOutcome([])
@@ -709,3 +697,14 @@ def run_batches(make_batch: Callable[[int], Batch | None], rule: BatchRule,
             break
     result.batches = [(d.batch, d.out) for d in drawn]
     return result
+
+
+def _speculation_threshold(engine: Any, early_rounds: str, speculative_capacity: float) -> float:
+    """Running requests below which an engine has room to speculate (0: never speculate)."""
+    if early_rounds != "speculative":
+        return 0.0
+    capacity = getattr(engine, "capacity", None)
+    if capacity is None:
+        raise ValueError(f"early_rounds 'speculative' needs an engine that reports its "
+                         f"batch limit (capacity()); {type(engine).__name__} does not")
+    return speculative_capacity * capacity()
