@@ -33,7 +33,11 @@ As hard as a default deployment (issue 19): ``--backend hf`` trains the built-in
 (RUN_LEASE_TIMEOUT_SECONDS 60) instead of the drills' 4 s:
 
     python scripts/services.py exec --instance drills -- python benchmarks/fault_drills.py \
-        --only outage,restarts --backend hf --default-lease
+        --only outage,restarts --backend hf --default-lease --steps 12
+    python scripts/services.py exec --instance drills -- python benchmarks/fault_drills.py \\
+        --only kills,redis,postgres,poison,load --backend hf --default-lease --kills 5 --seconds 60
+
+(the built-in model from ``TRAINER_BUILTIN_MODEL_DIR``; figures in docs/reliability.md).
 """
 
 from __future__ import annotations
