@@ -32,7 +32,7 @@ As hard as a default deployment (issue 19): ``--backend hf`` trains the built-in
 (real transformers, no pacing hook), and ``--default-lease`` keeps the default lease
 (RUN_LEASE_TIMEOUT_SECONDS 60) instead of the drills' 4 s:
 
-    python scripts/services.py exec --instance drills -- python benchmarks/fault_drills.py \
+    python scripts/services.py exec --instance drills -- python benchmarks/fault_drills.py \\
         --only outage,restarts --backend hf --default-lease --steps 12
     python scripts/services.py exec --instance drills -- python benchmarks/fault_drills.py \\
         --only kills,redis,postgres,poison,load --backend hf --default-lease --kills 5 --seconds 60
