@@ -32,8 +32,12 @@ As hard as a default deployment (issue 19): ``--backend hf`` trains the built-in
 (real transformers, no pacing hook), and ``--default-lease`` keeps the default lease
 (RUN_LEASE_TIMEOUT_SECONDS 60) instead of the drills' 4 s:
 
-    python scripts/services.py exec --instance drills -- python benchmarks/fault_drills.py \
-        --only outage,restarts --backend hf --default-lease
+    python scripts/services.py exec --instance drills -- python benchmarks/fault_drills.py \\
+        --only outage,restarts --backend hf --default-lease --steps 12
+    python scripts/services.py exec --instance drills -- python benchmarks/fault_drills.py \\
+        --only kills,redis,postgres,poison,load --backend hf --default-lease --kills 5 --seconds 60
+
+(the built-in model from ``TRAINER_BUILTIN_MODEL_DIR``; figures in docs/reliability.md).
 """
 
 from __future__ import annotations
@@ -201,8 +205,10 @@ def drill_kills(user: Any, ps: Any, kills: int, rng: random.Random, steps: int =
     done = 0
     while done < kills and status(run) not in ("succeeded", "failed"):
         w = start_worker(env)
+        # Up to a lease timeout (60 s by default) for the killed worker's lease to expire, and a
+        # worker start (a model load under --backend hf).
         wait_until(lambda w=w: status(run) == "running"
-                   and f"run {run.pk}: lease taken" in w.log(), 120, "a worker to take the run")
+                   and f"run {run.pk}: lease taken" in w.log(), 300, "a worker to take the run")
         # A random moment once this worker has recorded a step (its resume replays from the
         # checkpoint: killing it before it records anything would only repeat that).
         run.refresh_from_db()
@@ -298,7 +304,9 @@ def drill_postgres(user: Any, ps: Any, base: str) -> dict[str, Any]:
 
 
 def drill_poison(user: Any, ps_poison: Any, ps: Any) -> dict[str, Any]:
-    w = start_worker({})
+    # The hook that kills the run process at its 2nd generate call, whatever the backend (it
+    # wraps the hf backend too; with no pacing it changes nothing else).
+    w = start_worker({"RADA_BACKEND_HOOK": HOOK})
     run = launch(user, ps_poison, "poison", total_steps=5)
     t0 = time.monotonic()
     wait_done(run)
@@ -361,14 +369,20 @@ def ingest_rate(run: Any, since: Any = None, until: Any = None) -> float:
 
 def drill_load(user: Any, ps: Any, base: str, readers: int, seconds: float,
                think: float) -> dict[str, Any]:
-    # No pacing: the recorder's ingest is what the readers compete with.
+    # No pacing: the recorder's ingest is what the readers compete with. Under --backend hf a
+    # step trains the model on the CPU (seconds, not milliseconds), so fewer, smaller steps.
     config = {"total_steps": 400, "batch_size": 32, "samples_per_round": 8, "max_rounds": 4,
               "save_every": 0}
+    idle_steps, warm_steps = 120, 5
+    if BACKEND:
+        config["batch_size"] = BACKEND["batch_size"]
+        idle_steps, warm_steps = 20, 2
     w = start_worker({})
-    idle = launch(user, ps, "ingest-idle", **config | {"total_steps": 120})
+    idle = launch(user, ps, "ingest-idle", **config | {"total_steps": idle_steps})
     wait_done(idle)
     busy = launch(user, ps, "ingest-busy", **config)
-    wait_until(lambda: busy.refresh_from_db() or busy.current_step >= 5, 300, "step 5")
+    wait_until(lambda: busy.refresh_from_db() or busy.current_step >= warm_steps, 300,
+               f"step {warm_steps}")
     paths = ["/", f"/runs/{busy.pk}/", f"/runs/{busy.pk}/status/",
              f"/runs/{busy.pk}/charts/rewards.json", f"/runs/{busy.pk}/charts/budget.json",
              f"/runs/{idle.pk}/charts/heatmap.json", f"/compare/?runs={idle.pk}&runs={busy.pk}"]

@@ -95,6 +95,25 @@ def _line(name: str, xs: list[Any], ys: list[Any], color: str, max_points: int,
     return trace
 
 
+STEP_TITLE = "training step"
+
+
+def whole_steps(fig: Fig) -> Fig:
+    """Ticks at whole steps on a short run's step axis. Plotly's automatic ticks fall on halves
+    when a run has fewer than about ten steps ("1.5", "2.5"), and a training step has no
+    half."""
+    for key, axis in fig["layout"].items():
+        if not key.startswith("xaxis") or axis.get("title", {}).get("text") != STEP_TITLE:
+            continue
+        ref = "x" + key[len("xaxis"):]
+        xs = [x for t in fig["data"] if t.get("xaxis", "x") == ref
+              for x in (t.get("x") or ()) if x is not None]
+        if xs and all(isinstance(x, int | float) and float(x).is_integer() for x in xs) \
+                and max(xs) - min(xs) < 10:
+            axis.update(tick0=0, dtick=1)
+    return fig
+
+
 def _empty_note(fig: Fig, steps: list[Any]) -> Fig:
     if not steps:
         # Keep the axis titles (the chart says what it will show) but no meaningless ticks.
@@ -206,7 +225,7 @@ def sections_for(run: Run) -> list[tuple[Section, list[str]]]:
 
 def run_chart(run: Run, name: str, max_points: int = MAX_POINTS, **options: Any) -> Fig:
     """The figure ``name`` of RUN_CHARTS; ``options`` are the heatmap's (sort, query, rows)."""
-    return RUN_CHARTS[name].build(run, max_points, **options)
+    return whole_steps(RUN_CHARTS[name].build(run, max_points, **options))
 
 
 def rewards(run: Run, max_points: int = MAX_POINTS) -> Fig:
@@ -216,7 +235,7 @@ def rewards(run: Run, max_points: int = MAX_POINTS) -> Fig:
               max_points),
         _line("kept-batch reward", s["step"], s["kept_reward"], PALETTE[1], max_points),
     ]
-    layout = _layout("Reward per step", "training step", "mean reward (0-1)")
+    layout = _layout("Reward per step", STEP_TITLE, "mean reward (0-1)")
     pin_axis(layout["yaxis"], "real_reward", "kept_reward")
     return _empty_note({"data": data, "layout": layout}, s["step"])
 
@@ -256,7 +275,7 @@ def funnel(run: Run, max_points: int = MAX_POINTS) -> Fig:
         data.append({"type": "bar", "name": name, "x": x, "y": y, "marker": {"color": color},
                      "legendgroup": "unresolved"})
     layout = _layout(f"Elimination funnel (batch B = {fmt.count(batch, 'prompt')})",
-                     "training step", "outcome (prompts)", barmode="stack", bargap=0)
+                     STEP_TITLE, "outcome (prompts)", barmode="stack", bargap=0)
     layout["yaxis"]["domain"] = [0, 0.45]
     pin_axis(layout["yaxis"], "outcome")
     layout["yaxis2"] = pin_axis({"title": {"text": "still active (prompts)"},
@@ -284,7 +303,7 @@ def _one_round(run: Run, max_points: int) -> Fig:
                      "marker": {"color": SPLIT_COLORS[key]}})
     title = (f"One round, no elimination (batch B = {fmt.count(config.batch_size, 'prompt')}): "
              f"each prompt's group by its rewards")
-    layout = _layout(title, "training step", "prompts sampled (prompts)", barmode="stack",
+    layout = _layout(title, STEP_TITLE, "prompts sampled (prompts)", barmode="stack",
                      bargap=0)
     pin_axis(layout["yaxis"], "prompts")
     layout["height"] = 520
@@ -315,7 +334,7 @@ def budget(run: Run, max_points: int = MAX_POINTS) -> Fig:
         _line("cumulative tokens", steps, s["cum_tokens"], PALETTE[1], max_points,
               yaxis="y4", line={"color": PALETTE[1], "width": 2.5}),
     ]
-    layout = _layout("Sampling budget", "training step", "samples per step")
+    layout = _layout("Sampling budget", STEP_TITLE, "samples per step")
     # Counts start at zero: a backend that reports no tokens draws a flat line at 0, not at an
     # arbitrary mid-axis.
     panels = (("yaxis", "samples per step", "samples"), ("yaxis2", "tokens per step", "tokens"),
@@ -375,7 +394,7 @@ def metric_chart(run: Run, spec: MetricChart, max_points: int = MAX_POINTS) -> F
                          "stackgroup": "time", "line": {"color": PALETTE[i], "width": 1}})
             continue
         data.append(_line(label, s["step"], s[key], PALETTE[i % len(PALETTE)], max_points))
-    layout = _layout(spec.title, "training step", spec.ytitle)
+    layout = _layout(spec.title, STEP_TITLE, spec.ytitle)
     pin_axis(layout["yaxis"], *spec.keys)
     if spec.exponent_axis:
         # fp32 gaps are ~1e-6 nats: "2e-6" reads as a number, Plotly's SI "2µ" does not.
@@ -413,7 +432,7 @@ def panels_chart(title: str, panels: list[tuple[str, list[tuple[str, str]]]],
     [(key, legend name)])]; ``references`` = {panel index: (legend name, value)} draws a dashed
     line of that value across a panel."""
     data: list[dict[str, Any]] = []
-    layout = _layout(title, "training step", panels[0][0] if panels else "value")
+    layout = _layout(title, STEP_TITLE, panels[0][0] if panels else "value")
     n = max(len(panels), 1)
     gap = 0.08 if n > 1 else 0.0
     height = (1 - gap * (n - 1)) / n
@@ -494,7 +513,7 @@ def evaluation(run: Run) -> Fig:
     data = [{"type": "scatter", "mode": "lines+markers", "name": plotly_text(names.get(k, k)),
              "x": e["step"], "y": e[k], "line": {"color": PALETTE[i % len(PALETTE)]}}
             for i, k in enumerate(k for k in e if k != "step")]
-    layout = _layout("Held-out evaluation", "training step", "fraction of eval prompts (0-1)")
+    layout = _layout("Held-out evaluation", STEP_TITLE, "fraction of eval prompts (0-1)")
     pin_axis(layout["yaxis"], "eval")
     fig = _empty_note({"data": data, "layout": layout}, e["step"])
     if not e["step"]:
@@ -514,7 +533,7 @@ def heatmap(run: Run, *, sort: str = "samples", query: str = "",
     they would triple the payload). ``row_ranges`` lets a click on a bin zoom into its rows."""
     v = heatmap_data.view(run, sort=sort, query=query, rows=rows)
     width = v.width
-    xtitle = "training step" + (f" ({width} steps per column)" if width > 1 else "")
+    xtitle = STEP_TITLE + (f" ({width} steps per column)" if width > 1 else "")
     step_hover = "step %{x}" if width == 1 else f"steps around %{{x}} ({width} per column)"
     who = "prompt %{y}" if v.bin_size == 1 else f"prompts at rows %{{y}} ({v.bin_size} per bin)"
     most = run_config(run).max_samples_per_prompt
@@ -564,10 +583,10 @@ def prompt_pass_rate(run: Run, prompt_id: int) -> Fig:
              "line": {"color": PALETTE[0]}}]
     if any(v is not None for v in p["p_hat"]):
         data.append(est_p_hat_trace(p["step"], p["p_hat"]))
-    layout = _layout("Estimated pass rate of this prompt", "training step",
+    layout = _layout("Estimated pass rate of this prompt", STEP_TITLE,
                      "positives / samples (0-1)", hovermode="closest")
     pin_axis(layout["yaxis"], "pass_rate")
-    return _empty_note({"data": data, "layout": layout}, p["step"])
+    return whole_steps(_empty_note({"data": data, "layout": layout}, p["step"]))
 
 
 # --- Reinforce-Ada-Est ---------------------------------------------------------------------------
@@ -689,7 +708,7 @@ def est_budget(run: Run, max_points: int = MAX_POINTS) -> Fig:
         _line("fewest samples to one prompt", a["step"], a["min"], PALETTE[3], max_points,
               yaxis="y2"),
     ]
-    layout = _layout(f"Sampling budget against GRPO n={budget}", "training step",
+    layout = _layout(f"Sampling budget against GRPO n={budget}", STEP_TITLE,
                      "samples per step")
     layout["yaxis"].update(domain=[0, 0.45], rangemode="tozero")
     layout["yaxis2"] = {"title": {"text": "samples per prompt"}, "domain": [0.55, 1],
@@ -749,7 +768,7 @@ def rank_times(run: Run, max_points: int = MAX_POINTS, **_: Any) -> Fig:
     note = _rank_note(series)
     title = "Step time per rank" + (f"<br><sup>{plotly_text(note)}</sup>" if note else "")
     fig = {"data": traces,
-           "layout": _layout(title, "step", "rank's step time (s)", hovermode="x")}
+           "layout": _layout(title, STEP_TITLE, "rank's step time (s)", hovermode="x")}
     pin_axis(fig["layout"]["yaxis"])
     fig["layout"]["yaxis"]["rangemode"] = "tozero"
     return _empty_note(fig, series.steps)
@@ -880,7 +899,7 @@ FULL_RESOLUTION_CHARTS = tuple(c.name for c in RUN_CHARTS.values() if c.full_res
 
 # --- compare -----------------------------------------------------------------------------------
 
-X_AXES = {"step": ("step", "training step"),
+X_AXES = {"step": ("step", STEP_TITLE),
           "samples": ("cum_samples", "cumulative samples"),
           "tokens": ("cum_tokens", "cumulative tokens"),
           "wall": ("wall_seconds", "wall time (s)")}
@@ -932,7 +951,7 @@ def compare(runs: list[Run], x_axis: str = "step", metric: str = "real_reward",
     pin_axis(layout["xaxis"], x_key)
     pin_axis(layout["yaxis"], metric)
     layout["height"] = 460
-    return {"data": data, "layout": layout}
+    return whole_steps({"data": data, "layout": layout})
 
 
 def pass_rate_scatter(run_a: Run, run_b: Run) -> Fig:

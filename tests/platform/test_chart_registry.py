@@ -78,6 +78,10 @@ def test_every_chart_of_the_registry_draws_what_it_declares(owner: User, owner_c
             assert fig["layout"]["title"]["text"], (algorithm, name)
             assert fig["layout"]["xaxis"]["title"]["text"], (algorithm, name)
             assert all(t.get("name") for t in fig["data"]), (algorithm, name)
+            # A two-step run's step axis ticks at whole steps, not at "1.5".
+            if fig["layout"]["xaxis"]["title"]["text"] == charts.STEP_TITLE and any(
+                    t.get("x") for t in fig["data"]):
+                assert fig["layout"]["xaxis"].get("dtick") == 1, (algorithm, name)
 
 
 def test_no_elimination_funnel_for_algorithms_without_an_exit_rule(
@@ -298,3 +302,18 @@ def test_a_chart_registered_later_takes_its_place(owner: User, owner_client: Cli
     finally:
         charts.RUN_CHARTS.clear()
         charts.RUN_CHARTS.update(before)
+
+
+def test_step_ticks_are_whole_on_short_runs_and_automatic_on_long_ones() -> None:
+    def fig(xs: list, title: str = charts.STEP_TITLE) -> dict:
+        return {"data": [{"x": xs, "y": [0] * len(xs)}],
+                "layout": {"xaxis": {"title": {"text": title}}}}
+
+    assert charts.whole_steps(fig([1, 2, 3]))["layout"]["xaxis"]["dtick"] == 1
+    assert charts.whole_steps(fig([4]))["layout"]["xaxis"]["dtick"] == 1
+    # Ten steps or more: Plotly's own ticks fall on whole steps already.
+    assert "dtick" not in charts.whole_steps(fig(list(range(1, 41))))["layout"]["xaxis"]
+    # Bucket means of many steps, another axis, categories: left to Plotly.
+    assert "dtick" not in charts.whole_steps(fig([1.5, 2.5]))["layout"]["xaxis"]
+    assert "dtick" not in charts.whole_steps(fig([1, 2], "rank"))["layout"]["xaxis"]
+    assert "dtick" not in charts.whole_steps(fig(["rank 0", "rank 1"]))["layout"]["xaxis"]

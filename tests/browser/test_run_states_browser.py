@@ -1,0 +1,95 @@
+"""The run page's less common states in headless Chromium, as a user sees them: a four-rank run's
+"Across ranks" section (the placement table and each rank's time per step, the straggler named),
+an interrupted run waiting to resume, a run that skipped optimiser steps, and the launch form's
+"GPUs and machines" fields. With SAVE_SCREENSHOTS=1 their pictures go to docs/screenshots/."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import pytest
+from django.contrib.auth.models import User
+from experiments.models import Run, Step
+
+from tests.platform.dashboard_fixtures import make_prompt_set, make_run, record_run
+from tests.platform.test_rank_charts import record, two_node_run
+
+from .conftest import sign_in
+
+pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]
+
+LOADED = "() => document.getElementById('chart-{0}') && " \
+    "document.getElementById('chart-{0}').dataset.loaded === '1'"
+
+
+def test_a_four_rank_runs_page_shows_where_it_runs_and_the_straggler(
+        live_server: Any, page: Any, screenshot: Callable[..., None]) -> None:
+    base = live_server.url
+    owner = User.objects.create_user("alice", password="alice-password-1")
+    run = two_node_run(owner)
+    record(run)
+    sign_in(page, base)
+    page.goto(base + f"/runs/{run.pk}/")
+    table = page.locator("#run-placement")
+    assert table.locator("caption").inner_text().startswith("4 ranks on 2 nodes")
+    assert table.locator("tbody tr").count() == 4
+    assert "10.0.0.2" in table.inner_text()
+    for name in ("rank_times", "rank_split"):
+        page.wait_for_function(LOADED.format(name))
+        layout = page.evaluate(f"document.getElementById('chart-{name}').layout")
+        assert layout["title"]["text"] and "(s" in layout["yaxis"]["title"]["text"]
+        assert layout["xaxis"]["title"]["text"]
+    legend = page.locator("#chart-rank_times .legendtext").all_text_contents()
+    assert len(legend) == 4 and any("2" in t for t in legend)
+    # The straggler (rank 2, 60% slower at generation from step 2 on) is named on the page.
+    section = page.locator("section", has=page.locator("#run-placement"))
+    assert "rank 2" in section.inner_text()
+    screenshot("across-ranks", element="section:has(#run-placement)")
+
+
+def test_an_interrupted_run_says_it_waits_to_resume_and_a_skipping_run_warns(
+        live_server: Any, page: Any, screenshot: Callable[..., None]) -> None:
+    base = live_server.url
+    owner = User.objects.create_user("alice", password="alice-password-1")
+    prompts = make_prompt_set("states", size=8)
+    interrupted = record_run(make_run(owner, prompts, name="interrupted", total_steps=6), steps=3)
+    Run.objects.filter(pk=interrupted.pk).update(status=Run.Status.QUEUED, current_step=3)
+    skipping = record_run(make_run(owner, prompts, name="skipping", algorithm="grpo",
+                                   total_steps=3, max_skipped_updates=5))
+    step = Step.objects.get(run=skipping, step=3)
+    step.metrics = {**step.metrics, "skipped_updates": 2.0}
+    step.save()
+    Run.objects.filter(pk=skipping.pk).update(status=Run.Status.SUCCEEDED)
+    sign_in(page, base)
+
+    page.goto(base + f"/runs/{interrupted.pk}/")
+    assert page.locator("#run-state").inner_text() == "interrupted"
+    note = page.locator("#run-interrupted")
+    assert note.is_visible() and "waiting to resume" in note.inner_text()
+    assert "ETA" not in page.locator("#run-status").inner_text()
+    screenshot("run-interrupted", element="#run-status")
+    page.goto(base + "/")
+    row = page.locator("tr", has_text="interrupted").first
+    assert "resumes from its last checkpoint" in row.locator(".status").get_attribute("title")
+
+    page.goto(base + f"/runs/{skipping.pk}/")
+    warning = page.locator("#skipped-updates")
+    assert warning.is_visible() and warning.get_attribute("role") == "alert"
+    assert "2 optimiser steps skipped" in warning.inner_text()
+    screenshot("skipped-updates", element="#run-status")
+
+
+def test_the_launch_forms_gpus_and_machines_fields(live_server: Any, page: Any,
+                                                   screenshot: Callable[..., None]) -> None:
+    base = live_server.url
+    User.objects.create_user("alice", password="alice-password-1")
+    make_prompt_set("states", size=8)
+    sign_in(page, base)
+    page.goto(base + "/runs/new/")
+    group = page.locator("fieldset", has=page.locator("legend", has_text="GPUs and machines"))
+    assert group.count() == 1 and group.is_visible()
+    field = group.locator("#id_world_size")
+    assert field.is_visible() and field.input_value() == "1"
+    assert group.locator("label", has_text="world_size").count() == 1
+    screenshot("launch-distributed", element="fieldset:has(#id_world_size)")
