@@ -5,7 +5,8 @@ from __future__ import annotations
 
 import json
 import tomllib
-from typing import Any
+from collections.abc import Callable
+from typing import Any, TypeVar
 
 from django.http import HttpRequest
 from experiments import selectors as experiment_selectors
@@ -25,23 +26,32 @@ def user_of(request: HttpRequest) -> Any:
 
 MAX_ID = 2**63 - 1  # bigint: a larger id names nothing (and must not reach the database)
 
+T = TypeVar("T")
+
+
+def _by_id(what: str, object_id: int, fetch: Callable[[int], T],
+           missing: type[Exception]) -> T:
+    """``fetch(object_id)``, or a 404 naming ``what`` when it raises ``missing``."""
+    if not 0 < object_id <= MAX_ID:
+        raise HttpError(404, f"no {what} with id {object_id}")
+    try:
+        return fetch(object_id)
+    except missing:
+        raise HttpError(404, f"no {what} with id {object_id}") from None
+
 
 def get_run(run_id: int) -> Run:
-    if not 0 < run_id <= MAX_ID:
-        raise HttpError(404, f"no run with id {run_id}")
-    try:
-        return experiment_selectors.run_detail(run_id)
-    except Run.DoesNotExist:
-        raise HttpError(404, f"no run with id {run_id}") from None
+    return _by_id("run", run_id, experiment_selectors.run_detail, Run.DoesNotExist)
 
 
 def get_sweep(sweep_id: int) -> Sweep:
-    if not 0 < sweep_id <= MAX_ID:
-        raise HttpError(404, f"no sweep with id {sweep_id}")
-    try:
-        return experiment_selectors.sweep_get(sweep_id)
-    except Sweep.DoesNotExist:
-        raise HttpError(404, f"no sweep with id {sweep_id}") from None
+    return _by_id("sweep", sweep_id, experiment_selectors.sweep_get, Sweep.DoesNotExist)
+
+
+def get_prompt_set(set_id: int) -> PromptSet:
+    return _by_id("prompt set", set_id,
+                  lambda pk: PromptSet.objects.select_related("owner").get(pk=pk),
+                  PromptSet.DoesNotExist)
 
 
 def prompt_set_ref(ref: int | str | None, field: str) -> PromptSet | None:

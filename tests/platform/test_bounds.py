@@ -16,7 +16,7 @@ from experiments.models import Run
 from trainer.config import MAX_SEED, field_specs
 
 from .dashboard_fixtures import make_prompt_set
-from .test_dashboard_views import _launch_data
+from .test_dashboard_views import _launch_data, field_block
 
 pytestmark = pytest.mark.django_db
 
@@ -67,8 +67,7 @@ def test_work_cap_error_shows_next_to_the_field_in_the_form(owner_client: Client
                              _launch_data(ps, batch_size=8, max_new_tokens=16))
     assert resp.status_code == 200
     html = resp.content.decode()
-    block = html[html.index('id="field-max_new_tokens"'):]
-    block = block[:block.index('id="field-', 10)]
+    block = field_block(html, "max_new_tokens")
     assert "the cpu queue allows at most 1,000 per step" in block
     assert not Run.objects.exists()
 
@@ -81,8 +80,7 @@ def test_values_past_the_columns_are_form_errors_not_server_errors(
     resp = owner_client.post(reverse("dashboard:run_launch"), _launch_data(ps, **{field: value}))
     assert resp.status_code == 200
     html = resp.content.decode()
-    block = html[html.index(f'id="field-{field}"'):]
-    block = block[:block.index('id="field-', 10)]
+    block = field_block(html, field)
     # One wording for every field: the config's own check, naming the bounds and the value.
     assert "must be within" in block and f"got {value}" in block
     assert not Run.objects.exists()
@@ -146,7 +144,6 @@ def test_launch_form_offers_the_ranks_and_memory_options_and_says_each_queues_fi
                              _launch_data(ps, backend="vllm", world_size=3))
     assert resp.status_code == 200
     html = resp.content.decode()
-    block = html[html.index('id="field-world_size"'):]
-    block = block[:block.index('id="field-', 10)]
+    block = field_block(html, "world_size")
     assert "world_size 3 needs 3 CPU processes; the cpu queue has at most 2" in block
     assert not Run.objects.exists()

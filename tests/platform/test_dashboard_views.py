@@ -126,6 +126,12 @@ def _launch_data(prompt_set: PromptSet, **overrides: object) -> dict[str, object
     return data
 
 
+def field_block(html: str, name: str) -> str:
+    """The launch form's markup of one field, up to the next field's: where its error shows."""
+    block = html[html.index(f'id="field-{name}"'):]
+    return block[:block.index('id="field-', 10)]
+
+
 def test_launch_form_lists_every_hyperparameter_with_default_and_help(owner_client: Client) -> None:
     from trainer.config import field_specs
 
@@ -180,16 +186,14 @@ def test_launch_form_shows_error_next_to_field(owner_client: Client) -> None:
                              _launch_data(ps, samples_per_round=2, group_size=4))
     assert resp.status_code == 200
     html = resp.content.decode()
-    block = html[html.index('id="field-samples_per_round"'):]
-    block = block[:block.index('id="field-', 10)]
+    block = field_block(html, "samples_per_round")
     assert "must be &gt;= group_size (4), got 2" in block
     assert "has-error" in html
     assert Run.objects.count() == 0
     # A type error from the form layer lands next to its field too.
     resp = owner_client.post(reverse("dashboard:run_launch"), _launch_data(ps, lr="fast"))
     html = resp.content.decode()
-    block = html[html.index('id="field-lr"'):]
-    assert "Enter a number." in block[:block.index('id="field-', 10)]
+    assert "Enter a number." in field_block(html, "lr")
 
 
 def test_launch_form_creates_run(owner_client: Client, owner: User) -> None:
@@ -221,9 +225,8 @@ def test_launch_form_v3_fields(owner_client: Client) -> None:
     html = owner_client.post(url, _launch_data(ps, name="bad", algorithm="ada-est",
                                                batch_size=4, budget_per_prompt=1)
                              ).content.decode()
-    block = html[html.index('id="field-budget_per_prompt"'):]
-    assert "must be within [est_min_samples, est_max_samples]" in block[
-        :block.index('id="field-', 10)]
+    assert "must be within [est_min_samples, est_max_samples]" in field_block(
+        html, "budget_per_prompt")
     assert not Run.objects.filter(name="bad").exists()
 
 
@@ -240,9 +243,7 @@ def test_launch_form_selects_the_scheduler(owner_client: Client) -> None:
     assert Run.objects.get(name="pp").config["scheduler"] == "per-prompt"
     html = owner_client.post(url, _launch_data(ps, name="bad", batch_size=4, backend="hf",
                                                scheduler="streaming")).content.decode()
-    block = html[html.index('id="field-scheduler"'):]
-    assert "the hf backend supports only &#x27;round&#x27;" in block[
-        :block.index('id="field-', 10)]
+    assert "the hf backend supports only &#x27;round&#x27;" in field_block(html, "scheduler")
     assert not Run.objects.filter(name="bad").exists()
 
 

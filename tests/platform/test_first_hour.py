@@ -150,15 +150,14 @@ def test_text_in_a_number_field_says_not_a_number(owner: User, owner_client: Cli
     """The browser posts a number input holding text as empty; forms.js names it in
     _not_a_number, and the field says "not a number" instead of "This field is required." (a
     required field) or nothing (an optional one, K_pos)."""
-    from .test_dashboard_views import _launch_data
+    from .test_dashboard_views import _launch_data, field_block
 
     ps = make_prompt_set("typed-set", size=8)
     data = {**_launch_data(ps, name="typed"), "batch_size": "", "K_pos": "",
             "_not_a_number": ["batch_size", "K_pos"]}
     html = owner_client.post(reverse("dashboard:run_launch"), data).content.decode()
     for field in ("batch_size", "K_pos"):
-        block = html[html.index(f'id="field-{field}"'):]
-        block = block[:block.index('id="field-', 10)]
+        block = field_block(html, field)
         assert "not a number" in block, field
         assert "This field is required." not in block, field
     assert not Run.objects.exists()
@@ -174,7 +173,7 @@ def test_a_sweep_spec_names_every_bad_axis(owner: User, owner_client: Client) ->
     """`algorithm=;;seed=x` has two mistakes: both are named, on the launch form too."""
     from experiments import services
 
-    from .test_dashboard_views import _launch_data
+    from .test_dashboard_views import _launch_data, field_block
 
     with pytest.raises(services.LaunchError) as info:
         services.parse_sweep_spec("algorithm=;;seed=x;sed=1;lr=1e-4,fast,slow;nonsense")
@@ -190,8 +189,7 @@ def test_a_sweep_spec_names_every_bad_axis(owner: User, owner_client: Client) ->
     html = owner_client.post(reverse("dashboard:run_launch"),
                        {**_launch_data(ps, name="s"), "sweep": "algorithm=;;seed=x"}
                        ).content.decode()
-    block = html[html.index('id="field-sweep"'):]
-    block = block[:block.index('id="field-', 10)]
+    block = field_block(html, "sweep")
     assert "algorithm: no values" in block and "seed: &#x27;x&#x27; is not an integer" in block
     assert not Run.objects.exists()
 

@@ -205,13 +205,14 @@ def test_bad_sweep_is_shown_on_its_field_and_launches_nothing(db: None, owner_cl
     from django.urls import reverse
 
     from .dashboard_fixtures import make_prompt_set
+    from .test_dashboard_views import field_block
 
     resp = owner_client.post(reverse("dashboard:run_launch"),
                              _form(make_prompt_set(), sweep=spec))
     assert resp.status_code == 200
     html = resp.content.decode()
-    block = html[html.index('id="field-sweep"'):]
-    assert message in block[:block.index('id="field-', 10)], block[:1500]
+    block = field_block(html, "sweep")
+    assert message in block, block[:1500]
     assert not Sweep.objects.exists() and not Run.objects.exists()
 
 

@@ -38,13 +38,9 @@ def local_ray() -> Iterator[Any]:
     from trainer.distributed.placement import LocalRay
 
     ray_head = LocalRay.start(num_cpus=2)
-    before = os.environ.get("RAY_ADDRESS")
-    os.environ["RAY_ADDRESS"] = ray_head.address
-    yield ray_head
-    if before is None:
-        os.environ.pop("RAY_ADDRESS", None)
-    else:
-        os.environ["RAY_ADDRESS"] = before
+    with pytest.MonkeyPatch.context() as mp:  # monkeypatch is per test, this fixture per module
+        mp.setenv("RAY_ADDRESS", ray_head.address)
+        yield ray_head
     ray_head.stop()
 
 

@@ -35,13 +35,9 @@ def two_nodes() -> Iterator[Any]:
         "num_cpus": 1, "include_dashboard": False, "temp_dir": str(RAY_TEMP_ROOT)})
     cluster.add_node(num_cpus=1)
     cluster.wait_for_nodes()
-    before = os.environ.get("RAY_ADDRESS")
-    os.environ["RAY_ADDRESS"] = cluster.address
-    yield cluster
-    if before is None:
-        os.environ.pop("RAY_ADDRESS", None)
-    else:
-        os.environ["RAY_ADDRESS"] = before
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("RAY_ADDRESS", cluster.address)
+        yield cluster
     cluster.shutdown()
     os.environ.pop("RAY_TMPDIR", None)
 

@@ -11,7 +11,7 @@ from collections import Counter
 import numpy as np
 import pytest
 
-from tests.trainer.test_schedulers import batch, config
+from tests.trainer.test_schedulers import CountingEngine, batch, config
 from trainer import train
 from trainer.algorithms.dapo import group_signal_bounds
 from trainer.backends.simulated import SimulatedBackend
@@ -29,28 +29,17 @@ from trainer.types import Prompt
 LONG = dict(max_new_tokens=512)
 
 
-class RecordingEngine:
-    """Wraps a request engine to see every request the scheduler submits and aborts."""
+class RecordingEngine(CountingEngine):
+    """Also sees every request the scheduler submits, and passes on the engine's optional
+    ``capacity()`` and ``now()`` (speculative early rounds need them)."""
 
     def __init__(self, inner) -> None:
-        self.inner, self.steps = inner, 0
+        super().__init__(inner)
         self.submitted: list[tuple[int, int, int]] = []
-        self.aborted: list[tuple[int, int, int]] = []
 
     def submit(self, key, prompt, sample, seed) -> None:
         self.submitted.append(key)
-        self.inner.submit(key, prompt, sample, seed)
-
-    def step(self):
-        self.steps += 1
-        return self.inner.step()
-
-    def abort(self, keys):
-        self.aborted.extend(keys)
-        return self.inner.abort(keys)
-
-    def pending(self) -> int:
-        return self.inner.pending()
+        super().submit(key, prompt, sample, seed)
 
     def capacity(self) -> int:
         return self.inner.capacity()

@@ -66,16 +66,10 @@ def test_an_unknown_mode_is_an_error_naming_the_field() -> None:
 @pytest.mark.slow
 @pytest.mark.parametrize("mode", LOSS_AGG_MODES)
 def test_each_mode_trains_the_same_with_micro_batches(mode: str) -> None:
-    from tests.trainer.test_update import batch, seq_logprob, tiny_qwen2
-    from trainer.update import make_optimizer, update_policy
+    from tests.trainer.test_update import batch, seq_logprob, tiny_qwen2, trained_logprobs
 
     config = TrainConfig(lr=1e-2, batch_size=2, entropy_coef=1e-3, weight_decay=0.0,
                          loss_agg_mode=mode, max_new_tokens=8)
-    results = []
-    for micro in (None, 1):
-        model = tiny_qwen2()
-        opt, sched = make_optimizer(model, config)
-        update_policy(model, opt, sched, batch(), config, pad_token_id=0, micro_batch_size=micro)
-        results.append(seq_logprob(model, batch()))
+    results = [trained_logprobs(config, micro) for micro in (None, 1)]
     assert torch.allclose(results[0], results[1], atol=1e-5)
     assert not torch.allclose(results[0], seq_logprob(tiny_qwen2(), batch()))  # it trained

@@ -37,6 +37,15 @@ def seq_logprob(model: torch.nn.Module, b: UpdateBatch) -> torch.Tensor:
     return (lp * mask).sum(-1)
 
 
+def trained_logprobs(config: TrainConfig, micro_batch_size: int | None) -> torch.Tensor:
+    """``seq_logprob`` of ``batch()`` after one update of a fresh ``tiny_qwen2()``."""
+    model = tiny_qwen2()
+    opt, sched = make_optimizer(model, config)
+    update_policy(model, opt, sched, batch(), config, pad_token_id=0,
+                  micro_batch_size=micro_batch_size)
+    return seq_logprob(model, batch())
+
+
 @pytest.mark.parametrize("mini_batch", [0, 1])
 def test_update_raises_positive_and_lowers_negative(mini_batch: int) -> None:
     model = tiny_qwen2()
@@ -72,12 +81,7 @@ def test_kl_term_against_a_reference_and_recorded_old_logprobs() -> None:
 
 def test_micro_batches_give_the_same_gradient_step() -> None:
     config = TrainConfig(lr=1e-2, batch_size=2, entropy_coef=1e-3, weight_decay=0.0)
-    results = []
-    for micro in (None, 1):
-        model = tiny_qwen2()
-        opt, sched = make_optimizer(model, config)
-        update_policy(model, opt, sched, batch(), config, pad_token_id=0, micro_batch_size=micro)
-        results.append(seq_logprob(model, batch()))
+    results = [trained_logprobs(config, micro) for micro in (None, 1)]
     assert torch.allclose(results[0], results[1], atol=1e-5)
 
 

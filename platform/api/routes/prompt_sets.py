@@ -7,11 +7,9 @@ from typing import Any
 from django.http import HttpRequest
 from experiments import selectors as experiment_selectors
 from experiments import services
-from experiments.models import PromptSet
 from ninja import File, Form, Router, Status, UploadedFile
-from ninja.errors import HttpError
 
-from api.common import MAX_ID, user_of
+from api.common import get_prompt_set, user_of
 from api.schemas import PromptSetDetail, PromptSetOut, Text
 
 router = Router(tags=["prompt sets"])
@@ -38,10 +36,6 @@ def upload_prompt_set(request: HttpRequest, name: Form[Text],
 
 @router.get("/{int:set_id}", response=PromptSetDetail)
 def prompt_set_detail(request: HttpRequest, set_id: int) -> Any:
-    ps = (PromptSet.objects.select_related("owner").filter(pk=set_id).first()
-          if 0 < set_id <= MAX_ID else None)
-    if ps is None:
-        raise HttpError(404, f"no prompt set with id {set_id}")
-    return ps
+    return get_prompt_set(set_id)
 
 
