@@ -187,9 +187,11 @@ def execute(run_id: int) -> str:
     if returncode == EXIT_OUTAGE:
         # Wait for the database (RUN_OUTAGE_WAIT_SECONDS), then hand the run back: it resumes
         # from its checkpoint. A longer outage raises here: the lease goes stale and the run's
-        # next execution counts an attempt, so a database broken for good cannot loop a run.
+        # next execution counts an attempt, so a database broken for good cannot loop a run;
+        # hand_back_run counts one too when the run got no further than at its last outage.
         outcome = reconnecting(services.hand_back_run,
-                               seconds=settings.RUN_OUTAGE_WAIT_SECONDS)(run_id, owner)
+                               seconds=settings.RUN_OUTAGE_WAIT_SECONDS)(run_id, owner,
+                                                                         outage=True)
         logger.warning("run %s: database outage; %s", run_id, outcome)
         return f"database outage; {outcome}"
     if returncode == 0:

@@ -219,8 +219,10 @@ RUN_MAX_ATTEMPTS = int(os.environ.get("RUN_MAX_ATTEMPTS", 3))
 # A database outage is the infrastructure's, not the run's: a run whose writes kept failing past
 # the recorder's retry window (RUN_RECONNECT_SECONDS) gives up its attempt uncounted, and its
 # worker waits up to RUN_OUTAGE_WAIT_SECONDS for the database, then hands the run back to
-# resume from its checkpoint. An outage longer than that counts as a lost attempt (so a database
-# broken for good ends in RUN_MAX_ATTEMPTS, not a loop).
+# resume from its checkpoint. An outage longer than that counts as a lost attempt, and so does
+# one that recurs before the run got past the step of the previous one (Run.outage_step): a
+# database broken for good, or one that cuts every execution, ends in RUN_MAX_ATTEMPTS, not a
+# loop.
 RUN_RECONNECT_SECONDS = float(os.environ.get("RUN_RECONNECT_SECONDS", 120))
 RUN_OUTAGE_WAIT_SECONDS = float(os.environ.get("RUN_OUTAGE_WAIT_SECONDS", 3600))
 CHECKPOINT_ROOT = Path(os.environ.get("CHECKPOINT_ROOT", BASE_DIR / "var" / "checkpoints"))

@@ -170,3 +170,43 @@ def test_heartbeat_reconnects_after_the_database_drops_its_connection(
     finally:
         beat.stop()
     assert threading.active_count() >= 1
+
+
+@pytest.mark.django_db(transaction=True)
+def test_outages_that_stop_a_run_where_it_stood_count_attempts_until_it_fails(
+        user: Any, prompt_set_factory: Any, settings: Any) -> None:
+    """Issue 19: an outage past the retry window gives its attempt back, so a database that
+    came back between outages but cut every execution looped a run forever. An outage gives
+    its attempt back only when the run got past the step of the previous one; otherwise it
+    counts, and RUN_MAX_ATTEMPTS ends the run."""
+    settings.RUN_MAX_ATTEMPTS = 3
+    ps = prompt_set_factory(12, pass_rate=0.5)
+    run = services.launch_run(user, "flapping database", SIM | {"total_steps": 20}, ps)
+
+    def execution(step: int) -> str:
+        assert services.acquire_run_lease(run.pk, "w") is not None
+        Run.objects.filter(pk=run.pk).update(current_step=step)  # what the execution recorded
+        return services.hand_back_run(run.pk, "w", outage=True)
+
+    # Outages with progress between them cost nothing, however many.
+    for step in (4, 6, 9, 12):
+        assert execution(step) == "handed back"
+        run.refresh_from_db()
+        assert (run.attempts, run.outage_step, run.status) == (0, step, Run.Status.QUEUED)
+    # Resumed from the checkpoint at step 10 and cut again at 11 and at 12: no further than
+    # step 12, so each counts.
+    assert execution(11).startswith("handed back, attempt 1 of 3 counted")
+    assert execution(12).startswith("handed back, attempt 2 of 3 counted")
+    run.refresh_from_db()
+    assert (run.attempts, run.outage_step) == (2, 12)
+    # Getting past it gives the attempt back again; a clean shutdown never counts one.
+    assert execution(13) == "handed back"
+    assert services.acquire_run_lease(run.pk, "w") is not None
+    assert services.hand_back_run(run.pk, "w") == "handed back"
+    run.refresh_from_db()
+    assert (run.attempts, run.outage_step) == (2, 13)
+    assert execution(13).startswith("handed back, attempt 3 of 3 counted")
+    # The cap: the next worker fails it instead of taking it.
+    assert services.acquire_run_lease(run.pk, "w") is None
+    run.refresh_from_db()
+    assert run.status == Run.Status.FAILED and "RUN_MAX_ATTEMPTS = 3" in run.error

@@ -6,6 +6,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
 
 from django.conf import settings
 from django.db import connection, transaction
@@ -103,22 +104,36 @@ def run_process_lost(run_id: int, owner: str, how: str) -> str:
     return f"re-enqueued (attempt {run.attempts} of {settings.RUN_MAX_ATTEMPTS} lost)"
 
 
-def hand_back_run(run_id: int, owner: str) -> str:
+def hand_back_run(run_id: int, owner: str, *, outage: bool = False) -> str:
     """The worker holding ``owner``'s lease is shutting down cleanly and stopped the run at a
     step boundary (its checkpoint kept): release the lease, give back the attempt it took (a
     clean shutdown is no failure), and put the run back on its queue, where the next worker
-    resumes it from that checkpoint. Returns what was done, for the worker's log."""
+    resumes it from that checkpoint. Returns what was done, for the worker's log.
+
+    ``outage``: the run's writes failed past the recorder's retry window and the database is
+    back. The attempt is given back only when the run got past the step it had reached at the
+    previous outage (``Run.outage_step``; steps replayed from the checkpoint are no progress):
+    an outage that recurs before the run gets further counts one, so a database that cuts
+    every execution ends the run in ``RUN_MAX_ATTEMPTS``."""
     with transaction.atomic():
         run = Run.objects.select_for_update().filter(pk=run_id, lease_owner=owner).first()
         if run is None:
             return "lease lost"
-        Run.objects.filter(pk=run_id).update(
-            status=Run.Status.QUEUED, lease_owner="", heartbeat_at=None, current_round=0,
-            waiting_for="", attempts=Greatest(F("attempts") - 1, 0))
+        progressed = not outage or run.outage_step is None or run.current_step > run.outage_step
+        changes: dict[str, Any] = {"status": Run.Status.QUEUED, "lease_owner": "",
+                                   "heartbeat_at": None, "current_round": 0, "waiting_for": ""}
+        if progressed:
+            changes["attempts"] = Greatest(F("attempts") - 1, 0)
+        if outage:  # the furthest step an outage found it at
+            changes["outage_step"] = max(run.outage_step or 0, run.current_step)
+        Run.objects.filter(pk=run_id).update(**changes)
     try:
         enqueue_run(run_id, run.queue)
     except BrokerUnavailable as exc:  # its lease is free: the sweep enqueues it in time
         logger.warning("run %s: handed back, not re-enqueued (%s)", run_id, exc)
+    if not progressed:
+        return (f"handed back, attempt {run.attempts} of {settings.RUN_MAX_ATTEMPTS} counted "
+                f"(not past step {run.outage_step}, where the previous outage stopped it)")
     return "handed back"
 
 
