@@ -177,8 +177,10 @@ def skipped_updates(run: Run) -> dict[str, int] | None:
 
 def run_eta(run: Run, now: dt.datetime | None = None) -> dt.timedelta | None:
     """Remaining time extrapolated from the mean step time so far; None before the first step."""
-    # Only while it trains: an interrupted run (queued again) would extrapolate a growing ETA.
-    if run.status != Run.Status.RUNNING or not run.started_at or run.current_step == 0:
+    # Only while it trains: an interrupted run (queued again), or one waiting for its ranks'
+    # GPUs, would extrapolate a growing ETA.
+    if (run.status != Run.Status.RUNNING or run.waiting_for or not run.started_at
+            or run.current_step == 0):
         return None
     elapsed = ((now or timezone.now()) - run.started_at).total_seconds()
     per_step = elapsed / run.current_step

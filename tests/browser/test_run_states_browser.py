@@ -1,15 +1,18 @@
 """The run page's less common states in headless Chromium, as a user sees them: a four-rank run's
 "Across ranks" section (the placement table and each rank's time per step, the straggler named),
-an interrupted run waiting to resume, a run that skipped optimiser steps, and the launch form's
-"GPUs and machines" fields. With SAVE_SCREENSHOTS=1 their pictures go to docs/screenshots/."""
+a run waiting for GPUs on a shared cluster, an interrupted run waiting to resume, a run that
+skipped optimiser steps, and the launch form's "GPUs and machines" fields. With
+SAVE_SCREENSHOTS=1 their pictures go to docs/screenshots/."""
 
 from __future__ import annotations
 
 from collections.abc import Callable
+from datetime import timedelta
 from typing import Any
 
 import pytest
 from django.contrib.auth.models import User
+from django.utils import timezone
 from experiments.models import Run, Step
 
 from tests.platform.dashboard_fixtures import make_prompt_set, make_run, record_run
@@ -46,6 +49,18 @@ def test_a_four_rank_runs_page_shows_where_it_runs_and_the_straggler(
     section = page.locator("section", has=page.locator("#run-placement"))
     assert "rank 2" in section.inner_text()
     screenshot("across-ranks", element="section:has(#run-placement)")
+
+    # Resumed on a shared cluster that has too few GPUs free: the status card says what for.
+    Run.objects.filter(pk=run.pk).update(
+        status=Run.Status.RUNNING, total_steps=20, started_at=timezone.now() - timedelta(hours=1),
+        waiting_for="waiting for 4 GPUs on the Ray cluster (2 free, 6 in all)")
+    page.goto(base + f"/runs/{run.pk}/")
+    waiting = page.locator("#run-waiting")
+    assert waiting.is_visible()
+    assert waiting.inner_text() == "waiting for 4 GPUs on the Ray cluster (2 free, 6 in all)"
+    # The wait is not training time: no ETA extrapolated from it.
+    assert "ETA" not in page.locator("#run-status").inner_text()
+    screenshot("run-waiting-for-gpus", element="#run-status")
 
 
 def test_an_interrupted_run_says_it_waits_to_resume_and_a_skipping_run_warns(
