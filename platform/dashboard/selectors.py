@@ -12,6 +12,7 @@ import datetime as dt
 import hashlib
 import json
 import os
+import statistics
 from collections import defaultdict
 from dataclasses import dataclass
 from typing import Any
@@ -175,16 +176,30 @@ def skipped_updates(run: Run) -> dict[str, int] | None:
             "max": TrainConfig.from_stored(run.config).max_skipped_updates}
 
 
+ETA_RECENT_STEPS = 21  # the step gaps the ETA takes its median of
+
+
 def run_eta(run: Run, now: dt.datetime | None = None) -> dt.timedelta | None:
-    """Remaining time extrapolated from the mean step time so far; None before the first step."""
+    """Remaining time: the median gap between the run's last recorded steps (everything a step
+    costs: generation, update, recording, checkpoints) times the steps left; None before the
+    first step. The median, not the mean since the start: a run that was interrupted, waited
+    for GPUs or sat out a database outage has one long gap in its record, which would inflate
+    a mean for the rest of the run."""
     # Only while it trains: an interrupted run (queued again), or one waiting for its ranks'
     # GPUs, would extrapolate a growing ETA.
     if (run.status != Run.Status.RUNNING or run.waiting_for or not run.started_at
             or run.current_step == 0):
         return None
-    elapsed = ((now or timezone.now()) - run.started_at).total_seconds()
-    per_step = elapsed / run.current_step
-    return dt.timedelta(seconds=round(per_step * max(run.total_steps - run.current_step, 0)))
+    stamps = list(Step.objects.filter(run=run).order_by("-step")
+                  .values_list("created_at", flat=True)[:ETA_RECENT_STEPS])
+    gaps = [(newer - older).total_seconds()
+            for newer, older in zip(stamps, stamps[1:], strict=False)]
+    if gaps:
+        per_step = statistics.median(gaps)
+    else:  # one step so far: its time includes the model's load
+        per_step = ((now or timezone.now()) - run.started_at).total_seconds() / run.current_step
+    return dt.timedelta(seconds=round(max(per_step, 0.0)
+                                      * max(run.total_steps - run.current_step, 0)))
 
 
 def group_bxn(run: Run) -> int:
