@@ -35,7 +35,7 @@ def visible_wait(should_stop: Callable[[], bool], report: Callable[[str], None]
                  ) -> Iterator[None]:
     """While inside, a placement that cannot be satisfied yet reports what it waits for on
     every change ("" once placed, or on the way out) and gives up when ``should_stop`` fires
-    (the placement then raises ``StopRequested``)."""
+    (the placement then raises ``StopRequested``); so does the ranks' start after it."""
     from trainer.distributed.placement import waiting_with
 
     said = ""
@@ -59,7 +59,7 @@ def visible_wait(should_stop: Callable[[], bool], report: Callable[[str], None]
         return need is None or not should_stop()
 
     try:
-        with waiting_with(waiter):
+        with waiting_with(waiter, should_stop):
             yield
     finally:
         if said:

@@ -32,6 +32,21 @@ from .test_worker import wait_status
 RAY = str(Path(sys.executable).with_name("ray"))
 
 
+def test_the_runs_stop_check_reaches_the_ranks_start_only_inside_the_wait() -> None:
+    """The worker's stop check (cancel, lost lease, clean shutdown) abandons the ranks' start
+    as well as their placement, while the backend is built; outside, nothing is installed."""
+    from trainer.distributed.placement import stop_wanted
+    from workers.placement_wait import visible_wait
+
+    cancelled = [False]
+    assert not stop_wanted()
+    with visible_wait(lambda: cancelled[0], lambda text: None):
+        assert not stop_wanted()
+        cancelled[0] = True
+        assert stop_wanted()
+    assert not stop_wanted()
+
+
 def test_waiting_text_counts_the_bundles_the_ranks_take() -> None:
     from trainer.distributed.launcher import uses_gpu
 

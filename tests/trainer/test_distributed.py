@@ -48,6 +48,41 @@ def two_rank_config(model_dir: Path, **kw: Any) -> Any:
     return vllm_config(model_dir, **{"world_size": 2, "device": "cpu", "save_every": 2, **kw})
 
 
+def test_a_stop_while_the_ranks_start_abandons_them_at_once(local_ray: Any,
+                                                             tiny_model_dir: Path) -> None:
+    """A cancel while the ranks load the model and build their engines (minutes for a large
+    model) waited for the start to finish, up to START_TIMEOUT_S (15 min). The start is
+    abandoned at the next poll: the ranks are killed, their bundles freed. First in the module:
+    the module's own group (``ranks``) takes every CPU of its Ray once started."""
+    import ray
+
+    from trainer.distributed.launcher import RankGroup
+    from trainer.distributed.placement import waiting_with
+    from trainer.types import StopRequested
+
+    asked: list[float] = []
+
+    def should_stop() -> bool:  # the cancel arrives once the ranks are placed and starting
+        asked.append(time.monotonic())
+        return True
+
+    with waiting_with(lambda need: True, should_stop), pytest.raises(StopRequested) as stop:
+        RankGroup(two_rank_config(tiny_model_dir))
+    assert "the ranks' start" in str(stop.value) and stop.value.clean
+    # Abandoned at the first poll, without waiting for a start (its model load alone takes
+    # seconds) or a close queued behind it.
+    assert len(asked) == 1
+    # Nothing is left holding the cluster: the next group gets both bundles (the module's).
+    ray.init(address=local_ray.address, log_to_driver=False)
+    try:
+        deadline = time.monotonic() + 60  # Ray frees a killed actor's bundle asynchronously
+        while ray.available_resources().get("CPU", 0) < 2 and time.monotonic() < deadline:
+            time.sleep(0.2)
+        assert ray.available_resources().get("CPU", 0) == 2, ray.available_resources()
+    finally:
+        ray.shutdown()
+
+
 @pytest.fixture(scope="module")
 def ranks(local_ray: Any, tiny_model_dir: Path) -> Iterator[Any]:
     from trainer.distributed.launcher import RankGroup

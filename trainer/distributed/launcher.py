@@ -46,7 +46,7 @@ class RankGroup:
         from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
 
         from trainer.distributed.actor import RankActor, StopFlag
-        from trainer.distributed.placement import connect, placement_group
+        from trainer.distributed.placement import connect, placement_group, stop_wanted
 
         t0 = time.perf_counter()
         n = config.world_size
@@ -72,12 +72,15 @@ class RankGroup:
                 scheduling_strategy=PlacementGroupSchedulingStrategy(
                     self.pg, placement_group_bundle_index=i)).remote() for i in range(n)]
             t2 = time.perf_counter()
-            addr, port = ray.get(self.actors[0].address.remote(), timeout=START_TIMEOUT_S)
+            # A cancel while the ranks start abandons them (stop_wanted): nothing trained yet.
+            addr, port = self._get([self.actors[0].address.remote()], timeout=START_TIMEOUT_S,
+                                   abandon_if=stop_wanted)[0]
             # The ranks run on the device their bundle gave them.
             rank_config = dataclasses.replace(config, device="cuda" if gpu else "cpu")
             started = self._get([a.start.remote(rank_config.to_dict(), i, n, addr, port,
                                                 self.stop_flag, engine)
-                                 for i, a in enumerate(self.actors)], timeout=START_TIMEOUT_S)
+                                 for i, a in enumerate(self.actors)], timeout=START_TIMEOUT_S,
+                                abandon_if=stop_wanted)
             self.seconds["ranks_start"] = time.perf_counter() - t2
             self.seconds["engine_build"] = max(s.get("engine_build", 0.0) for s in started)
         except BaseException:
@@ -86,9 +89,12 @@ class RankGroup:
 
     # --- calls ---------------------------------------------------------------------------------
     def _get(self, refs: Sequence[Any], *, timeout: float | None = None,
-             should_stop: Callable[[], bool] | None = None) -> list[Any]:
+             should_stop: Callable[[], bool] | None = None,
+             abandon_if: Callable[[], bool] | None = None) -> list[Any]:
         """The results of ``refs``; the driver's ``should_stop`` is relayed to the ranks while
-        they run. A rank that died or raised tears every rank down."""
+        they run. A rank that died or raised tears every rank down. ``abandon_if`` (for calls
+        that change no state, like the ranks' start) kills the ranks at once when it fires,
+        without waiting for the calls, and raises ``StopRequested``."""
         import ray
 
         from trainer.distributed.actor import StoppedCall
@@ -102,6 +108,9 @@ class RankGroup:
                 # (which may be waiting for it in a collective for ever).
                 done, pending = ray.wait(pending, num_returns=1, timeout=0.2)
                 ray.get(done)
+                if pending and abandon_if is not None and abandon_if():
+                    self.stop(close=False)
+                    raise StopRequested("the ranks' start", clean=True)
                 if not flagged and should_stop is not None and pending and should_stop():
                     self.stop_flag.set.remote()
                     flagged = True
@@ -140,15 +149,18 @@ class RankGroup:
         return self._get([a.peak_memory.remote() for a in self.actors])
 
     # --- teardown ------------------------------------------------------------------------------
-    def stop(self) -> None:
+    def stop(self, *, close: bool = True) -> None:
         """Close every engine and process group, kill the actors, free the placement group and
-        leave Ray (stopping it when it is this run's own). Safe to call twice."""
+        leave Ray (stopping it when it is this run's own). Safe to call twice. ``close=False``
+        kills the actors without closing first (a rank busy starting would only take the close
+        after its start)."""
         import ray
 
         if self.actors:
-            refs = [a.close.remote() for a in self.actors]
+            refs = [a.close.remote() for a in self.actors] if close else []
             try:
-                ray.wait(refs, num_returns=len(refs), timeout=30)
+                if refs:
+                    ray.wait(refs, num_returns=len(refs), timeout=30)
             except Exception:  # noqa: BLE001 - a dead actor has nothing left to close
                 pass
             for actor in self.actors:

@@ -40,17 +40,28 @@ PLACEMENT_POLL_S = 2.0
 # once more with None when the group is placed after a wait.
 Waiter = Callable[[dict[str, int] | None], bool]
 _waiter: Waiter | None = None
+# Polled while the ranks start after their placement (torch, the model, the engine: minutes for
+# a large model): True abandons the start (the run was cancelled, or its worker shuts down).
+_should_stop: Callable[[], bool] | None = None
 
 
 @contextmanager
-def waiting_with(waiter: Waiter) -> Iterator[None]:
-    """While inside, ``placement_group`` waits as long as ``waiter`` says (no timeout)."""
-    global _waiter
-    before, _waiter = _waiter, waiter
+def waiting_with(waiter: Waiter, should_stop: Callable[[], bool] | None = None
+                 ) -> Iterator[None]:
+    """While inside, ``placement_group`` waits as long as ``waiter`` says (no timeout), and
+    the ranks' start is abandoned as soon as ``should_stop`` says so (``stop_wanted``)."""
+    global _waiter, _should_stop
+    before = _waiter, _should_stop
+    _waiter, _should_stop = waiter, should_stop
     try:
         yield
     finally:
-        _waiter = before
+        _waiter, _should_stop = before
+
+
+def stop_wanted() -> bool:
+    """Whether the installed ``should_stop`` asks to abandon the ranks' start."""
+    return _should_stop is not None and _should_stop()
 
 
 def ray_environment(local: bool) -> dict[str, str]:
