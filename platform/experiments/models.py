@@ -119,9 +119,9 @@ class Run(models.Model):
     lease_owner = models.CharField(max_length=200, blank=True)
     heartbeat_at = models.DateTimeField(null=True, blank=True)
     attempts = models.PositiveIntegerField(default=0)
-    # The step the run had reached when a database outage last handed it back (None: none
-    # did). An outage gives its attempt back only when the run got past that step, so a
-    # database that cuts every execution cannot loop a run forever.
+    # The furthest step a database outage has found the run at (None: no outage has). An
+    # outage gives its attempt back only when the run got past that step, so a database that
+    # cuts every execution cannot loop a run forever.
     outage_step = models.PositiveIntegerField(null=True, blank=True)
     # What a leased run waits for before it trains, in words ("waiting for 8 GPUs on the Ray
     # cluster (4 free, 6 in all)"); empty once it has them. The wait is not training time: the

@@ -15,8 +15,13 @@ from django.contrib.auth.models import User
 from django.utils import timezone
 from experiments.models import Run, Step
 
-from tests.platform.dashboard_fixtures import make_prompt_set, make_run, record_run
-from tests.platform.test_rank_charts import record, two_node_run
+from tests.platform.dashboard_fixtures import (
+    make_prompt_set,
+    make_run,
+    record,
+    record_run,
+    two_node_run,
+)
 
 from .conftest import sign_in
 

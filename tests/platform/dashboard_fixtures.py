@@ -18,7 +18,7 @@ from experiments.models import (
 )
 
 from trainer.config import TrainConfig
-from trainer.types import StepRecord
+from trainer.types import RankRecord, StepRecord
 
 
 def make_prompt_set(name: str = "arith-test", size: int = 12) -> PromptSet:
@@ -108,3 +108,34 @@ def record_run_with_evals(run: Run, eval_prompts: list[Any]) -> Run:
             postgres.on_eval(record)
     run.refresh_from_db()
     return run
+
+
+# --- a world_size > 1 run (the run page's "Across ranks") ------------------------------------
+
+NODES = ("10.0.0.1", "10.0.0.1", "10.0.0.2", "10.0.0.2")
+
+
+def two_node_run(owner: User) -> Run:
+    config = TrainConfig(backend="vllm", world_size=4, device="cuda", batch_size=4,
+                         total_steps=3)
+    return Run.objects.create(owner=owner, name="four ranks", algorithm=config.algorithm,
+                              config=config.to_dict(), prompt_set=make_prompt_set(),
+                              model=config.model, total_steps=3, queue="ray")
+
+
+def ranks(step: int) -> list[RankRecord]:
+    """Four ranks on two nodes; rank 2 generates 60% slower than the others from step 2 on
+    (in step 1 rank 3 is the slowest by a little)."""
+    out = []
+    for k in range(4):
+        gen = 10.0 + (6.0 if k == 2 and step > 1 else 0.0) + (0.5 if k == 3 else 0.0)
+        out.append(RankRecord(rank=k, node=NODES[k], device=f"NVIDIA H100 80GB HBM3 (cuda:{k % 2})",
+                              generation_s=gen, update_s=4.0, weight_gather_s=0.02,
+                              engine_load_s=0.15))
+    return out
+
+
+def record(run: Run, steps: int = 3) -> None:
+    for step in range(1, steps + 1):
+        write_step(run, StepRecord(step=step, metrics={"time_step": 20.0}, rounds=[],
+                                   prompts=[], samples=[], ranks=ranks(step)))
