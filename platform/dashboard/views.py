@@ -190,7 +190,7 @@ def run_detail(request: HttpRequest, run_id: int) -> HttpResponse:
 
 
 def _status_context(request: HttpRequest, run: Run) -> dict[str, Any]:
-    return {"run": run, "eta": selectors.run_eta(run),
+    return {"run": run, "eta": selectors.run_eta(run), "queue_place": selectors.queue_place(run),
             "poll_seconds": settings.DASHBOARD_POLL_SECONDS,
             "can_manage": services.can_modify_run(run, request.user),
             "active": run.status in Run.ACTIVE_STATUSES,
