@@ -1,10 +1,10 @@
 """Prompt files: JSONL and Parquet with ``prompt`` and ``answer`` columns, or the verl layout
 (``prompt`` a chat list of ``{role, content}``, answer in ``reward_model.ground_truth``).
 
-A malformed file is rejected whole, naming the line (JSONL: a line of the file) or row (Parquet),
-both counted from 1 as an editor and a dataframe viewer number them, and the reason: a training run must never silently train on part of a dataset. The web platform
-streams uploads through ``iter_prompts`` with ``Limits``, so this module imports neither torch nor
-transformers (pyarrow is imported only for Parquet files).
+A malformed file is rejected whole, naming the line (JSONL) or row (Parquet), both counted from
+1, and the reason: a training run must never silently train on part of a dataset. The web
+platform streams uploads through ``iter_prompts`` with ``Limits``, so this module imports
+neither torch nor transformers (pyarrow is imported only for Parquet files).
 """
 
 from __future__ import annotations
