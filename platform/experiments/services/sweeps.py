@@ -362,7 +362,7 @@ def expand_sweep(name: str, base_config: dict[str, Any], grid: Grid,
         raise LaunchError("config", "expected a mapping of config fields")
     checks = {"name": name, "prompt_set": prompt_set, "queue": queue, "retention": retention}
     # Swept values may repair an invalid base: each run is what counts.
-    base_ok = not launch_errors(base_config, **checks, invalid=invalid)
+    base_ok = not invalid and not launch_errors(base_config, **checks)
     out = []
     for index, point in enumerate(sweep_points(grid)):
         config_dict = {**base_config, **point}
