@@ -212,8 +212,11 @@ class LaunchBody(Schema):
 
 class SweepBody(LaunchBody):
     grid: str | list[Any] | dict[str, Any] = Field(
-        description='"algorithm=grpo,ada-balance;seed=0..2", a list of {"field", "values"}, or '
-                    "a mapping field -> values")
+        description='"algorithm=grpo,ada-balance;seed=0..2" (paired fields: "(algorithm, '
+                    'group_size)=(ada-balance, 4), (grpo, 16); seed=0..2"), a list of '
+                    '{"field", "values"} or {"fields", "values"} (paired, values a list of '
+                    'lists), or a mapping field -> values (a paired key "(algorithm, '
+                    'group_size)")')
 
 
 class RunFilters(Schema):
