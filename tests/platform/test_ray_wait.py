@@ -63,6 +63,15 @@ def test_the_starts_phases_reach_the_runs_report_while_the_backend_is_built() ->
     say_phase("after the start")
     assert reported == ["starting Ray (a private one for this run)",
                         "placing 2 ranks on the Ray cluster", ""]
+    # What the worker says while a one-process run builds its backend; a run across ranks
+    # leaves it to the launcher's own phases.
+    from workers.execution import start_phase
+
+    assert start_phase(TrainConfig(backend="hf")) == "loading the model"
+    assert start_phase(TrainConfig(backend="vllm")) == (
+        "loading the model and building the vLLM engine")
+    assert start_phase(TrainConfig(backend="simulated")) == ""
+    assert start_phase(TrainConfig(backend="vllm", world_size=2)) == ""
 
 
 def test_the_ranks_start_in_words() -> None:
