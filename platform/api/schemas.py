@@ -82,7 +82,8 @@ class RunOut(Schema):
     latest_real_reward: float | None
     cancel_requested: bool
     # What a running run waits for before it trains ("waiting for 8 GPUs on the Ray cluster
-    # (4 free, 6 in all)"); empty otherwise.
+    # (4 free, 6 in all)"), or the phase of its start ("starting 2 ranks (1 of 2 ready): rank 1
+    # building the vLLM engine"); empty otherwise.
     waiting_for: str
     error: str
     created_at: dt.datetime

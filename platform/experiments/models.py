@@ -132,7 +132,8 @@ class Run(models.Model):
     # cuts every execution cannot loop a run forever.
     outage_step = models.PositiveIntegerField(null=True, blank=True)
     # What a leased run waits for before it trains, in words ("waiting for 8 GPUs on the Ray
-    # cluster (4 free, 6 in all)"); empty once it has them. The wait is not training time: the
+    # cluster (4 free, 6 in all)", or its start's phase: "loading the model"); empty once it
+    # trains. The wait is not training time: the
     # wall-time limit starts after it.
     waiting_for = models.CharField(max_length=300, blank=True, default="")
     error = models.TextField(blank=True)
