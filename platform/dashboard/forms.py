@@ -11,6 +11,7 @@ from typing import Any
 from django import forms
 from django.conf import settings
 from experiments import preflight, services
+from experiments import selectors as experiment_selectors
 from experiments.models import PromptSet, Run
 
 from trainer.algorithms import algorithms
@@ -116,9 +117,11 @@ class NumbersAsTyped(forms.Form):
 
 class LaunchForm(NumbersAsTyped):
     name = forms.CharField(max_length=200, help_text="A name to find the run by.")
-    prompt_set = forms.ModelChoiceField(queryset=PromptSet.objects.all(),
+    # Sets imported whole: one still importing, or whose import failed, cannot train.
+    prompt_set = forms.ModelChoiceField(queryset=PromptSet.objects.filter(status="ready"),
                                         help_text="Training prompts.")
-    eval_set = forms.ModelChoiceField(queryset=PromptSet.objects.all(), required=False,
+    eval_set = forms.ModelChoiceField(queryset=PromptSet.objects.filter(status="ready"),
+                                      required=False,
                                       help_text="Held-out prompts for evaluation (optional).")
     queue = forms.ChoiceField(initial="cpu", help_text="Workers that may take the run.")
     retention = forms.ChoiceField(choices=Run.Retention.choices, initial=Run.Retention.ALL,
@@ -320,7 +323,7 @@ class UploadForm(forms.Form):
 
     def clean_name(self) -> str:
         name = self.cleaned_data["name"].strip()
-        if PromptSet.objects.filter(name=name).exists():
+        if experiment_selectors.prompt_set_name_taken(name):
             raise forms.ValidationError("a prompt set of this name exists")
         return name
 

@@ -6,14 +6,16 @@ from __future__ import annotations
 import io
 import json
 from collections.abc import Iterable, Sequence
+from pathlib import Path
 from typing import IO, Any
 
 from django.conf import settings
 from django.core.exceptions import PermissionDenied
-from django.db import connection, transaction
+from django.db import IntegrityError, connection, transaction
 
 from experiments import selectors
 from experiments.models import PromptSet
+from experiments.prompt_parser import row_problem
 from experiments.services.common import LaunchError, User, check_fits_columns
 from trainer import jsonsafe
 from trainer.digest import PromptDigest
@@ -23,20 +25,12 @@ def import_prompt_set(*, owner: User | None, name: str, prompts: Iterable[Any],
                       source: str = PromptSet.Source.UPLOAD, description: str = "") -> PromptSet:
     """Store ``prompts`` (``trainer.types.Prompt``-like: text, answer, metadata) as a new prompt
     set, whole or not at all: one transaction, rows streamed with ``COPY`` as the iterable yields
-    them (an upload is never held in memory whole); an error the iterable raises midway rolls
-    back everything."""
-    name = name.strip()
-    if not name:
-        raise LaunchError("name", "a prompt set needs a name")
-    if "\x00" in name:
-        raise LaunchError("name", "contains a NUL character")
-    prompt_set = PromptSet(name=name, source=source, description=description,
-                           owner=owner if owner is not None and owner.is_authenticated else None)
-    check_fits_columns(prompt_set)
+    them (never held in memory whole); an error the iterable raises midway rolls back
+    everything. A prompt past ``PROMPT_MAX_CHARS`` is refused with its number."""
+    max_chars = settings.PROMPT_MAX_CHARS
     with transaction.atomic():
-        if PromptSet.objects.filter(name=name).exists():
-            raise LaunchError("name", f"a prompt set named {name!r} exists")
-        prompt_set.save()
+        prompt_set = _new_prompt_set(owner=owner, name=name, source=source,
+                                     description=description)
         size = 0
         digest = PromptDigest()
         with connection.cursor() as cursor, cursor.copy(
@@ -50,8 +44,11 @@ def import_prompt_set(*, owner: User | None, name: str, prompts: Iterable[Any],
                     {"text": p.text, "answer": p.answer, "metadata": dict(p.metadata or {})})
                 if problem:
                     raise LaunchError("file", f"prompt {i + 1}: {problem[0]} {problem[1]}")
+                if len(p.text) > max_chars:
+                    raise LaunchError("file", f"prompt {i + 1} is {len(p.text):,} characters; "
+                                      f"the limit is {max_chars:,} (PROMPT_MAX_CHARS)")
                 metadata = json.dumps(dict(p.metadata or {}))
-                if "\x00" in p.text or "\x00" in p.answer or "\\u0000" in metadata:
+                if row_problem(p.text, p.answer, metadata):
                     raise LaunchError("file", f"prompt {i + 1} contains a NUL character")
                 copy.write_row((prompt_set.pk, i, p.text, p.answer, metadata))
                 digest.add(p.text, p.answer)
@@ -64,6 +61,35 @@ def import_prompt_set(*, owner: User | None, name: str, prompts: Iterable[Any],
     return prompt_set
 
 
+def _new_prompt_set(*, owner: User | None, name: str, source: str, description: str,
+                    status: str = PromptSet.Status.READY) -> PromptSet:
+    """A new set's row, its name checked and taken (a failed or stalled import gives its name
+    up to it)."""
+    from experiments.services.prompt_import import stalled
+
+    name = name.strip()
+    if not name:
+        raise LaunchError("name", "a prompt set needs a name")
+    if "\x00" in name:
+        raise LaunchError("name", "contains a NUL character")
+    prompt_set = PromptSet(name=name, source=source, description=description, status=status,
+                           owner=owner if owner is not None and owner.is_authenticated else None)
+    check_fits_columns(prompt_set)
+    try:
+        with transaction.atomic():
+            taken = PromptSet.objects.select_for_update().filter(name=name).first()
+            if taken is not None and (taken.status == PromptSet.Status.FAILED
+                                      or stalled(taken)):
+                taken.delete()  # no prompts, no runs: an import that never finished
+                taken = None
+            if taken is not None:
+                raise LaunchError("name", f"a prompt set named {name!r} exists")
+            prompt_set.save()
+    except IntegrityError:  # the same name taken a moment ago by another request
+        raise LaunchError("name", f"a prompt set named {name!r} exists") from None
+    return prompt_set
+
+
 def find_or_import_prompt_set(prompts: Sequence[Any], *, name: str, source: str,
                               description: str = "", owner: User | None = None,
                               prefer: str = "") -> tuple[PromptSet, bool]:
@@ -73,7 +99,8 @@ def find_or_import_prompt_set(prompts: Sequence[Any], *, name: str, source: str,
     (``prompts`` imported as a new set named ``name``, True), the name suffixed with " (2)",
     " (3)"... where another set has it."""
     digest = PromptDigest.of(prompts)
-    same = list(PromptSet.objects.filter(content_hash=digest, size=len(prompts))
+    same = list(PromptSet.objects.filter(content_hash=digest, size=len(prompts),
+                                         status=PromptSet.Status.READY)
                 .order_by("pk"))
     if same:
         return next((ps for ps in same if ps.name == prefer), same[0]), False
@@ -89,11 +116,15 @@ def find_or_import_prompt_set(prompts: Sequence[Any], *, name: str, source: str,
 
 def create_prompt_set_from_upload(owner: User, name: str, upload: IO[bytes],
                                   filename: str) -> PromptSet:
-    """Parse an uploaded JSONL/Parquet file with the trainer's loader (the CLI's rules) and import
-    it whole, streaming; a malformed file, or one past the upload limits (size, rows, Parquet's
-    declared uncompressed size), raises ``LaunchError("file", ...)`` naming the line and reason
-    or the limit and the value, and nothing is stored."""
-    from trainer.data import DataError, Limits, iter_prompts
+    """Import an uploaded JSONL/Parquet file with the trainer's loader (the CLI's rules), parsed
+    in a child process bounded in memory and CPU time and streamed into the database
+    (``experiments.services.prompt_import``). Returns the set once imported (``ready``), or, when
+    the import outlasts ``PROMPT_UPLOAD_WAIT_SECONDS``, while it goes on (``importing``: its page
+    shows the progress, then the prompts or why the file was refused). A name that is taken, a
+    file past the size limit or of an unknown type, and a file refused within the wait raise
+    ``LaunchError`` naming the field, the line or row, the limit; nothing is stored."""
+    from experiments.services import prompt_import
+    from trainer.data import SUFFIXES
 
     limit = settings.PROMPT_UPLOAD_MAX_BYTES
     size = upload.seek(0, io.SEEK_END)
@@ -101,15 +132,30 @@ def create_prompt_set_from_upload(owner: User, name: str, upload: IO[bytes],
     if size > limit:
         raise LaunchError("file", f"the file is {size / 2**20:.1f} MiB; the limit is "
                           f"{limit / 2**20:.1f} MiB (PROMPT_UPLOAD_MAX_BYTES)")
-    limits = Limits(max_rows=settings.PROMPT_UPLOAD_MAX_ROWS,
-                    max_uncompressed_bytes=settings.PROMPT_UPLOAD_MAX_UNCOMPRESSED_BYTES)
+    suffix = Path(filename).suffix.lower()
+    if suffix not in SUFFIXES:
+        raise LaunchError("file", f"{filename}: unknown file type {suffix!r}; use .jsonl or "
+                          ".parquet (compressed files are not accepted)")
+    fields = {"owner": owner, "name": name, "source": PromptSet.Source.UPLOAD,
+              "description": f"uploaded {filename}", "status": PromptSet.Status.IMPORTING}
+    if connection.in_atomic_block:
+        # Imported here, in a savepoint with the set's row: a refused file leaves nothing.
+        with transaction.atomic():
+            prompt_set = _new_prompt_set(**fields)
+            return prompt_import.start_import(prompt_set, prompt_import.spool(upload, filename),
+                                              filename)
+    prompt_set = _new_prompt_set(**fields)  # committed: the importing thread reads it
     try:
-        return import_prompt_set(owner=owner, name=name,
-                                 prompts=iter_prompts(upload, filename, limits=limits),
-                                 source=PromptSet.Source.UPLOAD,
-                                 description=f"uploaded {filename}")
-    except DataError as exc:
-        raise LaunchError("file", str(exc)) from exc
+        path = prompt_import.spool(upload, filename)
+    except BaseException:
+        prompt_set.delete()
+        raise
+    prompt_set = prompt_import.start_import(prompt_set, path, filename)
+    if prompt_set.status == PromptSet.Status.FAILED:
+        # Refused while the request waited: answered as if nothing had been stored.
+        PromptSet.objects.filter(pk=prompt_set.pk, status=PromptSet.Status.FAILED).delete()
+        raise LaunchError("file", prompt_set.import_error)
+    return prompt_set
 
 
 def create_builtin_prompt_set(owner: User | None, name: str, n: int | None = None,
@@ -147,8 +193,12 @@ def delete_prompt_set(prompt_set: PromptSet, user: User) -> None:
     """Delete a prompt set and its prompts (raw SQL: Django's cascade would load a million
     prompts to delete them one by one). Only its owner or staff may; refused while a run trains
     or evaluates on it (its records point at the set's prompts): delete those runs first."""
+    from experiments.services.prompt_import import stalled
+
     if not (user.is_authenticated and (user.is_staff or prompt_set.owner_id == user.pk)):
         raise PermissionDenied("only the prompt set's owner or staff may do this")
+    if prompt_set.status == PromptSet.Status.IMPORTING and not stalled(prompt_set):
+        raise LaunchError("prompt_set", "still importing; delete it once the import ends")
     with transaction.atomic():
         # Locked first: a launch that references the set waits, then fails on the foreign key.
         list(PromptSet.objects.select_for_update().filter(pk=prompt_set.pk).values_list("pk"))
