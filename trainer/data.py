@@ -180,7 +180,9 @@ def _parquet_records(stream: BinaryIO, source: str, limits: Limits
     decoded = 0
     row = 1  # counted from 1, as JSONL's lines are
     try:
-        for batch in parquet.iter_batches(batch_size=batch_rows):
+        # One thread: a failed allocation in a worker thread of Arrow's pool can hang the read
+        # (the platform parses uploads under a memory cap); in this thread it raises.
+        for batch in parquet.iter_batches(batch_size=batch_rows, use_threads=False):
             # Metadata can lie, and a dictionary column of one long string repeated on every
             # row declares one string: each row's decoded size is computed before any row is
             # turned into Python objects, and the rows are expanded a bounded slice at a time.

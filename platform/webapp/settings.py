@@ -261,8 +261,16 @@ PROMPT_UPLOAD_MAX_RECORD_BYTES = int(os.environ.get("PROMPT_UPLOAD_MAX_RECORD_BY
 # (its web worker died) reads as failed.
 PROMPT_IMPORT_MAX_MEMORY_BYTES = int(os.environ.get("PROMPT_IMPORT_MAX_MEMORY_BYTES", 2**30))
 PROMPT_IMPORT_MAX_CPU_SECONDS = int(os.environ.get("PROMPT_IMPORT_MAX_CPU_SECONDS", 300))
+PROMPT_IMPORT_MAX_SECONDS = float(os.environ.get("PROMPT_IMPORT_MAX_SECONDS", 900))
 PROMPT_UPLOAD_WAIT_SECONDS = float(os.environ.get("PROMPT_UPLOAD_WAIT_SECONDS", 2))
 PROMPT_IMPORT_STALE_SECONDS = float(os.environ.get("PROMPT_IMPORT_STALE_SECONDS", 60))
+# `manage.py import_run`: a bundle's zip is unzipped no further than IMPORT_BUNDLE_MAX_BYTES in
+# all and IMPORT_BUNDLE_MAX_RATIO times its own size (its Parquet files are compressed already,
+# so a real bundle's ratio is about 1; a 1 MB zip once wrote 1 GiB), and the import's memory may
+# grow by IMPORT_RUN_MAX_MEMORY_BYTES at most (an address-space cap while it runs; 0: none).
+IMPORT_BUNDLE_MAX_BYTES = int(os.environ.get("IMPORT_BUNDLE_MAX_BYTES", 64 * 2**30))
+IMPORT_BUNDLE_MAX_RATIO = float(os.environ.get("IMPORT_BUNDLE_MAX_RATIO", 10))
+IMPORT_RUN_MAX_MEMORY_BYTES = int(os.environ.get("IMPORT_RUN_MAX_MEMORY_BYTES", 4 * 2**30))
 
 # Logs go to stderr (gunicorn's and Celery's log, `docker compose logs`): requests that fail
 # with their traceback (django.request), refused requests (django.security), the platform's own.

@@ -145,6 +145,10 @@ def run_import(set_id: int, path: Path, filename: str, report: bool = False) -> 
             errors.seek(0)
             raise LaunchError("file", _death(proc.returncode, errors.read().decode(
                 errors="replace"), filename, limits)) from None
+        except _ParserTimedOut:
+            raise LaunchError("file", f"{filename}: parsing it took longer than "
+                              f"{settings.PROMPT_IMPORT_MAX_SECONDS:,.0f} s, the limit "
+                              "(PROMPT_IMPORT_MAX_SECONDS)") from None
         finally:
             if proc.poll() is None:
                 os.killpg(proc.pid, signal.SIGKILL)
@@ -155,6 +159,10 @@ def run_import(set_id: int, path: Path, filename: str, report: bool = False) -> 
 
 
 class _ParserDied(Exception):
+    pass
+
+
+class _ParserTimedOut(Exception):
     pass
 
 
@@ -179,12 +187,16 @@ def _copy_frames(proc: subprocess.Popen[bytes], progress: _Progress | None) -> d
 
 def _frames(stream: IO[bytes], progress: _Progress | None) -> Iterator[tuple[bytes, bytes]]:
     """The child's frames until it closes stdout; a heartbeat while it is quiet (a large
-    batch decoding)."""
+    batch decoding). A child quiet past PROMPT_IMPORT_MAX_SECONDS in all is given up on: the
+    CPU limit cannot stop one that waits (a lock in a native library)."""
     fd = stream.fileno()
+    deadline = time.monotonic() + settings.PROMPT_IMPORT_MAX_SECONDS
     while True:
-        if progress is not None:
-            while not select.select([fd], [], [], PROGRESS_SECONDS)[0]:
+        while not select.select([fd], [], [], PROGRESS_SECONDS)[0]:
+            if progress is not None:
                 progress.beat()
+            if time.monotonic() > deadline:
+                raise _ParserTimedOut()
         header = _read(stream, FRAME_HEADER.size)
         if header is None:
             return
