@@ -120,7 +120,8 @@ def test_healthz_stays_answered_while_slow_clients_dribble(stack: tuple[Server, 
 
 def test_connections_per_address_are_limited(stack: tuple[Server, Server]) -> None:
     """Past RADA_CONN_PER_IP requests at once from one address, nginx answers 429 at once,
-    naming the limit; once they end, the address is served again."""
+    naming the limit, while other addresses are served; once they end, the address is served
+    again."""
     web, proxy = stack
     limit = int(compose_proxy_env()["RADA_CONN_PER_IP"])
     clients = SlowClients(proxy.port, header=0, body=limit + 8, every=0.5).start()
@@ -129,6 +130,9 @@ def test_connections_per_address_are_limited(stack: tuple[Server, Server]) -> No
             if len(clients.answers) >= 8:
                 break
             time.sleep(0.25)
+        # The address is at its limit; another address is served meanwhile.
+        assert probe(proxy.port)[0] == 429
+        assert probe(proxy.port, source="127.0.0.2")[0] == 200
     finally:
         clients.stop()
     refused = [a for a in clients.answers if a.startswith(b"HTTP/1.1 429")]
