@@ -16,7 +16,7 @@ length:
   which the parent streams into the database unread;
 - ``P``: progress, JSON ``{"rows": n, "fraction": f}`` (f: how far through the file, or null);
 - ``R``: the result, last: JSON ``{"rows": n, "digest": hex}``, or ``{"error": reason}`` naming
-  the line or row and the limit.
+  the line or row and the limit; with the process's peak resident size (``peak_rss_mib``).
 
 The parent (``experiments.services.prompt_import``) reports a child that dies without a result
 (a signal: the kernel's CPU limit) with the limits it ran under.
@@ -154,8 +154,22 @@ def main(argv: list[str] | None = None) -> int:
     except CpuLimitReached:
         result = {"error": f"{args.filename}: parsing it took more than {cpu:,} s of CPU time, "
                            "the limit (PROMPT_IMPORT_MAX_CPU_SECONDS)"}
+    result["peak_rss_mib"] = peak_rss_mib()
     write_frame(out, b"R", json.dumps(result).encode())
     return 0
+
+
+def peak_rss_mib() -> float | None:
+    """This process's peak resident size since it started its program (VmHWM; getrusage's
+    ru_maxrss also counts the parent's memory at the fork)."""
+    try:
+        with open("/proc/self/status") as fh:
+            for line in fh:
+                if line.startswith("VmHWM:"):
+                    return round(int(line.split()[1]) / 1024, 1)
+    except OSError:
+        pass
+    return None
 
 
 if __name__ == "__main__":

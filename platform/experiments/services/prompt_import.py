@@ -133,7 +133,7 @@ def run_import(set_id: int, path: Path, filename: str, report: bool = False) -> 
         progress = _Progress(set_id) if report else None
         try:
             with transaction.atomic():
-                result = _copy_frames(proc, progress)
+                result = _copy_frames(proc, progress, set_id)
                 if "error" in result:
                     raise LaunchError("file", str(result["error"]))
                 PromptSet.objects.filter(pk=set_id).update(
@@ -166,8 +166,10 @@ class _ParserTimedOut(Exception):
     pass
 
 
-def _copy_frames(proc: subprocess.Popen[bytes], progress: _Progress | None) -> dict[str, Any]:
-    """Stream the child's rows into ``COPY``; its result frame."""
+def _copy_frames(proc: subprocess.Popen[bytes], progress: _Progress | None,
+                 prompt_set_id: int) -> dict[str, Any]:
+    """Stream the child's rows into ``COPY``; its result frame (logged, with the child's
+    peak memory)."""
     with connection.cursor() as cursor, cursor.copy(
             "COPY experiments_prompt (prompt_set_id, index, text, answer, metadata) "
             "FROM STDIN") as copy:
@@ -178,6 +180,9 @@ def _copy_frames(proc: subprocess.Popen[bytes], progress: _Progress | None) -> d
                 progress.update(json.loads(payload))
             elif kind == b"R":
                 result = json.loads(payload)
+                log.info("prompt file parsed for set %s: %s; parser peak %s MiB", prompt_set_id,
+                         result.get("error") or f"{result.get('rows')} prompts",
+                         result.get("peak_rss_mib"))
                 if "error" in result:
                     # Leaving the block with an exception aborts the COPY.
                     raise LaunchError("file", str(result["error"]))
