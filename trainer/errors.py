@@ -81,7 +81,7 @@ def _message(exc: BaseException) -> str:
 
 def reason(exc: BaseException) -> str:
     """One plain line, the cause first: ``ValueError: device: ...`` and, when it came
-    wrapped, where (``(rank 1 of 2 raised it in begin_run; every rank was stopped)``)."""
+    wrapped, where (``(rank 1 of 2 failed in begin_run; every rank was stopped)``)."""
     root = root_cause(exc)
     head = _message(root)
     # ``type: text``, unless the text is already that (a message that names its type).
