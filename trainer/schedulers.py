@@ -39,60 +39,24 @@ from collections.abc import Callable, Hashable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
+from trainer.config import DEFAULT_SPECULATIVE_CAPACITY, EARLY_ROUNDS, SCHEDULERS
 from trainer.rewards import score_generations
 from trainer.sampler import AdaptiveSampler
 from trainer.seeds import derive_seed
-from trainer.types import Generation, Prompt, RoundStat
+from trainer.types import Generation, Prompt, RoundsOutcome, RoundStat, Scorer
 
 __all__ = ["EARLY_ROUNDS", "SCHEDULERS", "Batch", "BatchRule", "BatchesOutcome", "RequestEngine",
            "RoundsOutcome", "Scorer", "request_engine", "run_batches", "run_per_prompt",
            "run_rounds", "run_scheduler"]
 
-# The config's ``scheduler`` values (validated in trainer.config).
-SCHEDULERS = ("round", "per-prompt", "streaming")
-
-# The config's ``early_rounds`` values: when a prompt's next round may go in before its current
-# round is decided (``run_per_prompt``). ``round`` decides every round before the next.
-EARLY_ROUNDS = ("off", "certain", "speculative")
-# early_rounds = speculative: speculate while the engine runs fewer requests than this share of
-# its batch limit.
-DEFAULT_SPECULATIVE_CAPACITY = 0.5
+# The config's ``scheduler`` and ``early_rounds`` values and the default speculative capacity
+# are the config's (trainer.config), imported above for the schedulers' callers.
 
 # How often ``should_stop`` is polled while requests are in flight: a platform worker's check is
 # a database query, and an engine step can take microseconds (simulated) to milliseconds.
 STOP_POLL_S = 0.2
 # Backends whose engine takes and aborts single requests (``request_engine()``).
 REQUEST_BACKENDS = ("vllm", "simulated")
-
-# Rewards and per-response verifier errors of one prompt's responses (a scorer with
-# ``score_generations(prompt, generations)`` gets the generations too: trainer.rewards).
-Scorer = Callable[[Prompt, list[str]], tuple[list[float], list[str | None]]]
-
-
-@dataclass
-class RoundsOutcome:
-    """What ``run_rounds`` gathered. ``generations[i]`` and ``errors[i]`` are prompt i's pool in
-    observation order (the order ``SamplerResult`` calls the pool index)."""
-
-    generations: list[list[Generation]]
-    rewards: list[list[float]]
-    errors: list[list[str | None]]
-    round_stats: list[RoundStat]
-    cancelled: bool = False
-    time_generation: float = 0.0
-    time_scoring: float = 0.0
-    # Response tokens generated but never pooled: requests aborted by the streaming scheduler
-    # (or a cancel), responses that finished after their prompt had stopped, and early rounds
-    # of prompts that exited.
-    tokens_discarded: int = 0
-    # Early rounds (run_per_prompt): rounds submitted before the prompt's previous round was
-    # decided; of them, rounds aborted because the prompt exited after all (speculative only);
-    # and the largest head start one prompt's kept early rounds gained, summed along its chain
-    # of rounds, in the engine's seconds (how much sooner that prompt was done).
-    early_rounds_started: int = 0
-    early_rounds_discarded: int = 0
-    early_rounds_saved_s: float = 0.0
-
 
 def run_rounds(sampler: AdaptiveSampler, prompts: Sequence[Prompt], backend: object,
                score: Scorer, *, seed: int,

@@ -133,6 +133,7 @@ def simulate_step_time(algorithm: str, scheduler: str, pass_rates: Sequence[floa
     GPUs (``trainer.clustertime``); ``engine`` and ``update`` are the 1.5B's constants, scaled
     to ``model`` when it is another. ``early_rounds``: the config's (``auto``: each
     scheduler's default), with ``speculative_capacity`` (None: the config's default)."""
+    from trainer.algorithms import choose_batch
     from trainer.backends.simulated import SimulatedBackend
     from trainer.loop import make_scorer, sample_step
     from trainer.types import Prompt
@@ -162,7 +163,11 @@ def simulate_step_time(algorithm: str, scheduler: str, pass_rates: Sequence[floa
     early = []
     for step in range(1, steps + 1):
         before = backend.sim_seconds
-        sampled = sample_step(config, prompts, backend, scorer, step, state)
+        # The batch the algorithm selects (every prompt unless it selects fewer than B of
+        # them), in the pass rates' order.
+        chosen = sorted(choose_batch(config, prompts, step, state=state))
+        sampled = sample_step(config, [prompts[i] for i in chosen], backend, scorer, step,
+                              state, prompt_set=prompts, batch_indices=chosen)
         res, outcome = sampled.result, sampled.outcome
         lens = np.array([len(g.response_token_ids) for gs in outcome.generations for g in gs],
                         dtype=np.float64)
