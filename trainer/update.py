@@ -210,10 +210,11 @@ def update_policy(model: Any, optimizer: torch.optim.Optimizer, scheduler: Any,
             warnings.simplefilter("ignore", UserWarning)  # "scheduler.step() before optimizer"
             scheduler.step()
         if batch.prompt_stats:
-            metrics[PROMPT_STATS] = _Stats(batch, 1).result(shard, [])
+            metrics[PROMPT_STATS] = _Stats(batch, 1).result(shard, [[]])
         return metrics
     lengths = [len(r) for r in batch.response_ids]
-    plan, epochs = _plan(batch, config, seed, shard, lengths)
+    plan, mb_prompts = _plan(batch, config, seed, shard, lengths)
+    epochs = config.ppo_epochs
     inputs = _Inputs.prepare(model, batch, config, plan, pad_token_id, micro_batch_size, shard,
                              ref_model)
     metrics.update(inputs.gap)
@@ -230,25 +231,28 @@ def update_policy(model: Any, optimizer: torch.optim.Optimizer, scheduler: Any,
             warnings.simplefilter("ignore", UserWarning)
         scheduler.step()
     model.eval()
-    return done.metrics(metrics, shard, plan)
+    return done.metrics(metrics, shard, mb_prompts)
 
 
 def _plan(batch: UpdateBatch, config: Any, seed: int, shard: UpdateShard,
-          lengths: Sequence[int]) -> tuple[list[list[int]], int]:
+          lengths: Sequence[int]) -> tuple[list[list[int]], list[list[int]]]:
     """Every mini-batch of every epoch, as this process's part of it, planned up front (the
-    old log-probs are needed for every response this process will train on)."""
+    old log-probs are needed for every response this process will train on), and the prompts
+    of each whole mini-batch (the same on every process)."""
     groups = sorted(set(batch.groups))
     members: dict[int, list[int]] = {g: [] for g in groups}
     for i, g in enumerate(batch.groups):
         members[g].append(i)
     mb_prompts = config.ppo_mini_batch_size or len(groups)
     plan: list[list[int]] = []
+    prompts: list[list[int]] = []
     for epoch in range(config.ppo_epochs):
         order = np.random.default_rng([seed, epoch]).permutation(len(groups)).tolist()
         for start in range(0, len(groups), mb_prompts):
             idx = [i for k in order[start:start + mb_prompts] for i in members[groups[k]]]
             plan.append(shard.take(idx, lengths))
-    return plan, config.ppo_epochs
+            prompts.append([groups[k] for k in order[start:start + mb_prompts]])
+    return plan, prompts
 
 
 def _plan_positions(plan: list[list[int]], epochs: int) -> list[tuple[int, int]]:
@@ -336,7 +340,9 @@ class _Stats:
     def fresh(self) -> dict[str, np.ndarray]:
         return {k: np.zeros(self.P) for k in ("loss", "mass", "tokens", "seen")}
 
-    def result(self, shard: UpdateShard, plan: list[list[int]]) -> PromptUpdateStats:
+    def result(self, shard: UpdateShard, mb_prompts: list[list[int]]) -> PromptUpdateStats:
+        """The statistics, summed over the processes; ``mb_prompts``: the prompts of each
+        mini-batch of each epoch, in order (the same on every process)."""
         E, P = self.loss.shape
         flat = np.concatenate([self.loss.ravel(), self.mass.ravel(), self.tokens,
                                self.stepped.ravel()])
@@ -347,24 +353,16 @@ class _Stats:
         # A prompt trained by several processes is marked by each.
         stepped = total[2 * E * P + P:].reshape(E, P) > 0
         share = np.zeros((E, P))
-        groups = np.asarray(self.batch.groups, dtype=np.int64)
-        for e in range(E):
-            # The prompts of one mini-batch share its total: the plan is the same on every
-            # process, so the mini-batches are known here (each prompt in one per epoch).
-            for mb in _minibatch_prompts(plan, e, E, groups):
-                denom = mass[e, mb].sum()
-                if denom > 0:
-                    share[e, mb] = mass[e, mb] / denom
+        per_epoch = len(mb_prompts) // E
+        for k, members in enumerate(mb_prompts):
+            # The prompts of one mini-batch share its total (each prompt is in one per epoch).
+            e, mb = k // per_epoch, np.asarray(members, dtype=np.int64)
+            denom = mass[e, mb].sum()
+            if denom > 0:
+                share[e, mb] = mass[e, mb] / denom
         n = np.maximum(stepped.sum(axis=0), 1)
         return PromptUpdateStats(loss=loss.sum(axis=0) / n, grad_mass=mass.sum(axis=0) / n,
                                  grad_share=(share * stepped).sum(axis=0) / n, tokens=tokens)
-
-
-def _minibatch_prompts(plan: list[list[int]], epoch: int, epochs: int,
-                       groups: np.ndarray) -> list[np.ndarray]:
-    per_epoch = len(plan) // epochs if epochs else 0
-    return [np.unique(groups[plan[epoch * per_epoch + k]]) if plan[epoch * per_epoch + k]
-            else np.zeros(0, np.int64) for k in range(per_epoch)]
 
 
 class _Pass:
@@ -381,7 +379,7 @@ class _Pass:
         self.tis_on = False
 
     def metrics(self, metrics: dict[str, Any], shard: UpdateShard,
-                plan: list[list[int]]) -> dict[str, Any]:
+                mb_prompts: list[list[int]]) -> dict[str, Any]:
         for k, v in self.totals.items():
             metrics[k] = v / max(self.n_updates, 1)
         metrics["optimizer_steps"] = float(self.n_updates)
@@ -392,7 +390,7 @@ class _Pass:
             metrics["tis_weight_mean"] = tis_sum / max(tis_tokens, 1.0)
             metrics["tis_truncated_frac"] = tis_hit / max(tis_tokens, 1.0)
         if self.stats is not None:
-            metrics[PROMPT_STATS] = self.stats.result(shard, plan)
+            metrics[PROMPT_STATS] = self.stats.result(shard, mb_prompts)
         return metrics
 
 
