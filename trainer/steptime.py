@@ -114,7 +114,8 @@ class StepTime:
 
 def paper_pass_rates(batch_size: int, alpha: float, beta: float, seed: int) -> list[float]:
     """``batch_size`` pass rates drawn from Beta(alpha, beta), seeded."""
-    return np.random.default_rng([seed, seeds.PASS_RATES]).beta(alpha, beta, batch_size).tolist()
+    return np.random.default_rng([seed, seeds.TOOLS, seeds.PASS_RATES]).beta(
+        alpha, beta, batch_size).tolist()
 
 
 def simulate_step_time(algorithm: str, scheduler: str, pass_rates: Sequence[float], *,
