@@ -22,8 +22,9 @@ DELEGATED = {
                   "learning on the arithmetic task."),
     "eval": ("trainer.evaluate", "Evaluate a model: greedy accuracy, avg@k and pass@k."),
     "simulate-time": ("trainer.steptime", "A training step's wall time at the paper's scale "
-                      "(B=512, n=4, M=8, N=4) for grpo, ada-pos and ada-balance under each "
-                      "scheduler, on the simulated backend's engine-time model."),
+                      "(B=512, n=4, M=8, N=4) for the algorithms of the paper's Table 2 (or "
+                      "any registered one: --algorithms) under each scheduler, on the "
+                      "simulated backend's engine-time model."),
 }
 
 
