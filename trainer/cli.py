@@ -55,8 +55,10 @@ def build_parser(command: str | None = None) -> argparse.ArgumentParser:
                          "JSON.", description="Run sampling steps with the simulated backend "
                          "(Bernoulli rewards from per-prompt pass rates, which stay fixed: no "
                          "policy update) and print one JSON object: total_samples and per-prompt "
-                         "samples, rounds, kept counts and advantages (ada-est: also p_hat and "
-                         "allocated). With --steps K > 1 the object holds a list of K steps.")
+                         "samples, rounds, kept counts and advantages (an algorithm that "
+                         "allocates, Est: also p_hat and allocated). Each step samples the batch "
+                         "the algorithm selects, of B = every pass rate unless --set "
+                         "batch_size=B. With --steps K > 1 the object holds a list of K steps.")
     sim.add_argument("--algorithm", required=True, choices=ALGORITHMS)
     sim.add_argument("--pass-rates", required=True, metavar="FILE",
                      help="one pass rate in [0, 1] per line, one prompt per line")
@@ -64,7 +66,8 @@ def build_parser(command: str | None = None) -> argparse.ArgumentParser:
     sim.add_argument("--samples-per-round", type=int, default=8, help="M (default 8)")
     sim.add_argument("--max-rounds", type=int, default=4, help="N (default 4)")
     sim.add_argument("--steps", type=int, default=1,
-                     help="steps to simulate (default 1); ada-est's estimator carries over")
+                     help="steps to simulate (default 1); an algorithm's persistent state "
+                     "(Est's estimator) carries over")
     sim.add_argument("--set", action="append", default=[], metavar="FIELD=VALUE",
                      help="any other TrainConfig field, e.g. --set K_pos=16 or --set "
                      "budget_per_prompt=16 (repeatable; values are TOML: 0.9, true, 'inv')")

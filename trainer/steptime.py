@@ -448,10 +448,11 @@ def _inputs(args: argparse.Namespace) -> _Inputs:
     for name in ("correct", "wrong"):
         if not 0 < getattr(lengths, name) <= 1:
             raise ConfigError("length", f"{name} must be within (0, 1]")
-    # Config-level checks (M >= n, ...) before minutes of simulation.
-    TrainConfig(algorithm="ada-balance", backend="simulated",
-                group_size=args.group_size, samples_per_round=args.samples_per_round,
-                max_rounds=args.max_rounds, batch_size=len(rates)).validate()
+    # Each algorithm's config checks (Seq: M >= n, ...) before minutes of simulation.
+    for algorithm in algorithms:
+        TrainConfig(algorithm=algorithm, backend="simulated", group_size=args.group_size,
+                    samples_per_round=args.samples_per_round, max_rounds=args.max_rounds,
+                    batch_size=len(rates)).validate()
     return _Inputs(rates, algorithms, schedulers, early_rounds, engine, lengths, cluster)
 
 

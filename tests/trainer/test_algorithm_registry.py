@@ -211,3 +211,36 @@ def test_what_a_toy_keeps_is_what_simulate_prints(toy: Algorithm) -> None:
         kept = row["kept_positives"] + row["kept_negatives"]
         assert kept == (0 if dropped else 4) == len(row["advantages"]), row
     assert sum(r["positives"] == 0 or r["negatives"] == 0 for r in rows) >= 2
+
+
+PLUGIN = '''
+from trainer.algorithms import GRPO, Algorithm, Option, register_algorithm
+import dataclasses
+
+register_algorithm(dataclasses.replace(
+    GRPO, name="plugin-grpo", label="Plugin GRPO", help="a deployment's own", baseline=False,
+    label_shows_group_size=False, preflight_group_sizes=(),
+    options=(Option("plugin_knob", 3, "Plugin: a knob.", "knobs", ge=1, le=9),)))
+'''
+
+
+def test_a_deployment_registers_its_own_algorithm_by_environment(tmp_path: Path) -> None:
+    """RADA_ALGORITHMS names modules that every process importing the trainer imports after the
+    built-ins: the config's choices, the help text and docs/config.md list the algorithm."""
+    import os
+    import subprocess
+    import sys
+
+    (tmp_path / "my_algorithm.py").write_text(PLUGIN)
+    env = {**os.environ, "RADA_ALGORITHMS": "my_algorithm",
+           "PYTHONPATH": os.pathsep.join([str(tmp_path), str(ROOT)])}
+    code = ("from trainer.config import ALGORITHMS, TrainConfig, field_specs\n"
+            "print(list(ALGORITHMS)[-1], TrainConfig(algorithm='plugin-grpo').plugin_knob)\n"
+            "print('plugin-grpo (a deployment' in field_specs()[0]['help'])\n")
+    out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True,
+                         cwd=tmp_path)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.split() == ["plugin-grpo", "3", "True"]
+    docs = subprocess.run([sys.executable, "-m", "trainer", "config-docs"], env=env,
+                          capture_output=True, text=True, cwd=tmp_path)
+    assert "| `plugin_knob` | `3` | [1, 9] | knobs | Plugin: a knob. |" in docs.stdout
