@@ -21,7 +21,7 @@ import dataclasses
 import math
 import sys
 import tomllib
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Collection, Iterator, Mapping
 from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any
@@ -98,6 +98,30 @@ class ConfigError(ValueError):
         super().__init__(f"{field_name}: {reason}")
         self.field = field_name
         self.reason = reason
+
+
+@dataclass(frozen=True)
+class CrossCheck:
+    """A check of a relation between config keys (M >= n, mini-batch <= B), as (field,
+    reason) pairs. It runs only when every one of ``inputs`` passed its own checks (type,
+    bounds, choices, and the caller's: a launch form field that did not parse): an error
+    derived from a value already reported wrong only repeats it, as "ppo_mini_batch_size: must
+    be <= batch_size (-5)" did. ``inputs`` must name every key ``check`` reads (fields and
+    options alike).
+
+    ``example``: values over the defaults (and the algorithm's name, for an algorithm's check)
+    that fail the check. tests/trainer/test_cross_checks.py makes every check fail with it, then
+    breaks each input in turn and asserts the check, and every other derived error, goes
+    quiet. Everyone's checks are ``CROSS_CHECKS``; an algorithm's own, its record's
+    ``config_checks``."""
+
+    inputs: tuple[str, ...]
+    check: Callable[[TrainConfig], Iterator[tuple[str, str]]]
+    example: Mapping[str, Any]
+
+    @property
+    def name(self) -> str:
+        return getattr(self.check, "__name__", repr(self.check))
 
 
 def _f(default: Any, help: str, group: str, unit: str = "", *, ge: float | None = None,
@@ -391,102 +415,55 @@ class TrainConfig:
             raise errors[0]
         return self
 
-    def errors(self) -> list[ConfigError]:
+    def errors(self, invalid: Collection[str] = ()) -> list[ConfigError]:
         """Every invalid field or option, each a ``ConfigError`` naming it, so that a form can
-        show them all at once. A value of the wrong type is reported once: the other checks run
-        with that key at its default (they compare values)."""
+        show them all at once: first each key's own checks (type, bounds, choices, paths), then
+        the checks across keys (``cross_checks``), each only where every one of its inputs
+        passed its own, and none of them is in ``invalid`` (keys the caller found wrong before
+        the config was built: a launch form's input that did not parse). A derived error about
+        a value already reported wrong would only repeat it."""
         wrong_type = {name: e for name, typ, _ in _settings()
                       for e in _type_errors(name, getattr(self, name), typ)}
         checked = self
         if wrong_type:
-            names = {f.name for f in fields(self)}
+            # The other checks compare values: they see the wrong ones at their defaults.
             checked = dataclasses.replace(
                 self, **{f.name: f.default for f in fields(self) if f.name in wrong_type},
                 options={k: v for k, v in self.options.items() if k not in wrong_type})
-            assert not (set(wrong_type) - names - set(_options())), wrong_type
-        return [*wrong_type.values(),
-                *(e for e in checked._value_errors() if e.field not in wrong_type)]
+        own = [*wrong_type.values(),
+               *(e for e in checked._field_errors() if e.field not in wrong_type)]
+        skip = {e.field for e in own} | set(invalid)
+        derived = [ConfigError(name, reason) for check in checked.cross_checks()
+                   if skip.isdisjoint(check.inputs) for name, reason in check.check(checked)]
+        return own + derived
 
-    def _value_errors(self) -> Iterator[ConfigError]:
+    def cross_checks(self) -> list[CrossCheck]:
+        """The checks across fields that apply to this config: everyone's (``CROSS_CHECKS``)
+        and its algorithm's (``Algorithm.config_checks``)."""
+        record = self.algorithm_record
+        return [*CROSS_CHECKS, *(record.config_checks if record is not None else ())]
+
+    def _field_errors(self) -> Iterator[ConfigError]:
+        """Each field's checks of its own value (choices, bounds, paths): nothing here reads a
+        second field."""
         for name, choices in CHOICE_FIELDS.items():
             yield from _choice(name, getattr(self, name), choices)
-        yield from self._scheduler_errors()
         out_of_bounds = set()
         for name, _, bounds in _settings():
             for error in _bound_errors(name, getattr(self, name), bounds):
                 out_of_bounds.add(name)
                 yield error
-        record = self.algorithm_record
-        if record is not None:
-            # The algorithm's own checks (Seq: M >= n, M x N within the smallint columns, exit
-            # counts that can be met; Est: an allocation that can sum to its budget).
-            for name, reason in record.config_errors(self, out_of_bounds):
-                yield ConfigError(name, reason)
-        if self.ppo_mini_batch_size > self.batch_size:
-            yield ConfigError("ppo_mini_batch_size", f"must be <= batch_size ({self.batch_size})")
-        if self.overlong_buffer_len > self.max_new_tokens and "max_new_tokens" not in \
-                out_of_bounds:
-            yield ConfigError("overlong_buffer_len", f"must be <= max_new_tokens "
-                              f"({self.max_new_tokens:,}): the buffer is the last tokens before "
-                              f"it; got {self.overlong_buffer_len:,}")
-        if self.task_min_digits > self.task_max_digits:
-            yield ConfigError("task_max_digits",
-                              "need 1 <= task_min_digits <= task_max_digits <= 9")
-        if (BUILTIN_LONG_TASK in (self.prompts, self.eval_prompts)
-                and self.task_max_digits > LONG_MAX_DIGITS):
-            yield ConfigError("task_max_digits", f"must be <= {LONG_MAX_DIGITS} with "
-                              f"{BUILTIN_LONG_TASK} (8 operands and their sums must fit the tiny "
-                              f"model's 128 positions), got {self.task_max_digits}")
         for name in ("model", "prompts", "eval_prompts"):
             yield from _path_errors(name, getattr(self, name))
-        if (self.model != BUILTIN_MODEL and self.backend != "simulated"
-                and _path_ok(self.model)):
-            if not (Path(self.model) / "config.json").is_file():
-                yield ConfigError("model", f"no Hugging Face model directory (config.json) at "
-                                  f"{self.model!r}; use {BUILTIN_MODEL} or a local directory")
         for name in ("prompts", "eval_prompts"):
             value = getattr(self, name)
             if value and value not in BUILTIN_TASKS and _path_ok(value) \
                     and not Path(value).is_file():
                 yield ConfigError(name, f"no such file: {value!r} (use {BUILTIN_TASK}, "
                                   f"{BUILTIN_LONG_TASK} or a JSONL/Parquet file)")
-        yield from self._distributed_errors()
-        if self.tis_cap and self.tis_cap < 1.0:
+        if "tis_cap" not in out_of_bounds and self.tis_cap and self.tis_cap < 1.0:
             yield ConfigError("tis_cap", "must be 0 (off) or >= 1 (a cap below 1 would shrink "
                               "every token's weight)")
-
-    def _scheduler_errors(self) -> Iterator[ConfigError]:
-        if self.scheduler == "round" and self.early_rounds in EARLY_ROUNDS[1:]:
-            why = ("the hf backend draws a whole batch in one generate call" if self.backend == "hf"
-                   else "it decides every prompt's round t before round t+1 goes in")
-            yield ConfigError("early_rounds", f"the round scheduler accepts only 'off', got "
-                              f"{self.early_rounds!r}: {why}; early rounds need scheduler "
-                              "per-prompt or streaming (backend vllm or simulated)")
-        if self.scheduler == "round" or self.scheduler not in SCHEDULERS:
-            return
-        if self.backend == "hf":
-            yield ConfigError("scheduler", f"the hf backend supports only 'round', got "
-                              f"{self.scheduler!r}: transformers' generate draws a whole batch "
-                              "at once, while per-prompt and streaming submit and abort single "
-                              "requests (backend vllm or simulated)")
-        record = self.algorithm_record
-        if record is not None and record.schedulers is not None \
-                and self.scheduler not in record.schedulers:
-            only = ", ".join(f"'{s}'" for s in record.schedulers)
-            yield ConfigError("scheduler", f"{record.name} supports only {only}, got "
-                              f"{self.scheduler!r}: {record.schedulers_reason}")
-
-    def _distributed_errors(self) -> Iterator[ConfigError]:
-        if self.world_size <= 1:
-            return
-        if self.backend != "vllm":
-            # A rank generates with its own engine; hf's generate is the policy itself (no
-            # separate replica to gather the shards into) and simulated has no policy.
-            yield ConfigError("world_size", f"world_size > 1 needs backend 'vllm' (each rank's "
-                              f"own engine), got backend {self.backend!r}")
-        if self.kl_coef > 0:
-            yield ConfigError("kl_coef", "the KL penalty needs a reference policy, which the "
-                              "distributed path does not shard yet: 0 with world_size > 1")
 
     # ------------------------------------------------------------------------------------------
     @classmethod
@@ -511,9 +488,10 @@ class TrainConfig:
         return cls(**before, **{k: v for k, v in data.items() if k in known})
 
     @classmethod
-    def dict_errors(cls, data: dict[str, Any]) -> list[ConfigError]:
+    def dict_errors(cls, data: dict[str, Any], invalid: Collection[str] = ()
+                    ) -> list[ConfigError]:
         """Every error ``from_dict(data)`` would raise the first of: unknown keys, then
-        ``errors()`` of the known ones."""
+        ``errors(invalid)`` of the known ones."""
         known = set(config_keys())
         unknown = []
         for key in data:
@@ -521,7 +499,7 @@ class TrainConfig:
                 close = [k for k in known if _similar(k, key)]
                 hint = f" (did you mean {close[0]!r}?)" if close else ""
                 unknown.append(ConfigError(key, f"unknown key{hint}"))
-        return unknown + cls(**{k: v for k, v in data.items() if k in known}).errors()
+        return unknown + cls(**{k: v for k, v in data.items() if k in known}).errors(invalid)
 
     @classmethod
     def from_toml(cls, path: str | Path) -> TrainConfig:
@@ -589,6 +567,105 @@ class TrainConfig:
         """Fields whose values differ, as {name: (self's, other's)}."""
         a, b = self.to_dict(), other.to_dict()
         return {k: (a[k], b[k]) for k in a if a[k] != b[k]}
+
+
+# --- checks across fields ---------------------------------------------------------------------
+# Each reads only its inputs and runs only when they all passed their own checks
+# (``TrainConfig.errors``); an algorithm's own are in its record (``Algorithm.config_checks``).
+
+def early_rounds_need_per_prompt(c: TrainConfig) -> Iterator[tuple[str, str]]:
+    if c.scheduler == "round" and c.early_rounds in EARLY_ROUNDS[1:]:
+        why = ("the hf backend draws a whole batch in one generate call" if c.backend == "hf"
+               else "it decides every prompt's round t before round t+1 goes in")
+        yield "early_rounds", (f"the round scheduler accepts only 'off', got "
+                               f"{c.early_rounds!r}: {why}; early rounds need scheduler "
+                               "per-prompt or streaming (backend vllm or simulated)")
+
+
+def scheduler_needs_requests(c: TrainConfig) -> Iterator[tuple[str, str]]:
+    if c.scheduler != "round" and c.backend == "hf":
+        yield "scheduler", (f"the hf backend supports only 'round', got {c.scheduler!r}: "
+                            "transformers' generate draws a whole batch at once, while "
+                            "per-prompt and streaming submit and abort single requests "
+                            "(backend vllm or simulated)")
+
+
+def algorithm_schedulers(c: TrainConfig) -> Iterator[tuple[str, str]]:
+    record = c.algorithm_record
+    if record is not None and record.schedulers is not None \
+            and c.scheduler not in record.schedulers:
+        only = ", ".join(f"'{s}'" for s in record.schedulers)
+        yield "scheduler", (f"{record.name} supports only {only}, got {c.scheduler!r}: "
+                            f"{record.schedulers_reason}")
+
+
+def mini_batch_within_batch(c: TrainConfig) -> Iterator[tuple[str, str]]:
+    if c.ppo_mini_batch_size > c.batch_size:
+        yield "ppo_mini_batch_size", (f"must be <= batch_size ({c.batch_size:,}), got "
+                                      f"{c.ppo_mini_batch_size:,}")
+
+
+def overlong_buffer_within_response(c: TrainConfig) -> Iterator[tuple[str, str]]:
+    if c.overlong_buffer_len > c.max_new_tokens:
+        yield "overlong_buffer_len", (f"must be <= max_new_tokens ({c.max_new_tokens:,}): the "
+                                      f"buffer is the last tokens before it; got "
+                                      f"{c.overlong_buffer_len:,}")
+
+
+def task_digits_ordered(c: TrainConfig) -> Iterator[tuple[str, str]]:
+    if c.task_min_digits > c.task_max_digits:
+        yield "task_max_digits", (f"must be >= task_min_digits ({c.task_min_digits}), got "
+                                  f"{c.task_max_digits}")
+
+
+def long_task_digits(c: TrainConfig) -> Iterator[tuple[str, str]]:
+    if BUILTIN_LONG_TASK in (c.prompts, c.eval_prompts) and c.task_max_digits > LONG_MAX_DIGITS:
+        yield "task_max_digits", (f"must be <= {LONG_MAX_DIGITS} with {BUILTIN_LONG_TASK} (8 "
+                                  f"operands and their sums must fit the tiny model's 128 "
+                                  f"positions), got {c.task_max_digits}")
+
+
+def model_directory(c: TrainConfig) -> Iterator[tuple[str, str]]:
+    # The simulated backend loads no model: any name is a label.
+    if c.model != BUILTIN_MODEL and c.backend != "simulated" \
+            and not (Path(c.model) / "config.json").is_file():
+        yield "model", (f"no Hugging Face model directory (config.json) at {c.model!r}; use "
+                        f"{BUILTIN_MODEL} or a local directory")
+
+
+def ranks_need_vllm(c: TrainConfig) -> Iterator[tuple[str, str]]:
+    if c.world_size > 1 and c.backend != "vllm":
+        # A rank generates with its own engine; hf's generate is the policy itself (no
+        # separate replica to gather the shards into) and simulated has no policy.
+        yield "world_size", (f"world_size > 1 needs backend 'vllm' (each rank's own engine), "
+                             f"got backend {c.backend!r}")
+
+
+def ranks_without_kl(c: TrainConfig) -> Iterator[tuple[str, str]]:
+    if c.world_size > 1 and c.kl_coef > 0:
+        yield "kl_coef", ("the KL penalty needs a reference policy, which the distributed path "
+                          "does not shard yet: 0 with world_size > 1")
+
+
+CROSS_CHECKS: list[CrossCheck] = [
+    CrossCheck(("scheduler", "early_rounds", "backend"), early_rounds_need_per_prompt,
+               {"early_rounds": "certain"}),
+    CrossCheck(("scheduler", "backend"), scheduler_needs_requests, {"scheduler": "per-prompt"}),
+    CrossCheck(("algorithm", "scheduler"), algorithm_schedulers,
+               {"algorithm": "ada-est", "backend": "simulated", "scheduler": "per-prompt"}),
+    CrossCheck(("ppo_mini_batch_size", "batch_size"), mini_batch_within_batch,
+               {"ppo_mini_batch_size": 64}),
+    CrossCheck(("overlong_buffer_len", "max_new_tokens"), overlong_buffer_within_response,
+               {"overlong_buffer_len": 32}),
+    CrossCheck(("task_min_digits", "task_max_digits"), task_digits_ordered,
+               {"task_min_digits": 3, "task_max_digits": 2}),
+    CrossCheck(("prompts", "eval_prompts", "task_max_digits"), long_task_digits,
+               {"prompts": BUILTIN_LONG_TASK, "task_max_digits": 5}),
+    CrossCheck(("model", "backend"), model_directory, {"model": "/no/such/model"}),
+    CrossCheck(("world_size", "backend"), ranks_need_vllm, {"world_size": 2}),
+    CrossCheck(("world_size", "kl_coef"), ranks_without_kl,
+               {"world_size": 2, "backend": "vllm", "kl_coef": 0.1}),
+]
 
 
 def resolve_rollout_dtype(dtype: str, device: str) -> str:
@@ -717,7 +794,10 @@ def config_reference() -> str:
              f"{MAX_SAMPLES_PER_PROMPT:,} responses per prompt; paths are at most "
              f"{MAX_PATH_CHARS:,} characters ({MAX_NAME_CHARS} per component). The platform "
              "also caps a step's work per queue, `max_samples_per_step x max_new_tokens` "
-             "(B x M x N x max_new_tokens for Seq), with the `RUN_MAX_STEP_TOKENS` setting.", "",
+             "(B x M x N x max_new_tokens for Seq), with the `RUN_MAX_STEP_TOKENS` setting. A "
+             "check across fields (`ppo_mini_batch_size <= batch_size`) is made only where the "
+             "fields it reads passed their own checks: a value out of bounds is one error, on "
+             "its field.", "",
              "| field | default | bounds | unit | meaning |", "| --- | --- | --- | --- | --- |"]
     specs = field_specs()
     for spec in (s for s in specs if "algorithm" not in s):

@@ -24,6 +24,7 @@ from tests.platform.dashboard_fixtures import make_prompt_set
 from trainer import train
 from trainer.algorithms import (
     Algorithm,
+    CrossCheck,
     Option,
     register_algorithm,
     sample_batch,
@@ -57,8 +58,8 @@ def max_variance(pools: SamplerResult, n: int, seed: int) -> np.ndarray:
     return kept
 
 
-def draws_at_least_n(c: TrainConfig, invalid: set[str]) -> Iterator[tuple[str, str]]:
-    if c.toy_pods_draws < c.group_size and "toy_pods_draws" not in invalid:
+def draws_at_least_n(c: TrainConfig) -> Iterator[tuple[str, str]]:
+    if c.toy_pods_draws < c.group_size:
         yield "toy_pods_draws", f"must be >= group_size ({c.group_size}), got {c.toy_pods_draws}"
 
 
@@ -66,7 +67,8 @@ TOY = Algorithm(
     name="toy-pods", label="Toy PODS", help="draw toy_pods_draws, keep the n of most variance",
     sampling="group", sample_step=sample_batch, draws=lambda c: c.toy_pods_draws,
     keep=max_variance, advantage="group", std_normalize=True, options=(DRAWS,),
-    config_errors=draws_at_least_n,
+    config_checks=(CrossCheck(("toy_pods_draws", "group_size"), draws_at_least_n,
+                              {"toy_pods_draws": 2}),),
     max_samples_per_prompt=lambda c: c.toy_pods_draws,
     max_samples_per_step=lambda c: c.batch_size * c.toy_pods_draws,
     step_shape="batch_size x toy_pods_draws", summary_fields=("group_size", "toy_pods_draws"))

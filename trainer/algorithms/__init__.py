@@ -13,6 +13,7 @@ from trainer.algorithms.base import (
     SAMPLING_KINDS,
     Algorithm,
     BatchContext,
+    CrossCheck,
     SampledStep,
     StepContext,
     UnknownAlgorithm,
@@ -44,7 +45,7 @@ for _record in (GRPO, DAPO, SEQ_POS, SEQ_BALANCE, EST):
 load_plugins()
 
 __all__ = ["ALGORITHM_NAMES", "DAPO", "EST", "GRPO", "SAMPLING_KINDS", "SEQ_BALANCE", "SEQ_POS",
-           "Algorithm", "BatchContext", "Option", "SampledStep", "StepContext",
+           "Algorithm", "BatchContext", "CrossCheck", "Option", "SampledStep", "StepContext",
            "UnknownAlgorithm", "UpdateFeedback", "algorithms", "balanced_target", "baseline",
            "choose_batch", "get_algorithm", "is_algorithm", "own_batch", "register_algorithm",
            "sample_batch", "sample_rounds", "step_metric_declarations", "unregister_algorithm"]

@@ -34,14 +34,14 @@ records.
 from __future__ import annotations
 
 import re
-from collections.abc import Callable, Collection, Iterator, Mapping, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from trainer import seeds
-from trainer.config import config_fields
+from trainer.config import CrossCheck, config_fields
 from trainer.options import Option
 from trainer.registry import (
     ALGORITHM_NAMES,
@@ -70,6 +70,7 @@ if TYPE_CHECKING:
     from trainer.visits import PromptVisits
 
 __all__ = ["ALGORITHM_NAMES", "MAX_NAME_CHARS", "SAMPLING_KINDS", "Algorithm", "BatchContext",
+           "CrossCheck",
            "SampledStep", "StepContext", "UnknownAlgorithm", "UpdateFeedback", "algorithms",
            "balanced_target", "baseline", "choose_batch", "get_algorithm", "is_algorithm",
            "own_batch", "register_algorithm", "step_metric_declarations",
@@ -80,9 +81,6 @@ __all__ = ["ALGORITHM_NAMES", "MAX_NAME_CHARS", "SAMPLING_KINDS", "Algorithm", "
 ExitRule = Callable[[np.ndarray, np.ndarray, int, int], np.ndarray]
 # (resolved, positives, pool sizes, n) -> how many positives each prompt's update group aims for.
 PositiveTarget = Callable[[np.ndarray, np.ndarray, np.ndarray, int], np.ndarray]
-# A config -> (field, reason) pairs of what is invalid for this algorithm; ``invalid`` holds the
-# fields already reported out of bounds (a derived check on them would say nothing more).
-ConfigCheck = Callable[["TrainConfig", "set[str]"], Iterator[tuple[str, str]]]
 # (the step's pools with nothing kept, n, the step's down-sample seed) -> which samples the
 # update takes (a bool per sample), or (that, a loss weight per sample).
 KeepRule = Callable[["SamplerResult", int, int], "np.ndarray | tuple[np.ndarray, np.ndarray]"]
@@ -205,10 +203,6 @@ def no_extra_metrics(config: TrainConfig, result: SamplerResult,
     return {}
 
 
-def no_config_errors(config: TrainConfig, invalid: set[str]) -> Iterator[tuple[str, str]]:
-    return iter(())
-
-
 def no_sampler_options(config: TrainConfig) -> dict[str, Any]:
     return {}
 
@@ -221,7 +215,7 @@ class Algorithm:
     common case: the step's batch through the scheduler and the ``AdaptiveSampler``).
     The sampler reads ``exit_rule``, ``default_exit_counts``, ``sampling``, ``draws``,
     ``keep`` (or ``downsample`` and ``positive_target``), ``advantage``, ``std_normalize`` and
-    ``sampler_options``."""
+    ``sampler_options``; config validation ``options`` and ``config_checks``."""
 
     name: str                       # the config's ``algorithm`` value (MAX_NAME_CHARS)
     label: str                      # how the dashboard names it
@@ -267,7 +261,9 @@ class Algorithm:
     after_update: Callable[[UpdateFeedback], None] | None = None
     # Its own config keys, beside TrainConfig's fields (``trainer.options.Option``).
     options: tuple[Option, ...] = ()
-    config_errors: ConfigCheck = no_config_errors
+    # Its own checks across config keys (Seq: M >= n, exit counts that can be met; Est: an
+    # allocation that can meet its budget; ``trainer.config.CrossCheck``).
+    config_checks: tuple[CrossCheck, ...] = ()
     schedulers: tuple[str, ...] | None = None   # None: every scheduler
     schedulers_reason: str = ""     # why only ``schedulers``, for the config error
     label_shows_group_size: bool = False   # GRPO n=16 is another budget, not another n

@@ -17,7 +17,7 @@ from trainer import seeds
 from trainer.algorithms.base import Algorithm, SampledStep, StepContext
 from trainer.algorithms.sampling import sample_rounds
 from trainer.allocation import Allocation, PassRateEstimator, plan_allocation
-from trainer.config import MAX_SAMPLES_PER_PROMPT
+from trainer.config import MAX_SAMPLES_PER_PROMPT, CrossCheck
 from trainer.options import Option
 from trainer.types import count, fraction
 
@@ -82,21 +82,36 @@ def est_metrics(config: TrainConfig, res: SamplerResult,
             "alloc_scale": float(allocation.scale)}
 
 
-def est_config_errors(c: TrainConfig, invalid: set[str]) -> Iterator[tuple[str, str]]:
-    counts = (c.budget_per_prompt, c.est_min_samples, c.est_max_samples)
-    if min(counts) < 1:
-        pass  # reported as "must be within [1, ...]" on the option itself
-    elif not c.est_min_samples <= c.est_max_samples:
+def est_counts_ordered(c: TrainConfig) -> Iterator[tuple[str, str]]:
+    if c.est_min_samples > c.est_max_samples:
         yield "est_max_samples", (f"must be >= est_min_samples ({c.est_min_samples}), got "
                                   f"{c.est_max_samples}")
-    elif not c.est_min_samples <= c.budget_per_prompt <= c.est_max_samples:
+
+
+def est_budget_reachable(c: TrainConfig) -> Iterator[tuple[str, str]]:
+    # With N_min > N_max est_counts_ordered says so: an empty interval would say nothing more.
+    if c.est_min_samples <= c.est_max_samples \
+            and not c.est_min_samples <= c.budget_per_prompt <= c.est_max_samples:
         # Otherwise no allocation within [N_min, N_max] sums to the budget.
         yield "budget_per_prompt", (f"must be within [est_min_samples, est_max_samples] = "
                                     f"[{c.est_min_samples}, {c.est_max_samples}], got "
                                     f"{c.budget_per_prompt}")
-    if c.est_alpha >= 0 and c.est_beta >= 0 and c.est_alpha + c.est_beta <= 0:
+
+
+def est_prior_proper(c: TrainConfig) -> Iterator[tuple[str, str]]:
+    if c.est_alpha + c.est_beta <= 0:
         # p-hat of a prompt never sampled would be 0/0.
         yield "est_beta", "est_alpha + est_beta must be > 0"
+
+
+# Est's own checks across its options (they say nothing about another algorithm's run).
+EST_CHECKS = (
+    CrossCheck(("est_min_samples", "est_max_samples"), est_counts_ordered,
+               {"est_min_samples": 40}),
+    CrossCheck(("budget_per_prompt", "est_min_samples", "est_max_samples"),
+               est_budget_reachable, {"budget_per_prompt": 1}),
+    CrossCheck(("est_alpha", "est_beta"), est_prior_proper, {"est_alpha": 0.0, "est_beta": 0.0}),
+)
 
 
 def est_sampler_options(c: TrainConfig) -> dict[str, Any]:
@@ -120,7 +135,7 @@ EST = Algorithm(
                              "samples per unit weight", "allocation scale c")},
     extra_metrics=est_metrics,
     make_state=PassRateEstimator.from_config, state_key=ESTIMATOR_STATE,
-    options=OPTIONS, config_errors=est_config_errors, schedulers=("round",),
+    options=OPTIONS, config_checks=EST_CHECKS, schedulers=("round",),
     schedulers_reason="it draws a single round with per-prompt sample counts, so there is no "
                       "later round to start early and no exit rule to stream",
     summary_fields=("group_size", "budget_per_prompt"))

@@ -6,7 +6,7 @@ from django.db import migrations, models
 class Migration(migrations.Migration):
 
     dependencies = [
-        ('experiments', '0013_run_outage_step'),
+        ('experiments', '0014_run_sweep_retry'),
     ]
 
     operations = [
