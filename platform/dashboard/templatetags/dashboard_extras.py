@@ -67,14 +67,15 @@ def count(value: float | int | None, noun: str) -> str:
 
 
 @register.simple_tag
-def mean_ci(row: dict[str, Any], column: str, digits: int = 3) -> str:
-    """``row[column] ± row[column_ci95]`` with ``digits`` decimals ("–" when unknown); the
-    half-width is left out when there is none (a single seed)."""
+def mean_ci(row: dict[str, Any], column: str, digits: int = 3, unit: str = "") -> str:
+    """``row[column] ± row[column_ci95]`` with ``digits`` decimals, then ``unit`` ("–" alone
+    when unknown); the half-width is left out when there is none (a single seed)."""
     mean, half = row.get(column), row.get(f"{column}_ci95")
     if mean is None:
         return "–"
     text = f"{mean:,.{digits}f}"
-    return text + (f" ± {half:,.{digits}f}" if half is not None else "")
+    text += f" ± {half:,.{digits}f}" if half is not None else ""
+    return f"{text} {unit}" if unit else text
 
 
 @register.filter
