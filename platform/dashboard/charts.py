@@ -1036,13 +1036,25 @@ def estimate_chart(name: str, estimate: Any, context: dict[str, Any]) -> Fig:
     if name == "budget":
         bxn = context["bxn"]
         labels = [r["label"] for r in rows]
-        # Horizontal bars: the algorithms' names read without rotation.
+        points = [r["samples_per_step"] for r in rows]
+        # Rows stored before the interval existed are recomputed (preflight._current).
+        low = [r.get("samples_per_step_low", p) for r, p in zip(rows, points, strict=True)]
+        high = [r.get("samples_per_step_high", p) for r, p in zip(rows, points, strict=True)]
+        # Horizontal bars: the algorithms' names read without rotation; the whiskers are each
+        # figure's 95% interval over the sampled prompts (none for a fixed budget).
         data = [
-            {"type": "bar", "orientation": "h", "name": "expected samples per step",
-             "y": labels, "x": [round(r["samples_per_step"], 1) for r in rows],
+            {"type": "bar", "orientation": "h",
+             "name": "expected samples per step (whisker: 95% interval over the sampled prompts)",
+             "y": labels, "x": [round(p, 1) for p in points],
+             "error_x": {"type": "data", "symmetric": False, "color": "#1d2330",
+                         "array": [round(h - p, 1) for h, p in zip(high, points, strict=True)],
+                         "arrayminus": [round(p - lo, 1)
+                                        for lo, p in zip(low, points, strict=True)]},
+             "customdata": [[round(lo), round(h)] for lo, h in zip(low, high, strict=True)],
              "text": [f"{r['multiple_of_grpo']:.2f}x" for r in rows], "textposition": "outside",
              "cliponaxis": False, "marker": {"color": PALETTE[0]},
-             "hovertemplate": "%{y}: %{x:.0f} samples per step (%{text} B x n)<extra></extra>"},
+             "hovertemplate": "%{y}: %{x:.0f} samples per step (%{text} B x n; 95%: "
+                              "%{customdata[0]}-%{customdata[1]})<extra></extra>"},
             {"type": "scatter", "mode": "lines", "name": f"GRPO budget B x n = {bxn} samples",
              "y": labels, "x": [bxn] * len(rows),
              "line": {"color": "#888888", "dash": "dash"}, "hoverinfo": "skip"},
