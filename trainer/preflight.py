@@ -280,11 +280,11 @@ def predict(rates: Sequence[float], *, batch_size: int, group_size: int,
             # Per prompt of the step's batch: the further batches' samples count too (DAPO).
             samples = sum(r["total_samples"] for r in results) / sum(len(c) for c in runs)
         kept = [p for p in drawn if p["advantages"]]
-        # The most a step can spend per prompt of its batch, at the run's shape.
-        most = record.max_samples_per_step(TrainConfig.from_dict({
-            "algorithm": algorithm, "group_size": n, "backend": "simulated", "verifier": "exact",
-            "samples_per_round": max(samples_per_round, n), "max_rounds": max_rounds,
-            "batch_size": batch_size})) / batch_size
+        # The most a step can spend per prompt of its batch, at the run's shape (not validated
+        # again: the simulation above has checked it).
+        most = record.max_samples_per_step(TrainConfig(
+            algorithm=algorithm, group_size=n, samples_per_round=max(samples_per_round, n),
+            max_rounds=max_rounds, batch_size=batch_size)) / batch_size
         fixed = all(step["total_samples"] == most * size for step, size in counted)
         spent = np.zeros(max(len(c) for c in runs))
         groups = np.zeros_like(spent)

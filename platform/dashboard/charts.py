@@ -1051,10 +1051,15 @@ def estimate_chart(name: str, estimate: Any, context: dict[str, Any]) -> Fig:
                          "arrayminus": [round(p - lo, 1)
                                         for lo, p in zip(low, points, strict=True)]},
              "customdata": [[round(lo), round(h)] for lo, h in zip(low, high, strict=True)],
-             "text": [f"{r['multiple_of_grpo']:.2f}x" for r in rows], "textposition": "outside",
-             "cliponaxis": False, "marker": {"color": PALETTE[0]},
+             "text": [f"{r['multiple_of_grpo']:.2f}x" for r in rows], "textposition": "none",
+             "marker": {"color": PALETTE[0]},
              "hovertemplate": "%{y}: %{x:.0f} samples per step (%{text} B x n; 95%: "
                               "%{customdata[0]}-%{customdata[1]})<extra></extra>"},
+            # Each bar's multiple of B x n, written past its whisker (not over it).
+            {"type": "scatter", "mode": "text", "y": labels, "x": high,
+             "text": [f" {r['multiple_of_grpo']:.2f}x" for r in rows],
+             "textposition": "middle right", "cliponaxis": False, "showlegend": False,
+             "hoverinfo": "skip"},
             {"type": "scatter", "mode": "lines", "name": f"GRPO budget B x n = {bxn} samples",
              "y": labels, "x": [bxn] * len(rows),
              "line": {"color": "#888888", "dash": "dash"}, "hoverinfo": "skip"},
