@@ -1046,15 +1046,22 @@ def estimate_chart(name: str, estimate: Any, context: dict[str, Any]) -> Fig:
             {"type": "bar", "orientation": "h",
              "name": "expected samples per step (whisker: 95% interval over the sampled prompts)",
              "y": labels, "x": [round(p, 1) for p in points],
-             "error_x": {"type": "data", "symmetric": False, "color": "#1d2330",
-                         "array": [round(h - p, 1) for h, p in zip(high, points, strict=True)],
-                         "arrayminus": [round(p - lo, 1)
-                                        for lo, p in zip(low, points, strict=True)]},
              "customdata": [[round(lo), round(h)] for lo, h in zip(low, high, strict=True)],
              "text": [f"{r['multiple_of_grpo']:.2f}x" for r in rows], "textposition": "none",
              "marker": {"color": PALETTE[0]},
              "hovertemplate": "%{y}: %{x:.0f} samples per step (%{text} B x n; 95%: "
                               "%{customdata[0]}-%{customdata[1]})<extra></extra>"},
+            # The whiskers, on their own trace: only where there is an interval (a fixed budget
+            # is exact; plotly would draw a zero-width whisker's caps as a tick).
+            {"type": "scatter", "mode": "markers", "marker": {"opacity": 0},
+             "y": [lab for lab, lo, h in zip(labels, low, high, strict=True) if h > lo],
+             "x": [round(p, 1) for p, lo, h in zip(points, low, high, strict=True) if h > lo],
+             "error_x": {"type": "data", "symmetric": False, "color": "#1d2330",
+                         "array": [round(h - p, 1)
+                                   for p, lo, h in zip(points, low, high, strict=True) if h > lo],
+                         "arrayminus": [round(p - lo, 1) for p, lo, h
+                                        in zip(points, low, high, strict=True) if h > lo]},
+             "showlegend": False, "hoverinfo": "skip"},
             # Each bar's multiple of B x n, written past its whisker (not over it).
             {"type": "scatter", "mode": "text", "y": labels, "x": high,
              "text": [f" {r['multiple_of_grpo']:.2f}x" for r in rows],

@@ -241,12 +241,14 @@ def test_finished_estimate_shows_predictions_chart_and_warnings(
     bars = budget["data"][0]
     assert bars["y"][:3] == ["GRPO n=4", "GRPO n=8", "GRPO n=16"]
     assert bars["x"][:3] == [32.0, 64.0, 128.0]  # B x n for B = 8
-    # The whiskers: each bar's interval (none for a fixed budget).
-    for row, x, up, down in zip(rows, bars["x"], bars["error_x"]["array"],
-                                bars["error_x"]["arrayminus"], strict=True):
+    # The whiskers: each bar's interval, none for a fixed budget.
+    (whiskers,) = [t for t in budget["data"] if "error_x" in t]
+    ranged = [(r, b) for r, b in zip(rows, bars["y"], strict=True) if not r["spend_fixed"]]
+    assert whiskers["y"] == [b for _, b in ranged] and len(ranged) == 3
+    for (row, _), x, up, down in zip(ranged, whiskers["x"], whiskers["error_x"]["array"],
+                                     whiskers["error_x"]["arrayminus"], strict=True):
         assert x + up == pytest.approx(row["samples_per_step_high"], abs=0.1)
         assert x - down == pytest.approx(row["samples_per_step_low"], abs=0.1)
-        assert (up == down == 0) == row["spend_fixed"]
     hist = owner_client.get(reverse("dashboard:estimate_chart", args=[good.pk, "passrates"]),
                             SHAPE).json()
     assert len(hist["data"][0]["x"]) == 32 and hist["layout"]["title"]["text"]
