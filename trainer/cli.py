@@ -160,10 +160,16 @@ def cmd_run(args: argparse.Namespace) -> int:
 
     from trainer.backends import BackendUnavailable, make_backend
     from trainer.loop import train
+    from trainer.phases import reporting_phases
     from trainer.recorders import JsonlRecorder
 
+    def say(text: str) -> None:  # a multi-rank start takes 25-45 s before its first step
+        if text and not args.no_progress:
+            print(f"starting: {text}", file=sys.stderr, flush=True)
+
     try:
-        backend = make_backend(config, prompts)
+        with reporting_phases(say):
+            backend = make_backend(config, prompts)
     except FileNotFoundError as exc:  # e.g. builtin:tiny not warm-started yet
         return _fail("model", str(exc))
     except BackendUnavailable as exc:  # e.g. vllm not installed here

@@ -41,6 +41,7 @@ from experiments import selectors, services
 from experiments.models import Run
 
 from trainer.config import TrainConfig
+from trainer.phases import say_phase
 from trainer.types import Prompt, StopRequested
 from workers.placement_wait import visible_wait
 from workers.recorder import LeaseLost, PostgresRecorder, is_database_outage, reconnecting
@@ -161,6 +162,18 @@ def make_backend(config: TrainConfig, prompts: Sequence[Prompt]) -> Any:
         module, _, func = hook.partition(":")
         backend = getattr(importlib.import_module(module), func)(backend, config)
     return backend
+
+
+def start_phase(config: TrainConfig) -> str:
+    """What building the run's backend does, in words, for its page until the first step (a
+    distributed run's launcher says its own phases: ``trainer.distributed.launcher``)."""
+    if config.world_size > 1:
+        return ""
+    if config.backend == "vllm":
+        return "loading the model and building the vLLM engine"
+    if config.backend == "hf":
+        return "loading the model"
+    return ""
 
 
 def execute(run_id: int) -> str:
@@ -303,6 +316,7 @@ def _train(run: Run, owner: str) -> str:
     # is built (cancellable, shown on its page), before the trainer's clock: not wall time.
     try:
         with visible_wait(should_stop, lambda text: _say_waiting(run.pk, owner, text)):
+            say_phase(start_phase(config))
             backend = make_backend(config, prompts)
     except StopRequested:
         if should_stop.lease_lost:

@@ -336,16 +336,42 @@ def budget(run: Run, max_points: int = MAX_POINTS) -> Fig:
     layout = _layout("Sampling budget", STEP_TITLE, "samples per step")
     # Counts start at zero: a backend that reports no tokens draws a flat line at 0, not at an
     # arbitrary mid-axis.
-    panels = (("yaxis", "samples per step", "samples"), ("yaxis2", "tokens per step", "tokens"),
-              ("yaxis3", "cumulative samples", "cum_samples"),
-              ("yaxis4", "cumulative tokens", "cum_tokens"))
-    for i, (axis, title, key) in enumerate(panels):
-        top = 1 - i * 0.26
-        layout[axis] = pin_axis({**layout.get(axis, {}), "title": {"text": title},
-                                 "domain": [max(0.0, top - 0.2), top], "anchor": "x",
-                                 "tickformat": "~s"}, key)
-    layout["height"] = 720
+    stack_panels(layout, [pin_axis({"title": {"text": title}, "tickformat": "~s"}, key)
+                          for title, key in (("samples per step", "samples"),
+                                             ("tokens per step", "tokens"),
+                                             ("cumulative samples", "cum_samples"),
+                                             ("cumulative tokens", "cum_tokens"))],
+                 legend_items=len(data))
     return _empty_note({"data": data, "layout": layout}, steps)
+
+
+# Panels stacked over one step axis, in pixels: each tall enough for its axis title ("cumulative
+# samples" is about 110 px long), apart enough for their tick labels not to touch.
+PANEL_PX = 150
+PANEL_GAP_PX = 36
+LEGEND_ROW_PX = 20
+
+
+def stack_panels(layout: Fig, axes: list[dict[str, Any]], legend_items: int) -> None:
+    """Stack the y axes ``axes`` (top first; they become yaxis, yaxis2, ...) over the layout's
+    step axis, and put the step axis (ticks and title) under the lowest panel, and the legend
+    under that. Plotly anchors an x axis to "y" by default, which here is the top panel: the
+    step axis's title sat in the middle of the chart, over the panel below."""
+    n = len(axes)
+    plot = n * PANEL_PX + (n - 1) * PANEL_GAP_PX
+    for i, axis in enumerate(axes):
+        top = plot - i * (PANEL_PX + PANEL_GAP_PX)
+        key = "yaxis" if i == 0 else f"yaxis{i + 1}"
+        layout[key] = {**layout.get(key, {}), **axis, "anchor": "x",
+                       "domain": [max(0.0, (top - PANEL_PX) / plot), top / plot]}
+    layout["xaxis"]["anchor"] = "y" if n == 1 else f"y{n}"
+    # The legend, a row per two entries on a chart half the page wide, under the step axis's
+    # ticks and title (about 55 px).
+    rows = -(-legend_items // 2)
+    margin = layout["margin"]
+    margin["b"] = 65 + rows * LEGEND_ROW_PX
+    layout["legend"] = {**layout.get("legend", {}), "y": -55 / plot, "yanchor": "top"}
+    layout["height"] = plot + margin["t"] + margin["b"]
 
 
 @dataclass(frozen=True)
@@ -432,17 +458,15 @@ def panels_chart(title: str, panels: list[tuple[str, list[tuple[str, str]]]],
     line of that value across a panel."""
     data: list[dict[str, Any]] = []
     layout = _layout(title, STEP_TITLE, panels[0][0] if panels else "value")
-    n = max(len(panels), 1)
-    gap = 0.08 if n > 1 else 0.0
-    height = (1 - gap * (n - 1)) / n
+    if len(panels) > 1:
+        stack_panels(layout, [pin_axis({"title": {"text": ytitle}}, *(k for k, _ in series))
+                              for ytitle, series in panels],
+                     legend_items=sum(len(series) for _, series in panels) + len(references or {}))
+    elif panels:
+        pin_axis(layout["yaxis"], *(k for k, _ in panels[0][1]))
     colour = 0
-    for i, (ytitle, series) in enumerate(panels):
-        axis = "yaxis" if i == 0 else f"yaxis{i + 1}"
+    for i, (_, series) in enumerate(panels):
         ref = "y" if i == 0 else f"y{i + 1}"
-        top = 1 - i * (height + gap)
-        layout[axis] = pin_axis({**layout.get(axis, {}), "title": {"text": ytitle},
-                                 "domain": [max(0.0, top - height), top], "anchor": "x"},
-                                *(k for k, _ in series))
         for key, label in series:
             data.append(_line(label, s["step"], s[key], PALETTE[colour % len(PALETTE)],
                               max_points, yaxis=ref))
@@ -452,7 +476,6 @@ def panels_chart(title: str, panels: list[tuple[str, list[tuple[str, str]]]],
             data.append(_line(name, s["step"], [value] * len(s["step"]), "#888888",
                               max_points, yaxis=ref,
                               line={"color": "#888888", "dash": "dash", "width": 1.5}))
-    layout["height"] = max(360, 220 * n + 80)
     return _empty_note({"data": data, "layout": layout}, s["step"])
 
 

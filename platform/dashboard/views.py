@@ -39,8 +39,6 @@ from trainer.preflight import INTERVAL_NOTE, PREDICTION_COLUMNS
 from . import charts, heatmap, params, reports, selectors
 from .forms import BuiltinForm, LaunchForm, UploadForm, clone_diff, initial_from_run
 
-POLL_SECONDS = 2
-
 
 def _run_or_404(run_id: int | None) -> Run:
     if run_id is None:
@@ -100,7 +98,8 @@ def run_list(request: HttpRequest) -> HttpResponse:
     context = {"runs": runs, "rows": rows, "filters": filters,
                "statuses": Run.Status.choices, "algorithms": selectors.algorithm_labels(),
                "prompt_sets": experiment_selectors.prompt_set_list(),
-               "any_active": any(r.status in Run.ACTIVE_STATUSES for r in runs)}
+               "any_active": any(r.status in Run.ACTIVE_STATUSES for r in runs),
+               "poll_seconds": settings.RUN_LIST_POLL_SECONDS}
     if request.htmx:
         return render(request, "dashboard/_run_rows.html", context)
     return render(request, "dashboard/run_list.html", context)
@@ -191,8 +190,11 @@ def run_detail(request: HttpRequest, run_id: int) -> HttpResponse:
 
 
 def _status_context(request: HttpRequest, run: Run) -> dict[str, Any]:
-    return {"run": run, "eta": selectors.run_eta(run), "poll_seconds": POLL_SECONDS,
+    return {"run": run, "eta": selectors.run_eta(run), "queue_place": selectors.queue_place(run),
+            "poll_seconds": settings.DASHBOARD_POLL_SECONDS,
             "can_manage": services.can_modify_run(run, request.user),
+            # A failed or cancelled run of a sweep: "Retry in the sweep" takes its place.
+            "retryable": services.retryable(run),
             "active": run.status in Run.ACTIVE_STATUSES,
             "algorithm_label": selectors.algorithm_label(run.algorithm),
             "skipped": selectors.skipped_updates(run)}
@@ -274,6 +276,20 @@ def run_relaunch(request: HttpRequest, run_id: int) -> HttpResponse:
         messages.error(request, f"Cannot relaunch {run.name}: {exc}. Fix it below.")
         return redirect(reverse("dashboard:run_launch") + f"?clone={run.pk}")
     return _launched(request, new, "Relaunched as")
+
+
+@login_required
+@require_POST
+def run_retry(request: HttpRequest, run_id: int) -> HttpResponse:
+    """A failed or cancelled run of a sweep, run again in its place (``services.retry_run``)."""
+    run = _run_or_404(run_id)
+    try:
+        new = services.retry_run(run, request.user)
+    except services.LaunchError as exc:
+        messages.error(request, f"Cannot retry {run.name}: {exc.reason}")
+        return redirect("dashboard:run_detail", run_id=run.pk)
+    return _launched(request, new, f"Retried in sweep “{run.sweep.name}” (in the place of run "
+                                   f"{run.pk}) as")
 
 
 def _launched(request: HttpRequest, run: Run, what: str) -> HttpResponse:

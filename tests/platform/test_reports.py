@@ -16,6 +16,7 @@ from dashboard import reports, selectors
 from django.contrib.auth.models import User
 from django.test import Client
 from django.urls import reverse
+from experiments import selectors as experiment_selectors
 from experiments import services
 from experiments.models import EvalResult, Run, Sample, Step, Sweep
 from scipy import stats
@@ -396,3 +397,21 @@ def test_a_failed_seed_is_left_out_and_said_so_on_every_page(owner: User) -> Non
     body = api.get("/api/v1/report", {"sweep": sweep.pk}).json()
     assert [g["note"] for g in body["groups"]] == [
         "GRPO n=4: mean of 2 seeds (seeds 0, 1)", note]
+
+    # Retried in its place (services.retry_run): the sweep's pages count the retry (queued, no
+    # step yet) and no longer the failed run; chosen together, the failed run is left out as
+    # replaced by its retry.
+    retry = services.retry_run(failed, owner)
+    note = f"{LABELS[2]}: 1 seed (seed 1); left out: seed 0, queued: no step recorded yet"
+    assert [g["note"] for g in reports.build_report(
+        list(experiment_selectors.sweep_runs(sweep.pk)))["groups"]][1] == note
+    html = c.get(reverse("dashboard:compare") + query).content.decode()
+    assert f"{note}." in html and f'href="/runs/{failed.pk}/"' not in html
+    html = c.get(reverse("dashboard:run_list")).content.decode()
+    assert "Compare and report leave out" not in html  # the retry is queued: not for good
+    chosen = [failed, retry, runs["ada-balance", 1]]
+    (group,) = selectors.seed_groups(
+        list(Run.objects.filter(pk__in=[r.pk for r in chosen]).select_related("prompt_set")))
+    assert [(m.run.pk, m.reason) for m in group.left_out] == [
+        (failed.pk, f"replaced by its retry (run {retry.pk})"),
+        (retry.pk, "queued: no step recorded yet")]
