@@ -515,7 +515,7 @@ def test_the_run_page_retries_and_the_sweeps_pages_count_the_retry(
     compared = owner_client.get(reverse("dashboard:compare") + f"?sweep={sweep.pk}")
     assert [r.pk for r in compared.context["runs"]] == [first.pk, retry.pk]
     report = owner_client.get(reverse("dashboard:report") + f"?sweep={sweep.pk}")
-    reported = {r.pk for _, runs in report.context["groups"] for r in runs}
+    reported = {m.run.pk for g in report.context["groups"] for m in g.members}
     assert second.pk not in reported and retry.pk in reported
     # Only its owner or staff.
     stranger = Client()
