@@ -14,12 +14,12 @@ import dataclasses
 import math
 import sys
 import tomllib
-from collections.abc import Iterator
+from collections.abc import Collection, Iterator
 from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
-from trainer.algorithms import ALGORITHM_NAMES, Algorithm, algorithms, get_algorithm
+from trainer.algorithms import ALGORITHM_NAMES, Algorithm, CrossCheck, algorithms, get_algorithm
 from trainer.algorithms.dapo import FURTHER_PROMPTS
 from trainer.algorithms.seq import MAX_SAMPLES_PER_PROMPT
 from trainer.jsonsafe import text_problem
@@ -391,116 +391,54 @@ class TrainConfig:
             raise errors[0]
         return self
 
-    def errors(self) -> list[ConfigError]:
+    def errors(self, invalid: Collection[str] = ()) -> list[ConfigError]:
         """Every invalid field, each a ``ConfigError`` naming it, so that a form can show them
-        all at once. A value of the wrong type is reported once: the other checks run with that
-        field at its default (they compare values)."""
+        all at once: first each field's own checks (type, bounds, choices, paths), then the
+        checks across fields (``cross_checks``), each only where every one of its inputs passed
+        its own, and none of them is in ``invalid`` (fields the caller found wrong before the
+        config was built: a launch form's input that did not parse). A derived error about a
+        value already reported wrong would only repeat it."""
         wrong_type = {f.name: e for f in fields(self)
                       for e in _type_errors(f.name, getattr(self, f.name), f.type)}
         checked = self
         if wrong_type:
+            # The other checks compare values: they see the wrong ones at their defaults.
             checked = dataclasses.replace(self, **{f.name: f.default for f in fields(self)
                                                    if f.name in wrong_type})
-        return [*wrong_type.values(),
-                *(e for e in checked._value_errors() if e.field not in wrong_type)]
+        own = [*wrong_type.values(),
+               *(e for e in checked._field_errors() if e.field not in wrong_type)]
+        skip = {e.field for e in own} | set(invalid)
+        derived = [ConfigError(name, reason) for check in checked.cross_checks()
+                   if skip.isdisjoint(check.inputs) for name, reason in check.check(checked)]
+        return own + derived
 
-    def _value_errors(self) -> Iterator[ConfigError]:
+    def cross_checks(self) -> list[CrossCheck]:
+        """The checks across fields that apply to this config: everyone's (``CROSS_CHECKS``)
+        and its algorithm's (``Algorithm.config_checks``)."""
+        record = self.algorithm_record
+        return [*CROSS_CHECKS, *(record.config_checks if record is not None else ())]
+
+    def _field_errors(self) -> Iterator[ConfigError]:
+        """Each field's checks of its own value (choices, bounds, paths): nothing here reads a
+        second field."""
         for name, choices in CHOICE_FIELDS.items():
             yield from _choice(name, getattr(self, name), choices)
-        yield from self._scheduler_errors()
         out_of_bounds = set()
         for f in fields(self):
             for error in _bound_errors(f.name, getattr(self, f.name), f.metadata):
                 out_of_bounds.add(f.name)
                 yield error
-        record = self.algorithm_record
-        if record is not None:
-            # The algorithm's own checks (Seq: M >= n, M x N within the smallint columns, exit
-            # counts that can be met).
-            for name, reason in record.config_errors(self, out_of_bounds):
-                yield ConfigError(name, reason)
-        yield from self._est_errors()
-        if self.ppo_mini_batch_size > self.batch_size:
-            yield ConfigError("ppo_mini_batch_size", f"must be <= batch_size ({self.batch_size})")
-        if self.overlong_buffer_len > self.max_new_tokens and "max_new_tokens" not in \
-                out_of_bounds:
-            yield ConfigError("overlong_buffer_len", f"must be <= max_new_tokens "
-                              f"({self.max_new_tokens:,}): the buffer is the last tokens before "
-                              f"it; got {self.overlong_buffer_len:,}")
-        if self.task_min_digits > self.task_max_digits:
-            yield ConfigError("task_max_digits",
-                              "need 1 <= task_min_digits <= task_max_digits <= 9")
-        if (BUILTIN_LONG_TASK in (self.prompts, self.eval_prompts)
-                and self.task_max_digits > LONG_MAX_DIGITS):
-            yield ConfigError("task_max_digits", f"must be <= {LONG_MAX_DIGITS} with "
-                              f"{BUILTIN_LONG_TASK} (8 operands and their sums must fit the tiny "
-                              f"model's 128 positions), got {self.task_max_digits}")
         for name in ("model", "prompts", "eval_prompts"):
             yield from _path_errors(name, getattr(self, name))
-        if (self.model != BUILTIN_MODEL and self.backend != "simulated"
-                and _path_ok(self.model)):
-            if not (Path(self.model) / "config.json").is_file():
-                yield ConfigError("model", f"no Hugging Face model directory (config.json) at "
-                                  f"{self.model!r}; use {BUILTIN_MODEL} or a local directory")
         for name in ("prompts", "eval_prompts"):
             value = getattr(self, name)
             if value and value not in BUILTIN_TASKS and _path_ok(value) \
                     and not Path(value).is_file():
                 yield ConfigError(name, f"no such file: {value!r} (use {BUILTIN_TASK}, "
                                   f"{BUILTIN_LONG_TASK} or a JSONL/Parquet file)")
-        yield from self._distributed_errors()
-        if self.tis_cap and self.tis_cap < 1.0:
+        if "tis_cap" not in out_of_bounds and self.tis_cap and self.tis_cap < 1.0:
             yield ConfigError("tis_cap", "must be 0 (off) or >= 1 (a cap below 1 would shrink "
                               "every token's weight)")
-
-    def _scheduler_errors(self) -> Iterator[ConfigError]:
-        if self.scheduler == "round" and self.early_rounds in EARLY_ROUNDS[1:]:
-            why = ("the hf backend draws a whole batch in one generate call" if self.backend == "hf"
-                   else "it decides every prompt's round t before round t+1 goes in")
-            yield ConfigError("early_rounds", f"the round scheduler accepts only 'off', got "
-                              f"{self.early_rounds!r}: {why}; early rounds need scheduler "
-                              "per-prompt or streaming (backend vllm or simulated)")
-        if self.scheduler == "round" or self.scheduler not in SCHEDULERS:
-            return
-        if self.backend == "hf":
-            yield ConfigError("scheduler", f"the hf backend supports only 'round', got "
-                              f"{self.scheduler!r}: transformers' generate draws a whole batch "
-                              "at once, while per-prompt and streaming submit and abort single "
-                              "requests (backend vllm or simulated)")
-        record = self.algorithm_record
-        if record is not None and record.schedulers is not None \
-                and self.scheduler not in record.schedulers:
-            only = ", ".join(f"'{s}'" for s in record.schedulers)
-            yield ConfigError("scheduler", f"{record.name} supports only {only}, got "
-                              f"{self.scheduler!r}: {record.schedulers_reason}")
-
-    def _distributed_errors(self) -> Iterator[ConfigError]:
-        if self.world_size <= 1:
-            return
-        if self.backend != "vllm":
-            # A rank generates with its own engine; hf's generate is the policy itself (no
-            # separate replica to gather the shards into) and simulated has no policy.
-            yield ConfigError("world_size", f"world_size > 1 needs backend 'vllm' (each rank's "
-                              f"own engine), got backend {self.backend!r}")
-        if self.kl_coef > 0:
-            yield ConfigError("kl_coef", "the KL penalty needs a reference policy, which the "
-                              "distributed path does not shard yet: 0 with world_size > 1")
-
-    def _est_errors(self) -> Iterator[ConfigError]:
-        counts = (self.budget_per_prompt, self.est_min_samples, self.est_max_samples)
-        if min(counts) < 1:
-            pass  # reported as "must be >= 1" on the field itself
-        elif not self.est_min_samples <= self.est_max_samples:
-            yield ConfigError("est_max_samples", f"must be >= est_min_samples "
-                              f"({self.est_min_samples}), got {self.est_max_samples}")
-        elif not self.est_min_samples <= self.budget_per_prompt <= self.est_max_samples:
-            # Otherwise no allocation within [N_min, N_max] sums to the budget.
-            yield ConfigError("budget_per_prompt", f"must be within [est_min_samples, "
-                              f"est_max_samples] = [{self.est_min_samples}, "
-                              f"{self.est_max_samples}], got {self.budget_per_prompt}")
-        if self.est_alpha >= 0 and self.est_beta >= 0 and self.est_alpha + self.est_beta <= 0:
-            # p-hat of a prompt never sampled would be 0/0.
-            yield ConfigError("est_beta", "est_alpha + est_beta must be > 0")
 
     # ------------------------------------------------------------------------------------------
     @classmethod
@@ -521,9 +459,10 @@ class TrainConfig:
         return cls(**before, **{k: v for k, v in data.items() if k in known})
 
     @classmethod
-    def dict_errors(cls, data: dict[str, Any]) -> list[ConfigError]:
+    def dict_errors(cls, data: dict[str, Any], invalid: Collection[str] = ()
+                    ) -> list[ConfigError]:
         """Every error ``from_dict(data)`` would raise the first of: unknown keys, then
-        ``errors()`` of the known ones."""
+        ``errors(invalid)`` of the known ones."""
         known = {f.name for f in fields(cls)}
         unknown = []
         for key in data:
@@ -531,7 +470,7 @@ class TrainConfig:
                 close = [k for k in known if _similar(k, key)]
                 hint = f" (did you mean {close[0]!r}?)" if close else ""
                 unknown.append(ConfigError(key, f"unknown key{hint}"))
-        return unknown + cls(**{k: v for k, v in data.items() if k in known}).errors()
+        return unknown + cls(**{k: v for k, v in data.items() if k in known}).errors(invalid)
 
     @classmethod
     def from_toml(cls, path: str | Path) -> TrainConfig:
@@ -590,6 +529,132 @@ class TrainConfig:
         return {k: (a[k], b[k]) for k in a if a[k] != b[k]}
 
 
+# --- checks across fields ---------------------------------------------------------------------
+# Each reads only its inputs and runs only when they all passed their own checks
+# (``TrainConfig.errors``); an algorithm's own are in its record (``Algorithm.config_checks``).
+
+def early_rounds_need_per_prompt(c: TrainConfig) -> Iterator[tuple[str, str]]:
+    if c.scheduler == "round" and c.early_rounds in EARLY_ROUNDS[1:]:
+        why = ("the hf backend draws a whole batch in one generate call" if c.backend == "hf"
+               else "it decides every prompt's round t before round t+1 goes in")
+        yield "early_rounds", (f"the round scheduler accepts only 'off', got "
+                               f"{c.early_rounds!r}: {why}; early rounds need scheduler "
+                               "per-prompt or streaming (backend vllm or simulated)")
+
+
+def scheduler_needs_requests(c: TrainConfig) -> Iterator[tuple[str, str]]:
+    if c.scheduler != "round" and c.backend == "hf":
+        yield "scheduler", (f"the hf backend supports only 'round', got {c.scheduler!r}: "
+                            "transformers' generate draws a whole batch at once, while "
+                            "per-prompt and streaming submit and abort single requests "
+                            "(backend vllm or simulated)")
+
+
+def algorithm_schedulers(c: TrainConfig) -> Iterator[tuple[str, str]]:
+    record = c.algorithm_record
+    if record is not None and record.schedulers is not None \
+            and c.scheduler not in record.schedulers:
+        only = ", ".join(f"'{s}'" for s in record.schedulers)
+        yield "scheduler", (f"{record.name} supports only {only}, got {c.scheduler!r}: "
+                            f"{record.schedulers_reason}")
+
+
+def est_counts_ordered(c: TrainConfig) -> Iterator[tuple[str, str]]:
+    if c.est_min_samples > c.est_max_samples:
+        yield "est_max_samples", (f"must be >= est_min_samples ({c.est_min_samples}), got "
+                                  f"{c.est_max_samples}")
+
+
+def est_budget_reachable(c: TrainConfig) -> Iterator[tuple[str, str]]:
+    # With N_min > N_max est_counts_ordered says so: an empty interval would say nothing more.
+    if c.est_min_samples <= c.est_max_samples \
+            and not c.est_min_samples <= c.budget_per_prompt <= c.est_max_samples:
+        # Otherwise no allocation within [N_min, N_max] sums to the budget.
+        yield "budget_per_prompt", (f"must be within [est_min_samples, est_max_samples] = "
+                                    f"[{c.est_min_samples}, {c.est_max_samples}], got "
+                                    f"{c.budget_per_prompt}")
+
+
+def est_prior_proper(c: TrainConfig) -> Iterator[tuple[str, str]]:
+    if c.est_alpha + c.est_beta <= 0:
+        # p-hat of a prompt never sampled would be 0/0.
+        yield "est_beta", "est_alpha + est_beta must be > 0"
+
+
+def mini_batch_within_batch(c: TrainConfig) -> Iterator[tuple[str, str]]:
+    if c.ppo_mini_batch_size > c.batch_size:
+        yield "ppo_mini_batch_size", (f"must be <= batch_size ({c.batch_size:,}), got "
+                                      f"{c.ppo_mini_batch_size:,}")
+
+
+def overlong_buffer_within_response(c: TrainConfig) -> Iterator[tuple[str, str]]:
+    if c.overlong_buffer_len > c.max_new_tokens:
+        yield "overlong_buffer_len", (f"must be <= max_new_tokens ({c.max_new_tokens:,}): the "
+                                      f"buffer is the last tokens before it; got "
+                                      f"{c.overlong_buffer_len:,}")
+
+
+def task_digits_ordered(c: TrainConfig) -> Iterator[tuple[str, str]]:
+    if c.task_min_digits > c.task_max_digits:
+        yield "task_max_digits", (f"must be >= task_min_digits ({c.task_min_digits}), got "
+                                  f"{c.task_max_digits}")
+
+
+def long_task_digits(c: TrainConfig) -> Iterator[tuple[str, str]]:
+    if BUILTIN_LONG_TASK in (c.prompts, c.eval_prompts) and c.task_max_digits > LONG_MAX_DIGITS:
+        yield "task_max_digits", (f"must be <= {LONG_MAX_DIGITS} with {BUILTIN_LONG_TASK} (8 "
+                                  f"operands and their sums must fit the tiny model's 128 "
+                                  f"positions), got {c.task_max_digits}")
+
+
+def model_directory(c: TrainConfig) -> Iterator[tuple[str, str]]:
+    # The simulated backend loads no model: any name is a label.
+    if c.model != BUILTIN_MODEL and c.backend != "simulated" \
+            and not (Path(c.model) / "config.json").is_file():
+        yield "model", (f"no Hugging Face model directory (config.json) at {c.model!r}; use "
+                        f"{BUILTIN_MODEL} or a local directory")
+
+
+def ranks_need_vllm(c: TrainConfig) -> Iterator[tuple[str, str]]:
+    if c.world_size > 1 and c.backend != "vllm":
+        # A rank generates with its own engine; hf's generate is the policy itself (no
+        # separate replica to gather the shards into) and simulated has no policy.
+        yield "world_size", (f"world_size > 1 needs backend 'vllm' (each rank's own engine), "
+                             f"got backend {c.backend!r}")
+
+
+def ranks_without_kl(c: TrainConfig) -> Iterator[tuple[str, str]]:
+    if c.world_size > 1 and c.kl_coef > 0:
+        yield "kl_coef", ("the KL penalty needs a reference policy, which the distributed path "
+                          "does not shard yet: 0 with world_size > 1")
+
+
+CROSS_CHECKS: list[CrossCheck] = [
+    CrossCheck(("scheduler", "early_rounds", "backend"), early_rounds_need_per_prompt,
+               {"early_rounds": "certain"}),
+    CrossCheck(("scheduler", "backend"), scheduler_needs_requests, {"scheduler": "per-prompt"}),
+    CrossCheck(("algorithm", "scheduler"), algorithm_schedulers,
+               {"algorithm": "ada-est", "backend": "simulated", "scheduler": "per-prompt"}),
+    CrossCheck(("est_min_samples", "est_max_samples"), est_counts_ordered,
+               {"est_min_samples": 40}),
+    CrossCheck(("budget_per_prompt", "est_min_samples", "est_max_samples"),
+               est_budget_reachable, {"budget_per_prompt": 1}),
+    CrossCheck(("est_alpha", "est_beta"), est_prior_proper, {"est_alpha": 0.0, "est_beta": 0.0}),
+    CrossCheck(("ppo_mini_batch_size", "batch_size"), mini_batch_within_batch,
+               {"ppo_mini_batch_size": 64}),
+    CrossCheck(("overlong_buffer_len", "max_new_tokens"), overlong_buffer_within_response,
+               {"overlong_buffer_len": 32}),
+    CrossCheck(("task_min_digits", "task_max_digits"), task_digits_ordered,
+               {"task_min_digits": 3, "task_max_digits": 2}),
+    CrossCheck(("prompts", "eval_prompts", "task_max_digits"), long_task_digits,
+               {"prompts": BUILTIN_LONG_TASK, "task_max_digits": 5}),
+    CrossCheck(("model", "backend"), model_directory, {"model": "/no/such/model"}),
+    CrossCheck(("world_size", "backend"), ranks_need_vllm, {"world_size": 2}),
+    CrossCheck(("world_size", "kl_coef"), ranks_without_kl,
+               {"world_size": 2, "backend": "vllm", "kl_coef": 0.1}),
+]
+
+
 def resolve_rollout_dtype(dtype: str, device: str) -> str:
     """The vllm engine's dtype: ``auto`` is bfloat16 on CUDA and float32 on CPU (left as
     ``auto`` while the device is)."""
@@ -639,7 +704,10 @@ def config_reference() -> str:
              f"{MAX_SAMPLES_PER_PROMPT:,} responses per prompt; paths are at most "
              f"{MAX_PATH_CHARS:,} characters ({MAX_NAME_CHARS} per component). The platform "
              "also caps a step's work per queue, `max_samples_per_step x max_new_tokens` "
-             "(B x M x N x max_new_tokens for Seq), with the `RUN_MAX_STEP_TOKENS` setting.", "",
+             "(B x M x N x max_new_tokens for Seq), with the `RUN_MAX_STEP_TOKENS` setting. A "
+             "check across fields (`ppo_mini_batch_size <= batch_size`) is made only where the "
+             "fields it reads passed their own checks: a value out of bounds is one error, on "
+             "its field.", "",
              "| field | default | bounds | unit | meaning |", "| --- | --- | --- | --- | --- |"]
     for spec in field_specs():
         default = "empty" if spec["default"] is None else f"`{spec['default']}`"

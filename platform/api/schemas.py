@@ -68,6 +68,9 @@ class RunOut(Schema):
     eval_set: int | None = Field(None, validation_alias="eval_set_id")
     sweep: int | None = Field(None, validation_alias="sweep_id")
     cloned_from: int | None = Field(None, validation_alias="cloned_from_id")
+    # The retry that took this run's place in its sweep (POST /runs/{id}/retry); its sweep's
+    # status, runs, compare and report count that run instead of this one.
+    replaced_by: int | None = Field(None, validation_alias="replaced_by_id")
     model: str
     seed: int
     queue: str
@@ -209,8 +212,11 @@ class LaunchBody(Schema):
 
 class SweepBody(LaunchBody):
     grid: str | list[Any] | dict[str, Any] = Field(
-        description='"algorithm=grpo,ada-balance;seed=0..2", a list of {"field", "values"}, or '
-                    "a mapping field -> values")
+        description='"algorithm=grpo,ada-balance;seed=0..2" (paired fields: "(algorithm, '
+                    'group_size)=(ada-balance, 4), (grpo, 16); seed=0..2"), a list of '
+                    '{"field", "values"} or {"fields", "values"} (paired, values a list of '
+                    'lists), or a mapping field -> values (a paired key "(algorithm, '
+                    'group_size)")')
 
 
 class RunFilters(Schema):

@@ -141,7 +141,8 @@ def group_sweeps(runs: list[Run]) -> list[Run | SweepGroup]:
             items.append(groups[run.sweep_id])
     for sid, status in sweep_statuses(list(groups)).items():
         groups[sid].status = status
-        groups[sid].runs.sort(key=lambda r: r.pk)
+        # The grid's order; a run a retry replaced just before its retry.
+        groups[sid].runs.sort(key=lambda r: (r.sweep_index is None, r.sweep_index or 0, r.pk))
     return items
 
 

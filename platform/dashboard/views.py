@@ -193,6 +193,8 @@ def run_detail(request: HttpRequest, run_id: int) -> HttpResponse:
 def _status_context(request: HttpRequest, run: Run) -> dict[str, Any]:
     return {"run": run, "eta": selectors.run_eta(run), "poll_seconds": POLL_SECONDS,
             "can_manage": services.can_modify_run(run, request.user),
+            # A failed or cancelled run of a sweep: "Retry in the sweep" takes its place.
+            "retryable": services.retryable(run),
             "active": run.status in Run.ACTIVE_STATUSES,
             "algorithm_label": selectors.algorithm_label(run.algorithm),
             "skipped": selectors.skipped_updates(run)}
@@ -274,6 +276,20 @@ def run_relaunch(request: HttpRequest, run_id: int) -> HttpResponse:
         messages.error(request, f"Cannot relaunch {run.name}: {exc}. Fix it below.")
         return redirect(reverse("dashboard:run_launch") + f"?clone={run.pk}")
     return _launched(request, new, "Relaunched as")
+
+
+@login_required
+@require_POST
+def run_retry(request: HttpRequest, run_id: int) -> HttpResponse:
+    """A failed or cancelled run of a sweep, run again in its place (``services.retry_run``)."""
+    run = _run_or_404(run_id)
+    try:
+        new = services.retry_run(run, request.user)
+    except services.LaunchError as exc:
+        messages.error(request, f"Cannot retry {run.name}: {exc.reason}")
+        return redirect("dashboard:run_detail", run_id=run.pk)
+    return _launched(request, new, f"Retried in sweep “{run.sweep.name}” (in the place of run "
+                                   f"{run.pk}) as")
 
 
 def _launched(request: HttpRequest, run: Run, what: str) -> HttpResponse:

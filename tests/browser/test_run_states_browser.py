@@ -113,3 +113,39 @@ def test_the_launch_forms_gpus_and_machines_fields(live_server: Any, page: Any,
     assert field.is_visible() and field.input_value() == "1"
     assert group.locator("label", has_text="world_size").count() == 1
     screenshot("launch-distributed", element="fieldset:has(#id_world_size)")
+
+
+def test_a_sweeps_failed_run_is_retried_in_its_place(live_server: Any, page: Any,
+                                                     screenshot: Callable[..., None]) -> None:
+    """Issue 27: "Relaunch" of a sweep's failed run made a run outside the sweep, which stayed
+    failed. "Retry in the sweep" takes its place: the list keeps the failed run, dimmed and
+    marked, and the sweep's status counts the retry."""
+    from experiments import services
+
+    base = live_server.url
+    owner = User.objects.create_user("alice", password="alice-password-1")
+    sweep = services.launch_sweep(
+        owner, "budget", {"backend": "simulated", "batch_size": 4, "total_steps": 3},
+        services.parse_sweep_spec("(algorithm, group_size)=(ada-balance, 4), (grpo, 16); "
+                                  "seed=0,1"), make_prompt_set("retry-set", size=8))
+    runs = list(Run.objects.filter(sweep=sweep).order_by("pk"))
+    Run.objects.filter(sweep=sweep).update(status=Run.Status.SUCCEEDED, current_step=3)
+    failed = runs[1]
+    Run.objects.filter(pk=failed.pk).update(
+        status=Run.Status.FAILED, current_step=1,
+        error="ModuleNotFoundError: No module named 'vllm.model_executor.models.qwen2'")
+    sign_in(page, base)
+    page.goto(base + f"/runs/{failed.pk}/")
+    page.click("#run-retry-button")
+    page.wait_for_url(lambda url: f"/runs/{failed.pk}/" not in url)
+    retry = Run.objects.get(replaces=failed.pk)
+    assert page.url.endswith(f"/runs/{retry.pk}/")
+    assert "Retried in sweep “budget”" in page.locator(".messages, body").first.inner_text()
+    page.goto(base + f"/?sweep={sweep.pk}")
+    head = page.locator(f"#sweep-{sweep.pk}")
+    assert "1 queued, 3 succeeded" in head.inner_text()
+    assert "over (algorithm, group_size) × seed: 4 runs" in head.inner_text()
+    row = page.locator("tr.replaced")
+    assert row.count() == 1 and f"replaced by run {retry.pk}" in row.inner_text()
+    assert float(row.evaluate("r => getComputedStyle(r).opacity")) < 1
+    screenshot("sweep-retried", element="table")

@@ -11,6 +11,7 @@ from trainer.algorithms.base import (
     ALGORITHM_NAMES,
     SAMPLING_KINDS,
     Algorithm,
+    CrossCheck,
     SampledStep,
     StepContext,
     UnknownAlgorithm,
@@ -36,6 +37,7 @@ for _record in (GRPO, DAPO, SEQ_POS, SEQ_BALANCE, EST):
     register_algorithm(_record)
 
 __all__ = ["ALGORITHM_NAMES", "DAPO", "EST", "GRPO", "SAMPLING_KINDS", "SEQ_BALANCE", "SEQ_POS",
-           "Algorithm", "SampledStep", "StepContext", "UnknownAlgorithm", "algorithms",
+           "Algorithm", "CrossCheck", "SampledStep", "StepContext", "UnknownAlgorithm",
+           "algorithms",
            "balanced_target", "baseline", "get_algorithm", "is_algorithm", "register_algorithm",
            "sample_batch", "sample_rounds", "step_metric_declarations", "unregister_algorithm"]

@@ -35,9 +35,28 @@ if TYPE_CHECKING:
 ExitRule = Callable[[np.ndarray, np.ndarray, int, int], np.ndarray]
 # (resolved, positives, pool sizes, n) -> how many positives each prompt's update group aims for.
 PositiveTarget = Callable[[np.ndarray, np.ndarray, np.ndarray, int], np.ndarray]
-# A config -> (field, reason) pairs of what is invalid for this algorithm; ``invalid`` holds the
-# fields already reported out of bounds (a derived check on them would say nothing more).
-ConfigCheck = Callable[["TrainConfig", "set[str]"], Iterator[tuple[str, str]]]
+
+
+@dataclass(frozen=True)
+class CrossCheck:
+    """A check of a relation between config fields (M >= n, mini-batch <= B), as (field,
+    reason) pairs. It runs only when every one of ``inputs`` passed its own checks (type,
+    bounds, choices, and the caller's: a launch form field that did not parse): an error
+    derived from a value already reported wrong only repeats it, as "ppo_mini_batch_size: must
+    be <= batch_size (-5)" did. ``inputs`` must name every field ``check`` reads.
+
+    ``example``: values over the defaults (and the algorithm's name, for an algorithm's check)
+    that fail the check. tests/trainer/test_cross_checks.py makes every check fail with it, then
+    breaks each input in turn and asserts the check, and every other derived error, goes
+    quiet."""
+
+    inputs: tuple[str, ...]
+    check: Callable[[TrainConfig], Iterator[tuple[str, str]]]
+    example: Mapping[str, Any]
+
+    @property
+    def name(self) -> str:
+        return getattr(self.check, "__name__", repr(self.check))
 
 # How a step samples (``Algorithm.sampling``):
 #   "group"      one round of n responses per prompt (GRPO);
@@ -102,10 +121,6 @@ def no_extra_metrics(config: TrainConfig, result: SamplerResult,
     return {}
 
 
-def no_config_errors(config: TrainConfig, invalid: set[str]) -> Iterator[tuple[str, str]]:
-    return iter(())
-
-
 def no_sampler_options(config: TrainConfig) -> dict[str, Any]:
     return {}
 
@@ -148,7 +163,8 @@ class Algorithm:
     # ``load_state_dict()``).
     make_state: Callable[[TrainConfig], Any] | None = None
     state_key: str = ""
-    config_errors: ConfigCheck = no_config_errors
+    # Its own checks across config fields (Seq: M >= n, exit counts that can be met).
+    config_checks: tuple[CrossCheck, ...] = ()
     schedulers: tuple[str, ...] | None = None   # None: every scheduler
     schedulers_reason: str = ""     # why only ``schedulers``, for the config error
     label_shows_group_size: bool = False   # GRPO n=16 is another budget, not another n

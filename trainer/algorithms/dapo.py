@@ -24,6 +24,7 @@ from trainer import seeds
 from trainer.advantages import signal_groups
 from trainer.algorithms.base import (
     Algorithm,
+    CrossCheck,
     SampledStep,
     StepContext,
     sample_rounds,
@@ -296,9 +297,8 @@ def dapo_metrics(config: TrainConfig, res: SamplerResult,
             "dropped_groups": float(np.sum(~signal))}
 
 
-def dapo_config_errors(c: TrainConfig, invalid: set[str]) -> Iterator[tuple[str, str]]:
-    if c.dapo_gen_batch_size and "batch_size" not in invalid \
-            and c.dapo_gen_batch_size < c.batch_size:
+def gen_batch_holds_batch(c: TrainConfig) -> Iterator[tuple[str, str]]:
+    if c.dapo_gen_batch_size and c.dapo_gen_batch_size < c.batch_size:
         yield "dapo_gen_batch_size", (f"must be 0 (B) or at least batch_size "
                                       f"({c.batch_size:,}): the first generation batch holds "
                                       f"the step's own B prompts; got {c.dapo_gen_batch_size:,}")
@@ -313,7 +313,8 @@ DAPO = Algorithm(
     max_samples_per_prompt=lambda c: c.group_size,
     max_samples_per_step=lambda c: gen_batch_size(c) * c.group_size * c.max_num_gen_batches,
     step_shape="dapo_gen_batch_size (0: batch_size) x group_size x max_num_gen_batches",
-    config_errors=dapo_config_errors,
+    config_checks=(CrossCheck(("dapo_gen_batch_size", "batch_size"), gen_batch_holds_batch,
+                              {"dapo_gen_batch_size": 16}),),
     step_metrics={
         "gen_batches": count("generation batches of G prompts drawn this step (1 + further "
                              "batches)", "batches"),
