@@ -30,6 +30,7 @@ def test_no_two_streams_share_a_key() -> None:
         **{name: {entropy(s, seeds.TOOLS, key) for s in SEEDS}
            for name, key in (("preflight prompts", seeds.PREFLIGHT_PROMPTS),
                              ("preflight subset", seeds.PREFLIGHT_SUBSET),
+                             ("preflight bootstrap", seeds.PREFLIGHT_BOOTSTRAP),
                              ("pass rates", seeds.PASS_RATES))},
     }
     names = list(streams)
@@ -37,5 +38,5 @@ def test_no_two_streams_share_a_key() -> None:
         for b in names[i + 1:]:
             assert not streams[a] & streams[b], (a, b)
     keys = (seeds.EPOCH_ORDER, seeds.DAPO_BATCHES, seeds.PREFLIGHT_PROMPTS,
-            seeds.PREFLIGHT_SUBSET, seeds.PASS_RATES)
+            seeds.PREFLIGHT_SUBSET, seeds.PREFLIGHT_BOOTSTRAP, seeds.PASS_RATES)
     assert len(set(keys)) == len(keys)
