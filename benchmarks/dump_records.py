@@ -3,6 +3,7 @@ that must not change any run is diffed on (``diff -r before/ after/``).
 
     python benchmarks/dump_records.py OUT_DIR [--backend simulated|hf|all]
         [--model DIR] [--only NAME,...]
+    python benchmarks/dump_records.py --compare BEFORE_DIR AFTER_DIR
 
 Each case trains through ``trainer.train`` with the JSONL recorder (the CLI's) and writes
 ``OUT_DIR/<backend>/<case>.jsonl``: every event (rounds, steps with their prompt and sample
@@ -14,7 +15,9 @@ filtering and dropping unresolved prompts, DAPO's generation batches and further
 a run over several epochs (the visit counts) and a resume from a checkpoint. The hf cases train
 the tiny model (``--model``: a warm-started model directory; default the test suite's cache)
 with several mini-batches (clipping acts), every ``loss_agg_mode``, micro-batches, the KL
-penalty and an evaluation. It measures nothing and asserts nothing.
+penalty and an evaluation. ``--compare`` says which dumps of two folders differ, a sample's
+``weight`` of 1 (the key issue 28 added: every built-in's) aside, so that a dump taken before
+it compares with one taken after. It measures nothing and asserts nothing.
 """
 
 from __future__ import annotations
@@ -146,7 +149,31 @@ def run_case(config: dict[str, Any], prompts: list[Any] | None, out: Path, work:
     out.write_text("\n".join(lines) + "\n")
 
 
+def compare(before: Path, after: Path) -> int:
+    """Print each dump of ``before`` that ``after`` lacks or holds otherwise; 1 if any."""
+    differ = files = 0
+    for old in sorted(before.rglob("*.jsonl")):
+        new = after / old.relative_to(before)
+        files += 1
+        lines = []
+        for line in (new.read_text().splitlines() if new.exists() else []):
+            event = json.loads(line)
+            for sample in event["samples"] if event["type"] == "step" else []:
+                if sample.get("weight") == 1.0:
+                    del sample["weight"]
+            lines.append(json.dumps(event, sort_keys=True))
+        if not new.exists() or old.read_text() != "\n".join(lines) + "\n":
+            print(f"differs: {old.relative_to(before)}")
+            differ += 1
+    print(f"{files} dumps compared, {differ} differ")
+    return int(differ > 0)
+
+
 def main(argv: list[str] | None = None) -> int:
+    if argv is None:
+        argv = sys.argv[1:]
+    if argv[:1] == ["--compare"]:
+        return compare(Path(argv[1]), Path(argv[2]))
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("out", type=Path)
     parser.add_argument("--backend", default="all", choices=("simulated", "hf", "all"))
