@@ -8,6 +8,7 @@ command; from the repository's root it also runs as ``python -m rada``.
     python -m rada runs --status running
     python -m rada wait --sweep 3
     python -m rada cancel 12 13
+    python -m rada retry 14 --wait                         # a sweep's failed run, in its place
     python -m rada export 12 --out run-12/
 
 Exit codes (scripts can branch on them):
@@ -151,6 +152,17 @@ def build_parser() -> argparse.ArgumentParser:
     cancel.add_argument("--sweep", type=int, metavar="ID", help="cancel a sweep's runs")
     cancel.set_defaults(func=cmd_cancel)
 
+    retry = sub.add_parser("retry", parents=[common],
+                           help="retry failed or cancelled runs of a sweep, in their place",
+                           description="Run a failed or cancelled run of a sweep again, in its "
+                           "place: a new run of the sweep with the same settings; the old one "
+                           "keeps its records and is left out of the sweep's status, compare "
+                           "and report (`wait --sweep` then waits for the retry).")
+    retry.add_argument("runs", metavar="RUN_ID", type=int, nargs="+")
+    retry.add_argument("--wait", action="store_true",
+                       help="wait for the retries to finish, with a progress bar per run")
+    retry.set_defaults(func=cmd_retry)
+
     export = sub.add_parser("export", parents=[common],
                             help="download a run as a Parquet bundle",
                             description="Download a run's Parquet bundle (steps, rounds, "
@@ -239,8 +251,8 @@ def wait_for_runs(client: Client, ids: Sequence[int], poll: float = POLL_SECONDS
     from tqdm import tqdm
 
     runs = {i: client.get(f"/runs/{i}") for i in ids}
-    bars = {i: tqdm(total=r["total_steps"], desc=f"run {i} {r['name']}"[:48], unit="step",
-                    position=n, leave=True, file=sys.stderr, dynamic_ncols=True)
+    bars = {i: tqdm(total=r["total_steps"], desc=middle_cut(f"run {i} {r['name']}", 48),
+                    unit="step", position=n, leave=True, file=sys.stderr, dynamic_ncols=True)
             for n, (i, r) in enumerate(runs.items())}
     try:
         while True:
@@ -282,12 +294,43 @@ def cmd_runs(args: argparse.Namespace) -> int:
         for r in rows:
             print(json.dumps(r))
         return EXIT_OK
-    _table([(r["id"], r["name"][:40], r["algorithm"], r["status"],
-             f"{r['current_step']}/{r['total_steps']}", r["samples_spent"],
-             "" if r["latest_real_reward"] is None else f"{r['latest_real_reward']:.3f}",
-             r["owner"]) for r in rows],
-           ("id", "name", "algorithm", "status", "step", "samples", "reward", "owner"))
+    header = ("id", "name", "algorithm", "status", "step", "samples", "reward", "owner")
+    table = [[r["id"], r["name"], r["algorithm"],
+              r["status"] + (f" (replaced by {r['replaced_by']})" if r.get("replaced_by")
+                             else ""),
+              f"{r['current_step']}/{r['total_steps']}", r["samples_spent"],
+              "" if r["latest_real_reward"] is None else f"{r['latest_real_reward']:.3f}",
+              r["owner"]] for r in rows]
+    width = _output_width()
+    if width is not None and table:
+        # The name column gets what the other columns leave of the line (at least 20).
+        others = sum(max(len(str(c)) for c in [h, *(row[i] for row in table)]) + 2
+                     for i, h in enumerate(header) if i != 1)
+        for row in table:
+            row[1] = middle_cut(row[1], max(20, width - others))
+    _table([tuple(row) for row in table], header)
     return EXIT_OK
+
+
+def _output_width() -> int | None:
+    """The line width to fit a table to: $COLUMNS, else the terminal's; None when the output
+    is not a terminal (a pipe or a file gets whole names, for grep and scripts)."""
+    columns = os.environ.get("COLUMNS", "")
+    if columns.isdigit() and int(columns) > 0:
+        return int(columns)
+    if sys.stdout.isatty():
+        return os.get_terminal_size(sys.stdout.fileno()).columns
+    return None
+
+
+def middle_cut(text: str, width: int) -> str:
+    """``text`` in at most ``width`` characters, cut from the middle: a sweep's runs share their
+    start (the sweep's name) and differ at the end (their values, "[algorithm=grpo, seed=1]"),
+    so both ends are what tells them apart."""
+    if len(text) <= width:
+        return text
+    tail = (width - 1) * 2 // 3
+    return text[:width - 1 - tail] + "…" + text[len(text) - tail:]
 
 
 def cmd_cancel(args: argparse.Namespace) -> int:
@@ -302,6 +345,17 @@ def cmd_cancel(args: argparse.Namespace) -> int:
         print(f"run {run_id}: {r['status']}"
               + (" (stops after its current round)" if r["status"] == "running" else ""))
     return EXIT_OK
+
+
+def cmd_retry(args: argparse.Namespace) -> int:
+    client = _client(args)
+    ids = []
+    for run_id in args.runs:
+        new = client.call("POST", f"/runs/{run_id}/retry")
+        ids.append(new["id"])
+        print(f"run {run_id}: retried in sweep {new['sweep']} as run {new['id']} {new['name']}: "
+              f"queued on {new['queue']}")
+    return wait_for_runs(client, ids) if args.wait else EXIT_OK
 
 
 def cmd_export(args: argparse.Namespace) -> int:

@@ -1,10 +1,10 @@
 """Prompt files: JSONL and Parquet with ``prompt`` and ``answer`` columns, or the verl layout
 (``prompt`` a chat list of ``{role, content}``, answer in ``reward_model.ground_truth``).
 
-A malformed file is rejected whole, naming the line (JSONL, 1-based) or row (Parquet, 0-based) and
-the reason: a training run must never silently train on part of a dataset. The web platform
-streams uploads through ``iter_prompts`` with ``Limits``, so this module imports neither torch nor
-transformers (pyarrow is imported only for Parquet files).
+A malformed file is rejected whole, naming the line (JSONL) or row (Parquet), both counted from
+1, and the reason: a training run must never silently train on part of a dataset. The web
+platform streams uploads through ``iter_prompts`` with ``Limits``, so this module imports
+neither torch nor transformers (pyarrow is imported only for Parquet files).
 """
 
 from __future__ import annotations
@@ -33,8 +33,8 @@ BUILTIN_EVAL_SEED = 1
 
 
 class DataError(ValueError):
-    """A prompt file that cannot be used. ``location`` is e.g. "line 3" or "row 7" (or "" for a
-    problem with the whole file)."""
+    """A prompt file that cannot be used. ``location`` is e.g. "line 3" (JSONL) or "row 7"
+    (Parquet), counted from 1, or "" for a problem with the whole file."""
 
     def __init__(self, source: str, location: str, reason: str) -> None:
         where = f"{source}, {location}" if location else source
@@ -145,7 +145,7 @@ def _parquet_records(stream: BinaryIO, source: str, limits: Limits
     per_row = declared / max(meta.num_rows, 1)
     batch_rows = int(min(1024, max(1, PARQUET_SLICE_BYTES // max(per_row, 1))))
     decoded = 0
-    row = 0
+    row = 1  # counted from 1, as JSONL's lines are
     try:
         for batch in parquet.iter_batches(batch_size=batch_rows):
             # Metadata can lie, and a dictionary column of one long string repeated on every
@@ -262,7 +262,7 @@ def _prompt_text(value: Any, fail: Any) -> str:
         return value
     if isinstance(value, list):
         # verl layout: a chat; the question is the (last) user message.
-        for i, message in enumerate(value):
+        for i, message in enumerate(value, start=1):
             if not isinstance(message, Mapping) or not isinstance(message.get("role"), str) \
                     or not isinstance(message.get("content"), str):
                 raise fail(f"'prompt' chat message {i} must be an object with string 'role' and "

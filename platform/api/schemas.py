@@ -68,6 +68,9 @@ class RunOut(Schema):
     eval_set: int | None = Field(None, validation_alias="eval_set_id")
     sweep: int | None = Field(None, validation_alias="sweep_id")
     cloned_from: int | None = Field(None, validation_alias="cloned_from_id")
+    # The retry that took this run's place in its sweep (POST /runs/{id}/retry); its sweep's
+    # status, runs, compare and report count that run instead of this one.
+    replaced_by: int | None = Field(None, validation_alias="replaced_by_id")
     model: str
     seed: int
     queue: str
@@ -79,7 +82,8 @@ class RunOut(Schema):
     latest_real_reward: float | None
     cancel_requested: bool
     # What a running run waits for before it trains ("waiting for 8 GPUs on the Ray cluster
-    # (4 free, 6 in all)"); empty otherwise.
+    # (4 free, 6 in all)"), or the phase of its start ("starting 2 ranks (1 of 2 ready): rank 1
+    # building the vLLM engine"); empty otherwise.
     waiting_for: str
     error: str
     created_at: dt.datetime
@@ -169,6 +173,8 @@ class SampleOut(Schema):
     kept: bool = Field(description="kept for the policy update")
     advantage: float | None = Field(description="null when not kept")
     verifier_error: str
+    weight: float = Field(description="its weight in the policy loss, set by the algorithm "
+                          "(1 unless it weights samples)")
 
 
 class PromptStepPage(Schema):
@@ -179,10 +185,6 @@ class PromptStepPage(Schema):
 class SamplePage(Schema):
     items: list[SampleOut]
     next_cursor: str | None = Field(description="pass as cursor for the next page; null: last")
-
-
-class Message(Schema):
-    detail: str
 
 
 class CancelOut(Schema):
@@ -209,8 +211,11 @@ class LaunchBody(Schema):
 
 class SweepBody(LaunchBody):
     grid: str | list[Any] | dict[str, Any] = Field(
-        description='"algorithm=grpo,ada-balance;seed=0..2", a list of {"field", "values"}, or '
-                    "a mapping field -> values")
+        description='"algorithm=grpo,ada-balance;seed=0..2" (paired fields: "(algorithm, '
+                    'group_size)=(ada-balance, 4), (grpo, 16); seed=0..2"), a list of '
+                    '{"field", "values"} or {"fields", "values"} (paired, values a list of '
+                    'lists), or a mapping field -> values (a paired key "(algorithm, '
+                    'group_size)")')
 
 
 class RunFilters(Schema):

@@ -10,7 +10,6 @@ from __future__ import annotations
 import html
 import math
 import statistics
-from collections import defaultdict
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -337,16 +336,42 @@ def budget(run: Run, max_points: int = MAX_POINTS) -> Fig:
     layout = _layout("Sampling budget", STEP_TITLE, "samples per step")
     # Counts start at zero: a backend that reports no tokens draws a flat line at 0, not at an
     # arbitrary mid-axis.
-    panels = (("yaxis", "samples per step", "samples"), ("yaxis2", "tokens per step", "tokens"),
-              ("yaxis3", "cumulative samples", "cum_samples"),
-              ("yaxis4", "cumulative tokens", "cum_tokens"))
-    for i, (axis, title, key) in enumerate(panels):
-        top = 1 - i * 0.26
-        layout[axis] = pin_axis({**layout.get(axis, {}), "title": {"text": title},
-                                 "domain": [max(0.0, top - 0.2), top], "anchor": "x",
-                                 "tickformat": "~s"}, key)
-    layout["height"] = 720
+    stack_panels(layout, [pin_axis({"title": {"text": title}, "tickformat": "~s"}, key)
+                          for title, key in (("samples per step", "samples"),
+                                             ("tokens per step", "tokens"),
+                                             ("cumulative samples", "cum_samples"),
+                                             ("cumulative tokens", "cum_tokens"))],
+                 legend_items=len(data))
     return _empty_note({"data": data, "layout": layout}, steps)
+
+
+# Panels stacked over one step axis, in pixels: each tall enough for its axis title ("cumulative
+# samples" is about 110 px long), apart enough for their tick labels not to touch.
+PANEL_PX = 150
+PANEL_GAP_PX = 36
+LEGEND_ROW_PX = 20
+
+
+def stack_panels(layout: Fig, axes: list[dict[str, Any]], legend_items: int) -> None:
+    """Stack the y axes ``axes`` (top first; they become yaxis, yaxis2, ...) over the layout's
+    step axis, and put the step axis (ticks and title) under the lowest panel, and the legend
+    under that. Plotly anchors an x axis to "y" by default, which here is the top panel: the
+    step axis's title sat in the middle of the chart, over the panel below."""
+    n = len(axes)
+    plot = n * PANEL_PX + (n - 1) * PANEL_GAP_PX
+    for i, axis in enumerate(axes):
+        top = plot - i * (PANEL_PX + PANEL_GAP_PX)
+        key = "yaxis" if i == 0 else f"yaxis{i + 1}"
+        layout[key] = {**layout.get(key, {}), **axis, "anchor": "x",
+                       "domain": [max(0.0, (top - PANEL_PX) / plot), top / plot]}
+    layout["xaxis"]["anchor"] = "y" if n == 1 else f"y{n}"
+    # The legend, a row per two entries on a chart half the page wide, under the step axis's
+    # ticks and title (about 55 px).
+    rows = -(-legend_items // 2)
+    margin = layout["margin"]
+    margin["b"] = 65 + rows * LEGEND_ROW_PX
+    layout["legend"] = {**layout.get("legend", {}), "y": -55 / plot, "yanchor": "top"}
+    layout["height"] = plot + margin["t"] + margin["b"]
 
 
 @dataclass(frozen=True)
@@ -433,17 +458,15 @@ def panels_chart(title: str, panels: list[tuple[str, list[tuple[str, str]]]],
     line of that value across a panel."""
     data: list[dict[str, Any]] = []
     layout = _layout(title, STEP_TITLE, panels[0][0] if panels else "value")
-    n = max(len(panels), 1)
-    gap = 0.08 if n > 1 else 0.0
-    height = (1 - gap * (n - 1)) / n
+    if len(panels) > 1:
+        stack_panels(layout, [pin_axis({"title": {"text": ytitle}}, *(k for k, _ in series))
+                              for ytitle, series in panels],
+                     legend_items=sum(len(series) for _, series in panels) + len(references or {}))
+    elif panels:
+        pin_axis(layout["yaxis"], *(k for k, _ in panels[0][1]))
     colour = 0
-    for i, (ytitle, series) in enumerate(panels):
-        axis = "yaxis" if i == 0 else f"yaxis{i + 1}"
+    for i, (_, series) in enumerate(panels):
         ref = "y" if i == 0 else f"y{i + 1}"
-        top = 1 - i * (height + gap)
-        layout[axis] = pin_axis({**layout.get(axis, {}), "title": {"text": ytitle},
-                                 "domain": [max(0.0, top - height), top], "anchor": "x"},
-                                *(k for k, _ in series))
         for key, label in series:
             data.append(_line(label, s["step"], s[key], PALETTE[colour % len(PALETTE)],
                               max_points, yaxis=ref))
@@ -453,7 +476,6 @@ def panels_chart(title: str, panels: list[tuple[str, list[tuple[str, str]]]],
             data.append(_line(name, s["step"], [value] * len(s["step"]), "#888888",
                               max_points, yaxis=ref,
                               line={"color": "#888888", "dash": "dash", "width": 1.5}))
-    layout["height"] = max(360, 220 * n + 80)
     return _empty_note({"data": data, "layout": layout}, s["step"])
 
 
@@ -909,26 +931,37 @@ COMPARE_METRICS = {"real_reward": "real reward (0-1)", "kept_reward": "kept-batc
                    "response_length": "response length (tokens)"}
 
 
-def _run_label(run: Run) -> str:
-    return plotly_text(f"{run.name} "
-                       f"({selectors.algorithm_label(run.algorithm)})")
+def group_trace_label(group: selectors.RunGroup) -> str:
+    """A group's legend entry: what its runs share and what the line is made of ("GRPO n=4:
+    mean of 2 seeds (seeds 0, 1)"); a run compared alone keeps its own name."""
+    used = group.used
+    if len(group.members) == 1:
+        return plotly_text(f"{used[0].name} ({group.label})")
+    if len(used) == 1:
+        return plotly_text(f"{group.label}: seed {used[0].seed} "
+                           f"(1 of {len(group.members)} seeds)")
+    return plotly_text(f"{group.label}: {group.uses()}")
 
 
 def compare(runs: list[Run], x_axis: str = "step", metric: str = "real_reward",
             max_points: int = MAX_POINTS) -> Fig:
-    """Overlay runs; runs that differ only by seed become one mean line with a min-max band."""
+    """Overlay runs; runs that differ only by seed become one mean line with a min-max band,
+    drawn from the runs that recorded steps (``selectors.seed_groups`` says which, and the page
+    says which it left out)."""
     x_key, x_title = X_AXES[x_axis]
     json_metrics = tuple(m for m in (metric,) if m in selectors.METRIC_KEYS)
-    series = {r.pk: selectors.step_series(r.pk, json_metrics) for r in runs}
-    groups: dict[str, list[Run]] = defaultdict(list)
-    for r in runs:
-        groups[selectors.seed_group_key(r)].append(r)
+    groups = selectors.seed_groups(runs)
+    series = {r.pk: selectors.step_series(r.pk, json_metrics) for g in groups for r in g.used}
     data: list[dict[str, Any]] = []
-    for gi, members in enumerate(groups.values()):
+    for gi, group in enumerate(groups):
         color = PALETTE[gi % len(PALETTE)]
+        members = group.used
+        if not members:
+            continue
+        label = group_trace_label(group)
         if len(members) == 1:
             s = series[members[0].pk]
-            data.append(_line(_run_label(members[0]), s[x_key], s[metric], color, max_points))
+            data.append(_line(label, s[x_key], s[metric], color, max_points))
             continue
         # Align seeds on the step index: steps every member has recorded.
         by_step = [dict(zip(series[m.pk]["step"], range(len(series[m.pk]["step"])),
@@ -943,19 +976,29 @@ def compare(runs: list[Run], x_axis: str = "step", metric: str = "real_reward",
             mean.append(statistics.fmean(vals) if vals else None)
             lo.append(min(vals) if vals else None)
             hi.append(max(vals) if vals else None)
-        seeds = ", ".join(str(m.seed) for m in members)
-        label = f"{_run_label(members[0])} mean of {len(members)} seeds ({seeds})"
         data.extend(band_traces(label, xs, mean, lo, hi, color, max_points, group=f"g{gi}"))
     layout = _layout(f"{COMPARE_METRICS[metric].split(' (')[0].capitalize()} vs {x_title}",
                      x_title, COMPARE_METRICS[metric])
     pin_axis(layout["xaxis"], x_key)
     pin_axis(layout["yaxis"], metric)
     layout["height"] = 460
-    return whole_steps({"data": data, "layout": layout})
+    fig = {"data": data, "layout": layout}
+    if not data:
+        fig["layout"]["annotations"] = [{
+            "text": "none of these runs recorded a step yet", "showarrow": False,
+            "xref": "paper", "yref": "paper", "x": 0.5, "y": 0.5}]
+    return whole_steps(fig)
 
 
-def pass_rate_scatter(run_a: Run, run_b: Run) -> Fig:
-    p = selectors.per_prompt_pass_rates(run_a, run_b)
+def pass_rate_scatter(pair: tuple[Run, Run] | None) -> Fig:
+    """Each prompt's pass rate in run A against run B (``selectors.scatter_pair`` picks them
+    from the runs with recorded steps); None: fewer than two runs recorded a step."""
+    if pair is None:
+        p: dict[str, list[Any]] = {"a": [], "b": [], "prompt_id": [], "index": []}
+        names = ("A", "B")
+    else:
+        p = selectors.per_prompt_pass_rates(*pair)
+        names = (pair[0].name, pair[1].name)
     data = [
         {"type": "scattergl", "mode": "markers", "name": "prompts sampled by both runs",
          "x": p["a"], "y": p["b"], "customdata": p["prompt_id"],
@@ -965,14 +1008,15 @@ def pass_rate_scatter(run_a: Run, run_b: Run) -> Fig:
         {"type": "scattergl", "mode": "lines", "name": "equal pass rate", "x": [0, 1],
          "y": [0, 1], "line": {"color": "#888888", "dash": "dash"}, "hoverinfo": "skip"},
     ]
-    layout = _layout("Per-prompt pass rate", f"pass rate in A: {plotly_text(run_a.name)} (0-1)",
-                     f"pass rate in B: {plotly_text(run_b.name)} (0-1)", hovermode="closest")
+    layout = _layout("Per-prompt pass rate", f"pass rate in A: {plotly_text(names[0])} (0-1)",
+                     f"pass rate in B: {plotly_text(names[1])} (0-1)", hovermode="closest")
     pin_axis(layout["xaxis"], "pass_rate")
     pin_axis(layout["yaxis"], "pass_rate")
     layout["height"] = 460
     fig = {"data": data, "layout": layout}
     if not p["a"]:
-        fig["layout"]["annotations"] = [{"text": "the runs sampled no prompt in common",
+        fig["layout"]["annotations"] = [{"text": "the runs sampled no prompt in common"
+                                         if pair else "needs two runs that recorded a step",
                                          "showarrow": False, "xref": "paper", "yref": "paper",
                                          "x": 0.5, "y": 0.5}]
     return fig
@@ -1015,13 +1059,37 @@ def estimate_chart(name: str, estimate: Any, context: dict[str, Any]) -> Fig:
     if name == "budget":
         bxn = context["bxn"]
         labels = [r["label"] for r in rows]
-        # Horizontal bars: the algorithms' names read without rotation.
+        points = [r["samples_per_step"] for r in rows]
+        # Rows stored before the interval existed are recomputed (preflight._current).
+        low = [r.get("samples_per_step_low", p) for r, p in zip(rows, points, strict=True)]
+        high = [r.get("samples_per_step_high", p) for r, p in zip(rows, points, strict=True)]
+        # Horizontal bars: the algorithms' names read without rotation; the whiskers are each
+        # figure's 95% interval over the sampled prompts (none for a fixed budget).
         data = [
-            {"type": "bar", "orientation": "h", "name": "expected samples per step",
-             "y": labels, "x": [round(r["samples_per_step"], 1) for r in rows],
-             "text": [f"{r['multiple_of_grpo']:.2f}x" for r in rows], "textposition": "outside",
-             "cliponaxis": False, "marker": {"color": PALETTE[0]},
-             "hovertemplate": "%{y}: %{x:.0f} samples per step (%{text} B x n)<extra></extra>"},
+            {"type": "bar", "orientation": "h",
+             "name": "expected samples per step (whisker: 95% interval over the sampled prompts)",
+             "y": labels, "x": [round(p, 1) for p in points],
+             "customdata": [[round(lo), round(h)] for lo, h in zip(low, high, strict=True)],
+             "text": [f"{r['multiple_of_grpo']:.2f}x" for r in rows], "textposition": "none",
+             "marker": {"color": PALETTE[0]},
+             "hovertemplate": "%{y}: %{x:.0f} samples per step (%{text} B x n; 95%: "
+                              "%{customdata[0]}-%{customdata[1]})<extra></extra>"},
+            # The whiskers, on their own trace: only where there is an interval (a fixed budget
+            # is exact; plotly would draw a zero-width whisker's caps as a tick).
+            {"type": "scatter", "mode": "markers", "marker": {"opacity": 0},
+             "y": [lab for lab, lo, h in zip(labels, low, high, strict=True) if h > lo],
+             "x": [round(p, 1) for p, lo, h in zip(points, low, high, strict=True) if h > lo],
+             "error_x": {"type": "data", "symmetric": False, "color": "#1d2330",
+                         "array": [round(h - p, 1)
+                                   for p, lo, h in zip(points, low, high, strict=True) if h > lo],
+                         "arrayminus": [round(p - lo, 1) for p, lo, h
+                                        in zip(points, low, high, strict=True) if h > lo]},
+             "showlegend": False, "hoverinfo": "skip"},
+            # Each bar's multiple of B x n, written past its whisker (not over it).
+            {"type": "scatter", "mode": "text", "y": labels, "x": high,
+             "text": [f" {r['multiple_of_grpo']:.2f}x" for r in rows],
+             "textposition": "middle right", "cliponaxis": False, "showlegend": False,
+             "hoverinfo": "skip"},
             {"type": "scatter", "mode": "lines", "name": f"GRPO budget B x n = {bxn} samples",
              "y": labels, "x": [bxn] * len(rows),
              "line": {"color": "#888888", "dash": "dash"}, "hoverinfo": "skip"},

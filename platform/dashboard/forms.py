@@ -1,6 +1,7 @@
-"""Forms. The launch form is generated from ``TrainConfig.field_specs()`` so every hyperparameter
-the trainer knows appears with its default and help text, and a new trainer option shows up in
-the browser without touching this file."""
+"""Forms. The launch form is generated from ``trainer.config.field_specs()`` (the config's fields
+and every registered algorithm's own options) so every hyperparameter the trainer knows appears
+with its default and help text, and a new trainer option shows up in the browser without
+touching this file."""
 
 from __future__ import annotations
 
@@ -135,26 +136,36 @@ class LaunchForm(NumbersAsTyped):
     RUN_SHAPE = ("batch_size", "group_size", "samples_per_round", "max_rounds")
     sweep = forms.CharField(
         required=False, label="sweep over", max_length=2000,
-        widget=forms.TextInput(attrs={"placeholder": "e.g. algorithm=grpo,ada-pos,ada-balance; "
-                                                     "seed=0,1,2"}),
+        widget=forms.TextInput(attrs={"placeholder": "e.g. algorithm=grpo,ada-balance; "
+                                      "seed=0,1,2   or   (algorithm, group_size)=(ada-balance, "
+                                      "4), (grpo, 16); seed=0..2"}),
         help_text="Optional: launch a sweep, one run per combination of these values over the "
                   "settings below (fields separated by ';', values by ','; an integer range as "
-                  "0..4). The name above names the sweep.")
+                  "0..4). Fields in parentheses are paired, value for value, not crossed: "
+                  "(algorithm, group_size)=(ada-balance, 4), (grpo, 16) is 2 runs, GRPO at the "
+                  "budget of n=16. At most {max_runs:,} runs. The name above names the sweep; "
+                  "its runs are named by their values.")
 
     def __init__(self, *args: Any, estimate: bool = False, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         # An estimate launches nothing: it needs no run name.
         self.fields["name"].required = not estimate
+        self.fields["sweep"].help_text = self.fields["sweep"].help_text.format(
+            max_runs=settings.SWEEP_MAX_RUNS)
         # The queues as configured, each with what its workers are and how many ranks fit.
         self.fields["queue"].choices = [
             (q, f"{q}: {settings.RUN_QUEUE_HELP.get(q, q)}; world_size up to "
                 f"{settings.RUN_MAX_WORLD_SIZE.get(q, 1):,}") for q in settings.RUN_QUEUES]
         self.config_groups: dict[str, list[str]] = {}
+        # The titles of the groups of an algorithm's own options ("Toy (toy only)").
+        self.group_titles: dict[str, str] = {}
         for spec in field_specs():
             if spec["name"] in SERVICE_OWNED:
                 continue
             self.fields[spec["name"]] = _config_field(spec)
             self.config_groups.setdefault(spec["group"], []).append(spec["name"])
+            if "group_title" in spec:
+                self.group_titles.setdefault(spec["group"], spec["group_title"])
         self.fields["model"].widget.attrs["list"] = "model-choices"
         self.fields["model"].required = True
         self.fields["model"].initial = BUILTIN_MODEL
@@ -163,11 +174,31 @@ class LaunchForm(NumbersAsTyped):
         self.fields["lr"].widget.attrs["data-lr-by-model"] = json.dumps(
             {BUILTIN_MODEL: recommended_lr(BUILTIN_MODEL), "": recommended_lr("")})
 
+    # The page's order: the run's own fields, the config's groups (``grouped``), the estimate's.
+    RUN_FIELDS = ("name", "prompt_set", "eval_set", "queue", "retention", "sweep")
+    ESTIMATE_FIELDS = ("estimate_samples", "estimate_prompts")
+
+    def run_fields(self) -> list[forms.BoundField]:
+        return [self[n] for n in self.RUN_FIELDS]
+
+    def estimate_fields(self) -> list[forms.BoundField]:
+        return [self[n] for n in self.ESTIMATE_FIELDS]
+
+    def page_order(self) -> list[str]:
+        """Every field's name in the order the page shows them."""
+        return [*self.RUN_FIELDS, *(f.name for _, group in self.grouped() for f in group),
+                *self.ESTIMATE_FIELDS]
+
+    def error_fields(self) -> list[str]:
+        """The fields with an error, in the page's order: the summary above the form lists
+        them as the user meets them scrolling down."""
+        return [name for name in self.page_order() if name in self.errors]
+
     def grouped(self) -> list[tuple[str, list[forms.BoundField]]]:
         order = ["algorithm", "est", "model", "optimisation", "data", "distributed", "run"]
         groups = sorted(self.config_groups, key=lambda g: order.index(g) if g in order else 99)
-        return [(GROUP_TITLES.get(g, g), [self[n] for n in self.config_groups[g]])
-                for g in groups]
+        return [(GROUP_TITLES.get(g) or self.group_titles.get(g, g),
+                 [self[n] for n in self.config_groups[g]]) for g in groups]
 
     def run_shape(self) -> dict[str, int]:
         """B, n, M and N as entered (the defaults where a value did not parse)."""
@@ -203,9 +234,12 @@ class LaunchForm(NumbersAsTyped):
         cleaned = super().clean()
         # Every field at once: the CLI's config checks and the launch service's own, on the
         # values that passed the form's type checks; prompts come from the chosen set.
+        # A field that did not parse keeps its default in the config: no check across fields
+        # may read that default as the user's value ("must be <= batch_size (32)" under a
+        # batch_size of "3e" says nothing true), so its name goes along as invalid.
         config = {**self.config_dict(), "prompts": BUILTIN_TASK, "eval_prompts": ""}
         checks = {"prompt_set": cleaned.get("prompt_set"), "queue": cleaned.get("queue", "cpu"),
-                  "retention": cleaned.get("retention", "all")}
+                  "retention": cleaned.get("retention", "all"), "invalid": set(self.errors)}
         if cleaned.get("sweep"):
             # Every run of the sweep, checked as one run is.
             try:
@@ -243,13 +277,14 @@ def initial_from_run(run: Run) -> dict[str, Any]:
 
 
 def clone_name(run: Run) -> str:
-    """The name a clone of ``run`` starts with: the source's and " (clone)". A sweep's run is
-    named after the sweep ("sweep [seed=1]"); its clone belongs to no sweep, so it is named
-    after the values the run was swept at instead ("seed=1 (clone)")."""
+    """The name a clone of ``run`` starts with: the source's and " (clone)". A sweep's run
+    keeps its sweep's name and the values it was swept at ("study [algorithm=grpo, seed=1]
+    (clone)"), the values whole however long the sweep's name: the clone belongs to no sweep,
+    and its name is what still says where it came from."""
     if run.sweep is None:
         return services.derived_run_name(run.name, " (clone)")
     point = {f: (run.config or {}).get(f) for f in run.sweep.fields}
-    return services.derived_run_name(services.point_label(point), " (clone)")
+    return services.sweep_run_name(run.sweep.name, point, " (clone)")
 
 
 def clone_diff(form: LaunchForm, source: Run) -> list[tuple[str, list[DiffCell]]]:

@@ -18,6 +18,7 @@ urlpatterns = [
     path("runs/<int:run_id>/export/", views.run_export, name="run_export"),
     path("runs/<int:run_id>/delete/", views.run_delete, name="run_delete"),
     path("runs/<int:run_id>/relaunch/", views.run_relaunch, name="run_relaunch"),
+    path("runs/<int:run_id>/retry/", views.run_retry, name="run_retry"),
     path("runs/<int:run_id>/estimate/", views.run_estimate, name="run_estimate"),
     path("runs/<int:run_id>/prompts/<int:prompt_id>/", views.prompt_history,
          name="prompt_history"),

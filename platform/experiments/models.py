@@ -60,7 +60,8 @@ class Sweep(models.Model):
     name = models.CharField(max_length=200)
     # A list, not a mapping: jsonb does not keep key order, and the axes' order is the order the
     # grid expands in (and the order run names list their values).
-    grid = models.JSONField(help_text='The axes, in order: [{"field": ..., "values": [...]}].')
+    grid = models.JSONField(help_text='The axes, in order: [{"field": ..., "values": [...]}], a '
+                            'paired axis {"fields": [...], "values": [[...], ...]}.')
     base_config = models.JSONField(help_text="The config fields every run starts from; each run "
                                    "overrides the swept ones.")
     created_at = models.DateTimeField(auto_now_add=True)
@@ -73,7 +74,14 @@ class Sweep(models.Model):
 
     @property
     def fields(self) -> list[str]:
-        return [axis["field"] for axis in self.grid]
+        """Every swept field, in axis order (a paired axis gives all of its fields)."""
+        return [f for axis in self.grid for f in axis.get("fields", [axis.get("field")])]
+
+    @property
+    def axes_label(self) -> str:
+        """The axes as crossed: "algorithm × seed", "(algorithm, group_size) × seed"."""
+        return " × ".join(f"({', '.join(axis['fields'])})" if "fields" in axis
+                          else axis["field"] for axis in self.grid)
 
 
 class Run(models.Model):
@@ -124,7 +132,8 @@ class Run(models.Model):
     # cuts every execution cannot loop a run forever.
     outage_step = models.PositiveIntegerField(null=True, blank=True)
     # What a leased run waits for before it trains, in words ("waiting for 8 GPUs on the Ray
-    # cluster (4 free, 6 in all)"); empty once it has them. The wait is not training time: the
+    # cluster (4 free, 6 in all)", or its start's phase: "loading the model"); empty once it
+    # trains. The wait is not training time: the
     # wall-time limit starts after it.
     waiting_for = models.CharField(max_length=300, blank=True, default="")
     error = models.TextField(blank=True)
@@ -135,6 +144,14 @@ class Run(models.Model):
     # cascade from elsewhere.
     sweep = models.ForeignKey(Sweep, null=True, blank=True, on_delete=models.SET_NULL,
                               related_name="runs")
+    # The run's place in its sweep's grid (0: the first point), which its retry takes too: the
+    # sweep's pages list its runs in this order.
+    sweep_index = models.PositiveIntegerField(null=True, blank=True)
+    # A failed or cancelled run of a sweep that a retry took the place of (services.retry_run):
+    # it keeps its records and its error, but the sweep's status, compare and report count the
+    # retry instead. SET_NULL: deleting the retry gives the point back to this run.
+    replaced_by = models.OneToOneField("self", null=True, blank=True,
+                                       on_delete=models.SET_NULL, related_name="replaces")
     # Where an imported run came from (experiments.imports): a hash of the folder's path, so
     # importing the same folder again updates this run instead of adding another.
     import_key = models.CharField(max_length=64, blank=True, default="")
@@ -221,7 +238,8 @@ class PromptStep(models.Model):
     kept_negatives = models.PositiveSmallIntegerField()
     baseline = models.FloatField()
     tokens = models.PositiveIntegerField(default=0)
-    # Reinforce-Ada-Est only (null for the other algorithms).
+    # Filled by an algorithm that allocates from a pass-rate estimate (``Algorithm.allocates``:
+    # Reinforce-Ada Est); null for the others.
     p_hat = models.FloatField(null=True, help_text="Pass-rate estimate before this step's "
                               "sampling (Est).")
     allocated = models.PositiveSmallIntegerField(null=True, help_text="Samples allocated this "
@@ -261,6 +279,9 @@ class Sample(models.Model):
     kept = models.BooleanField()
     advantage = models.FloatField(null=True)
     verifier_error = models.TextField(blank=True)
+    # Runs recorded before the algorithms could weight samples read 1 (db_default).
+    weight = models.FloatField(default=1.0, db_default=1.0,
+                               help_text="Its weight in the policy loss, set by the algorithm.")
 
     class Meta:
         ordering = ["run", "step", "prompt", "index"]

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from django.db.models import Count, Q, QuerySet
+from django.db.models import Count, F, Q, QuerySet
 
 from experiments.models import Prompt, PromptSet, Run, Sweep
 
@@ -103,9 +103,10 @@ class SweepStatus:
 
 
 def sweep_statuses(sweep_ids: list[int]) -> dict[int, SweepStatus]:
-    """Each sweep's run counts per status, in one grouped query."""
+    """Each sweep's run counts per status, in one grouped query; a run a retry replaced is
+    counted as its retry (``sweep_runs``)."""
     out = {sid: SweepStatus() for sid in sweep_ids}
-    for sid, status, n in (Run.objects.filter(sweep_id__in=sweep_ids)
+    for sid, status, n in (Run.objects.filter(sweep_id__in=sweep_ids, replaced_by__isnull=True)
                            .values_list("sweep_id", "status").annotate(n=Count("id"))
                            .order_by()):
         out[sid].counts[status] = n
@@ -114,7 +115,8 @@ def sweep_statuses(sweep_ids: list[int]) -> dict[int, SweepStatus]:
 
 def sweep_list(*, owner_id: int | None = None) -> QuerySet[Sweep]:
     """Sweeps, newest first, with their run count."""
-    qs = Sweep.objects.select_related("owner").annotate(run_count=Count("runs"))
+    qs = Sweep.objects.select_related("owner").annotate(
+        run_count=Count("runs", filter=Q(runs__replaced_by__isnull=True)))
     if owner_id:
         qs = qs.filter(owner_id=owner_id)
     return qs.order_by("-created_at")
@@ -124,7 +126,12 @@ def sweep_get(sweep_id: int) -> Sweep:
     return Sweep.objects.select_related("owner").get(pk=sweep_id)
 
 
-def sweep_runs(sweep_id: int) -> QuerySet[Run]:
-    """A sweep's runs in the order the grid expanded them."""
-    return (Run.objects.filter(sweep_id=sweep_id).select_related("prompt_set", "owner")
-            .defer("traceback").order_by("pk"))
+def sweep_runs(sweep_id: int, *, replaced: bool = False) -> QuerySet[Run]:
+    """A sweep's runs in the order the grid expanded them: one per point of the grid, a run
+    that a retry took the place of left out (``replaced``: those too, each before its retry).
+    The sweep's status, compare, report, its API and ``rada wait`` read these."""
+    qs = Run.objects.filter(sweep_id=sweep_id)
+    if not replaced:
+        qs = qs.filter(replaced_by__isnull=True)
+    return (qs.select_related("prompt_set", "owner").defer("traceback")
+            .order_by(F("sweep_index").asc(nulls_last=True), "pk"))

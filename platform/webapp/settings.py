@@ -215,6 +215,11 @@ RUN_HEARTBEAT_SECONDS = float(os.environ.get("RUN_HEARTBEAT_SECONDS",
 # A worker asks the database whether its run was cancelled (or its lease lost) at most this
 # often: between rounds, mini-batches and evaluation batches.
 RUN_STOP_POLL_SECONDS = float(os.environ.get("RUN_STOP_POLL_SECONDS", 1))
+# How often the pages follow a live run: the run page's status card (seconds) and the runs
+# list's table (heavier: every run's row). The browser tests shorten them to see many polls
+# within one confirmation dialog.
+DASHBOARD_POLL_SECONDS = float(os.environ.get("DASHBOARD_POLL_SECONDS", 2))
+RUN_LIST_POLL_SECONDS = float(os.environ.get("RUN_LIST_POLL_SECONDS", 5))
 # Executions of one run that may be lost (its process or its worker killed: out of memory, a
 # segfault) before it ends failed with "worker lost N times" instead of being tried again.
 RUN_MAX_ATTEMPTS = int(os.environ.get("RUN_MAX_ATTEMPTS", 3))

@@ -77,10 +77,20 @@ def screenshot(page: Any, tmp_path: Path) -> Callable[..., None]:
         """The page (whole or the viewport), or the element matching the CSS selector
         ``element`` (whole, however tall)."""
         path = str(folder / f"{name}.png")
-        if element is not None:
-            page.locator(element).screenshot(path=path)
-        else:
+        if element is None:
             page.screenshot(path=path, full_page=full_page)
+            return
+        from playwright.sync_api import Error
+
+        # A live run's status card is replaced by its poll every couple of seconds: an element
+        # swapped out between Playwright finding it and drawing it is found again.
+        for attempt in range(5):
+            try:
+                page.locator(element).screenshot(path=path)
+                return
+            except Error as exc:
+                if "not attached" not in str(exc) or attempt == 4:
+                    raise
 
     return shot
 

@@ -1,7 +1,8 @@
 """The run page's less common states in headless Chromium, as a user sees them: a four-rank run's
 "Across ranks" section (the placement table and each rank's time per step, the straggler named),
 a run waiting for GPUs on a shared cluster, an interrupted run waiting to resume, a run that
-skipped optimiser steps, and the launch form's "GPUs and machines" fields. With
+skipped optimiser steps, a queued run's place on its queue, a two-rank run starting, and the
+launch form's "GPUs and machines" fields. With
 SAVE_SCREENSHOTS=1 their pictures go to docs/screenshots/."""
 
 from __future__ import annotations
@@ -74,7 +75,10 @@ def test_an_interrupted_run_says_it_waits_to_resume_and_a_skipping_run_warns(
     owner = User.objects.create_user("alice", password="alice-password-1")
     prompts = make_prompt_set("states", size=8)
     interrupted = record_run(make_run(owner, prompts, name="interrupted", total_steps=6), steps=3)
-    Run.objects.filter(pk=interrupted.pk).update(status=Run.Status.QUEUED, current_step=3)
+    # Handed back: queued again, and on the broker again.
+    Run.objects.filter(pk=interrupted.pk).update(
+        status=Run.Status.QUEUED, current_step=3, enqueued_at=timezone.now() - timedelta(
+            minutes=2))
     skipping = record_run(make_run(owner, prompts, name="skipping", algorithm="grpo",
                                    total_steps=3, max_skipped_updates=5))
     step = Step.objects.get(run=skipping, step=3)
@@ -86,7 +90,9 @@ def test_an_interrupted_run_says_it_waits_to_resume_and_a_skipping_run_warns(
     page.goto(base + f"/runs/{interrupted.pk}/")
     assert page.locator("#run-state").inner_text() == "interrupted"
     note = page.locator("#run-interrupted")
-    assert note.is_visible() and "waiting to resume" in note.inner_text()
+    assert note.inner_text() == ("interrupted, waiting to resume from its last checkpoint: 1st "
+                                 "in the cpu queue; no run holds its workers, so one takes it "
+                                 "shortly (if one is up)")
     assert "ETA" not in page.locator("#run-status").inner_text()
     screenshot("run-interrupted", element="#run-status")
     page.goto(base + "/")
@@ -98,6 +104,30 @@ def test_an_interrupted_run_says_it_waits_to_resume_and_a_skipping_run_warns(
     assert warning.is_visible() and warning.get_attribute("role") == "alert"
     assert "2 optimiser steps skipped" in warning.inner_text()
     screenshot("skipped-updates", element="#run-status")
+
+    # Queued behind the interrupted run (which went back to the queue first) while another
+    # run holds the queue's worker: the card gives its place.
+    busy = make_run(owner, prompts, name="busy")
+    Run.objects.filter(pk=busy.pk).update(status=Run.Status.RUNNING, started_at=timezone.now(),
+                                          heartbeat_at=timezone.now())
+    queued = make_run(owner, prompts, name="queued")
+    Run.objects.filter(pk=queued.pk).update(enqueued_at=timezone.now() - timedelta(minutes=1))
+    page.goto(base + f"/runs/{queued.pk}/")
+    assert page.locator("#run-queue-place").inner_text() == (
+        f"2nd in the cpu queue, behind run #{interrupted.pk} (queued); its workers are busy "
+        f"with run #{busy.pk} (running)")
+    screenshot("run-queued", element="#run-status")
+
+    # Starting across two ranks: the phase, not "ETA after the first step".
+    Run.objects.filter(pk=queued.pk).update(
+        status=Run.Status.RUNNING, started_at=timezone.now(), heartbeat_at=timezone.now(),
+        waiting_for="starting 2 ranks (1 of 2 ready): rank 1 building the vLLM engine")
+    page.goto(base + f"/runs/{queued.pk}/")
+    phase = page.locator("#run-waiting")
+    assert phase.inner_text() == "starting 2 ranks (1 of 2 ready): rank 1 building the vLLM engine"
+    assert phase.get_attribute("class") == "phase"  # not the wait-for-GPUs warning
+    assert "ETA" not in page.locator("#run-status").inner_text()
+    screenshot("run-starting", element="#run-status")
 
 
 def test_the_launch_forms_gpus_and_machines_fields(live_server: Any, page: Any,
@@ -113,3 +143,39 @@ def test_the_launch_forms_gpus_and_machines_fields(live_server: Any, page: Any,
     assert field.is_visible() and field.input_value() == "1"
     assert group.locator("label", has_text="world_size").count() == 1
     screenshot("launch-distributed", element="fieldset:has(#id_world_size)")
+
+
+def test_a_sweeps_failed_run_is_retried_in_its_place(live_server: Any, page: Any,
+                                                     screenshot: Callable[..., None]) -> None:
+    """Issue 27: "Relaunch" of a sweep's failed run made a run outside the sweep, which stayed
+    failed. "Retry in the sweep" takes its place: the list keeps the failed run, dimmed and
+    marked, and the sweep's status counts the retry."""
+    from experiments import services
+
+    base = live_server.url
+    owner = User.objects.create_user("alice", password="alice-password-1")
+    sweep = services.launch_sweep(
+        owner, "budget", {"backend": "simulated", "batch_size": 4, "total_steps": 3},
+        services.parse_sweep_spec("(algorithm, group_size)=(ada-balance, 4), (grpo, 16); "
+                                  "seed=0,1"), make_prompt_set("retry-set", size=8))
+    runs = list(Run.objects.filter(sweep=sweep).order_by("pk"))
+    Run.objects.filter(sweep=sweep).update(status=Run.Status.SUCCEEDED, current_step=3)
+    failed = runs[1]
+    Run.objects.filter(pk=failed.pk).update(
+        status=Run.Status.FAILED, current_step=1,
+        error="ModuleNotFoundError: No module named 'vllm.model_executor.models.qwen2'")
+    sign_in(page, base)
+    page.goto(base + f"/runs/{failed.pk}/")
+    page.click("#run-retry-button")
+    page.wait_for_url(lambda url: f"/runs/{failed.pk}/" not in url)
+    retry = Run.objects.get(replaces=failed.pk)
+    assert page.url.endswith(f"/runs/{retry.pk}/")
+    assert "Retried in sweep “budget”" in page.locator(".messages, body").first.inner_text()
+    page.goto(base + f"/?sweep={sweep.pk}")
+    head = page.locator(f"#sweep-{sweep.pk}")
+    assert "1 queued, 3 succeeded" in head.inner_text()
+    assert "over (algorithm, group_size) × seed: 4 runs" in head.inner_text()
+    row = page.locator("tr.replaced")
+    assert row.count() == 1 and f"replaced by run {retry.pk}" in row.inner_text()
+    assert float(row.evaluate("r => getComputedStyle(r).opacity")) < 1
+    screenshot("sweep-retried", element="table")

@@ -323,6 +323,52 @@ def test_sweep_create_list_cancel(api: Api, other_api: Api) -> None:
     assert "group_size=1" in bad.json()["errors"][0]["reason"]
     assert Sweep.objects.count() == 3
 
+    # Paired axes (issue 27), in the text spelling, as a list and as a mapping; each bad axis
+    # named at once.
+    for grid in ("(algorithm, group_size)=(ada-balance, 4), (grpo, 16); seed=0,1",
+                 [{"fields": ["algorithm", "group_size"],
+                   "values": [["ada-balance", 4], ["grpo", 16]]},
+                  {"field": "seed", "values": [0, 1]}],
+                 {"(algorithm, group_size)": [["ada-balance", 4], ["grpo", 16]],
+                  "seed": [0, 1]}):
+        paired = api.post("/sweeps", {"name": "budget", "prompt_set": ps.pk, "config": SIM,
+                                      "grid": grid})
+        assert paired.status_code == 201, paired.content
+        assert paired.json()["grid"][0] == {"fields": ["algorithm", "group_size"],
+                                            "values": [["ada-balance", 4], ["grpo", 16]]}
+        runs = [api.get(f"/runs/{i}").json() for i in paired.json()["runs"]]
+        assert [(r["algorithm"], r["config"]["group_size"], r["seed"]) for r in runs] == [
+            ("ada-balance", 4, 0), ("ada-balance", 4, 1), ("grpo", 16, 0), ("grpo", 16, 1)]
+        assert runs[3]["name"] == "budget [algorithm=grpo, group_size=16, seed=1]"
+    bad = api.post("/sweeps", {"name": "b", "prompt_set": ps.pk, "config": SIM,
+                               "grid": "(algorithm, group_size)=(grpo, 16), (dapo); seed=0..200"})
+    assert bad.status_code == 400 and _fields(bad) == ["grid", "grid"]
+    assert [e["reason"] for e in bad.json()["errors"]] == [
+        "(algorithm, group_size): (dapo) has 1 value; each tuple needs 2, one per field",
+        "seed: range '0..200' is 201 runs; a sweep launches at most 100 (SWEEP_MAX_RUNS)"]
+
+
+@pytest.mark.django_db
+def test_retry_takes_a_failed_runs_place_in_its_sweep(api: Api, other_api: Api) -> None:
+    ps = make_prompt_set("arith", size=12)
+    sweep = api.post("/sweeps", {"name": "s", "prompt_set": ps.pk, "config": SIM,
+                                 "grid": "seed=0,1"}).json()
+    first, second = sweep["runs"]
+    Run.objects.filter(pk=second).update(status="failed")
+    assert other_api.post(f"/runs/{second}/retry").status_code == 403
+    refused = api.post(f"/runs/{first}/retry")  # queued: nothing to retry
+    assert refused.status_code == 400 and _fields(refused) == ["run"]
+    retried = api.post(f"/runs/{second}/retry")
+    assert retried.status_code == 201, retried.content
+    new = retried.json()
+    assert (new["sweep"], new["cloned_from"], new["status"], new["name"]) == (
+        sweep["id"], second, "queued", "s [seed=1] (attempt 2)")
+    assert api.get(f"/runs/{second}").json()["replaced_by"] == new["id"]
+    after = api.get(f"/sweeps/{sweep['id']}").json()
+    assert after["runs"] == [first, new["id"]] and after["summary"] == "2 queued"
+    again = api.post(f"/runs/{second}/retry")
+    assert again.status_code == 400 and "already retried" in again.json()["detail"]
+
 
 # --- records ------------------------------------------------------------------------------------
 

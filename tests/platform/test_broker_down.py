@@ -59,7 +59,8 @@ def test_launch_with_the_broker_down_stays_queued_then_runs(
     assert "stays queued" in str(message)
     assert seconds < 60, seconds  # not a timing claim: a hung launch would be a bug
     page = c.get(resp["Location"]).content.decode()
-    assert 'data-status="queued"' in page and "waiting for a worker on the cpu queue" in page
+    assert 'data-status="queued"' in page and "1st in the cpu queue" in page
+    assert "not on the broker yet (it was down when the run was queued)" in page
     assert run.status == Run.Status.QUEUED
     # The broker is back: a worker enqueues the queued run again and executes it.
     start_worker("cpu")

@@ -45,12 +45,28 @@ def _trace(fig: dict, name: str) -> dict:
     return next(t for t in fig["data"] if t["name"] == name)
 
 
+def _step_axis_under_the_lowest_panel(fig: dict, name: str) -> None:
+    """Panels stacked over one x axis: the axis (ticks and title) is drawn under the lowest,
+    and no two panels overlap. Plotly anchors an x axis to "y" by default: in the budget chart
+    that was the top panel, and "training step" sat over the tokens panel below it."""
+    layout = fig["layout"]
+    panels = {k: v["domain"] for k, v in layout.items()
+              if k.startswith("yaxis") and "domain" in v}
+    if len(panels) < 2:
+        return
+    lowest = min(panels, key=lambda k: panels[k][0])
+    assert layout["xaxis"].get("anchor", "y") == "y" + lowest[len("yaxis"):], name
+    spans = sorted(panels.values())
+    assert all(a[1] <= b[0] for a, b in zip(spans, spans[1:], strict=False)), (name, spans)
+
+
 def test_every_chart_has_title_axis_titles_and_legend(client_and_run: tuple[Client, Run]) -> None:
     from dashboard.charts import RUN_CHARTS
 
     c, run = client_and_run
     for name in RUN_CHARTS:
         fig = _chart(c, run, name)
+        _step_axis_under_the_lowest_panel(fig, name)
         layout = fig["layout"]
         assert layout["title"]["text"], name
         assert layout["xaxis"]["title"]["text"], name
@@ -541,7 +557,7 @@ def test_a_dapo_run_goes_through_every_platform_path() -> None:
     c = Client()
     c.force_login(owner)
     for name in RUN_CHARTS:
-        _chart(c, dapo, name)
+        _step_axis_under_the_lowest_panel(_chart(c, dapo, name), name)
     page = c.get(reverse("dashboard:run_detail", args=[dapo.pk])).content.decode()
     assert selectors.algorithm_label("dapo") == "DAPO" and "DAPO" in page
     q = {"runs": f"{dapo.pk},{grpo.pk}", "x": "samples"}

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import io
 import json
+import re
 
 import pytest
 from django.contrib.auth.models import User
@@ -425,7 +426,31 @@ def test_launch_form_reports_every_error_at_once(owner_client: Client) -> None:
     assert "larger than the prompt set (12 prompts)" in html  # the service's check, too
     summary = html[html.index('id="form-errors"'):][:1500]
     assert f"{len(bad)} fields to fix" in summary
-    assert all(f'href="#field-{name}"' in summary for name in bad)
+    # In the order the fields appear on the page (issue 27: it was the order they were found).
+    linked = re.findall(r'href="#field-(\w+)"', summary)
+    on_page = [m for m in re.findall(r'id="field-(\w+)"', html) if m in bad]
+    assert linked == on_page and sorted(linked) == sorted(bad), (linked, on_page)
+    assert linked[0] == "name" and linked.index("group_size") < linked.index("lr")
+
+
+def test_launch_form_reports_a_derived_error_only_when_its_inputs_are_valid(
+        owner_client: Client) -> None:
+    """A negative batch_size is one error, not a second one on the untouched mini-batch
+    ("must be <= batch_size (-5)"); nor does a batch_size that did not parse let the checks
+    read the default in its place (issue 27)."""
+    ps = make_prompt_set()
+    for bad in ({"batch_size": -5}, {"batch_size": 70_000},
+                {"batch_size": "", "_not_a_number": "batch_size", "ppo_mini_batch_size": 64},
+                {"batch_size": "", "_not_a_number": "batch_size", "dapo_gen_batch_size": 16,
+                 "algorithm": "dapo"}):
+        resp = owner_client.post(reverse("dashboard:run_launch"), _launch_data(ps, **bad))
+        errors = resp.context["form"].errors
+        assert list(errors) == ["batch_size"], (bad, errors)
+    # Valid inputs: the derived checks speak (the config's and the platform's).
+    resp = owner_client.post(reverse("dashboard:run_launch"),
+                             _launch_data(ps, batch_size=8, ppo_mini_batch_size=64))
+    assert resp.context["form"].errors["ppo_mini_batch_size"] == [
+        "must be <= batch_size (8), got 64"]
 
 
 def test_launch_form_proposes_the_builtin_models_learning_rate(run: Run,

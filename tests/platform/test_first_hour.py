@@ -73,7 +73,7 @@ def test_a_clone_shows_its_differences_from_its_source(owner: User, owner_client
     assert 'id="source-diff"' not in plain
 
 
-def test_a_sweep_runs_clone_is_named_by_its_values_not_the_sweep(owner: User) -> None:
+def test_a_sweep_runs_clone_keeps_the_sweeps_name_and_its_values(owner: User) -> None:
     from experiments import services
 
     ps = make_prompt_set("sweep-clone-set", size=8)
@@ -82,10 +82,19 @@ def test_a_sweep_runs_clone_is_named_by_its_values_not_the_sweep(owner: User) ->
                                   ps)
     run = Run.objects.filter(sweep=sweep).order_by("pk").first()
     assert run.name == "my sweep [algorithm=grpo, seed=0]"
-    assert clone_name(run) == "algorithm=grpo, seed=0 (clone)"
-    assert initial_from_run(run)["name"] == "algorithm=grpo, seed=0 (clone)"
+    assert clone_name(run) == "my sweep [algorithm=grpo, seed=0] (clone)"
+    assert initial_from_run(run)["name"] == "my sweep [algorithm=grpo, seed=0] (clone)"
     lone = make_run(owner, ps, name="alone")
     assert clone_name(lone) == "alone (clone)"
+    # A sweep's name as long as the column: its runs' and their clones' names are shortened
+    # in the sweep's name, never in the values that tell them apart.
+    long = services.launch_sweep(owner, "s" * 200, {"backend": "simulated", "batch_size": 4},
+                                 {"seed": [0, 1]}, ps)
+    names = [r.name for r in Run.objects.filter(sweep=long).order_by("pk")]
+    assert [len(n) for n in names] == [200, 200]
+    assert names[0].endswith("s… [seed=0]") and names[1].endswith("s… [seed=1]")
+    clone = clone_name(Run.objects.filter(sweep=long).order_by("pk").last())
+    assert len(clone) == 200 and clone.endswith("s… [seed=1] (clone)")
 
 
 # --- numbers, one way everywhere ----------------------------------------------------------------

@@ -156,8 +156,8 @@ def _parquet_bad_files() -> list[tuple[bytes, str, str]]:
     nan = pa.table({"prompt": ["What is 1+1?", "What is 2+2?"], "answer": ["2", "4"],
                     "score": [0.5, float("nan")]})
     inf = pa.table({"prompt": ["What is 1+1?"], "answer": ["2"], "score": [float("-inf")]})
-    return [(_parquet(nan), "p.parquet", "row 1: field 'score' is nan, not a finite number"),
-            (_parquet(inf), "p.parquet", "row 0: field 'score' is -inf, not a finite number")]
+    return [(_parquet(nan), "p.parquet", "row 2: field 'score' is nan, not a finite number"),
+            (_parquet(inf), "p.parquet", "row 1: field 'score' is -inf, not a finite number")]
 
 
 @pytest.mark.django_db

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import stat
 import subprocess
 import sys
@@ -46,7 +47,7 @@ def test_client_end_to_end(live_server: Any, start_worker: Any, user: Any, other
     # Commands need a login first (exit 3), and every command has --help.
     assert rada(["runs"], env).returncode == 3
     for cmd in (["login"], ["prompt-sets", "upload"], ["launch"], ["runs"], ["wait"],
-                ["cancel"], ["export"]):
+                ["cancel"], ["retry"], ["export"]):
         helped = rada([*cmd, "--help"], env)
         assert helped.returncode == 0 and "usage: python -m rada" in helped.stdout, cmd
     assert "Exit codes" in rada(["--help"], env).stdout
@@ -70,22 +71,44 @@ def test_client_end_to_end(live_server: Any, start_worker: Any, user: Any, other
 
     config = tmp_path / "sim.toml"
     config.write_text(CONFIG)
-    launched = rada(["launch", str(config), "--prompt-set", "sums", "--sweep", "seed=0,1",
+    # A paired axis crossed with seeds (issue 27), under a long name: the runs' names differ
+    # only at their end.
+    study = "a budget-matched comparison of the adaptive samplers"
+    launched = rada(["launch", str(config), "--prompt-set", "sums", "--name", study,
+                     "--sweep", "(algorithm, group_size)=(ada-balance, 4), (grpo, 8); seed=0,1",
                      "--wait"], env)
     assert launched.returncode == 0, launched.stdout + launched.stderr
     sweep = Sweep.objects.get()
     runs = list(Run.objects.filter(sweep=sweep).order_by("pk"))
-    assert [(r.seed, r.status, r.current_step) for r in runs] == [
-        (0, "succeeded", 3), (1, "succeeded", 3)]
+    assert [(r.algorithm, r.config["group_size"], r.seed, r.status, r.current_step)
+            for r in runs] == [("ada-balance", 4, 0, "succeeded", 3),
+                               ("ada-balance", 4, 1, "succeeded", 3),
+                               ("grpo", 8, 0, "succeeded", 3), ("grpo", 8, 1, "succeeded", 3)]
     assert "3/3" in launched.stderr  # the progress bars
+    # `runs` shows whole names to a pipe, and on an 80-column terminal cuts them in the
+    # middle, keeping the values at their end (issue 27: cut at 40, four runs read alike).
     listed = rada(["runs", "--sweep", str(sweep.pk)], env)
-    assert all(f"{r.pk} " in listed.stdout for r in runs), listed.stdout
+    for run in runs:
+        assert re.search(rf"^{run.pk}\s+{re.escape(run.name)}\s", listed.stdout, re.M), (
+            listed.stdout)
+    narrow = rada(["runs", "--sweep", str(sweep.pk)], {**env, "COLUMNS": "100"}).stdout
+    rows = narrow.splitlines()[1:]
+    assert len(rows) == 4 and all(len(row) <= 100 for row in rows), narrow
+    for run in runs:
+        (row,) = [row for row in rows if row.startswith(f"{run.pk} ")]
+        assert "…" in row and f"group_size={run.config['group_size']}, seed={run.seed}]" in row
 
     # Bad input: exit 2, the field named.
     bad_config = tmp_path / "bad.toml"
     bad_config.write_text(CONFIG.replace("group_size = 4", "group_size = 1"))
     refused = rada(["launch", str(bad_config), "--prompt-set", "sums"], env)
     assert refused.returncode == 2 and "group_size" in refused.stderr
+    # A derived error only where its inputs are valid: a negative batch_size is one error,
+    # not a second about the untouched mini-batch (issue 27).
+    bad_config.write_text(CONFIG.replace("batch_size = 4", "batch_size = -5"))
+    refused = rada(["launch", str(bad_config), "--prompt-set", "sums"], env)
+    assert refused.returncode == 2, refused.stderr
+    assert refused.stderr.strip() == "error: batch_size: must be within [1, 65,536], got -5"
     assert rada(["launch", str(config), "--prompt-set", "nope"], env).returncode == 2
 
     out = tmp_path / "bundle"
@@ -99,9 +122,10 @@ def test_client_end_to_end(live_server: Any, start_worker: Any, user: Any, other
 
     # Cancel: a long run stops; another user's run is not ours to cancel (exit 4).
     config.write_text(CONFIG.replace("total_steps = 3", "total_steps = 100000"))
-    long = rada(["launch", str(config), "--prompt-set", "sums", "--name", "long"], env)
+    long = rada(["launch", str(config), "--prompt-set", "sums", "--name", "long",
+                 "--sweep", "seed=5"], env)
     assert long.returncode == 0, long.stderr
-    long_run = Run.objects.get(name="long", total_steps=100000)
+    long_run = Run.objects.get(sweep__name="long", total_steps=100000)
     theirs = as_user(env, create_token(other_user, "bob")[1])
     assert rada(["cancel", str(long_run.pk)], theirs).returncode == 4
     cancelled = rada(["cancel", str(long_run.pk)], env)
@@ -112,6 +136,23 @@ def test_client_end_to_end(live_server: Any, start_worker: Any, user: Any, other
     long_run.refresh_from_db()
     assert long_run.status == "cancelled"
     assert rada(["wait", "--sweep", str(sweep.pk)], env).returncode == 0
+
+    # Retry: the cancelled run of its sweep, in its place (issue 27); once.
+    retried = rada(["retry", str(long_run.pk)], env)
+    assert retried.returncode == 0, retried.stderr
+    retry = Run.objects.get(replaces=long_run.pk)
+    assert (retry.sweep_id, retry.seed, retry.name) == (long_run.sweep_id, 5,
+                                                        "long [seed=5] (attempt 2)")
+    assert f"retried in sweep {long_run.sweep_id} as run {retry.pk}" in retried.stdout
+    assert f"cancelled (replaced by {retry.pk})" in rada(
+        ["runs", "--sweep", str(long_run.sweep_id)], env).stdout
+    twice = rada(["retry", str(long_run.pk)], env)
+    assert twice.returncode == 2 and "already retried" in twice.stderr
+    assert rada(["cancel", "--sweep", str(long_run.sweep_id)], env).returncode == 0
+    # The sweep's wait follows the retry, not the run it replaced.
+    waited = rada(["wait", "--sweep", str(long_run.sweep_id)], env)
+    assert waited.returncode == 1 and f"run {retry.pk} " in waited.stdout
+    assert f"run {long_run.pk} " not in waited.stdout
     listed = [json.loads(line) for line in rada(["runs", "--json"], env).stdout.splitlines()]
     assert {r["id"] for r in listed} == set(Run.objects.values_list("pk", flat=True))
 

@@ -47,6 +47,54 @@ def test_the_runs_stop_check_reaches_the_ranks_start_only_inside_the_wait() -> N
     assert not stop_wanted()
 
 
+def test_the_starts_phases_reach_the_runs_report_while_the_backend_is_built() -> None:
+    """Each phase the start says (``trainer.phases``) goes to the worker's report, the one that
+    writes ``Run.waiting_for`` (the real start's phases, in order: tests/trainer/
+    test_distributed.py::test_the_ranks_start_says_its_phases_in_order); a repeat is not
+    written again, and the text is cleared on the way out. Outside, nobody listens."""
+    from trainer.phases import say_phase
+    from workers.placement_wait import visible_wait
+
+    reported: list[str] = []
+    with visible_wait(lambda: False, reported.append):
+        say_phase("starting Ray (a private one for this run)")
+        say_phase("placing 2 ranks on the Ray cluster")
+        say_phase("placing 2 ranks on the Ray cluster")
+    say_phase("after the start")
+    assert reported == ["starting Ray (a private one for this run)",
+                        "placing 2 ranks on the Ray cluster", ""]
+    # What the worker says while a one-process run builds its backend; a run across ranks
+    # leaves it to the launcher's own phases.
+    from workers.execution import start_phase
+
+    assert start_phase(TrainConfig(backend="hf")) == "loading the model"
+    assert start_phase(TrainConfig(backend="vllm")) == (
+        "loading the model and building the vLLM engine")
+    assert start_phase(TrainConfig(backend="simulated")) == ""
+    assert start_phase(TrainConfig(backend="vllm", world_size=2)) == ""
+
+
+def test_the_ranks_start_in_words() -> None:
+    from trainer.distributed.launcher import READY, current_phases, start_text
+
+    assert start_text(current_phases(2, [])) == (
+        "starting 2 ranks (0 of 2 ready): starting up")
+    log = [(0, "importing torch"), (1, "importing torch"), (1, "joining the process group"),
+           (0, "joining the process group"), (0, "loading the model")]
+    # The least advanced rank first.
+    assert start_text(current_phases(2, log)) == (
+        "starting 2 ranks (0 of 2 ready): rank 1 joining the process group, rank 0 loading "
+        "the model")
+    log += [(1, "loading the model"), (1, "building the vLLM engine"), (1, READY)]
+    assert start_text(current_phases(2, log)) == (
+        "starting 2 ranks (1 of 2 ready): rank 0 loading the model")
+    assert start_text([READY, READY]) == "starting 2 ranks (2 of 2 ready)"
+    # Many ranks are counted by phase.
+    many = ["loading the model"] * 5 + ["building the vLLM engine"] * 2 + [READY]
+    assert start_text(many) == ("starting 8 ranks (1 of 8 ready): 5 loading the model, "
+                                "2 building the vLLM engine")
+
+
 def test_waiting_text_counts_the_bundles_the_ranks_take() -> None:
     from trainer.distributed.launcher import uses_gpu
 

@@ -99,11 +99,24 @@ def test_malformed_jsonl_rejected_whole(tmp_path: Path, rows: list, location: st
     assert location in str(exc.value)
 
 
-def test_malformed_parquet_names_the_row(tmp_path: Path) -> None:
-    table = pa.table({"prompt": ["1+1=", "", "3+3="], "answer": ["2", "4", "6"]})
-    pq.write_table(table, tmp_path / "d.parquet")
-    with pytest.raises(DataError, match="row 1: empty prompt"):
+def test_malformed_parquet_names_the_row_counted_from_1_as_jsonl_lines(tmp_path: Path) -> None:
+    """The same records as Parquet and as JSONL name the same place: the second record is
+    "row 2" and "line 2" (issue 27: Parquet counted rows from 0, JSONL lines from 1)."""
+    records = {"prompt": ["1+1=", "", "3+3="], "answer": ["2", "4", "6"]}
+    pq.write_table(pa.table(records), tmp_path / "d.parquet")
+    _jsonl(tmp_path / "d.jsonl", [{"prompt": p, "answer": a}
+                                  for p, a in zip(records["prompt"], records["answer"],
+                                                  strict=True)])
+    with pytest.raises(DataError, match="row 2: empty prompt") as parquet:
         load_prompts(tmp_path / "d.parquet")
+    with pytest.raises(DataError, match="line 2: empty prompt") as jsonl:
+        load_prompts(tmp_path / "d.jsonl")
+    assert (parquet.value.location, jsonl.value.location) == ("row 2", "line 2")
+    # A chat's messages are counted from 1 too.
+    chat = [{"role": "user", "content": "1+1="}, {"role": 7}]
+    _jsonl(tmp_path / "c.jsonl", [{"prompt": chat, "answer": "2"}])
+    with pytest.raises(DataError, match="line 1: 'prompt' chat message 2 must be"):
+        load_prompts(tmp_path / "c.jsonl")
     with pytest.raises(DataError, match="not a readable Parquet file"):
         load_prompts_from_bytes(b"garbage", "x.parquet")
 

@@ -118,10 +118,41 @@ def test_a_rank_that_raises_stops_every_rank_and_its_reason_leads_the_error(
 @pytest.fixture(scope="module")
 def ranks(local_ray: Any, tiny_model_dir: Path) -> Iterator[Any]:
     from trainer.distributed.launcher import RankGroup
+    from trainer.phases import reporting_phases
 
-    group = RankGroup(two_rank_config(tiny_model_dir))
+    said: list[str] = []  # what the run's page showed while it started
+    with reporting_phases(said.append):
+        group = RankGroup(two_rank_config(tiny_model_dir))
+    group.phases_said = said  # test_the_ranks_start_says_its_phases_in_order
     yield group
     group.stop()
+
+
+def test_the_ranks_start_says_its_phases_in_order(ranks: Any) -> None:
+    """The 25-45 s start of a 2-rank run read "step 0 of N" only; each phase is said as it
+    begins, in the order the start goes through them."""
+    from trainer.distributed.launcher import RANK_PHASES, READY
+
+    # Every rank logged every phase of its start, in order (engines included).
+    for rank in range(2):
+        assert [p for r, p in ranks.start_log if r == rank] == [*RANK_PHASES[1:], READY]
+    said = ranks.phases_said
+    assert said[:3] == [f"connecting to the Ray cluster at {os.environ['RAY_ADDRESS']}",
+                        "placing 2 ranks on the Ray cluster",
+                        "starting 2 ranks (0 of 2 ready): starting up"]
+    assert said[-1] == "starting 2 ranks (2 of 2 ready)"
+    # In between, the driver's reads (once a second) of the least advanced rank's phase: it
+    # never goes back, and the ready count never drops.
+    order = {p: k for k, p in enumerate(RANK_PHASES)}
+    seen = []
+    for text in said[2:-1]:
+        ready = int(text.split("(")[1].split(" of ")[0])
+        first = text.split("): ", 1)[1].split(", ")[0]
+        first = first.split(" ", 2)[2] if first.startswith("rank ") else first
+        seen.append((ready, order[first]))
+    assert seen, said
+    assert [r for r, _ in seen] == sorted(r for r, _ in seen), said
+    assert [p for _, p in seen] == sorted(p for _, p in seen), said
 
 
 def run(config: Any, group: Any, out: Path, **kw: Any) -> tuple[ListRecorder, Any]:

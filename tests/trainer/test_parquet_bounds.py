@@ -83,6 +83,6 @@ def test_the_decoded_limit_counts_every_row() -> None:
     out = io.BytesIO()
     pq.write_table(pa.table({"prompt": pa.array(["y" * 100_000] * 30).dictionary_encode(),
                              "answer": ["1"] * 30}), out)
-    with pytest.raises(DataError, match=r"row 20: the rows decode to more than 2\.0 MiB"):
+    with pytest.raises(DataError, match=r"row 21: the rows decode to more than 2\.0 MiB"):
         list(iter_prompts(io.BytesIO(out.getvalue()), "x.parquet",
                           limits=Limits(max_uncompressed_bytes=2 * 2**20)))

@@ -53,8 +53,15 @@ def test_cli_time_limit_still_writes_a_loadable_checkpoint(tmp_path: Path, capsy
     rc = main(["warmstart", "--out", str(out), "--steps", "50", "--batch-size", "8",
                "--max-seconds", "0", "--report-prompts", "0", "--threads", "1"])
     assert rc == 0
-    report = json.loads(capsys.readouterr().out)
+    captured = capsys.readouterr()
+    report = json.loads(captured.out)
     assert (report["steps"], report["stop_reason"]) == (1, "time limit")
+    # The bar names the target it stops at and bounds the time, rather than reading "0/50"
+    # with the ETA of all 50 steps (a user's 0/1500, 14-22 min, stopped at 600 in 3.5 min).
+    bar = captured.err.replace("\r", "\n")
+    assert "warm start until the 2-digit pass rate reaches 0.60: step 0 of at most 50" in bar
+    assert "2-digit pass rate not checked yet (every 50 steps), at most 00:00 more" in bar
+    assert "warm start stopped after 1 step: time limit" in bar
     assert json.loads((out / REPORT_NAME).read_text()) == report
     AutoModelForCausalLM.from_pretrained(out, local_files_only=True)
     assert not (tmp_path / ".ws.tmp").exists()

@@ -18,13 +18,12 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from trainer.algorithms.base import Algorithm, sample_batch
+from trainer.algorithms.base import Algorithm
+from trainer.algorithms.sampling import sample_batch
+from trainer.config import MAX_SAMPLES_PER_PROMPT, CrossCheck
 
 if TYPE_CHECKING:
     from trainer.config import TrainConfig
-
-# Per-prompt counts are PostgreSQL smallint columns: no prompt draws more in a step.
-MAX_SAMPLES_PER_PROMPT = 32_767
 
 
 def exit_counts_rule(pos: np.ndarray, neg: np.ndarray, k_pos: int, k_neg: int) -> np.ndarray:
@@ -46,26 +45,44 @@ def proportional_target(resolved: np.ndarray, positives: np.ndarray, pool: np.nd
     return np.where(resolved, target, prop)
 
 
-def seq_config_errors(c: TrainConfig, invalid: set[str]) -> Iterator[tuple[str, str]]:
+def samples_cover_group(c: TrainConfig) -> Iterator[tuple[str, str]]:
     if c.samples_per_round < c.group_size:
         yield "samples_per_round", (f"must be >= group_size ({c.group_size}), got "
                                     f"{c.samples_per_round}")
-    if not invalid & {"samples_per_round", "max_rounds"} \
-            and c.samples_per_round * c.max_rounds > MAX_SAMPLES_PER_PROMPT:
+
+
+def pool_fits_columns(c: TrainConfig) -> Iterator[tuple[str, str]]:
+    if c.samples_per_round * c.max_rounds > MAX_SAMPLES_PER_PROMPT:
         yield "max_rounds", (f"samples_per_round x max_rounds = "
                              f"{c.samples_per_round * c.max_rounds:,} responses per prompt; "
                              f"at most {MAX_SAMPLES_PER_PROMPT:,}")
-    if any(v is not None and v < 0 for v in (c.K_pos, c.K_neg)):
-        return  # reported on the field itself
+
+
+def exit_counts_start(c: TrainConfig) -> Iterator[tuple[str, str]]:
     k_pos, k_neg = c.exit_counts
     if k_pos + k_neg < 1:
         yield "K_pos", ("K_pos + K_neg must be >= 1 (with 0 and 0 every prompt would stop "
                         "before it was sampled)")
+
+
+def exit_counts_reachable(c: TrainConfig) -> Iterator[tuple[str, str]]:
+    k_pos, k_neg = c.exit_counts
     cap = c.samples_per_round * c.max_rounds
-    # An invalid M or N is reported on its own field; the cap it implies would say nothing.
-    if k_pos + k_neg > cap and c.samples_per_round >= 1 and c.max_rounds >= 1:
+    if k_pos + k_neg > cap:
         yield "K_pos", (f"K_pos + K_neg = {k_pos + k_neg} can never be met within "
                         f"samples_per_round x max_rounds = {cap:,} samples")
+
+
+# Empty exit counts take their values from n (``default_exit_counts``): group_size is an input.
+SEQ_CHECKS = (
+    CrossCheck(("samples_per_round", "group_size"), samples_cover_group,
+               {"samples_per_round": 2}),
+    CrossCheck(("samples_per_round", "max_rounds"), pool_fits_columns,
+               {"samples_per_round": 4096, "max_rounds": 16}),
+    CrossCheck(("K_pos", "K_neg", "group_size"), exit_counts_start, {"K_pos": 0, "K_neg": 0}),
+    CrossCheck(("K_pos", "K_neg", "group_size", "samples_per_round", "max_rounds"),
+               exit_counts_reachable, {"K_pos": 40}),
+)
 
 
 def _seq(name: str, label: str, help: str, default_exit_counts, **extra: object) -> Algorithm:
@@ -76,7 +93,7 @@ def _seq(name: str, label: str, help: str, default_exit_counts, **extra: object)
         max_samples_per_prompt=lambda c: c.samples_per_round * c.max_rounds,
         max_samples_per_step=lambda c: c.batch_size * c.samples_per_round * c.max_rounds,
         step_shape="batch_size x samples_per_round x max_rounds",
-        config_errors=seq_config_errors, aka=f"v1/v2: {name}",
+        config_checks=SEQ_CHECKS, aka=f"v1/v2: {name}",
         summary_fields=("group_size", "samples_per_round", "max_rounds"), **extra)
 
 

@@ -12,13 +12,24 @@ from typing import Any
 
 import ray
 
+from trainer.distributed.launcher import READY
+
 
 @ray.remote(num_cpus=0)
 class StopFlag:
-    """The driver's cancel, read by every rank before each mini-batch."""
+    """The driver's cancel, read by every rank before each mini-batch; and each rank's phase
+    while the ranks start, read by the driver to say what the run waits for (one actor for
+    both: every actor is a process of its own)."""
 
     def __init__(self) -> None:
         self.value = False
+        self.log: list[tuple[int, str]] = []  # (rank, phase), as each phase began
+
+    def set_phase(self, rank: int, phase: str) -> None:
+        self.log.append((rank, phase))
+
+    def phases(self) -> list[tuple[int, str]]:
+        return list(self.log)
 
     def set(self) -> None:
         self.value = True
@@ -48,6 +59,10 @@ class RankActor:
 
     def start(self, config: dict[str, Any], rank: int, world_size: int, master_addr: str,
               master_port: int, stop_flag: Any, engine: bool = True) -> dict[str, float]:
+        def phase(text: str) -> None:
+            stop_flag.set_phase.remote(rank, text)
+
+        phase("importing torch")
         import torch
 
         from trainer.distributed.rank import Rank
@@ -57,7 +72,11 @@ class RankActor:
                                          .get("CPU", 1))))
         self.rank = Rank(config, rank=rank, world_size=world_size, master_addr=master_addr,
                          master_port=master_port, engine=engine,
-                         should_stop=lambda: ray.get(stop_flag.is_set.remote()))
+                         should_stop=lambda: ray.get(stop_flag.is_set.remote()),
+                         on_phase=phase)
+        # Waited for: the calls of one caller run in order, so once the start returns the
+        # driver reads every phase of it.
+        ray.get(stop_flag.set_phase.remote(rank, READY))
         return dict(self.rank.seconds)
 
     def call(self, method: str, *args: Any, **kwargs: Any) -> Any:

@@ -38,9 +38,52 @@ def uses_gpu(config: TrainConfig, cluster_gpus: float | None) -> bool:
     return torch.cuda.is_available()
 
 
+# A rank's phases in the order it goes through them (``RankActor.start``, ``Rank.__init__``;
+# no engine: no "building the vLLM engine"), each logged on the ``StopFlag`` actor as it
+# begins; READY once started.
+READY = "ready"
+RANK_PHASES = ("starting up", "importing torch", "joining the process group",
+               "loading the model", "building the vLLM engine", "sharding the policy")
+
+
+def current_phases(world_size: int, log: Sequence[tuple[int, str]]) -> list[str]:
+    """Each rank's latest phase in ``log`` ((rank, phase) in the order they began)."""
+    phases = [RANK_PHASES[0]] * world_size
+    for rank, phase in log:
+        phases[rank] = phase
+    return phases
+# How often the driver reads the ranks' phases while they start.
+PHASE_POLL_S = 1.0
+
+
+def start_text(phases: Sequence[str]) -> str:
+    """The ranks' start in words, from each rank's phase: "starting 2 ranks (0 of 2 ready):
+    loading the model" while they are in step, "starting 2 ranks (1 of 2 ready): rank 1
+    building the vLLM engine", "rank 0 loading the model, rank 1 importing torch" (the least
+    advanced first); beyond 4 ranks, counted by phase ("5 loading the model, 3 building the
+    vLLM engine")."""
+    n = len(phases)
+    waiting = [(i, p) for i, p in enumerate(phases) if p != READY]
+    head = f"starting {n} ranks ({n - len(waiting)} of {n} ready)"
+    if not waiting:
+        return head
+    if len(waiting) > 1 and len({p for _, p in waiting}) == 1:
+        return f"{head}: {waiting[0][1]}"
+    order = {p: k for k, p in enumerate(RANK_PHASES)}
+    waiting.sort(key=lambda item: (order.get(item[1], len(order)), item[0]))
+    if len(waiting) <= 4:
+        return head + ": " + ", ".join(f"rank {i} {p}" for i, p in waiting)
+    counts: dict[str, int] = {}
+    for _, p in waiting:
+        counts[p] = counts.get(p, 0) + 1
+    return head + ": " + ", ".join(f"{c} {p}" for p, c in counts.items())
+
+
 class RankGroup:
     """``config.world_size`` ranks on Ray, started and ready (engines built unless
-    ``engine=False``). ``seconds`` holds how long connecting, placing and starting took."""
+    ``engine=False``). ``seconds`` holds how long connecting, placing and starting took;
+    ``start_log`` each rank's phases, (rank, phase) in the order they began. Each phase of
+    the start is said as it begins (``trainer.phases.say_phase``: the run's page shows it)."""
 
     def __init__(self, config: TrainConfig, *, engine: bool = True) -> None:
         import os
@@ -50,6 +93,7 @@ class RankGroup:
 
         from trainer.distributed.actor import RankActor, StopFlag
         from trainer.distributed.placement import connect, placement_group, stop_wanted
+        from trainer.phases import say_phase
 
         t0 = time.perf_counter()
         n = config.world_size
@@ -59,17 +103,22 @@ class RankGroup:
         self.actors: list[Any] = []
         self.seconds: dict[str, float] = {}
         self.trained = False  # an update ran on these ranks (a later run starts them afresh)
+        self.start_log: list[tuple[int, str]] = []
         try:
             gpu = uses_gpu(config, None) if not remote else None
+            say_phase(f"connecting to the Ray cluster at {os.environ['RAY_ADDRESS']}" if remote
+                      else "starting Ray (a private one for this run)")
             self.cluster = connect(n, bool(gpu))
             if gpu is None:
                 gpu = uses_gpu(config, ray.cluster_resources().get("GPU", 0.0))
             self.gpu = gpu
             self.seconds["ray_connect"] = time.perf_counter() - t0
             t1 = time.perf_counter()
+            say_phase(f"placing {n} ranks on the Ray cluster")
             self.pg = placement_group(n, gpu)
             self.seconds["placement"] = time.perf_counter() - t1
             self.stop_flag = StopFlag.remote()
+            say_phase(start_text(current_phases(n, [])))
             self.actors = [RankActor.options(
                 num_cpus=1, num_gpus=1 if gpu else 0,
                 scheduling_strategy=PlacementGroupSchedulingStrategy(
@@ -80,10 +129,24 @@ class RankGroup:
                                    abandon_if=stop_wanted, what="address")[0]
             # The ranks run on the device their bundle gave them.
             rank_config = dataclasses.replace(config, device="cuda" if gpu else "cpu")
+            said = [""]
+
+            def say_rank_phases() -> None:
+                try:
+                    self.start_log = ray.get(self.stop_flag.phases.remote(), timeout=10)
+                except Exception:  # noqa: BLE001 - words for the page; a dead rank is seen
+                    return         # where its own call fails, not here
+                text = start_text(current_phases(n, self.start_log))
+                if text != said[0]:
+                    say_phase(text)
+                    said[0] = text
+
             started = self._get([a.start.remote(rank_config.to_dict(), i, n, addr, port,
                                                 self.stop_flag, engine)
                                  for i, a in enumerate(self.actors)], timeout=START_TIMEOUT_S,
-                                abandon_if=stop_wanted, what="start")
+                                abandon_if=stop_wanted, what="start",
+                                every_poll=(PHASE_POLL_S, say_rank_phases))
+            say_rank_phases()
             self.seconds["ranks_start"] = time.perf_counter() - t2
             self.seconds["engine_build"] = max(s.get("engine_build", 0.0) for s in started)
         except BaseException:
@@ -93,12 +156,14 @@ class RankGroup:
     # --- calls ---------------------------------------------------------------------------------
     def _get(self, refs: Sequence[Any], *, timeout: float | None = None,
              should_stop: Callable[[], bool] | None = None,
-             abandon_if: Callable[[], bool] | None = None, what: str = "a call") -> list[Any]:
+             abandon_if: Callable[[], bool] | None = None, what: str = "a call",
+             every_poll: tuple[float, Callable[[], None]] | None = None) -> list[Any]:
         """The results of ``refs`` (one per rank, in rank order; ``what`` names the call for
         an error); the driver's ``should_stop`` is relayed to the ranks while they run. A rank
         that died or raised tears every rank down (``RankFailed``). ``abandon_if`` (for calls
         that change no state, like the ranks' start) kills the ranks at once when it fires,
-        without waiting for the calls, and raises ``StopRequested``."""
+        without waiting for the calls, and raises ``StopRequested``. ``every_poll`` (seconds,
+        f) calls f at most that often while calls are pending (the start's phases)."""
         import ray
 
         from trainer.distributed.actor import StoppedCall
@@ -107,6 +172,7 @@ class RankGroup:
         flagged = False
         pending = list(refs)
         failed = "a rank"
+        polled = time.monotonic()
         try:
             while pending:
                 # One at a time: a rank that failed is seen at once, not after the others
@@ -119,6 +185,10 @@ class RankGroup:
                 if pending and abandon_if is not None and abandon_if():
                     self.stop(close=False)
                     raise StopRequested("the ranks' start", clean=True)
+                if every_poll is not None and pending and \
+                        time.monotonic() - polled >= every_poll[0]:
+                    every_poll[1]()
+                    polled = time.monotonic()
                 if not flagged and should_stop is not None and pending and should_stop():
                     self.stop_flag.set.remote()
                     flagged = True

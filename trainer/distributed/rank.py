@@ -192,14 +192,18 @@ class Rank:
     """One rank: process group, policy shard, optimiser, engine. ``engine=False`` leaves the
     engine out (an update-only check needs no vLLM). ``should_stop`` (the driver's cancel, read
     by this rank) is agreed on by all ranks before every mini-batch: a rank that stopped alone
-    would leave the others waiting in a collective."""
+    would leave the others waiting in a collective. ``on_phase`` is told each phase of the
+    start ("loading the model", "building the vLLM engine"...), for the run's page."""
 
     def __init__(self, config: dict[str, Any], *, rank: int | None = None,
                  world_size: int | None = None, master_addr: str | None = None,
                  master_port: int | None = None, engine: bool = True,
-                 should_stop: Callable[[], bool] | None = None) -> None:
+                 should_stop: Callable[[], bool] | None = None,
+                 on_phase: Callable[[str], None] | None = None) -> None:
         from trainer.model import load_model_dir, resolve_model_path
         from trainer.update import make_optimizer
+
+        say = on_phase or (lambda text: None)  # the start's phases, for the run's page
 
         self.config = TrainConfig.from_stored(config)
         env = os.environ
@@ -221,6 +225,7 @@ class Rank:
         else:
             self.device = torch.device("cpu")
         if not dist.is_initialized():
+            say("joining the process group")
             dist.init_process_group("nccl" if self.cuda else "gloo", init_method="env://",
                                     rank=self.rank, world_size=self.world_size)
         self.should_stop = should_stop
@@ -229,6 +234,7 @@ class Rank:
             raise ValueError("vllm_sleep_mode: vLLM's CPU build has no sleep mode; leave it "
                              "empty or off on CPU")
         self.model_dir = resolve_model_path(self.config.model)
+        say("loading the model")
         model, tokenizer = load_model_dir(self.model_dir, self.device.type)
         self.tokenizer = tokenizer
         self.pad_id = int(tokenizer.pad_token_id or 0)
@@ -236,9 +242,11 @@ class Rank:
         self.seconds: dict[str, float] = {}
         self.step_seconds: dict[str, float] = {}
         if engine:
+            say("building the vLLM engine")
             t0 = time.perf_counter()
             self.engine = self._build_engine(model, tokenizer)
             self.seconds["engine_build"] = time.perf_counter() - t0
+        say("sharding the policy")
         from torch.distributed.device_mesh import init_device_mesh
 
         self.mesh = init_device_mesh(self.device.type, (self.world_size,))

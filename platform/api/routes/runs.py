@@ -1,5 +1,5 @@
-"""``/runs``: list, launch, one run, cancel, delete, relaunch, and its records (steps, rounds,
-evaluations, prompt-steps and samples paged by cursor, the Parquet bundle)."""
+"""``/runs``: list, launch, one run, cancel, delete, relaunch, retry in a sweep, and its records
+(steps, rounds, evaluations, prompt-steps and samples paged by cursor, the Parquet bundle)."""
 
 from __future__ import annotations
 
@@ -68,7 +68,16 @@ def delete_run(request: HttpRequest, run_id: int) -> Any:
 
 @router.post("/{int:run_id}/relaunch", response={201: RunDetail})
 def relaunch_run(request: HttpRequest, run_id: int) -> Any:
+    """A new run with the same settings, outside any sweep."""
     return Status(201, services.relaunch_run(get_run(run_id), user_of(request)))
+
+
+@router.post("/{int:run_id}/retry", response={201: RunDetail})
+def retry_run(request: HttpRequest, run_id: int) -> Any:
+    """A failed or cancelled run of a sweep, run again in its place: a new run of the sweep
+    with the same settings; the old one is ``replaced_by`` it and left out of the sweep's
+    status, runs, compare and report."""
+    return Status(201, services.retry_run(get_run(run_id), user_of(request)))
 
 
 @router.get("/{int:run_id}/steps", response=list[StepOut])

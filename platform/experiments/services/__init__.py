@@ -4,7 +4,7 @@
 - ``prompt_sets``: importing, generating and deleting prompt sets;
 - ``launch``: validating and launching a run;
 - ``runs``: cancel, delete, relaunch; a run's records and checkpoint folder;
-- ``sweeps``: grids of runs, launched and cancelled as one;
+- ``sweeps``: grids of runs, launched and cancelled as one; a failed run retried in its place;
 - ``leases``: the run lease and the workers' side of a run's life (resume, requeue);
 - ``enqueue``: the only way work reaches the broker (tasks sent by name).
 
@@ -37,8 +37,8 @@ from experiments.services.leases import (
     latest_checkpoint,
     prepare_resume,
     renew_run_lease,
+    requeue_after_environment_error,
     requeue_orphaned_runs,
-    retry_run,
     run_process_lost,
     run_should_stop,
     set_run_waiting,
@@ -64,24 +64,27 @@ from experiments.services.sweeps import (
     can_modify_sweep,
     cancel_sweep,
     expand_sweep,
+    grid_json,
     launch_sweep,
     parse_sweep_spec,
     point_label,
+    retry_run,
+    retryable,
     sweep_grid,
     sweep_points,
+    sweep_run_name,
 )
 
 __all__ = [
-    "RUN_RECORD_TABLES", "UNSWEEPABLE", "Grid", "LaunchError", "User", "acquire_run_lease",
+    "Grid", "LaunchError", "RUN_RECORD_TABLES", "UNSWEEPABLE", "User", "acquire_run_lease",
     "can_modify_run", "can_modify_sweep", "cancel_sweep", "check_fits_columns", "config_errors",
     "create_builtin_prompt_set", "create_prompt_set_from_upload", "delete_prompt_set",
-    "delete_run", "delete_run_records", "derived_run_name", "effective_verifier",
-    "expand_sweep", "find_or_import_prompt_set", "finish_run", "hand_back_run", "import_prompt_set",
+    "delete_run", "delete_run_records", "derived_run_name", "effective_verifier", "expand_sweep",
+    "find_or_import_prompt_set", "finish_run", "grid_json", "hand_back_run", "import_prompt_set",
     "latest_checkpoint", "launch_errors", "launch_run", "launch_sweep", "parse_sweep_spec",
     "point_label", "prepare_resume", "queue_errors", "relaunch_run", "renew_run_lease",
-    "request_cancel", "requeue_orphaned_runs", "retry_run", "run_checkpoint_dir",
-    "run_process_lost",
-    "run_should_stop", "set_run_waiting", "step_work_errors", "sweep_grid", "sweep_points",
-    "validate_run_config",
+    "request_cancel", "requeue_after_environment_error", "requeue_orphaned_runs", "retry_run",
+    "retryable", "run_checkpoint_dir", "run_process_lost", "run_should_stop", "set_run_waiting",
+    "step_work_errors", "sweep_grid", "sweep_points", "sweep_run_name", "validate_run_config",
     "world_size_errors",
 ]

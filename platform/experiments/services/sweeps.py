@@ -7,6 +7,7 @@ import difflib
 import itertools
 import json
 import math
+from collections.abc import Collection
 from typing import Any
 
 from django.conf import settings
@@ -14,38 +15,62 @@ from django.core.exceptions import PermissionDenied
 from django.db import transaction
 
 from experiments.models import PromptSet, Run, Sweep
-from experiments.services.common import LaunchError, User, _raise_all, check_fits_columns
+from experiments.services.common import (
+    LaunchError,
+    User,
+    _check_can_modify,
+    _raise_all,
+    check_fits_columns,
+)
 from experiments.services.enqueue import enqueue_on_commit
 from experiments.services.launch import _new_run, launch_errors
 from experiments.services.runs import request_cancel
 from trainer.config import TrainConfig, field_specs
 
 # A sweep is one launch of many runs: the product of a grid of config values over a base config.
-# The grid is a list of axes [(field, values)]; every expanded config is validated (and every
-# launch check made) before anything is stored, so a sweep is launched whole or not at all.
+# The grid is a list of axes: an axis is one field and its values, (field, [v1, v2]), or fields
+# paired value for value, ((field, field), [(v1, w1), (v2, w2)]): a paired axis takes its
+# tuples as they are, never crossed with each other (Seq-balance at n=4 against GRPO at n=16,
+# not GRPO at n=4), and is crossed with the other axes like any axis. Every expanded config is
+# validated (and every launch check made) before anything is stored, so a sweep is launched
+# whole or not at all.
 
 # Set from the chosen prompt sets, never swept: a sweep over data is a sweep over prompt sets.
 UNSWEEPABLE = ("prompts", "eval_prompts")
-Grid = list[tuple[str, list[Any]]]
+Axis = tuple[str | tuple[str, ...], list[Any]]
+Grid = list[Axis]
+SPEC_HELP = ("field=value,value,... or, to pair fields value for value, "
+             "(field, field)=(value, value), (value, value), ...")
 
 
 def parse_sweep_spec(text: str) -> Grid:
     """The launch form's and the command line's spelling of a grid: axes separated by ``;`` or
-    new lines, each ``field=v1,v2,...``; an integer field also takes a range ``a..b``
-    (inclusive). Values get the field's type; errors name the field ``sweep``."""
-    axes: Grid = []
+    new lines, each ``field=v1,v2,...`` (an integer field also takes a range ``a..b``,
+    inclusive) or a paired axis ``(field, field)=(v1, w1), (v2, w2)``, whose tuples are taken
+    as they are while the axes are crossed: ``(algorithm, group_size)=(ada-balance, 4),
+    (grpo, 16); seed=0..2`` is 6 runs. Values get the field's type; errors name the field
+    ``sweep``, every bad axis at once."""
+    axes: list[Any] = []
     problems: list[str] = []
     for part in text.replace("\n", ";").split(";"):
         part = part.strip()
         if not part:
             continue
-        field, eq, raw = part.partition("=")
-        field = field.strip()
-        if not eq or not field:
-            problems.append(f"expected field=value,value,... in {part!r}")
-            continue
-        values = [v.strip() for v in raw.split(",") if v.strip()]
-        axes.append((field, values))
+        left, eq, raw = part.partition("=")
+        left = left.strip()
+        if not eq or not left:
+            problems.append(f"expected {SPEC_HELP} in {part!r}")
+        elif left.startswith("(") or left.endswith(")"):
+            try:
+                axes.append((_paired_fields(left), _tuples(left, raw)))
+            except LaunchError as exc:
+                problems.append(exc.reason)
+        elif "," in left:
+            names = ", ".join(f.strip() for f in left.split(","))
+            problems.append(f"{left}: to pair fields, write ({names})=(value, value), "
+                            "(value, value), ...")
+        else:
+            axes.append((left, [v.strip() for v in raw.split(",") if v.strip()]))
     try:
         grid = sweep_grid(axes) if axes or not problems else []
     except LaunchError as exc:
@@ -55,14 +80,44 @@ def parse_sweep_spec(text: str) -> Grid:
     return grid
 
 
+def _paired_fields(left: str) -> tuple[str, ...]:
+    if not (left.startswith("(") and left.endswith(")")):
+        raise LaunchError("sweep", f"{left}: paired fields go in parentheses, e.g. "
+                          "(algorithm, group_size)")
+    return tuple(f.strip() for f in left[1:-1].split(","))
+
+
+def _tuples(left: str, raw: str) -> list[list[str]]:
+    """``(a, b), (c, d)`` as [["a", "b"], ["c", "d"]]."""
+    out: list[list[str]] = []
+    rest = raw.strip()
+    while rest:
+        close = rest.find(")")
+        if not rest.startswith("(") or close < 0 or "(" in rest[1:close]:
+            raise LaunchError("sweep", f"{left}: expected (value, value), (value, value), ... "
+                              f"after '=', got {raw.strip()!r}")
+        out.append([v.strip() for v in rest[1:close].split(",")])
+        rest = rest[close + 1:].strip()
+        if rest.startswith(","):
+            rest = rest[1:].strip()
+            if not rest:
+                raise LaunchError("sweep", f"{left}: a ',' with no (values) after it")
+        elif rest:
+            raise LaunchError("sweep", f"{left}: expected ',' between tuples, got "
+                              f"{rest[:20]!r}")
+    return out
+
+
 def sweep_grid(axes: Any) -> Grid:
-    """Check and type a grid given as ``[(field, values)]``, ``[{"field", "values"}]`` or a
-    mapping {field: values} (a mapping keeps the caller's order). Strings are converted to the
-    field's type (``"1e-4"`` for a float field, ``"0..4"`` for an int field); other values are
-    kept as they are for the config's own validation."""
+    """Check and type a grid given as a list of axes, each ``(field, values)``,
+    ``{"field", "values"}``, or paired ``((field, field), [(v, w), ...])``,
+    ``{"fields": [...], "values": [[v, w], ...]}``; or a mapping {field: values} (a mapping
+    keeps the caller's order; a key of paired fields is written "(field, field)"). Strings are
+    converted to the field's type (``"1e-4"`` for a float field, ``"0..4"`` for an int field
+    outside a pair); other values are kept as they are for the config's own validation."""
     types = {spec["name"]: spec["type"] for spec in field_specs()}
     if isinstance(axes, dict):
-        axes = list(axes.items())
+        axes = [(_mapping_key(k), v) for k, v in axes.items()]
     if not isinstance(axes, (list, tuple)):
         raise LaunchError("sweep", "expected a list of axes (field and values)")
     grid: Grid = []
@@ -80,27 +135,51 @@ def sweep_grid(axes: Any) -> Grid:
         raise LaunchError("sweep", "a sweep needs a field and its values, e.g. seed=0,1,2")
     size = math.prod(len(values) for _, values in grid)
     if size > settings.SWEEP_MAX_RUNS:
-        raise LaunchError("sweep", f"{size:,} runs; a sweep may have at most "
-                          f"{settings.SWEEP_MAX_RUNS:,}")
+        sizes = " x ".join(f"{len(values):,}" for _, values in grid)
+        raise LaunchError("sweep", f"{size:,} runs ({sizes}); {_at_most()}")
     return grid
 
 
-def _sweep_axis(axis: Any, types: dict[str, str], grid: Grid) -> tuple[str, list[Any]]:
+def _at_most() -> str:
+    return f"a sweep launches at most {settings.SWEEP_MAX_RUNS:,} (SWEEP_MAX_RUNS)"
+
+
+def _mapping_key(key: Any) -> Any:
+    if isinstance(key, str) and key.strip().startswith("("):
+        return _paired_fields(key.strip())
+    return key
+
+
+def axis_fields(axis: Axis) -> tuple[str, ...]:
+    field, _ = axis
+    return field if isinstance(field, tuple) else (field,)
+
+
+def axis_name(fields: Any) -> str:
+    """An axis as the errors and pages name it: "seed", "(algorithm, group_size)"."""
+    if isinstance(fields, (tuple, list)):
+        return f"({', '.join(map(str, fields))})"
+    return str(fields)
+
+
+def _sweep_axis(axis: Any, types: dict[str, str], grid: Grid) -> Axis:
     """One axis of ``sweep_grid``, checked and typed (``grid``: the axes before it)."""
     if isinstance(axis, dict) and set(axis) == {"field", "values"}:
         field, values = axis["field"], axis["values"]
+    elif isinstance(axis, dict) and set(axis) == {"fields", "values"}:
+        field, values = axis["fields"], axis["values"]
+        if not isinstance(field, (list, tuple)):
+            raise LaunchError("sweep", f"fields: expected a list of field names, got {field!r}")
+        field = tuple(field)
     elif isinstance(axis, (list, tuple)) and len(axis) == 2:
         field, values = axis
+        if isinstance(field, list):
+            field = tuple(field)
     else:
         raise LaunchError("sweep", f"expected a field and its values, got {axis!r}")
-    if not isinstance(field, str) or field not in types:
-        close = difflib.get_close_matches(str(field), list(types), n=1)
-        hint = f" (did you mean {close[0]!r}?)" if close else ""
-        raise LaunchError("sweep", f"{field}: no such config field{hint}")
-    if field in UNSWEEPABLE:
-        raise LaunchError("sweep", f"{field}: set by the prompt set, not sweepable")
-    if any(f == field for f, _ in grid):
-        raise LaunchError("sweep", f"{field}: swept twice")
+    if isinstance(field, tuple):
+        return _paired_axis(field, values, types, grid)
+    _check_field(field, types, grid, set())
     if isinstance(values, (str, bytes)) or not isinstance(values, (list, tuple)):
         raise LaunchError("sweep", f"{field}: expected a list of values")
     typed: list[Any] = []
@@ -114,21 +193,96 @@ def _sweep_axis(axis: Any, types: dict[str, str], grid: Grid) -> tuple[str, list
         raise LaunchError("sweep", bad[0], more=[("sweep", b) for b in bad[1:]])
     if not typed:
         raise LaunchError("sweep", f"{field}: no values")
-    seen: set[str] = set()
-    for value in typed:
-        key = json.dumps(value)
-        if key in seen:
-            raise LaunchError("sweep", f"{field}: value {value!r} appears twice")
-        seen.add(key)
+    _no_repeats(field, typed)
     return field, typed
 
 
-def _typed_values(field: str, annotation: str, value: Any) -> list[Any]:
+def _check_field(field: Any, types: dict[str, str], grid: Grid, pair: set[str]) -> None:
+    if not isinstance(field, str) or field not in types:
+        close = difflib.get_close_matches(str(field), list(types), n=1)
+        hint = f" (did you mean {close[0]!r}?)" if close else ""
+        raise LaunchError("sweep", f"{field}: no such config field{hint}")
+    if field in UNSWEEPABLE:
+        raise LaunchError("sweep", f"{field}: set by the prompt set, not sweepable")
+    if field in pair or any(field in axis_fields(a) for a in grid):
+        raise LaunchError("sweep", f"{field}: swept twice")
+
+
+def _paired_axis(fields: tuple[Any, ...], values: Any, types: dict[str, str],
+                 grid: Grid) -> Axis:
+    name = axis_name(fields)
+    if len(fields) < 2:
+        raise LaunchError("sweep", f"{name}: pair two fields or more (one field is "
+                          "field=v1,v2,...)")
+    problems: list[str] = []
+    seen: set[str] = set()
+    for field in fields:
+        try:
+            _check_field(field, types, grid, seen)
+        except LaunchError as exc:
+            problems.append(exc.reason)
+        seen.add(str(field))
+    if problems:
+        raise LaunchError("sweep", problems[0], more=[("sweep", p) for p in problems[1:]])
+    if isinstance(values, (str, bytes)) or not isinstance(values, (list, tuple)):
+        raise LaunchError("sweep", f"{name}: expected a list of tuples of values")
+    typed: list[tuple[Any, ...]] = []
+    for row in values:
+        if isinstance(row, (str, bytes)) or not isinstance(row, (list, tuple)) \
+                or len(row) != len(fields):
+            shown = f"({', '.join(map(str, row))})" if isinstance(row, (list, tuple)) \
+                else repr(row)
+            problems.append(f"{name}: {shown} has {_count(row)}; each tuple needs "
+                            f"{len(fields)}, one per field")
+            continue
+        out: list[Any] = []
+        for field, value in zip(fields, row, strict=True):
+            try:
+                one = _typed_values(field, types[field], value, ranges=False)
+            except LaunchError as exc:
+                problems.append(exc.reason)
+                continue
+            out.extend(one)
+        if len(out) == len(fields):
+            typed.append(tuple(out))
+    if problems:
+        raise LaunchError("sweep", problems[0], more=[("sweep", p) for p in problems[1:]])
+    if not typed:
+        raise LaunchError("sweep", f"{name}: no values")
+    _no_repeats(name, typed)
+    return fields, typed
+
+
+def _count(row: Any) -> str:
+    n = len(row) if isinstance(row, (list, tuple)) else 1
+    return f"{n} value" + ("" if n == 1 else "s")
+
+
+def _no_repeats(name: str, values: list[Any]) -> None:
+    seen: set[str] = set()
+    for value in values:
+        key = json.dumps(value)
+        if key in seen:
+            shown = (f"({', '.join(map(str, value))})" if isinstance(value, tuple)
+                     else repr(value))
+            raise LaunchError("sweep", f"{name}: value {shown} appears twice")
+        seen.add(key)
+
+
+def _typed_values(field: str, annotation: str, value: Any, ranges: bool = True) -> list[Any]:
     if not isinstance(value, str):
         return [value]
     text = value.strip()
+    if annotation.endswith(" | None") and not annotation.startswith("bool"):
+        # An optional number (K_pos): empty means the algorithm's default.
+        if text.lower() in ("none", "default"):
+            return [None]
+        annotation = annotation.removesuffix(" | None")
     if annotation == "int":
         lo, dots, hi = text.partition("..")
+        if dots and not ranges:
+            raise LaunchError("sweep", f"{field}: a range ({text!r}) cannot be paired: each "
+                              "tuple holds one value per field")
         try:
             if not dots:
                 return [int(text)]
@@ -136,8 +290,12 @@ def _typed_values(field: str, annotation: str, value: Any) -> list[Any]:
         except ValueError:
             raise LaunchError("sweep", f"{field}: {text!r} is not an integer or a range "
                               "a..b") from None
-        if not 0 <= last - first < settings.SWEEP_MAX_RUNS:
-            raise LaunchError("sweep", f"{field}: range {text!r} is empty or too long")
+        if last < first:
+            raise LaunchError("sweep", f"{field}: range {text!r} is empty (a..b needs "
+                              "a <= b)")
+        if last - first + 1 > settings.SWEEP_MAX_RUNS:
+            raise LaunchError("sweep", f"{field}: range {text!r} is {last - first + 1:,} runs; "
+                              f"{_at_most()}")
         return list(range(first, last + 1))
     if annotation == "float":
         try:
@@ -156,36 +314,64 @@ def _typed_values(field: str, annotation: str, value: Any) -> list[Any]:
 
 
 def sweep_points(grid: Grid) -> list[dict[str, Any]]:
-    """The grid's product in axis order: the first axis varies slowest."""
-    fields = [f for f, _ in grid]
-    return [dict(zip(fields, combo, strict=True))
-            for combo in itertools.product(*(values for _, values in grid))]
+    """The grid's product in axis order, the first axis varying slowest; a paired axis gives
+    each of its tuples' fields at once."""
+    choices = [[dict(zip(axis_fields(axis), value if isinstance(axis[0], tuple) else (value,),
+                         strict=True)) for value in axis[1]] for axis in grid]
+    return [{k: v for part in combo for k, v in part.items()}
+            for combo in itertools.product(*choices)]
+
+
+def grid_json(grid: Grid) -> list[dict[str, Any]]:
+    """How a sweep stores its grid (``Sweep.grid``) and the API shows it: [{"field", "values"}]
+    per axis, {"fields": [...], "values": [[...], ...]} for a paired one."""
+    return [{"fields": list(f), "values": [list(v) for v in values]} if isinstance(f, tuple)
+            else {"field": f, "values": values} for f, values in grid]
 
 
 def point_label(point: dict[str, Any]) -> str:
     return ", ".join(f"{k}={v}" for k, v in point.items())
 
 
+def sweep_run_name(sweep_name: str, point: dict[str, Any], suffix: str = "") -> str:
+    """The name of a sweep's run at ``point``: "study [algorithm=grpo, seed=1]" and
+    ``suffix`` (" (clone)"). Where it does not fit the column, the sweep's name is shortened,
+    never the values: they are what tells the sweep's runs apart."""
+    limit = Run._meta.get_field("name").max_length
+    tail = f" [{point_label(point)}]{suffix}"
+    if len(sweep_name) + len(tail) <= limit:
+        return sweep_name + tail
+    room = limit - len(tail) - 1
+    if room >= 8:
+        return sweep_name[:room].rstrip() + "…" + tail
+    # Values too long for any name: keep the start of both ends.
+    half = (limit - 1) // 2
+    whole = sweep_name + tail
+    return whole[:half] + "…" + whole[len(whole) - (limit - 1 - half):]
+
+
 def expand_sweep(name: str, base_config: dict[str, Any], grid: Grid,
-                 prompt_set: PromptSet | None, queue: str = "cpu", retention: str = "all"
-                 ) -> list[tuple[dict[str, Any], Run]]:
+                 prompt_set: PromptSet | None, queue: str = "cpu", retention: str = "all",
+                 invalid: Collection[str] = ()) -> list[tuple[dict[str, Any], Run]]:
     """Every run of the sweep as (grid point, unsaved run), each checked as ``launch_run``
     checks one. The first run that fails raises ``LaunchError`` with all its errors: on
     ``sweep`` when the swept values are at fault (the base config passes the checks alone), else
-    on the base's offending fields, naming the run."""
+    on the base's offending fields, naming the run. ``invalid``: base fields the caller already
+    found wrong (``launch_errors``); a swept value replaces them."""
     if not isinstance(base_config, dict):
         raise LaunchError("config", "expected a mapping of config fields")
     checks = {"name": name, "prompt_set": prompt_set, "queue": queue, "retention": retention}
     # Swept values may repair an invalid base: each run is what counts.
-    base_ok = not launch_errors(base_config, **checks)
-    limit = Run._meta.get_field("name").max_length
+    base_ok = not invalid and not launch_errors(base_config, **checks)
     out = []
-    for point in sweep_points(grid):
+    for index, point in enumerate(sweep_points(grid)):
         config_dict = {**base_config, **point}
         try:
-            _raise_all(launch_errors(config_dict, **checks))
+            _raise_all(launch_errors(config_dict, **checks,
+                                     invalid=set(invalid) - set(point)))
             run = _new_run(TrainConfig.from_dict(config_dict), queue, retention,
-                           prompt_set=prompt_set, name=f"{name} [{point_label(point)}]"[:limit])
+                           prompt_set=prompt_set, name=sweep_run_name(name, point),
+                           sweep_index=index)
         except LaunchError as exc:
             errors = [_sweep_error(field, reason, point, base_ok) for field, reason in exc.pairs]
             raise LaunchError(*errors[0], more=errors[1:]) from exc
@@ -212,8 +398,7 @@ def launch_sweep(owner: User, name: str, base_config: dict[str, Any], grid: Any,
     if not name:
         raise LaunchError("name", "a sweep needs a name")
     axes = sweep_grid(grid)
-    sweep = Sweep(owner=owner, name=name, base_config=dict(base_config),
-                  grid=[{"field": f, "values": values} for f, values in axes])
+    sweep = Sweep(owner=owner, name=name, base_config=dict(base_config), grid=grid_json(axes))
     check_fits_columns(sweep)  # first: a bad name is the name's error, not each point's
     runs = expand_sweep(name, base_config, axes, prompt_set, queue, retention)
     with transaction.atomic():
@@ -243,3 +428,57 @@ def cancel_sweep(sweep: Sweep, user: User) -> int:
     return len(runs)
 
 
+
+
+# A run a retry may take the place of: it ended without finishing its steps.
+RETRYABLE = (Run.Status.FAILED, Run.Status.CANCELLED)
+
+
+def retryable(run: Run) -> bool:
+    """Whether ``retry_run`` would take ``run``: a failed or cancelled run of a sweep that no
+    retry has replaced yet."""
+    return run.sweep_id is not None and run.status in RETRYABLE and run.replaced_by_id is None
+
+
+def retry_run(run: Run, user: User) -> Run:
+    """Run a failed or cancelled run of a sweep again, in its place: a new run of the same
+    sweep, config, prompt sets, queue and retention, at the same place in the grid, trained
+    from step 0. The old run keeps its records and its error, marked ``replaced_by`` the new
+    one; the sweep's status, compare and report count the new one instead (``sweep_runs``).
+
+    A new run rather than the old one resumed from its checkpoint: the old run's steps came
+    from the process that failed (an environment changed under it, a worker lost for good),
+    and a run's records should come from one start; a failure stays on the record, on the run
+    it happened to."""
+    _check_can_modify(run, user)
+    if run.sweep is None:
+        raise LaunchError("run", "not part of a sweep: relaunch it instead (a new run of its "
+                          "own)")
+    if run.status not in RETRYABLE:
+        raise LaunchError("run", f"the run is {run.status}; only a failed or cancelled run "
+                          "of a sweep can be retried in its place")
+    point = {f: (run.config or {}).get(f) for f in run.sweep.fields}
+    _raise_all(launch_errors(run.config, name=run.name, prompt_set=run.prompt_set,
+                             queue=run.queue, retention=run.retention))
+    attempt = 2
+    earlier = run
+    while (earlier := Run.objects.filter(replaced_by=earlier).first()) is not None:
+        attempt += 1
+    new = _new_run(TrainConfig.from_dict(dict(run.config)), run.queue, run.retention,
+                   owner=run.owner, prompt_set=run.prompt_set, eval_set=run.eval_set,
+                   sweep=run.sweep, sweep_index=run.sweep_index, cloned_from=run,
+                   name=sweep_run_name(run.sweep.name, point, f" (attempt {attempt})"))
+    with transaction.atomic():
+        # Locked: two retries of the same run at once must not both take its place.
+        if not Run.objects.select_for_update().filter(
+                pk=run.pk, status__in=RETRYABLE, replaced_by__isnull=True).exists():
+            current = Run.objects.get(pk=run.pk)
+            if current.replaced_by_id:
+                raise LaunchError("run", f"already retried, as run {current.replaced_by_id}")
+            raise LaunchError("run", f"the run is {current.status}; only a failed or "
+                              "cancelled run of a sweep can be retried in its place")
+        new.save()
+        Run.objects.filter(pk=run.pk).update(replaced_by=new)
+        enqueue_on_commit(new)
+    run.refresh_from_db()
+    return new
