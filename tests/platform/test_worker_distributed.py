@@ -2,10 +2,11 @@
 by a real Celery worker that has no ``RAY_ADDRESS`` (so the run's process starts a private local
 Ray of two CPUs, with its reaper), two gloo FSDP2 ranks each with a real vLLM CPU engine.
 
-Slow: every worker run starts its own Ray, two rank actors and two engines (about 1-2 minutes
-each on 2 shared cores), and the in-process comparison another: about 10 minutes in all here
-under load (the two worker runs and the replay about 7, the cancel and wall-time tests about 1.5
-each).
+Slow: every worker run starts its own Ray, two rank actors and two engines (half a minute to
+a minute and a half each on 2 shared cores), and the in-process comparison another; so the
+module runs as few as its checks allow: five sets of ranks (a run cancelled after its first
+steps, which is also the uninterrupted run compared with the replay; a run killed and
+resumed, two; the replay; the wall-time run). About 6 minutes in all here at a load of 4 to 8.
 """
 
 from __future__ import annotations

@@ -3,8 +3,8 @@ the tiny model and a real vLLM CPU engine, driven by ``trainer.train`` unchanged
 
 One private Ray for the module (``RAY_ADDRESS`` points the runs at it) and one group of ranks
 for the training tests (a resume reloads the ranks from the checkpoint, so it may reuse them):
-starting Ray, two actors and two engines costs minutes on 2 shared cores. Slow: about 5-8
-minutes in all here.
+starting Ray, two actors and two engines costs minutes on 2 shared cores. The single-process
+comparisons share one engine (``vllm_backend``). Slow: about 1.5-2.5 minutes in all here.
 """
 
 from __future__ import annotations
