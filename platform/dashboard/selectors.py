@@ -17,6 +17,7 @@ from collections import defaultdict
 from dataclasses import dataclass, field
 from typing import Any
 
+from django.conf import settings
 from django.core.cache import cache
 from django.db import connection
 from django.db.models import Count, Exists, F, OuterRef, Q
@@ -907,7 +908,7 @@ def last_evals(run_ids: list[int]) -> dict[int, tuple[int, dict[str, Any]]]:
 
 
 # The device a run's "auto" resolves to on each queue's workers.
-QUEUE_DEVICES = {"cpu": "cpu", "gpu": "cuda", "ray": "cuda"}
+QUEUE_DEVICES = settings.RUN_QUEUE_DEVICES
 
 
 @dataclass(frozen=True)

