@@ -24,6 +24,7 @@ from trainer.algorithms.dapo import FURTHER_PROMPTS
 from trainer.algorithms.seq import MAX_SAMPLES_PER_PROMPT
 from trainer.jsonsafe import text_problem
 from trainer.schedulers import DEFAULT_SPECULATIVE_CAPACITY, EARLY_ROUNDS, SCHEDULERS
+from trainer.visible import visible_problem
 
 # The registered algorithms' names, read live (trainer.algorithms: GRPO; DAPO; Reinforce-Ada's
 # Seq-pos and Seq-balance, v1/v2's ada-pos and ada-balance; Reinforce-Ada Est; and any algorithm
@@ -71,6 +72,12 @@ MAX_SEED = 2**31 - 1
 # path component (NAME_MAX); a longer one is "File name too long" from the operating system.
 MAX_PATH_CHARS = 4095
 MAX_NAME_CHARS = 255
+# The model as the platform stores it (Run.model): a label under the simulated backend, a path
+# otherwise; longer is refused on the field rather than by the column.
+MAX_MODEL_CHARS = 500
+# Sampling floors a run can meet (the fields' comments say why).
+MIN_TEMPERATURE = 1e-2
+MIN_TOP_P = 1e-6
 
 
 def recommended_lr(model: str) -> float:
@@ -219,8 +226,18 @@ class TrainConfig:
                                      "this share of its batch limit (max_num_seqs).", "model",
                                      "fraction", gt=0, le=1)
     device: str = _f("auto", "auto, cpu or cuda.", "model")
-    temperature: float = _f(1.0, "Sampling temperature.", "model", gt=0, le=100)
-    top_p: float = _f(1.0, "Nucleus sampling mass.", "model", gt=0, le=1)
+    # The floors are where a run can still train (docs/reliability.md, "Configs that run"):
+    # vLLM raises any temperature below 0.01 to 0.01 (its sampler's own limit against inf and
+    # nan), so a lower one would sample at 0.01 while the update computes its log-probs at the
+    # value given; transformers' float32 logits / T overflow to inf near 1e-38 ("probability
+    # tensor contains inf, nan"). At top_p <= 1/V nucleus sampling keeps only the most likely
+    # token for any vocabulary of V <= 1M tokens: a smaller value changes nothing, and 5e-324
+    # is 0 in the samplers' float32.
+    temperature: float = _f(1.0, "Sampling temperature (at least 0.01: vLLM's floor).",
+                            "model", ge=MIN_TEMPERATURE, le=100)
+    top_p: float = _f(1.0, "Nucleus sampling mass (1e-6 or less keeps only the most likely "
+                      "token of any vocabulary up to a million tokens).", "model",
+                      ge=MIN_TOP_P, le=1)
     max_new_tokens: int = _f(16, "Longest response.", "model", "tokens", ge=1, le=32_768)
     rollout_dtype: str = _f("auto", "vllm: the engine's copy of the weights (auto: bfloat16 on "
                             "CUDA, float32 on CPU; the trained policy stays float32).", "model")
@@ -317,6 +334,17 @@ class TrainConfig:
     max_wall_seconds: float = _f(0.0, "Wall-time limit of the run; past it the run stops at the "
                                  "next check and ends failed, saying so (0: no limit).", "run",
                                  "seconds", ge=0, le=366 * 24 * 3600)
+
+    def __post_init__(self) -> None:
+        # JSON and TOML write 2 for 2.0: a float field given an integer holds the float, so a
+        # config that validates is one the trainer runs (transformers' generate refuses an
+        # integer temperature at the first step). An integer past a float's range stays as
+        # given, for ``errors()`` to name.
+        for f in fields(self):
+            value = getattr(self, f.name)
+            if f.type in ("float", "float | None") and isinstance(value, int) \
+                    and not isinstance(value, bool) and _finite(value):
+                object.__setattr__(self, f.name, float(value))
 
     # ------------------------------------------------------------------------------------------
     @property
@@ -429,7 +457,16 @@ class TrainConfig:
                 out_of_bounds.add(f.name)
                 yield error
         for name in ("model", "prompts", "eval_prompts"):
-            yield from _path_errors(name, getattr(self, name))
+            # Shown on every page that lists the run, and stored: one line of visible text.
+            value = getattr(self, name)
+            problem = visible_problem(value)
+            if problem:
+                yield ConfigError(name, problem)
+            elif name == "model" and len(value) > MAX_MODEL_CHARS:
+                yield ConfigError(name, f"{len(value):,} characters; at most "
+                                  f"{MAX_MODEL_CHARS:,}")
+            else:
+                yield from _path_errors(name, value)
         for name in ("prompts", "eval_prompts"):
             value = getattr(self, name)
             if value and value not in BUILTIN_TASKS and _path_ok(value) \
