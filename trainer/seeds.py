@@ -29,11 +29,13 @@ EVAL = 3
 # Keys of numpy generators seeded [seed, epoch, EPOCH_ORDER] and [seed, step, DAPO_BATCHES].
 EPOCH_ORDER = 7
 DAPO_BATCHES = 11
-# The launch preflight's choice of prompts to measure ([seed, PREFLIGHT_PROMPTS]) and of the
-# measured pass rates it simulates when the response budget is short ([seed, PREFLIGHT_SUBSET]);
-# the step-time simulator's pass rates ([seed, PASS_RATES]).
+# The launch preflight's choice of prompts to measure ([seed, PREFLIGHT_PROMPTS]), of the
+# measured pass rates it simulates when the response budget is short ([seed, PREFLIGHT_SUBSET])
+# and its bootstrap resamples of the measured prompts ([seed, PREFLIGHT_BOOTSTRAP]); the
+# step-time simulator's pass rates ([seed, PASS_RATES]).
 PREFLIGHT_PROMPTS = 11
 PREFLIGHT_SUBSET = 13
+PREFLIGHT_BOOTSTRAP = 17
 PASS_RATES = 11
 
 

@@ -34,7 +34,7 @@ from webapp.uploads import accepts_files, rejected_files
 
 from trainer import formatting as fmt
 from trainer.config import BUILTIN_MODEL
-from trainer.preflight import PREDICTION_COLUMNS
+from trainer.preflight import INTERVAL_NOTE, PREDICTION_COLUMNS
 
 from . import charts, heatmap, params, reports, selectors
 from .forms import BuiltinForm, LaunchForm, UploadForm, clone_diff, initial_from_run
@@ -410,6 +410,10 @@ def prompt_set_detail(request: HttpRequest, set_id: int) -> HttpResponse:
 
 # --- compare -----------------------------------------------------------------------------------
 
+# The compare table's "final" reward columns: the mean of each run's last this many steps.
+FINAL_STEPS = 10
+
+
 def _compare_runs(request: HttpRequest) -> tuple[list[Run], list[int]]:
     """The runs the query names (``runs`` in order, then each ``sweep``'s runs) and the ids
     that name no run."""
@@ -446,8 +450,12 @@ def compare(request: HttpRequest) -> HttpResponse:
                          f"{'was' if len(runs) == 1 else 'were'} found. Select them here.")
         return redirect("dashboard:run_list")
     runs_query = "&".join(f"runs={r.pk}" for r in runs)
+    groups = selectors.seed_groups(runs)
     return render(request, "dashboard/compare.html", {
-        "runs": runs, "query": runs_query, "final": selectors.final_metrics(runs),
+        "runs": runs, "query": runs_query, "groups": groups,
+        "any_left_out": any(g.left_out for g in groups),
+        "scatter": selectors.scatter_pair(groups),
+        "final": selectors.final_metrics(runs, FINAL_STEPS), "final_steps": FINAL_STEPS,
         "diff": selectors.config_diff(runs), "x_axes": charts.X_AXES,
         "metrics": charts.COMPARE_METRICS, "x": x, "metric": metric,
         "algorithm_labels": selectors.algorithm_labels(),
@@ -473,8 +481,10 @@ def compare_chart(request: HttpRequest) -> JsonResponse:
 @login_required
 def compare_scatter(request: HttpRequest) -> JsonResponse:
     runs = _compare_runs_or_404(request, 2)
-    fig = charts.pass_rate_scatter(runs[0], runs[1])
-    fig["prompt_url"] = reverse("dashboard:prompt_history", args=[runs[0].pk, 0])
+    pair = selectors.scatter_pair(selectors.seed_groups(runs))
+    fig = charts.pass_rate_scatter(pair)
+    if pair is not None:
+        fig["prompt_url"] = reverse("dashboard:prompt_history", args=[pair[0].pk, 0])
     return JsonResponse(fig)
 
 
@@ -527,7 +537,7 @@ def _estimate_context(request: HttpRequest, estimate: Estimate,
                                                                  r["group_size"])}
                         for r in rows],
         "bxn": shape["batch_size"] * shape["group_size"], "poll_seconds": 1,
-        "columns": PREDICTION_COLUMNS,
+        "columns": PREDICTION_COLUMNS, "interval_note": INTERVAL_NOTE,
     }
 
 
@@ -621,11 +631,11 @@ def report(request: HttpRequest) -> HttpResponse:
         messages.warning(request, "Choose a sweep, or select runs, for a report.")
         return redirect("dashboard:run_list")
     data = reports.cached_report(runs)
-    by_id = {r.pk: r for r in runs}
+    groups = selectors.seed_groups(runs)
     title, stem = _report_name(request, runs)
     return render(request, "dashboard/report.html", {
         "title": title, "stem": stem, "query": _report_query(request),
-        "groups": [(g, [by_id[i] for i in g["runs"]]) for g in data["groups"]],
+        "groups": groups, "any_left_out": any(g.left_out for g in groups),
         "figures": [(n, reports.SECTIONS[n]) for n in reports.FIGURES],
         "tables": [(n, reports.SECTIONS[n], data["rows"][n]) for n in reports.TABLES],
         "any_active": any(r.status in Run.ACTIVE_STATUSES for r in runs),

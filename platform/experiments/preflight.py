@@ -27,7 +27,13 @@ from experiments.services import LaunchError, User, config_errors, effective_ver
 from experiments.services.common import _check_can_modify
 from experiments.services.enqueue import BrokerUnavailable, enqueue_estimate
 from trainer.config import TrainConfig
-from trainer.preflight import PREDICTION_COLUMNS, pass_rates, predict, preflight_warnings
+from trainer.preflight import (
+    INTERVAL_KEYS,
+    PREDICTION_COLUMNS,
+    pass_rates,
+    predict,
+    preflight_warnings,
+)
 
 # The settings a sample depends on; the others (algorithm, optimisation) only change predictions.
 SAMPLING_FIELDS = ("model", "backend", "device", "temperature", "top_p", "max_new_tokens",
@@ -167,9 +173,11 @@ def _shape_key(shape: dict[str, int]) -> str:
 
 
 def _current(rows: list[dict[str, Any]]) -> bool:
-    """Whether stored rows have this version's columns (``PREDICTION_COLUMNS``): rows an older
-    version stored, whose columns meant other things, are computed afresh."""
-    return all(r.get("error") or all(c.key in r for c in PREDICTION_COLUMNS) for r in rows)
+    """Whether stored rows have this version's columns (``PREDICTION_COLUMNS``, and the
+    interval of samples per step): rows an older version stored, whose columns meant other
+    things or lacked the interval, are computed afresh."""
+    keys = [c.key for c in PREDICTION_COLUMNS] + list(INTERVAL_KEYS)
+    return all(r.get("error") or all(k in r for k in keys) for r in rows)
 
 
 def estimate_summary(estimate: Estimate) -> dict[str, Any]:

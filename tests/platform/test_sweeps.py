@@ -381,9 +381,14 @@ def test_compare_opens_a_sweep(db: None, owner_client: Any, user: Any) -> None:
     assert page.status_code == 200
     assert [r.pk for r in page.context["runs"]] == [
         r.pk for r in selectors.sweep_runs(sweep.pk)]
+    # Seeds of one setting: one group. Queued, none has a step to draw yet: the page says so
+    # for each run, and the chart draws nothing rather than an empty mean.
+    (group,) = page.context["groups"]
+    assert [m.run.seed for m in group.left_out] == [0, 1, 2] and group.used == []
+    assert "seed 0, queued: no step recorded yet" in page.content.decode()
     fig = owner_client.get(reverse("dashboard:compare_chart") + f"?sweep={sweep.pk}").json()
-    # Seeds of one setting: one mean line over a min-max band.
-    assert [t["name"] for t in fig["data"]][-1].endswith("mean of 3 seeds (0, 1, 2)")
+    assert fig["data"] == []
+    assert fig["layout"]["annotations"][0]["text"] == "none of these runs recorded a step yet"
 
 
 def test_sweep_launched_with_the_broker_down_says_so_and_stays_queued(
@@ -510,7 +515,7 @@ def test_the_run_page_retries_and_the_sweeps_pages_count_the_retry(
     compared = owner_client.get(reverse("dashboard:compare") + f"?sweep={sweep.pk}")
     assert [r.pk for r in compared.context["runs"]] == [first.pk, retry.pk]
     report = owner_client.get(reverse("dashboard:report") + f"?sweep={sweep.pk}")
-    reported = {r.pk for _, runs in report.context["groups"] for r in runs}
+    reported = {m.run.pk for g in report.context["groups"] for m in g.members}
     assert second.pk not in reported and retry.pk in reported
     # Only its owner or staff.
     stranger = Client()
