@@ -26,7 +26,7 @@ from django.urls import reverse
 from django.utils.html import format_html_join
 from django.utils.http import urlencode
 from django.views.decorators.http import require_POST
-from experiments import bundles, preflight, services
+from experiments import bundles, model_catalogue, preflight, services
 from experiments import selectors as experiment_selectors
 from experiments.models import Estimate, Prompt, PromptSet, Run, Sweep
 from webapp.security import allows_webgl
@@ -115,7 +115,8 @@ def run_launch(request: HttpRequest) -> HttpResponse:
     estimate = None
     if request.method == "POST":
         action = request.POST.get("action", "launch")
-        form = LaunchForm(request.POST, estimate=action.startswith("estimate"))
+        form = LaunchForm(request.POST, estimate=action.startswith("estimate"),
+                          user=request.user)
         if form.is_valid() and action.startswith("estimate"):
             # The preflight: sample on a worker, shown under the form, which keeps its values.
             estimate = _request_estimate(request, form)
@@ -132,9 +133,10 @@ def run_launch(request: HttpRequest) -> HttpResponse:
         prompt_set = params.get_id(request.GET, "prompt_set")
         if prompt_set:
             initial["prompt_set"] = prompt_set
-        form = LaunchForm(initial=initial)
+        form = LaunchForm(initial=initial, user=request.user)
     return render(request, "dashboard/run_launch.html", {
         "form": form, "source": source, "diff": diff, "builtin_model": BUILTIN_MODEL,
+        "models": model_catalogue.offered_models(),
         "has_prompt_sets": PromptSet.objects.exists(),
         **(_estimate_context(request, estimate, form.run_shape()) if estimate else {})})
 
@@ -402,7 +404,7 @@ def prompt_sets(request: HttpRequest) -> HttpResponse:
 
 @login_required
 def prompt_set_detail(request: HttpRequest, set_id: int) -> HttpResponse:
-    ps = get_object_or_404(PromptSet, pk=set_id)
+    ps = get_object_or_404(PromptSet.objects.select_related("owner"), pk=set_id)
     return render(request, "dashboard/prompt_set_detail.html",
                   {"set": ps, "prompts": experiment_selectors.prompt_set_preview(ps),
                    "answer_note": selectors.answer_note(ps)})

@@ -231,6 +231,12 @@ RUN_MAX_ATTEMPTS = int(os.environ.get("RUN_MAX_ATTEMPTS", 3))
 RUN_RECONNECT_SECONDS = float(os.environ.get("RUN_RECONNECT_SECONDS", 120))
 RUN_OUTAGE_WAIT_SECONDS = float(os.environ.get("RUN_OUTAGE_WAIT_SECONDS", 3600))
 CHECKPOINT_ROOT = Path(os.environ.get("CHECKPOINT_ROOT", BASE_DIR / "var" / "checkpoints"))
+# Where the models a run may load live (experiments/model_catalogue.py): Hugging Face folders
+# at most two levels under one of these (os.pathsep-separated), besides builtin:tiny; the
+# launch form lists them, and a launch naming anything else is refused without saying whether
+# it exists. Like CHECKPOINT_ROOT, the same paths on every worker.
+RADA_MODEL_ROOTS = [p for p in os.environ.get(
+    "RADA_MODEL_ROOTS", str(BASE_DIR / "var" / "models")).split(os.pathsep) if p]
 # Request bodies. Every endpoint keeps Django's default cap on non-file data
 # (DATA_UPLOAD_MAX_MEMORY_SIZE, 2.5 MiB): a form post is kilobytes. Files are accepted by the
 # prompt-set upload only, up to PROMPT_UPLOAD_MAX_BYTES, which webapp.uploads enforces while the

@@ -48,6 +48,7 @@ from experiments.services.prompt_sets import (
     delete_prompt_set,
     find_or_import_prompt_set,
     import_prompt_set,
+    prompt_set_name_error,
 )
 from experiments.services.runs import (
     RUN_RECORD_TABLES,
@@ -81,6 +82,7 @@ __all__ = [
     "delete_run", "delete_run_records", "derived_run_name", "effective_verifier", "expand_sweep",
     "find_or_import_prompt_set", "finish_run", "grid_json", "hand_back_run", "import_prompt_set",
     "latest_checkpoint", "launch_errors", "launch_run", "launch_sweep", "parse_sweep_spec",
+    "prompt_set_name_error",
     "point_label", "prepare_resume", "queue_errors", "relaunch_run", "renew_run_lease",
     "request_cancel", "requeue_orphaned_runs", "retry_run", "retryable", "run_checkpoint_dir",
     "run_process_lost", "run_should_stop", "set_run_waiting", "step_work_errors", "sweep_grid",

@@ -8,13 +8,13 @@ from typing import Any
 
 from django.contrib.auth.models import AbstractBaseUser, AnonymousUser
 from django.core.exceptions import PermissionDenied, ValidationError
+from django.db.models import CharField
 
 from experiments.models import Run
 from trainer import jsonsafe
+from trainer.visible import visible_problem
 
 User = AbstractBaseUser | AnonymousUser
-# Unicode's bidirectional embeddings, overrides and isolates (U+202A-U+202E, U+2066-U+2069).
-BIDI_CONTROLS = frozenset("\u202a\u202b\u202c\u202d\u202e\u2066\u2067\u2068\u2069")
 
 
 class LaunchError(ValidationError):
@@ -64,14 +64,15 @@ def check_fits_columns(obj: Any) -> None:
             problem = jsonsafe.first_problem(getattr(obj, f.attname), f.name)
             if problem:
                 raise LaunchError(*problem)
-    # A name shown in lists and links must read as what it is: a bidirectional override
-    # ("invoice\u202egnp.exe" displays as "invoiceexe.png") is refused.
-    name = getattr(obj, "name", None)
-    if isinstance(name, str):
-        found = next((c for c in name if c in BIDI_CONTROLS), None)
-        if found:
-            raise LaunchError("name", f"contains the bidirectional control U+{ord(found):04X}, "
-                              "which makes a name display otherwise than it is written")
+    # A name or model shown in lists and links must read as what it is (trainer.visible: no
+    # control characters, no bidirectional controls, no invisible characters, something
+    # visible): one line of text, whichever field and whoever writes it.
+    for f in obj._meta.concrete_fields:
+        value = getattr(obj, f.attname)
+        if isinstance(f, CharField) and f.name not in relations and isinstance(value, str):
+            problem = visible_problem(value)
+            if problem:
+                raise LaunchError(f.name, problem)
     try:
         obj.clean_fields(exclude=relations)
     except ValidationError as exc:

@@ -11,6 +11,7 @@ from typing import Any
 from django.conf import settings
 from django.db import transaction
 
+from experiments.model_catalogue import model_error
 from experiments.models import PromptSet, Run
 from experiments.services.common import User, _raise_all, check_fits_columns
 from experiments.services.enqueue import enqueue_on_commit
@@ -24,10 +25,16 @@ def config_errors(config_dict: dict[str, Any], invalid: Collection[str] = ()
     ``invalid``: fields the caller already found wrong (a form input that did not parse); no
     check across fields reads them (``TrainConfig.errors``)."""
     try:
-        return [(e.field, e.reason)
-                for e in TrainConfig.dict_errors(dict(config_dict), invalid)]
+        errors = [(e.field, e.reason)
+                  for e in TrainConfig.dict_errors(dict(config_dict), invalid)]
     except TypeError as exc:  # e.g. a non-dict value where a mapping was expected
         return [("config", str(exc))]
+    # A platform run loads only the models the operator offers, and the refusal says nothing
+    # of the path (the trainer's own check would say whether a folder exists on the server).
+    problem = None if "model" in invalid else model_error(config_dict)
+    if problem:
+        errors = [e for e in errors if e[0] != "model"] + [("model", problem)]
+    return errors
 
 
 def validate_run_config(config_dict: dict[str, Any]) -> TrainConfig:
