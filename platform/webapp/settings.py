@@ -203,7 +203,21 @@ RUN_MAX_STEP_TOKENS = {
     "ray": int(os.environ.get("RUN_MAX_STEP_TOKENS_RAY", 2**32)),
 }
 # Most runs one sweep may launch (the product of its grid).
-SWEEP_MAX_RUNS = int(os.environ.get("SWEEP_MAX_RUNS", 100))
+SWEEP_MAX_RUNS = int(os.environ.get("SWEEP_MAX_RUNS", 64))
+# Most runs one user may have queued or running at once (0: no limit): a launch, sweep, relaunch
+# or retry past it is refused naming the figure (HTTP 429 in the API). The workers take
+# queued runs fairly between users (services.take_next_run), so the limit bounds how much one
+# user can hold, not who goes first.
+RUN_MAX_ACTIVE_PER_USER = int(os.environ.get("RUN_MAX_ACTIVE_PER_USER", 64))
+# Request throttles (django-ninja's, counted in the cache: CACHE_URL's Redis, shared by every
+# web process): wrong API tokens per client address, and launches (runs, sweeps, relaunches,
+# retries) per user, API and dashboard alike. Past either the answer is 429 with Retry-After.
+API_AUTH_FAILURE_RATE = os.environ.get("API_AUTH_FAILURE_RATE", "20/min")
+LAUNCH_RATE = os.environ.get("LAUNCH_RATE", "30/min")
+# How many proxies in front set X-Forwarded-For (ninja's throttles read the client's address
+# from it): 0 reads the connection's address and ignores the header, which a client could
+# otherwise vary to dodge the throttle. Behind the production nginx: 1.
+NINJA_NUM_PROXIES = int(os.environ.get("NUM_PROXIES", 0))
 # The run lease: a worker executing a run refreshes heartbeat_at every RUN_HEARTBEAT_SECONDS; a
 # lease whose heartbeat is older than RUN_LEASE_TIMEOUT_SECONDS belongs to a dead worker and may be
 # taken over. The timeout must exceed the longest stall of a live worker's heartbeat thread.

@@ -14,7 +14,10 @@ torch), prompt files are parsed by ``trainer.data`` and the built-in task by ``t
 """
 
 from experiments.services.common import (
+    Conflict,
+    Gone,
     LaunchError,
+    LimitReached,
     User,
     can_modify_run,
     check_fits_columns,
@@ -41,6 +44,7 @@ from experiments.services.leases import (
     run_process_lost,
     run_should_stop,
     set_run_waiting,
+    take_next_run,
 )
 from experiments.services.prompt_sets import (
     create_builtin_prompt_set,
@@ -76,7 +80,8 @@ from experiments.services.sweeps import (
 )
 
 __all__ = [
-    "Grid", "LaunchError", "RUN_RECORD_TABLES", "UNSWEEPABLE", "User", "acquire_run_lease",
+    "Conflict", "Gone", "Grid", "LaunchError", "LimitReached", "RUN_RECORD_TABLES",
+    "UNSWEEPABLE", "User", "acquire_run_lease",
     "can_modify_run", "can_modify_sweep", "cancel_sweep", "check_fits_columns", "config_errors",
     "create_builtin_prompt_set", "create_prompt_set_from_upload", "delete_prompt_set",
     "delete_run", "delete_run_records", "derived_run_name", "effective_verifier", "expand_sweep",
@@ -86,5 +91,5 @@ __all__ = [
     "point_label", "prepare_resume", "queue_errors", "relaunch_run", "renew_run_lease",
     "request_cancel", "requeue_orphaned_runs", "retry_run", "retryable", "run_checkpoint_dir",
     "run_process_lost", "run_should_stop", "set_run_waiting", "step_work_errors", "sweep_grid",
-    "sweep_points", "sweep_run_name", "validate_run_config", "world_size_errors",
+    "sweep_points", "sweep_run_name", "take_next_run", "validate_run_config", "world_size_errors",
 ]

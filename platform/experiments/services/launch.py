@@ -13,7 +13,13 @@ from django.db import transaction
 
 from experiments.model_catalogue import model_error
 from experiments.models import PromptSet, Run
-from experiments.services.common import User, _raise_all, check_fits_columns
+from experiments.services.common import (
+    User,
+    _raise_all,
+    check_active_runs,
+    check_fits_columns,
+    gone,
+)
 from experiments.services.enqueue import enqueue_on_commit
 from trainer.algorithms import get_algorithm
 from trainer.config import TrainConfig
@@ -161,9 +167,26 @@ def launch_run(owner: User, name: str, config_dict: dict[str, Any], prompt_set: 
                    name=name.strip(), prompt_set=prompt_set, eval_set=eval_set,
                    cloned_from=cloned_from)
     with transaction.atomic():
+        lock_referenced(prompt_set, eval_set, cloned_from)
+        check_active_runs(owner, 1)
         run.save()
         enqueue_on_commit(run)
     return run
+
+
+def lock_referenced(prompt_set: PromptSet, eval_set: PromptSet | None,
+                    cloned_from: Run | None = None) -> None:
+    """Inside the transaction that stores a run: lock the rows it points at, so that a delete
+    of one of them (``delete_run``, ``delete_prompt_set`` take the same locks) either waits
+    for this run and sees it, or commits first and this launch is a 404 saying so, never a
+    foreign-key error at commit."""
+    for ps in (prompt_set, eval_set):
+        if ps is not None and not PromptSet.objects.select_for_update().filter(
+                pk=ps.pk).exists():
+            raise gone("prompt set", ps.pk)
+    if cloned_from is not None and not Run.objects.select_for_update().filter(
+            pk=cloned_from.pk).exists():
+        raise gone("run", cloned_from.pk)
 
 
 def _new_run(config: TrainConfig, queue: str, retention: str, **fields: Any) -> Run:

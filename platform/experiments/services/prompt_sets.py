@@ -14,7 +14,7 @@ from django.db import IntegrityError, connection, transaction
 
 from experiments import names, selectors
 from experiments.models import PromptSet
-from experiments.services.common import LaunchError, User, check_fits_columns
+from experiments.services.common import Conflict, LaunchError, User, check_fits_columns, gone
 from trainer import jsonsafe
 from trainer.digest import PromptDigest
 from trainer.visible import visible_problem
@@ -56,10 +56,12 @@ def import_prompt_set(*, owner: User | None, name: str, prompts: Iterable[Any],
     back everything. The name must read unlike every stored set's (``prompt_set_name_error``;
     ``platform``: the platform's own set, which may say "built-in")."""
     name = name.strip()
+    key = names.name_key(name)
     problem = prompt_set_name_error(name, platform=platform)
     if problem:
-        raise LaunchError("name", problem)
-    prompt_set = PromptSet(name=name, name_key=names.name_key(name), source=source,
+        # A name another set has (or looks like) conflicts with what is stored: 409.
+        raise (Conflict if _look_alike(name, key) == problem else LaunchError)("name", problem)
+    prompt_set = PromptSet(name=name, name_key=key, source=source,
                            description=description,
                            owner=owner if owner is not None and owner.is_authenticated else None)
     check_fits_columns(prompt_set)
@@ -69,8 +71,8 @@ def import_prompt_set(*, owner: User | None, name: str, prompts: Iterable[Any],
                 prompt_set.save()
         except IntegrityError:
             # Another request stored a set of this name (or a look-alike) since the check.
-            raise LaunchError("name", _look_alike(name, prompt_set.name_key)
-                              or "a prompt set of this name was stored meanwhile") from None
+            raise Conflict("name", _look_alike(name, key)
+                           or "a prompt set of this name was stored meanwhile") from None
         size = 0
         digest = PromptDigest()
         with connection.cursor() as cursor, cursor.copy(
@@ -188,12 +190,15 @@ def delete_prompt_set(prompt_set: PromptSet, user: User) -> None:
     if not (user.is_authenticated and (user.is_staff or prompt_set.owner_id == user.pk)):
         raise PermissionDenied("only the prompt set's owner or staff may do this")
     with transaction.atomic():
-        # Locked first: a launch that references the set waits, then fails on the foreign key.
-        list(PromptSet.objects.select_for_update().filter(pk=prompt_set.pk).values_list("pk"))
+        # Locked first: a launch on the set takes the same lock (launch.lock_referenced), so
+        # either its run is committed and seen here, or this delete commits first and the
+        # launch is a 404.
+        if not PromptSet.objects.select_for_update().filter(pk=prompt_set.pk).exists():
+            raise gone("prompt set", prompt_set.pk)
         users = selectors.prompt_set_runs(prompt_set)
         if users:
-            raise LaunchError("prompt_set", f"used by {len(users)} run(s) ("
-                              f"{', '.join(r.name for r in users[:3])}); delete them first")
+            raise Conflict("prompt_set", f"used by {len(users)} run(s) ("
+                           f"{', '.join(r.name for r in users[:3])}); delete them first")
         with connection.cursor() as cursor:
             cursor.execute("DELETE FROM experiments_prompt WHERE prompt_set_id = %s",
                            [prompt_set.pk])
