@@ -19,9 +19,9 @@ from django.test import Client
 from django.urls import reverse
 from experiments import services
 from experiments.models import Run
+
 from rada.cli import EXIT_LIMIT, exit_code
 from rada.client import ApiError
-
 from tests.fixtures.services import make_prompts, wait_for
 
 from .test_api import SIM, Api, _empty_queues  # noqa: F401 (autouse: the queues start empty)

@@ -87,9 +87,9 @@ def test_delete_against_relaunch_and_cancel(user: Any, setup: Any) -> None:
     ps, token = setup
     for i in range(ROUNDS):
         run = launch(user, ps, f"r{i}")
-        answers = race(lambda: api_of(token).delete(f"/runs/{run.pk}"),
-                       lambda: api_of(token).post(f"/runs/{run.pk}/relaunch"),
-                       lambda: api_of(token).post(f"/runs/{run.pk}/cancel"))
+        answers = race(lambda r=run: api_of(token).delete(f"/runs/{r.pk}"),
+                       lambda r=run: api_of(token).post(f"/runs/{r.pk}/relaunch"),
+                       lambda r=run: api_of(token).post(f"/runs/{r.pk}/cancel"))
         assert_clear(answers, {200, 201, 204, 404})
         assert answers[0][0] == 204  # the delete always goes through
         assert not Run.objects.filter(pk=run.pk).exists()
@@ -145,7 +145,7 @@ def test_uploads_of_one_name_and_of_look_alikes(user: Any, setup: Any) -> None:
                     "p.jsonl", b'{"prompt": "1+1=", "answer": "2"}\n')},
                 headers=api_of(token).headers)
 
-        answers = race(lambda: upload(names[0]), lambda: upload(names[1]))
+        answers = race(lambda n=names[0]: upload(n), lambda n=names[1]: upload(n))
         assert_clear(answers, {201, 409})
         assert sorted(s for s, _ in answers) == [201, 409]
 
