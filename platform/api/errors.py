@@ -11,7 +11,7 @@ from django.http import HttpRequest, HttpResponse
 from experiments import services
 from ninja import NinjaAPI
 from ninja.errors import AuthenticationError, Throttled, ValidationError
-from webapp.throttles import retry_after
+from webapp.throttles import TokensThrottled, retry_after
 
 from trainer.config import ConfigError
 
@@ -79,9 +79,12 @@ def register_error_handlers(api: NinjaAPI) -> None:
 
     def throttled(request: HttpRequest, exc: Throttled) -> HttpResponse:
         wait = retry_after(exc.wait)
-        response = error_response(request, 429, [("request", (
-            f"too many requests: try again in {wait} s (API_AUTH_FAILURE_RATE for wrong "
-            "tokens, LAUNCH_RATE for launches)"))])
+        what = (f"too many wrong API tokens from this address (at most "
+                f"{settings.API_AUTH_FAILURE_RATE}, API_AUTH_FAILURE_RATE)"
+                if isinstance(exc, TokensThrottled) else
+                f"too many launches (at most {settings.LAUNCH_RATE} per user, LAUNCH_RATE)")
+        response = error_response(request, 429, [("request", f"{what}: try again in "
+                                                              f"{wait} s")])
         response["Retry-After"] = str(wait)
         return response
 

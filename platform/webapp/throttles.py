@@ -22,6 +22,10 @@ from ninja.errors import Throttled
 from ninja.throttling import BaseThrottle, SimpleRateThrottle
 
 
+class TokensThrottled(Throttled):
+    """Too many wrong tokens from this address (a launch throttle raises plain ``Throttled``)."""
+
+
 class FailedTokenThrottle(SimpleRateThrottle):
     scope = "api_auth_failures"
 
@@ -39,7 +43,7 @@ class FailedTokenThrottle(SimpleRateThrottle):
         while self.history and self.history[-1] <= self.now - self.duration:
             self.history.pop()
         if len(self.history) >= (self.num_requests or 0):
-            raise Throttled(wait=self.wait())
+            raise TokensThrottled(wait=self.wait())
 
     def failed(self) -> None:
         """Count a wrong token against the address ``check`` saw."""

@@ -116,7 +116,8 @@ def test_wrong_tokens_are_throttled_per_address_with_retry_after(user: Any,
     throttled = get("rada_wrong5")
     assert throttled.status_code == 429
     assert 1 <= int(throttled["Retry-After"]) <= 60
-    assert "too many requests" in throttled.json()["detail"]
+    assert "too many wrong API tokens from this address (at most 5/min, " \
+        "API_AUTH_FAILURE_RATE): try again in" in throttled.json()["detail"]
     # While throttled, a right token from that address is refused too (the answer must not
     # tell a guess that hit from one that missed); another address is not held back.
     assert get(token).status_code == 429
