@@ -83,7 +83,7 @@ def test_look_alike_names_of_any_set_are_refused_naming_the_set_and_its_owner(
     for twin in ("gsm8k train", "gsm8k\u00a0train", "g\u0455m8k train", "gsm8k  train ",
                  "gsm8k tra\u0456n", "gsm8k train\u200d"):
         response = upload(api, twin)
-        assert response.status_code == 400, (twin, response.content)
+        assert response.status_code == 409, (twin, response.content)
         reason = response.json()["errors"][0]["reason"]
         assert "“gsm8k train”" in reason and "alice's" in reason, reason
     assert upload(api, "gsm8k test").status_code == 201  # a different name is fine
