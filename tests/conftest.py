@@ -8,7 +8,10 @@ pytest_plugins = ["tests.fixtures.model", "tests.fixtures.services", "tests.fixt
 def pytest_configure(config: object) -> None:
     """Hash test users' passwords with a fast hasher: PBKDF2's 1M iterations cost about a
     second per ``create_user`` or sign-in on these shared 2-core machines, for no test's sake.
-    Production settings keep Django's default."""
+    Production settings keep Django's default. Without pytest-django (``-p no:django``: one
+    trainer test file without the platform's settings) there is no Django to configure."""
+    if not config.pluginmanager.hasplugin("django"):  # type: ignore[attr-defined]
+        return
     from django.conf import settings
 
     settings.PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]

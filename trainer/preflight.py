@@ -110,7 +110,7 @@ PREDICTION_COLUMNS: tuple[Column, ...] = (
 
 def choose_prompts(num_available: int, count: int, seed: int) -> list[int]:
     """Indices of a seeded uniform subset of ``count`` prompts (all of them when fewer)."""
-    rng = np.random.default_rng([seed, seeds.PREFLIGHT_PROMPTS])
+    rng = np.random.default_rng([seed, seeds.TOOLS, seeds.PREFLIGHT_PROMPTS])
     if count >= num_available:
         return list(range(num_available))
     return sorted(rng.choice(num_available, size=count, replace=False).tolist())
@@ -208,7 +208,7 @@ def spend_interval(spent: Sequence[float], kept: Sequence[float], *,
     k = np.asarray(kept, dtype=np.float64)
     if a.size == 0 or k.sum() <= 0:
         return None
-    rng = np.random.default_rng([seed, seeds.PREFLIGHT_BOOTSTRAP])
+    rng = np.random.default_rng([seed, seeds.TOOLS, seeds.PREFLIGHT_BOOTSTRAP])
     # How often each prompt is drawn in each resample (a multinomial of len(a) draws).
     counts = rng.multinomial(a.size, np.full(a.size, 1 / a.size), size=resamples)
     with np.errstate(divide="ignore", invalid="ignore"):
@@ -252,7 +252,7 @@ def predict(rates: Sequence[float], *, batch_size: int, group_size: int,
     draws = max(1, min(draws, SIMULATED_RESPONSES // max(samples_per_round * max_rounds, 16)))
     passes = [list(rates)] * max(1, -(-draws // len(rates)))
     if draws < len(rates):
-        rng = np.random.default_rng([seed, seeds.PREFLIGHT_SUBSET])
+        rng = np.random.default_rng([seed, seeds.TOOLS, seeds.PREFLIGHT_SUBSET])
         passes = [[rates[i] for i in rng.choice(len(rates), size=draws, replace=False)]]
     rows: list[dict[str, Any]] = []
     for algorithm, n in variants(group_size):

@@ -1,6 +1,7 @@
-"""Forms. The launch form is generated from ``TrainConfig.field_specs()`` so every hyperparameter
-the trainer knows appears with its default and help text, and a new trainer option shows up in
-the browser without touching this file."""
+"""Forms. The launch form is generated from ``trainer.config.field_specs()`` (the config's fields
+and every registered algorithm's own options) so every hyperparameter the trainer knows appears
+with its default and help text, and a new trainer option shows up in the browser without
+touching this file."""
 
 from __future__ import annotations
 
@@ -174,11 +175,15 @@ class LaunchForm(NumbersAsTyped):
             (q, f"{q}: {settings.RUN_QUEUE_HELP.get(q, q)}; world_size up to "
                 f"{settings.RUN_MAX_WORLD_SIZE.get(q, 1):,}") for q in settings.RUN_QUEUES]
         self.config_groups: dict[str, list[str]] = {}
+        # The titles of the groups of an algorithm's own options ("Toy (toy only)").
+        self.group_titles: dict[str, str] = {}
         for spec in field_specs():
             if spec["name"] in SERVICE_OWNED:
                 continue
             self.fields[spec["name"]] = _config_field(spec)
             self.config_groups.setdefault(spec["group"], []).append(spec["name"])
+            if "group_title" in spec:
+                self.group_titles.setdefault(spec["group"], spec["group_title"])
         self.fields["model"].widget.attrs["list"] = "model-choices"
         self.fields["model"].help_text = (
             f"{BUILTIN_MODEL} (warm-started tiny Qwen2) or a model the operator put under the "
@@ -214,8 +219,8 @@ class LaunchForm(NumbersAsTyped):
     def grouped(self) -> list[tuple[str, list[forms.BoundField]]]:
         order = ["algorithm", "est", "model", "optimisation", "data", "distributed", "run"]
         groups = sorted(self.config_groups, key=lambda g: order.index(g) if g in order else 99)
-        return [(GROUP_TITLES.get(g, g), [self[n] for n in self.config_groups[g]])
-                for g in groups]
+        return [(GROUP_TITLES.get(g) or self.group_titles.get(g, g),
+                 [self[n] for n in self.config_groups[g]]) for g in groups]
 
     def run_shape(self) -> dict[str, int]:
         """B, n, M and N as entered (the defaults where a value did not parse)."""

@@ -44,7 +44,7 @@ from experiments.services import (
 from trainer.digest import PromptDigest
 
 SAMPLE_COLUMNS = ("run_id", "step", "prompt_id", "index", "round", "response", "tokens",
-                  "reward", "kept", "advantage", "verifier_error")
+                  "reward", "kept", "advantage", "verifier_error", "weight")
 PROMPTSTEP_COLUMNS = ("run_id", "step", "prompt_id", "samples", "positives", "negatives",
                       "rounds", "exit_round", "missing", "kept_positives", "kept_negatives",
                       "baseline", "tokens", "p_hat", "allocated")
@@ -302,7 +302,8 @@ def _write_cli_step(run_id: int, e: dict[str, Any], ids: dict[str, int], wall: f
     _copy("experiments_sample", SAMPLE_COLUMNS, (
         (run_id, step, pid(s["prompt_id"]), s["index"], s["round"], s["response"], s["tokens"],
          s["reward"], s["kept"], finite_or_none(s.get("advantage")),
-         s.get("verifier_error") or "") for s in e["samples"]))
+         s.get("verifier_error") or "", float(s.get("weight", 1.0)))
+        for s in e["samples"]))
     return wall
 
 
@@ -358,6 +359,10 @@ def _copy_parquet(run_id: int, path: Path, table: str, names: list[str], ids: di
     # without them the import's memory grew with the run (249 MiB more for 2M sample rows,
     # 15 MiB with them: docs/benchmarks.md).
     source = pq.ParquetFile(path, pre_buffer=False, buffer_size=1 << 20)
+    # A column a later version added is absent from older bundles: the database's default
+    # fills it (bundles.ADDED_COLUMNS).
+    present = set(source.schema_arrow.names)
+    names = [c for c in names if c in present or c not in bundles.ADDED_COLUMNS]
     out_cols = ["run_id", *names, *(["created_at"] if timestamps else [])]
     now = timezone.now()
     for batch in source.iter_batches(batch_size=IMPORT_BATCH_ROWS, columns=names):

@@ -252,7 +252,8 @@ class PromptStep(models.Model):
     kept_negatives = models.PositiveSmallIntegerField()
     baseline = models.FloatField()
     tokens = models.PositiveIntegerField(default=0)
-    # Reinforce-Ada-Est only (null for the other algorithms).
+    # Filled by an algorithm that allocates from a pass-rate estimate (``Algorithm.allocates``:
+    # Reinforce-Ada Est); null for the others.
     p_hat = models.FloatField(null=True, help_text="Pass-rate estimate before this step's "
                               "sampling (Est).")
     allocated = models.PositiveSmallIntegerField(null=True, help_text="Samples allocated this "
@@ -292,6 +293,9 @@ class Sample(models.Model):
     kept = models.BooleanField()
     advantage = models.FloatField(null=True)
     verifier_error = models.TextField(blank=True)
+    # Runs recorded before the algorithms could weight samples read 1 (db_default).
+    weight = models.FloatField(default=1.0, db_default=1.0,
+                               help_text="Its weight in the policy loss, set by the algorithm.")
 
     class Meta:
         ordering = ["run", "step", "prompt", "index"]

@@ -10,6 +10,7 @@ import numpy as np
 import pytest
 
 from trainer import preflight
+from trainer.algorithms import algorithms, get_algorithm
 from trainer.backends.simulated import SimulatedBackend
 from trainer.cli import simulate
 from trainer.config import TrainConfig
@@ -65,8 +66,9 @@ def predicted_40() -> dict[tuple[str, int], dict[str, Any]]:
 def test_predictions_are_the_simulators_figures() -> None:
     rates = RATES_40
     rows = predicted_40()
-    assert set(rows) == {("grpo", 4), ("grpo", 8), ("grpo", 16), ("dapo", 4), ("ada-pos", 4),
-                         ("ada-balance", 4), ("ada-est", 4)}
+    # Every registered algorithm at the run's n, and at the sizes its record names.
+    assert set(rows) == {(a.name, n) for a in algorithms()
+                         for n in {SHAPE["group_size"], *a.preflight_group_sizes}}
     # Est spends exactly B x budget_per_prompt (8 by default: GRPO n=8's budget).
     assert rows["ada-est", 4]["samples_per_step"] == rows["grpo", 8]["samples_per_step"] == 256
     assert rows["ada-est", 4]["error"] is None and rows["ada-est", 4]["unresolved_frac"] == 0
@@ -95,7 +97,9 @@ def test_predictions_are_the_simulators_figures() -> None:
     assert dapo["zero_adv_frac"] == 0.0
     assert dapo["samples_per_step"] * (1 - dapo["discarded_frac"]) == pytest.approx(32 * 4)
     assert dapo["discarded_frac"] >= rows["grpo", 4]["zero_adv_frac"] - 0.1
-    assert all(r["discarded_frac"] == 0.0 for k, r in rows.items() if k[0] != "dapo")
+    # Only an algorithm that drops groups it drew (DAPO's batches) discards any.
+    assert all(r["discarded_frac"] == 0.0 for k, r in rows.items()
+               if not get_algorithm(k[0]).draws_batches)
     # How sure: a fixed budget (GRPO's B x n, Est's B x budget_per_prompt) is exact; what
     # depends on the prompts has its interval over them around the figure, within its maximum.
     for key in (("grpo", 4), ("grpo", 8), ("grpo", 16), ("ada-est", 4)):
@@ -120,7 +124,8 @@ def test_never_solved_prompts_predict_no_signal_and_warn() -> None:
         [0.0] * 16, batch_size=32, group_size=4, samples_per_round=256, max_rounds=64)}
     assert large["ada-balance"]["samples_per_prompt"] == 256 * 64
     assert large["ada-balance"]["unresolved_frac"] == 1.0
-    assert all(r["zero_adv_frac"] == 1.0 for a, r in rows.items() if a != "dapo")
+    assert all(r["zero_adv_frac"] == 1.0 for a, r in rows.items()
+               if not get_algorithm(a).draws_batches)
     # DAPO keeps no group without signal: it discards every group it drew.
     assert rows["dapo"]["zero_adv_frac"] is None and rows["dapo"]["discarded_frac"] == 1.0
     # DAPO draws max_num_gen_batches = 10 batches of n = 4 per prompt and finds no signal.

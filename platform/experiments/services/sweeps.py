@@ -493,5 +493,6 @@ def retry_run(run: Run, user: User) -> Run:
         new.save()
         Run.objects.filter(pk=run.pk).update(replaced_by=new)
         enqueue_on_commit(new)
-    run.refresh_from_db()
+    # The old run may be deleted the moment this transaction let go of its lock.
+    run.replaced_by = new
     return new

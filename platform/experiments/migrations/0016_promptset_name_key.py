@@ -19,7 +19,7 @@ def fill_keys(apps, schema_editor):
 
 
 class Migration(migrations.Migration):
-    dependencies = [("experiments", "0014_run_sweep_retry")]
+    dependencies = [("experiments", "0015_sample_weight")]
 
     operations = [
         migrations.AddField(model_name="promptset", name="name_key",
