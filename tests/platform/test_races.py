@@ -32,8 +32,8 @@ from .test_api import SIM, Api, _empty_queues  # noqa: F401 (autouse: the queues
 
 pytestmark = pytest.mark.django_db(transaction=True)
 ROUNDS = 4
-SENTENCES = ("no run with id", "no prompt set with id", "already retried", "used by",
-             "is the name of", "looks like the name of", "the run is", "No such run.", "no prompt set")
+SENTENCES = ("no run with id", "no prompt set", "already retried", "used by", "is the name of",
+             "looks like the name of", "the run is", "No such run.")
 
 
 def race(*requests: Callable[[], Any]) -> list[tuple[int, str]]:
