@@ -193,15 +193,20 @@ def start_phase(config: TrainConfig) -> str:
     return ""
 
 
-def execute(run_id: int) -> str:
-    """Execute (or resume) run ``run_id`` in a child process; returns what happened, for the
-    worker's log."""
+def execute(message_run_id: int, queue: str | None = None) -> str:
+    """Execute (or resume) the run next in fair order on the message's queue
+    (``services.take_next_run``: usually run ``message_run_id``, another user's when that
+    user waited longer) in a child process; returns what happened, for the worker's log."""
     owner = new_lease_owner()
-    run = services.acquire_run_lease(run_id, owner)
+    run = services.take_next_run(message_run_id, owner, queue)
     if run is None:
         logger.info("run %s: skipped (finished, cancelled, deleted, leased by a live worker or "
-                    "out of attempts)", run_id)
+                    "out of attempts; no other run of its queue to take)", message_run_id)
         return "skipped"
+    run_id = run.pk
+    if run_id != message_run_id:
+        logger.info("run %s: taken in fair order for the message of run %s", run_id,
+                    message_run_id)
     logger.info("run %s: lease taken by %s (attempt %s)", run_id, owner, run.attempts)
     heartbeat = Heartbeat(run_id, owner, settings.RUN_HEARTBEAT_SECONDS)
     heartbeat.start()

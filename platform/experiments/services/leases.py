@@ -61,7 +61,7 @@ def acquire_run_lease(run_id: int, owner: str) -> Run | None:
         cursor.execute(
             "UPDATE experiments_run SET lease_owner = %s, heartbeat_at = now(), "
             "  attempts = attempts + 1, status = 'running', current_round = 0, waiting_for = '', "
-            "  started_at = COALESCE(started_at, now()) "
+            "  started_at = COALESCE(started_at, clock_timestamp()) "
             f"WHERE id = %s AND attempts < %s AND {takeable} RETURNING id",
             [owner, run_id, settings.RUN_MAX_ATTEMPTS, settings.RUN_LEASE_TIMEOUT_SECONDS])
         if cursor.fetchone() is not None:
@@ -77,6 +77,64 @@ def acquire_run_lease(run_id: int, owner: str) -> Run | None:
         failed = cursor.fetchone()
     if failed is not None:
         logger.error("run %s: worker lost %s times; failed", run_id, failed[0])
+    return None
+
+
+# The order the workers take queued runs in (``take_next_run``): runs whose worker died first
+# (they were admitted already), then the run of the user with the fewest runs executing on
+# the queue, then of the user served longest ago (their latest run's start on the queue; never
+# served first), then the user's own runs first-launched first. Within one user the order is
+# the order of launch; between users it is max-min fair: one user's 60 queued runs hold a
+# second user's next run back by at most the runs already executing.
+FAIR_PICK = """
+    WITH stats AS (
+        SELECT owner_id,
+               count(*) FILTER (WHERE status = 'running' AND lease_owner <> ''
+                                AND heartbeat_at >= now() - make_interval(secs => %(lease)s))
+                   AS executing,
+               max(started_at) AS served
+        FROM experiments_run WHERE queue = %(queue)s GROUP BY owner_id)
+    SELECT r.id FROM experiments_run r JOIN stats s ON s.owner_id = r.owner_id
+    WHERE r.queue = %(queue)s AND r.status IN ('queued', 'running')
+      AND (r.lease_owner = '' OR r.heartbeat_at IS NULL
+           OR r.heartbeat_at < now() - make_interval(secs => %(lease)s))
+    ORDER BY (r.status = 'running') DESC, s.executing, s.served ASC NULLS FIRST, r.id
+    LIMIT 1"""
+
+
+def take_next_run(message_run_id: int, owner: str, queue: str | None = None) -> Run | None:
+    """The worker's side of a message: take the lease of the run that is next in fair order
+    on the message's queue (``FAIR_PICK``), which need not be the message's own run; None
+    when no run there can be taken (the message's run is finished, leased by a live worker,
+    gone; and so is every other).
+
+    The broker's queue is first-in first-out, so a message is treated as a token ("a worker
+    is free on this queue"), not as an order: every queued run has at least one message (its
+    launch's, or a re-enqueue's), so taking another run for it leaves a message for the run it
+    named. A message that finds nothing to take (a copy Redis redelivered while its run
+    executes, one left over after its run went with another message) does nothing, as it
+    always did. Picks are serialised per queue (a transaction-scoped advisory lock) so two
+    workers never read the same counts, and the lease itself is ``acquire_run_lease``'s
+    conditional update: attempts and poison runs count as before."""
+    # The message's run says its queue; ``queue`` (the message's routing key) stands in
+    # when that run was deleted, so its message still serves the queue it was sent to.
+    queue = Run.objects.filter(pk=message_run_id).values_list(
+        "queue", flat=True).first() or queue
+    if queue is None:
+        return None
+    with transaction.atomic():
+        with connection.cursor() as cursor:
+            cursor.execute("SELECT pg_advisory_xact_lock(hashtext(%s))", [f"rada-take:{queue}"])
+            # A poison run fails in acquire_run_lease instead of being taken: look again.
+            for _ in range(settings.RUN_MAX_ATTEMPTS + 8):
+                cursor.execute(FAIR_PICK, {"queue": queue,
+                                           "lease": settings.RUN_LEASE_TIMEOUT_SECONDS})
+                row = cursor.fetchone()
+                if row is None:
+                    return None
+                run = acquire_run_lease(row[0], owner)
+                if run is not None:
+                    return run
     return None
 
 
