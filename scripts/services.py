@@ -34,7 +34,6 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import fcntl
 import importlib.util
 import json
 import os
@@ -46,11 +45,23 @@ import socket
 import subprocess
 import sys
 import time
-from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 ROOT = Path(__file__).resolve().parents[1]
+
+
+def _load_file_lock() -> Any:
+    # The trainer's lock helper, loaded from its file: importing the trainer package would pull
+    # in its dependencies, which setting up the servers does not need.
+    spec = importlib.util.spec_from_file_location("_rada_filelock", ROOT / "trainer/filelock.py")
+    module = importlib.util.module_from_spec(spec)  # type: ignore[arg-type]
+    spec.loader.exec_module(module)  # type: ignore[union-attr]
+    return module.file_lock
+
+
+file_lock = _load_file_lock()
 DB_NAME = "rada"
 CACHE_MAXMEMORY = os.environ.get("RADA_CACHE_MAXMEMORY", "128mb")
 
@@ -211,18 +222,6 @@ def _alive(pid: int) -> bool:
     return True
 
 
-@contextlib.contextmanager
-def _locked(path: Path) -> Iterator[None]:
-    """One exec at a time decides, for an instance, whether to start or attach."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    with open(path, "a") as fh:
-        fcntl.flock(fh, fcntl.LOCK_EX)
-        try:
-            yield
-        finally:
-            fcntl.flock(fh, fcntl.LOCK_UN)
-
-
 def running_owner(base: Path) -> dict[str, object] | None:
     """The live exec holding the instance's servers ({"pid", "env"}), or None."""
     try:
@@ -260,7 +259,8 @@ class Servers:
         return ROOT / "var" / self.instance
 
     def start(self) -> dict[str, str]:
-        with _locked(self.base / ".lock"):
+        # One exec at a time decides, for an instance, whether to start or attach.
+        with file_lock(self.base / ".lock"):
             owner = running_owner(self.base)
             if owner is not None:
                 self._attach(owner)

@@ -1,4 +1,4 @@
-"""``python -m trainer``: run, simulate, simulate-time, warmstart, eval.
+"""``python -m trainer``: run, simulate, simulate-time, warmstart, eval, config-docs.
 
 Errors in user input (config, pass-rate files) print ``error: <field>: <reason>`` to stderr and
 exit with status 2, before any work is done or any output directory is created.
@@ -22,8 +22,9 @@ DELEGATED = {
                   "learning on the arithmetic task."),
     "eval": ("trainer.evaluate", "Evaluate a model: greedy accuracy, avg@k and pass@k."),
     "simulate-time": ("trainer.steptime", "A training step's wall time at the paper's scale "
-                      "(B=512, n=4, M=8, N=4) for grpo, ada-pos and ada-balance under each "
-                      "scheduler, on the simulated backend's engine-time model."),
+                      "(B=512, n=4, M=8, N=4) for the algorithms of the paper's Table 2 (or "
+                      "any registered one: --algorithms) under each scheduler, on the "
+                      "simulated backend's engine-time model."),
 }
 
 
@@ -54,8 +55,10 @@ def build_parser(command: str | None = None) -> argparse.ArgumentParser:
                          "JSON.", description="Run sampling steps with the simulated backend "
                          "(Bernoulli rewards from per-prompt pass rates, which stay fixed: no "
                          "policy update) and print one JSON object: total_samples and per-prompt "
-                         "samples, rounds, kept counts and advantages (ada-est: also p_hat and "
-                         "allocated). With --steps K > 1 the object holds a list of K steps.")
+                         "samples, rounds, kept counts and advantages (an algorithm that "
+                         "allocates, Est: also p_hat and allocated). Each step samples the batch "
+                         "the algorithm selects, of B = every pass rate unless --set "
+                         "batch_size=B. With --steps K > 1 the object holds a list of K steps.")
     sim.add_argument("--algorithm", required=True, choices=ALGORITHMS)
     sim.add_argument("--pass-rates", required=True, metavar="FILE",
                      help="one pass rate in [0, 1] per line, one prompt per line")
@@ -63,11 +66,22 @@ def build_parser(command: str | None = None) -> argparse.ArgumentParser:
     sim.add_argument("--samples-per-round", type=int, default=8, help="M (default 8)")
     sim.add_argument("--max-rounds", type=int, default=4, help="N (default 4)")
     sim.add_argument("--steps", type=int, default=1,
-                     help="steps to simulate (default 1); ada-est's estimator carries over")
+                     help="steps to simulate (default 1); an algorithm's persistent state "
+                     "(Est's estimator) carries over")
     sim.add_argument("--set", action="append", default=[], metavar="FIELD=VALUE",
                      help="any other TrainConfig field, e.g. --set K_pos=16 or --set "
                      "budget_per_prompt=16 (repeatable; values are TOML: 0.9, true, 'inv')")
     sim.add_argument("--seed", type=int, default=0)
+
+    docs = sub.add_parser("config-docs", help="Print docs/config.md: every config field and "
+                          "every registered algorithm's options.",
+                          description="Print the run configuration reference (docs/config.md): "
+                          "every TrainConfig field and every registered algorithm's own options, "
+                          "with defaults, bounds, units and help.")
+    docs.add_argument("--import", dest="modules", action="append", default=[],
+                      metavar="MODULE", help="import MODULE first (it registers an algorithm "
+                      "whose options are then documented too; repeatable). RADA_ALGORITHMS "
+                      "does the same for every command.")
 
     for name, (module, help_text) in DELEGATED.items():
         p = sub.add_parser(name, help=help_text, description=help_text)
@@ -98,6 +112,15 @@ def main(argv: Sequence[str] | None = None) -> int:
         return cmd_run(args)
     if args.command == "simulate":
         return cmd_simulate(args)
+    if args.command == "config-docs":
+        import importlib
+
+        from trainer.config import config_reference
+
+        for module in args.modules:
+            importlib.import_module(module)
+        print(config_reference(), end="")
+        return 0
     runner = getattr(args, "_run_cli", None)
     if runner is None:
         return _fail(args.command, f"not available in this install "
@@ -253,8 +276,10 @@ def simulate(algorithm: str, pass_rates: Sequence[float], *, group_size: int = 4
              overrides: dict[str, Any] | None = None) -> dict[str, Any]:
     """Sampling steps on the simulated backend, as the stable ``simulate`` JSON object.
 
-    Every step samples all prompts; their pass rates stay fixed (there is no policy to update),
-    so Est's estimator converges towards them over the steps. One step gives
+    The prompts are the pass rates, one each; their pass rates stay fixed (there is no policy to
+    update), so Est's estimator converges towards them over the steps. Each step samples the
+    batch the algorithm selects from them (``Algorithm.select_batch``; B = ``batch_size``,
+    every prompt by default), listed in the order of ``pass_rates``. One step gives
     ``{"total_samples", "prompts": [...]}``; several give ``{"total_samples": over all steps,
     "steps": [{"step", "total_samples", "prompts"}, ...]}``. An Est prompt also carries
     ``p_hat`` (the estimate before the step's sampling) and ``allocated``. DAPO's further
@@ -262,10 +287,11 @@ def simulate(algorithm: str, pass_rates: Sequence[float], *, group_size: int = 4
     batch with ``batch`` (1-based) and ``index`` into ``pass_rates``; its steps carry
     ``gen_batches``.
     """
-    from trainer.algorithms import get_algorithm
+    from trainer.algorithms import choose_batch, get_algorithm
     from trainer.backends.simulated import SimulatedBackend
     from trainer.loop import make_scorer, sample_step
     from trainer.types import Prompt
+    from trainer.visits import PromptVisits
 
     if steps < 1:
         raise ConfigError("steps", f"must be >= 1, got {steps}")
@@ -273,25 +299,34 @@ def simulate(algorithm: str, pass_rates: Sequence[float], *, group_size: int = 4
         "algorithm": algorithm, "group_size": group_size, "samples_per_round": samples_per_round,
         "max_rounds": max_rounds, "seed": seed, "backend": "simulated", "verifier": "exact",
         "batch_size": max(1, len(pass_rates)), **(overrides or {})})
+    if config.batch_size > len(pass_rates):
+        raise ConfigError("batch_size", f"must be <= the {len(pass_rates)} pass rates, got "
+                          f"{config.batch_size}")
     prompts = [Prompt(id=str(i), text=f"simulated prompt {i}", answer="1",
                       metadata={"pass_rate": rate}) for i, rate in enumerate(pass_rates)]
     backend, scorer = SimulatedBackend(config), make_scorer(config)
     state = get_algorithm(config.algorithm).new_state(config)
+    visits = PromptVisits(len(prompts))
     out = []
     for step in range(1, steps + 1):
         def more_prompts(k: int, step: int = step) -> list[Prompt]:
             return [Prompt(id=f"{p.id}/{step}/{k}", text=p.text, answer=p.answer,
                            metadata=p.metadata) for p in prompts]
 
-        sampled = sample_step(config, prompts, backend, scorer, step, state,
-                              more_prompts=more_prompts)
-        out.append({"step": step, **_simulated_step(config, pass_rates, sampled)})
+        # In the pass rates' order: a batch is which prompts, and the rows follow the file.
+        chosen = sorted(choose_batch(config, prompts, step, state=state, visits=visits))
+        batch = [prompts[i] for i in chosen]
+        sampled = sample_step(config, batch, backend, scorer, step, state,
+                              more_prompts=more_prompts, prompt_set=prompts, visits=visits,
+                              batch_indices=chosen)
+        visits.mark(chosen if sampled.prompt_indices is None else sampled.prompt_indices)
+        out.append({"step": step, **_simulated_step(config, pass_rates, chosen, sampled)})
     if steps == 1:
         return {k: v for k, v in out[0].items() if k != "step"}
     return {"total_samples": sum(s["total_samples"] for s in out), "steps": out}
 
 
-def _simulated_step(config: TrainConfig, pass_rates: Sequence[float],
+def _simulated_step(config: TrainConfig, pass_rates: Sequence[float], chosen: Sequence[int],
                     sampled: Any) -> dict[str, Any]:
     from trainer.algorithms import get_algorithm
 
@@ -299,22 +334,23 @@ def _simulated_step(config: TrainConfig, pass_rates: Sequence[float],
     batches = get_algorithm(config.algorithm).draws_batches
     out = []
     for i in range(res.num_prompts):
-        rate = pass_rates[i % len(pass_rates)]
+        # Prompts beyond the batch are DAPO's fresh copies of the pass rates, in their order.
+        index = chosen[i] if i < len(chosen) else (i - len(chosen)) % len(pass_rates)
         p = res.prompt(i)
         kept = [(r > config.positive_threshold, a)
                 for r, k, a in zip(p.rewards, p.kept, p.advantages, strict=True) if k]
         advantages = [a for pos, a in kept if pos] + [a for pos, a in kept if not pos]
-        row = {"index": i % len(pass_rates), "pass_rate": rate, "samples": len(p.rewards),
+        row = {"index": index, "pass_rate": pass_rates[index], "samples": len(p.rewards),
                "positives": p.positives, "negatives": p.negatives,
                "rounds": p.rounds_used, "resolved": p.resolved, "missing": p.missing,
                "kept_positives": p.kept_positives, "kept_negatives": p.kept_negatives,
                "advantages": advantages}
         if allocation is not None:
             row |= {"p_hat": float(allocation.p_hat[i]), "allocated": int(allocation.counts[i])}
-        if batches:  # exit_round numbers the batch a prompt came in (DAPO)
-            row |= {"batch": int(res.exit_round[i])}
+        if batches:
+            row |= {"batch": int(res.batch[i])}
         out.append(row)
-    extra = {"gen_batches": int(res.exit_round.max())} if batches else {}
+    extra = {"gen_batches": int(res.batch.max())} if batches else {}
     return {"total_samples": int(res.samples.sum()), "prompts": out, **extra}
 
 

@@ -4,32 +4,36 @@ Reinforce-Ada (arXiv 2510.04996) notation: a step takes ``batch_size`` (B) promp
 (n) responses per prompt enter the update; ``samples_per_round`` (M) new responses are drawn per
 active prompt and round, for at most ``max_rounds`` (N) rounds.
 
-This module must stay free of heavy imports (torch, transformers): the web process imports it to
-validate launch forms and it must not pay for a deep-learning stack.
+The fields are what every algorithm shares. An algorithm's own options (Est's estimator and
+allocation, DAPO's generation batches) are declared by its module (``Algorithm.options``,
+``trainer.options``) and read the same way (``config.est_alpha``): a config holds them next
+to its fields, and the form, the API, validation and docs/config.md take both alike.
+
+This module imports the algorithm registry (``trainer.registry``: names, options, the
+records' own checks), never an algorithm module, and nothing heavy (torch, transformers): the
+web process imports it to validate launch forms, and every algorithm module imports it.
 """
 
 from __future__ import annotations
 
+import copy
 import dataclasses
 import math
 import sys
 import tomllib
-from collections.abc import Collection, Iterator
+from collections.abc import Callable, Collection, Iterator, Mapping
 from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
-from trainer.algorithms import ALGORITHM_NAMES, Algorithm, CrossCheck, algorithms, get_algorithm
-from trainer.algorithms.dapo import FURTHER_PROMPTS
-from trainer.algorithms.seq import MAX_SAMPLES_PER_PROMPT
 from trainer.jsonsafe import text_problem
-from trainer.schedulers import DEFAULT_SPECULATIVE_CAPACITY, EARLY_ROUNDS, SCHEDULERS
+from trainer.options import BOUND_KEYS, Option
+from trainer.registry import ALGORITHM_NAMES, algorithms, get_algorithm, option_specs
+from trainer.visible import visible_problem
 
-# The registered algorithms' names, read live (trainer.algorithms: GRPO; DAPO; Reinforce-Ada's
-# Seq-pos and Seq-balance, v1/v2's ada-pos and ada-balance; Reinforce-Ada Est; and any algorithm
-# registered later).
+# The registered algorithms' names, read live (trainer.registry: the built-ins of
+# trainer.algorithms and any algorithm registered later).
 ALGORITHMS = ALGORITHM_NAMES
-EST_WEIGHTS = ("inv-sqrt", "inv")
 BACKENDS = ("hf", "vllm", "simulated")
 VERIFIERS = ("auto", "exact", "math")
 DEVICES = ("auto", "cpu", "cuda")
@@ -37,20 +41,29 @@ ROLLOUT_DTYPES = ("auto", "float32", "bfloat16", "float16")
 # verl's loss_agg_mode choices (trainer/loss.py: agg_loss has each formula).
 LOSS_AGG_MODES = ("token-mean", "seq-mean-token-sum", "seq-mean-token-mean",
                   "seq-mean-token-sum-norm")
+# The ``scheduler`` values (trainer.schedulers: how a step's requests reach the engine).
+SCHEDULERS = ("round", "per-prompt", "streaming")
+# The ``early_rounds`` values as a scheduler runs them: when a prompt's next round may go in
+# before its current round is decided (``trainer.schedulers.run_per_prompt``); ``round``
+# decides every round before the next.
+EARLY_ROUNDS = ("off", "certain", "speculative")
 # auto: certain with the per-prompt schedulers, off with round (early_rounds_mode).
 EARLY_ROUNDS_CHOICES = ("auto", *EARLY_ROUNDS)
+# early_rounds = speculative: speculate while the engine runs fewer requests than this share of
+# its batch limit.
+DEFAULT_SPECULATIVE_CAPACITY = 0.5
 # The string fields with a fixed set of values: validate() checks them and the launch form draws
-# them as dropdowns from this one table (a new choice field added here is both at once).
-CHOICE_FIELDS: dict[str, tuple[str, ...]] = {
+# them as dropdowns from this one table (a new choice field added here is both at once); the
+# options algorithms declare with ``choices`` join them (``CHOICE_FIELDS`` reads both).
+FIELD_CHOICES: dict[str, Any] = {
     "algorithm": ALGORITHMS, "backend": BACKENDS, "verifier": VERIFIERS, "device": DEVICES,
-    "rollout_dtype": ROLLOUT_DTYPES, "est_weight": EST_WEIGHTS, "scheduler": SCHEDULERS,
-    "early_rounds": EARLY_ROUNDS_CHOICES, "dapo_further_prompts": FURTHER_PROMPTS,
-    "loss_agg_mode": LOSS_AGG_MODES}
+    "rollout_dtype": ROLLOUT_DTYPES, "scheduler": SCHEDULERS,
+    "early_rounds": EARLY_ROUNDS_CHOICES, "loss_agg_mode": LOSS_AGG_MODES}
 # What a stored config lacking a field ran with, where that differs from today's default: the
-# field did not exist yet and the code behaved one way (DAPO drew further prompts from the whole
-# rest of the set; per-prompt runs waited for each round), so its record and a clone of it stay
-# what it was.
-STORED_BEFORE: dict[str, Any] = {"dapo_further_prompts": "any", "early_rounds": "off"}
+# field did not exist yet and the code behaved one way (per-prompt runs waited for each round),
+# so its record and a clone of it stay what it was. An option says it itself
+# (``Option.stored_before``).
+STORED_BEFORE: dict[str, Any] = {"early_rounds": "off"}
 BUILTIN_MODEL = "builtin:tiny"
 BUILTIN_TASK = "builtin:arithmetic"
 # The long-answer variant (trainer.tasks.arithmetic_long_prompts): 2-8 operands, every running
@@ -60,17 +73,23 @@ BUILTIN_TASKS = (BUILTIN_TASK, BUILTIN_LONG_TASK)
 # What the built-in tiny model trains with (docs/architecture.md). The ``lr`` default is the
 # paper's 1e-6 for 1.5B-7B models, at which the tiny model hardly moves.
 BUILTIN_MODEL_LR = 2e-4
-# The long variant's largest operand (trainer.tasks.LONG_MAX_DIGITS; not imported: this module
-# stays free of the trainer's other modules' imports).
+# The long variant's largest operand (trainer.tasks.LONG_MAX_DIGITS; not imported: trainer.tasks
+# is no business of the web process that validates configs).
 LONG_MAX_DIGITS = 4
-# Responses per prompt and step at most (MAX_SAMPLES_PER_PROMPT, above): the per-prompt counts
-# are PostgreSQL smallint columns.
+# Responses per prompt and step at most: the per-prompt counts are PostgreSQL smallint columns.
+MAX_SAMPLES_PER_PROMPT = 32_767
 # Seeds are stored in PostgreSQL integer columns (int32).
 MAX_SEED = 2**31 - 1
 # Longest file path accepted (Linux's PATH_MAX, which includes the terminating NUL) and longest
 # path component (NAME_MAX); a longer one is "File name too long" from the operating system.
 MAX_PATH_CHARS = 4095
 MAX_NAME_CHARS = 255
+# The model as the platform stores it (Run.model): a label under the simulated backend, a path
+# otherwise; longer is refused on the field rather than by the column.
+MAX_MODEL_CHARS = 500
+# Sampling floors a run can meet (the fields' comments say why).
+MIN_TEMPERATURE = 1e-2
+MIN_TOP_P = 1e-6
 
 
 def recommended_lr(model: str) -> float:
@@ -88,6 +107,30 @@ class ConfigError(ValueError):
         self.reason = reason
 
 
+@dataclass(frozen=True)
+class CrossCheck:
+    """A check of a relation between config keys (M >= n, mini-batch <= B), as (field,
+    reason) pairs. It runs only when every one of ``inputs`` passed its own checks (type,
+    bounds, choices, and the caller's: a launch form field that did not parse): an error
+    derived from a value already reported wrong only repeats it, as "ppo_mini_batch_size: must
+    be <= batch_size (-5)" did. ``inputs`` must name every key ``check`` reads (fields and
+    options alike).
+
+    ``example``: values over the defaults (and the algorithm's name, for an algorithm's check)
+    that fail the check. tests/trainer/test_cross_checks.py makes every check fail with it, then
+    breaks each input in turn and asserts the check, and every other derived error, goes
+    quiet. Everyone's checks are ``CROSS_CHECKS``; an algorithm's own, its record's
+    ``config_checks``."""
+
+    inputs: tuple[str, ...]
+    check: Callable[[TrainConfig], Iterator[tuple[str, str]]]
+    example: Mapping[str, Any]
+
+    @property
+    def name(self) -> str:
+        return getattr(self.check, "__name__", repr(self.check))
+
+
 def _f(default: Any, help: str, group: str, unit: str = "", *, ge: float | None = None,
        gt: float | None = None, le: float | None = None, lt: float | None = None) -> Any:
     """A dataclass field carrying a one-line help text, a form group and a unit for the UI, and
@@ -102,12 +145,14 @@ def _f(default: Any, help: str, group: str, unit: str = "", *, ge: float | None 
 @dataclass
 class TrainConfig:
     # --- algorithm -----------------------------------------------------------------------------
-    algorithm: str = _f("ada-balance", "; ".join(
-        f"{a.name} ({a.help})" if a.help else a.name for a in algorithms()) + ".", "algorithm")
+    # Its help lists the registered algorithms when asked (``algorithm_help``): one registered
+    # later is listed too.
+    algorithm: str = _f("ada-balance", "The algorithm.", "algorithm")
     group_size: int = _f(4, "n: responses per prompt kept for the update.", "algorithm",
                          "responses", ge=2, le=1024)
     samples_per_round: int = _f(8, "M: new responses drawn per active prompt and round (M >= n); "
-                                "ignored by GRPO.", "algorithm", "responses", ge=1, le=4096)
+                                "read by algorithms with an exit rule (Seq) only.", "algorithm",
+                                "responses", ge=1, le=4096)
     max_rounds: int = _f(4, "N: sampling rounds at most; a prompt draws at most M*N responses.",
                          "algorithm", "rounds", ge=1, le=1024)
     K_pos: int | None = _f(None, "Seq exit rule: stop sampling a prompt once it has at least "
@@ -116,30 +161,6 @@ class TrainConfig:
     K_neg: int | None = _f(None, "Seq exit rule: a prompt also needs at least K_neg negatives to "
                            "stop (empty: 0 for ada-pos, n - n//2 for ada-balance).", "algorithm",
                            "responses", ge=0, le=MAX_SAMPLES_PER_PROMPT)
-    budget_per_prompt: int = _f(8, "Est: samples per prompt on average; a step draws exactly "
-                                "budget_per_prompt x B (default 8: the budget of GRPO n=8).",
-                                "est", "responses", ge=1, le=MAX_SAMPLES_PER_PROMPT)
-    est_min_samples: int = _f(2, "Est: N_min, fewest samples a prompt gets (2: the smallest "
-                              "group with a baseline).", "est", "responses",
-                              ge=1, le=MAX_SAMPLES_PER_PROMPT)
-    est_max_samples: int = _f(32, "Est: N_max, most samples a prompt gets (32: the Seq "
-                              "variants' cap M x N at the defaults).", "est", "responses",
-                              ge=1, le=MAX_SAMPLES_PER_PROMPT)
-    est_weight: str = _f("inv-sqrt", "Est: allocation weight w(p), inv-sqrt = 1/sqrt(p + eps) "
-                         "(the paper's hybrid for the log objective) or inv = 1/(p + eps) (the "
-                         "paper's ablation; the authors' experimental code).", "est")
-    est_residual_weight: bool = _f(True, "Est: multiply advantages by 1/sqrt(mean reward + eps), "
-                                   "the hybrid's residual weight (off: plain r - mean).",
-                                   "est")
-    est_alpha: float = _f(1.0, "Est: alpha of the Beta(alpha, beta) prior of the pass-rate "
-                          "estimate (authors' code: 1).", "est", "pseudo-positives",
-                          ge=0, le=1_000_000)
-    est_beta: float = _f(16.0, "Est: beta of the Beta(alpha, beta) prior (authors' code: 16).",
-                         "est", "pseudo-negatives", ge=0, le=1_000_000)
-    est_lambda: float = _f(0.9, "Est: decay of the estimator's counts before each update "
-                           "(authors' code: 0.9; 1: never forget).", "est", ge=0, le=1)
-    est_eps: float = _f(1e-6, "Est: eps in 1/sqrt(p + eps) and 1/sqrt(mean reward + eps).",
-                        "est", gt=0, le=1)
     positive_threshold: float = _f(0.5, "A response is positive when its reward exceeds this.",
                                    "algorithm", ge=0, le=1)
     std_normalize: bool | None = _f(None, "Divide advantages by the std (empty: on for GRPO, off "
@@ -150,20 +171,6 @@ class TrainConfig:
                                "from the update (the paper's \"revert to passive filtering\"; "
                                "the authors' code keeps them, down-sampled). See "
                                "docs/paper-fidelity.md.", "algorithm")
-    max_num_gen_batches: int = _f(10, "dapo: batches of B prompts drawn at most per step while "
-                                  "fewer than B groups carry signal (verl's "
-                                  "max_num_gen_batches); the step then trains on what it has.",
-                                  "algorithm", "batches", ge=1, le=100)
-    dapo_gen_batch_size: int = _f(0, "dapo: G, prompts per generation batch (0: B). Batch 0 is "
-                                  "the step's own B prompts topped up to G, each further batch "
-                                  "G more (verl's gen_batch_size; the DAPO recipe: 3B).",
-                                  "algorithm", "prompts", ge=0, le=65_536)
-    dapo_further_prompts: str = _f("unseen-first", "dapo: where further prompts come from: "
-                                   "unseen-first (prompts no earlier step drew, and no later "
-                                   "step's own batch holds, first; then the least drawn) or any "
-                                   "(the whole rest of the set in a seeded order, earlier "
-                                   "draws included: runs stored before this option).",
-                                   "algorithm")
     overlong_buffer_len: int = _f(0, "DAPO's overlong reward shaping: over the last B tokens "
                                   "before max_new_tokens a response's reward falls linearly, by "
                                   "up to overlong_penalty_factor at max_new_tokens (0: off; the "
@@ -219,8 +226,18 @@ class TrainConfig:
                                      "this share of its batch limit (max_num_seqs).", "model",
                                      "fraction", gt=0, le=1)
     device: str = _f("auto", "auto, cpu or cuda.", "model")
-    temperature: float = _f(1.0, "Sampling temperature.", "model", gt=0, le=100)
-    top_p: float = _f(1.0, "Nucleus sampling mass.", "model", gt=0, le=1)
+    # The floors are where a run can still train (docs/reliability.md, "Configs that run"):
+    # vLLM raises any temperature below 0.01 to 0.01 (its sampler's own limit against inf and
+    # nan), so a lower one would sample at 0.01 while the update computes its log-probs at the
+    # value given; transformers' float32 logits / T overflow to inf near 1e-38 ("probability
+    # tensor contains inf, nan"). At top_p <= 1/V nucleus sampling keeps only the most likely
+    # token for any vocabulary of V <= 1M tokens: a smaller value changes nothing, and 5e-324
+    # is 0 in the samplers' float32.
+    temperature: float = _f(1.0, "Sampling temperature (at least 0.01: vLLM's floor).",
+                            "model", ge=MIN_TEMPERATURE, le=100)
+    top_p: float = _f(1.0, "Nucleus sampling mass (1e-6 or less keeps only the most likely "
+                      "token of any vocabulary up to a million tokens).", "model",
+                      ge=MIN_TOP_P, le=1)
     max_new_tokens: int = _f(16, "Longest response.", "model", "tokens", ge=1, le=32_768)
     rollout_dtype: str = _f("auto", "vllm: the engine's copy of the weights (auto: bfloat16 on "
                             "CUDA, float32 on CPU; the trained policy stays float32).", "model")
@@ -317,17 +334,60 @@ class TrainConfig:
     max_wall_seconds: float = _f(0.0, "Wall-time limit of the run; past it the run stops at the "
                                  "next check and ends failed, saying so (0: no limit).", "run",
                                  "seconds", ge=0, le=366 * 24 * 3600)
+    # --- the algorithms' own options ---------------------------------------------------------
+    # The values given for options (``Algorithm.options``), by name; an option not given reads
+    # as its default. Not a field of the form or the stored config: ``to_dict`` spreads every
+    # registered option next to the fields, and keyword arguments of the constructor that are
+    # options land here (``TrainConfig(est_alpha=2.0)``).
+    options: dict[str, Any] = field(default_factory=dict, repr=False,
+                                    metadata={"internal": True})
+
+    def __getattr__(self, name: str) -> Any:
+        # Only for names that are not fields: an algorithm's option, given or default.
+        if name.startswith("__") or name == "options":
+            raise AttributeError(name)
+        spec = _options().get(name)
+        if spec is None:
+            raise AttributeError(f"{type(self).__name__!r} has no field or option {name!r}")
+        return self.options.get(name, spec.default)
+
+    def __eq__(self, other: object) -> bool:
+        # Equal when they train alike: an option given at its default equals one not given.
+        return isinstance(other, TrainConfig) and self.to_dict() == other.to_dict()
+
+    __hash__ = None  # type: ignore[assignment]  # mutable, as a dataclass with eq is
+
+    def __post_init__(self) -> None:
+        # JSON and TOML write 2 for 2.0: a float field given an integer holds the float, so a
+        # config that validates is one the trainer runs (transformers' generate refuses an
+        # integer temperature at the first step). An integer past a float's range stays as
+        # given, for ``errors()`` to name.
+        def coerced(annotation: str, value: Any) -> Any:
+            if annotation in ("float", "float | None") and isinstance(value, int) \
+                    and not isinstance(value, bool) and _finite(value):
+                return float(value)
+            return value
+
+        for f in fields(self):
+            if not f.metadata.get("internal"):
+                object.__setattr__(self, f.name, coerced(str(f.type), getattr(self, f.name)))
+        if isinstance(self.options, dict) and self.options:
+            specs = _options()
+            self.options = {k: coerced(specs[k].type, v) if k in specs else v
+                            for k, v in self.options.items()}
 
     # ------------------------------------------------------------------------------------------
     @property
-    def algorithm_record(self) -> Algorithm | None:
-        """The record of ``algorithm`` (``trainer.algorithms``); None while the name is unknown
-        (``errors()`` reports it, and the properties below then fall back to GRPO's shape)."""
+    def algorithm_record(self) -> Any:
+        """The record of ``algorithm`` (``trainer.algorithms.Algorithm``); None while the name is
+        unknown (``errors()`` reports it, and the properties below then fall back to GRPO's
+        shape)."""
         return get_algorithm(self.algorithm) if self.algorithm in ALGORITHM_NAMES else None
 
     @property
-    def is_seq(self) -> bool:
-        """Sampling in rounds with an exit rule (v3 "Seq": ada-pos, ada-balance)."""
+    def eliminates(self) -> bool:
+        """Whether the algorithm samples in rounds with an exit rule (Seq: ada-pos,
+        ada-balance), so that K_pos and K_neg mean something."""
         record = self.algorithm_record
         return record is not None and record.eliminates
 
@@ -392,19 +452,20 @@ class TrainConfig:
         return self
 
     def errors(self, invalid: Collection[str] = ()) -> list[ConfigError]:
-        """Every invalid field, each a ``ConfigError`` naming it, so that a form can show them
-        all at once: first each field's own checks (type, bounds, choices, paths), then the
-        checks across fields (``cross_checks``), each only where every one of its inputs passed
-        its own, and none of them is in ``invalid`` (fields the caller found wrong before the
-        config was built: a launch form's input that did not parse). A derived error about a
-        value already reported wrong would only repeat it."""
-        wrong_type = {f.name: e for f in fields(self)
-                      for e in _type_errors(f.name, getattr(self, f.name), f.type)}
+        """Every invalid field or option, each a ``ConfigError`` naming it, so that a form can
+        show them all at once: first each key's own checks (type, bounds, choices, paths), then
+        the checks across keys (``cross_checks``), each only where every one of its inputs
+        passed its own, and none of them is in ``invalid`` (keys the caller found wrong before
+        the config was built: a launch form's input that did not parse). A derived error about
+        a value already reported wrong would only repeat it."""
+        wrong_type = {name: e for name, typ, _ in _settings()
+                      for e in _type_errors(name, getattr(self, name), typ)}
         checked = self
         if wrong_type:
             # The other checks compare values: they see the wrong ones at their defaults.
-            checked = dataclasses.replace(self, **{f.name: f.default for f in fields(self)
-                                                   if f.name in wrong_type})
+            checked = dataclasses.replace(
+                self, **{f.name: f.default for f in fields(self) if f.name in wrong_type},
+                options={k: v for k, v in self.options.items() if k not in wrong_type})
         own = [*wrong_type.values(),
                *(e for e in checked._field_errors() if e.field not in wrong_type)]
         skip = {e.field for e in own} | set(invalid)
@@ -424,12 +485,21 @@ class TrainConfig:
         for name, choices in CHOICE_FIELDS.items():
             yield from _choice(name, getattr(self, name), choices)
         out_of_bounds = set()
-        for f in fields(self):
-            for error in _bound_errors(f.name, getattr(self, f.name), f.metadata):
-                out_of_bounds.add(f.name)
+        for name, _, bounds in _settings():
+            for error in _bound_errors(name, getattr(self, name), bounds):
+                out_of_bounds.add(name)
                 yield error
         for name in ("model", "prompts", "eval_prompts"):
-            yield from _path_errors(name, getattr(self, name))
+            # Shown on every page that lists the run, and stored: one line of visible text.
+            value = getattr(self, name)
+            problem = visible_problem(value)
+            if problem:
+                yield ConfigError(name, problem)
+            elif name == "model" and len(value) > MAX_MODEL_CHARS:
+                yield ConfigError(name, f"{len(value):,} characters; at most "
+                                  f"{MAX_MODEL_CHARS:,}")
+            else:
+                yield from _path_errors(name, value)
         for name in ("prompts", "eval_prompts"):
             value = getattr(self, name)
             if value and value not in BUILTIN_TASKS and _path_ok(value) \
@@ -452,10 +522,14 @@ class TrainConfig:
     @classmethod
     def from_stored(cls, data: dict[str, Any] | None) -> TrainConfig:
         """A config as a run stored it, not validated: keys a later version dropped are ignored
-        and keys it lacks take this version's defaults, so a reader never repeats a default."""
-        known = {f.name for f in fields(cls)}
+        and keys it lacks take this version's defaults, so a reader never repeats a default
+        (except where a key did not exist yet and the code behaved otherwise:
+        ``STORED_BEFORE``, ``Option.stored_before``)."""
+        known = set(config_keys())
         data = data or {}
         before = {k: v for k, v in STORED_BEFORE.items() if data and k not in data}
+        before |= {name: spec.stored_value() for name, spec in _options().items()
+                   if data and name not in data and spec.stored_value() != spec.default}
         return cls(**before, **{k: v for k, v in data.items() if k in known})
 
     @classmethod
@@ -463,7 +537,7 @@ class TrainConfig:
                     ) -> list[ConfigError]:
         """Every error ``from_dict(data)`` would raise the first of: unknown keys, then
         ``errors(invalid)`` of the known ones."""
-        known = {f.name for f in fields(cls)}
+        known = set(config_keys())
         unknown = []
         for key in data:
             if key not in known:
@@ -486,7 +560,16 @@ class TrainConfig:
         return cls.from_dict(data)
 
     def to_dict(self) -> dict[str, Any]:
-        return dataclasses.asdict(self)
+        """Every field, then every registered algorithm's options (given or default), as one
+        flat mapping: the stored config, a TOML file's keys."""
+        out = {f.name: getattr(self, f.name) for f in fields(self)
+               if not f.metadata.get("internal")}
+        out.update({name: self.options.get(name, spec.default)
+                    for name, spec in _options().items()})
+        # Options a config was given that no registered algorithm declares now (one
+        # unregistered since) stay as they were.
+        out.update({k: v for k, v in self.options.items() if k not in out})
+        return copy.deepcopy(out)
 
     def resolved_verifier(self, builtin_prompts: bool | None = None) -> str:
         """``auto``: exact match for the built-in task, math-verify for prompt files.
@@ -506,10 +589,12 @@ class TrainConfig:
         that train alike have equal resolved values, whatever the spelling."""
         out = self.to_dict()
         k_pos, k_neg = self.exit_counts
-        # Exit counts exist for Seq only: elsewhere they are unused, whatever was typed.
+        # Exit counts exist where there is an exit rule only: elsewhere they are unused,
+        # whatever was typed.
         out.update(verifier=self.resolved_verifier(builtin_prompts),
                    std_normalize=self.use_std_normalization,
-                   K_pos=k_pos if self.is_seq else None, K_neg=k_neg if self.is_seq else None,
+                   K_pos=k_pos if self.eliminates else None,
+                   K_neg=k_neg if self.eliminates else None,
                    early_rounds=self.early_rounds_mode)
         if self.device == "auto" and device is not None:
             out["device"] = device
@@ -557,28 +642,6 @@ def algorithm_schedulers(c: TrainConfig) -> Iterator[tuple[str, str]]:
         only = ", ".join(f"'{s}'" for s in record.schedulers)
         yield "scheduler", (f"{record.name} supports only {only}, got {c.scheduler!r}: "
                             f"{record.schedulers_reason}")
-
-
-def est_counts_ordered(c: TrainConfig) -> Iterator[tuple[str, str]]:
-    if c.est_min_samples > c.est_max_samples:
-        yield "est_max_samples", (f"must be >= est_min_samples ({c.est_min_samples}), got "
-                                  f"{c.est_max_samples}")
-
-
-def est_budget_reachable(c: TrainConfig) -> Iterator[tuple[str, str]]:
-    # With N_min > N_max est_counts_ordered says so: an empty interval would say nothing more.
-    if c.est_min_samples <= c.est_max_samples \
-            and not c.est_min_samples <= c.budget_per_prompt <= c.est_max_samples:
-        # Otherwise no allocation within [N_min, N_max] sums to the budget.
-        yield "budget_per_prompt", (f"must be within [est_min_samples, est_max_samples] = "
-                                    f"[{c.est_min_samples}, {c.est_max_samples}], got "
-                                    f"{c.budget_per_prompt}")
-
-
-def est_prior_proper(c: TrainConfig) -> Iterator[tuple[str, str]]:
-    if c.est_alpha + c.est_beta <= 0:
-        # p-hat of a prompt never sampled would be 0/0.
-        yield "est_beta", "est_alpha + est_beta must be > 0"
 
 
 def mini_batch_within_batch(c: TrainConfig) -> Iterator[tuple[str, str]]:
@@ -635,11 +698,6 @@ CROSS_CHECKS: list[CrossCheck] = [
     CrossCheck(("scheduler", "backend"), scheduler_needs_requests, {"scheduler": "per-prompt"}),
     CrossCheck(("algorithm", "scheduler"), algorithm_schedulers,
                {"algorithm": "ada-est", "backend": "simulated", "scheduler": "per-prompt"}),
-    CrossCheck(("est_min_samples", "est_max_samples"), est_counts_ordered,
-               {"est_min_samples": 40}),
-    CrossCheck(("budget_per_prompt", "est_min_samples", "est_max_samples"),
-               est_budget_reachable, {"budget_per_prompt": 1}),
-    CrossCheck(("est_alpha", "est_beta"), est_prior_proper, {"est_alpha": 0.0, "est_beta": 0.0}),
     CrossCheck(("ppo_mini_batch_size", "batch_size"), mini_batch_within_batch,
                {"ppo_mini_batch_size": 64}),
     CrossCheck(("overlong_buffer_len", "max_new_tokens"), overlong_buffer_within_response,
@@ -663,18 +721,94 @@ def resolve_rollout_dtype(dtype: str, device: str) -> str:
     return "bfloat16" if device == "cuda" else "float32"
 
 
+def _init_with_options(self: TrainConfig, *args: Any, options: dict[str, Any] | None = None,
+                       **kwargs: Any) -> None:
+    """``TrainConfig(...)``: the fields as the dataclass takes them, and an algorithm's options
+    by name next to them (``TrainConfig(algorithm="ada-est", est_alpha=2.0)``); a name that is
+    neither is a TypeError, as for any dataclass."""
+    given = dict(options or {})
+    declared = _options()
+    for name in [k for k in kwargs if k in declared and k not in _FIELD_NAMES]:
+        given[name] = kwargs.pop(name)
+    _dataclass_init(self, *args, options=given, **kwargs)
+
+
+_dataclass_init = TrainConfig.__init__
+_FIELD_NAMES = frozenset(f.name for f in fields(TrainConfig))
+TrainConfig.__init__ = _init_with_options  # type: ignore[method-assign]
+
+
+def config_fields() -> frozenset[str]:
+    """The names of TrainConfig's fields (an option may not take one)."""
+    return _FIELD_NAMES
+
+
+def _options() -> dict[str, Option]:
+    """Every registered algorithm's options by name, read live."""
+    return {option.name: option for _, option in option_specs()}
+
+
+def _settings() -> Iterator[tuple[str, str, dict[str, Any]]]:
+    """(name, type annotation, bounds) of every field and option a config holds."""
+    for f in fields(TrainConfig):
+        if not f.metadata.get("internal"):
+            yield f.name, str(f.type), {k: f.metadata[k] for k in BOUND_KEYS if k in f.metadata}
+    for name, option in _options().items():
+        yield name, option.type, option.bounds
+
+
+def config_keys() -> list[str]:
+    """The keys a config may hold: its fields and the registered algorithms' options."""
+    return [name for name, _, _ in _settings()]
+
+
+class _ChoiceFields(Mapping[str, Any]):
+    """``FIELD_CHOICES`` and the choices of every registered algorithm's options, read live."""
+
+    def _all(self) -> dict[str, Any]:
+        return FIELD_CHOICES | {name: o.choices for name, o in _options().items() if o.choices}
+
+    def __getitem__(self, name: str) -> Any:
+        return self._all()[name]
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._all())
+
+    def __len__(self) -> int:
+        return len(self._all())
+
+
+# The string settings with a fixed set of values: validate() checks them, the launch form draws
+# them as dropdowns.
+CHOICE_FIELDS: Mapping[str, Any] = _ChoiceFields()
+
+
+def algorithm_help() -> str:
+    """The help of ``algorithm``: every registered algorithm and what it does."""
+    return "; ".join(f"{a.name} ({a.help})" if a.help else a.name for a in algorithms()) + "."
+
+
 def field_specs() -> list[dict[str, Any]]:
-    """Name, type, default, help, group and unit of every field, for forms and docs."""
+    """Name, type, default, help, group and unit (and bounds) of every field, then of every
+    registered algorithm's options (with ``algorithm``: the one that declares it, and
+    ``group_title`` where its group is the algorithm's own), for forms and docs."""
     out = []
     for f in fields(TrainConfig):
+        if f.metadata.get("internal"):
+            continue
         out.append({"name": f.name, "type": str(f.type), "default": f.default,
-                    "help": f.metadata.get("help", ""), "group": f.metadata.get("group", ""),
+                    "help": algorithm_help() if f.name == "algorithm"
+                    else f.metadata.get("help", ""), "group": f.metadata.get("group", ""),
                     "unit": f.metadata.get("unit", ""),
                     **{k: f.metadata[k] for k in BOUND_KEYS if k in f.metadata}})
+    for algorithm, option in option_specs():
+        spec = {"name": option.name, "type": option.type, "default": option.default,
+                "help": option.help, "group": option.group or algorithm.name,
+                "unit": option.unit, "algorithm": algorithm.name, **option.bounds}
+        if not option.group:
+            spec["group_title"] = f"{algorithm.label} ({algorithm.name} only)"
+        out.append(spec)
     return out
-
-
-BOUND_KEYS = ("ge", "gt", "le", "lt")
 
 
 def bounds_text(spec: dict[str, Any]) -> str:
@@ -696,7 +830,8 @@ def config_reference() -> str:
     """docs/config.md: every field with its default, bounds, unit and help (a test keeps the
     file equal to this)."""
     lines = ["# Run configuration reference", "",
-             "Generated from `trainer/config.py` (`python -m trainer.config > docs/config.md`); "
+             "Generated from `trainer/config.py` and the algorithms' own options "
+             "(`python -m trainer config-docs > docs/config.md`); "
              "`TrainConfig.validate()` enforces the bounds, naming the field, for the command line "
              "and the dashboard alike, and the launch form carries them as `min`/`max`. A bracket "
              "includes the bound, a parenthesis excludes it.", "",
@@ -709,14 +844,27 @@ def config_reference() -> str:
              "fields it reads passed their own checks: a value out of bounds is one error, on "
              "its field.", "",
              "| field | default | bounds | unit | meaning |", "| --- | --- | --- | --- | --- |"]
-    for spec in field_specs():
-        default = "empty" if spec["default"] is None else f"`{spec['default']}`"
-        lines.append(f"| `{spec['name']}` | {default} | {bounds_text(spec)} | {spec['unit']} | "
-                     f"{spec['help'].replace('|', '/')} |")
+    specs = field_specs()
+    for spec in (s for s in specs if "algorithm" not in s):
+        lines.append(_reference_row(spec))
+    for algorithm in algorithms():
+        own = [s for s in specs if s.get("algorithm") == algorithm.name]
+        if own:
+            lines += ["", f"## {algorithm.label} (`{algorithm.name}`)", "",
+                      f"Declared by the algorithm (`Algorithm.options`); every config holds "
+                      f"them, only `{algorithm.name}` reads them.", "",
+                      "| option | default | bounds | unit | meaning |",
+                      "| --- | --- | --- | --- | --- |", *map(_reference_row, own)]
     return "\n".join(lines) + "\n"
 
 
-def _bound_errors(name: str, value: Any, meta: Any) -> Iterator[ConfigError]:
+def _reference_row(spec: dict[str, Any]) -> str:
+    default = "empty" if spec["default"] is None else f"`{spec['default']}`"
+    return (f"| `{spec['name']}` | {default} | {bounds_text(spec)} | {spec['unit']} | "
+            f"{spec['help'].replace('|', '/')} |")
+
+
+def _bound_errors(name: str, value: Any, meta: Mapping[str, Any]) -> Iterator[ConfigError]:
     if value is None or isinstance(value, (bool, str)) or not any(k in meta for k in BOUND_KEYS):
         return
     spec = {k: meta[k] for k in BOUND_KEYS if k in meta}
@@ -796,4 +944,5 @@ def _similar(a: str, b: str) -> bool:
 
 
 if __name__ == "__main__":
+    # The older spelling of ``python -m trainer config-docs``.
     print(config_reference(), end="")

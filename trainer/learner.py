@@ -23,9 +23,8 @@ from typing import Any, Protocol
 import numpy as np
 
 from trainer.config import TrainConfig
-from trainer.sampler import SamplerResult
-from trainer.schedulers import RoundsOutcome
-from trainer.types import Prompt
+from trainer.result import SamplerResult
+from trainer.types import Prompt, RoundsOutcome
 
 
 class Learner(Protocol):
@@ -39,9 +38,13 @@ class Learner(Protocol):
 
     def update(self, res: SamplerResult, outcome: RoundsOutcome, batch: Sequence[Prompt],
                kept: np.ndarray, *, step: int, seed: int,
-               should_stop: Callable[[], bool] | None = None) -> dict[str, float]:
-        """One training step's update on the kept responses; the ``UPDATE_METRICS``. Raises
-        ``StopRequested`` when ``should_stop`` fires between mini-batches."""
+               should_stop: Callable[[], bool] | None = None,
+               prompt_stats: bool = False) -> dict[str, Any]:
+        """One training step's update on the kept responses (each weighted by the algorithm's
+        ``res.weights``); the ``UPDATE_METRICS`` and, with ``prompt_stats``, the per-prompt
+        statistics under ``PROMPT_STATS`` (``trainer.types.PromptUpdateStats``; none where
+        nothing trains). Raises ``StopRequested`` when ``should_stop`` fires between
+        mini-batches."""
         ...
 
     def sync_weights(self) -> None:
@@ -79,7 +82,8 @@ class SamplingOnly:
 
     def update(self, res: SamplerResult, outcome: RoundsOutcome, batch: Sequence[Prompt],
                kept: np.ndarray, *, step: int, seed: int,
-               should_stop: Callable[[], bool] | None = None) -> dict[str, float]:
+               should_stop: Callable[[], bool] | None = None,
+               prompt_stats: bool = False) -> dict[str, Any]:
         from trainer.update import UPDATE_METRICS, warmup_factor
 
         upd = dict.fromkeys(UPDATE_METRICS, 0.0)
@@ -128,10 +132,11 @@ class LocalLearner:
 
     def update(self, res: SamplerResult, outcome: RoundsOutcome, batch: Sequence[Prompt],
                kept: np.ndarray, *, step: int, seed: int,
-               should_stop: Callable[[], bool] | None = None) -> dict[str, float]:
+               should_stop: Callable[[], bool] | None = None,
+               prompt_stats: bool = False) -> dict[str, Any]:
         from trainer.update import update_policy
 
-        ub = update_batch(res, outcome, batch, kept, self.tokenizer)
+        ub = update_batch(res, outcome, batch, kept, self.tokenizer, prompt_stats=prompt_stats)
         metrics = update_policy(self.model, self.optimizer, self.scheduler, ub, self.config,
                                 pad_token_id=self.pad_id, ref_model=self.ref_model, seed=seed,
                                 micro_batch_size=self.config.ppo_micro_batch_size or None,
@@ -157,12 +162,13 @@ class LocalLearner:
 
 
 def update_batch(res: SamplerResult, outcome: RoundsOutcome, batch: Sequence[Prompt],
-                 kept: np.ndarray, tokenizer: Any) -> Any:
-    """The kept responses of a step as an ``UpdateBatch``, in sample order; ``groups`` are the
-    prompts' indices in ``batch``."""
+                 kept: np.ndarray, tokenizer: Any, *, prompt_stats: bool = False) -> Any:
+    """The kept responses of a step as an ``UpdateBatch``, in sample order, with their loss
+    weights; ``groups`` are the prompts' indices in ``batch``."""
     from trainer.update import UpdateBatch
 
-    ub = UpdateBatch([], [], [], [], [], [])
+    ub = UpdateBatch([], [], [], [], [], [], prompt_stats=prompt_stats,
+                     num_prompts=len(batch))
     for k in np.flatnonzero(kept).tolist():
         i = int(res.sample_prompt[k])
         g = outcome.generations[i][int(res.sample_pool_index[k])]
@@ -173,4 +179,5 @@ def update_batch(res: SamplerResult, outcome: RoundsOutcome, batch: Sequence[Pro
         ub.groups.append(i)
         ub.old_logprobs.append(g.logprobs)
         ub.rollout_logprobs.append(g.rollout_logprobs)
+        ub.weights.append(float(res.weights[k]))
     return ub

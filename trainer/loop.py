@@ -18,17 +18,24 @@ import numpy as np
 
 from trainer import seeds
 from trainer.advantages import drop_unresolved, passive_filter
-from trainer.algorithms import SampledStep, StepContext, get_algorithm
+from trainer.algorithms import (
+    SampledStep,
+    StepContext,
+    UpdateFeedback,
+    choose_batch,
+    get_algorithm,
+)
 from trainer.config import TrainConfig
 from trainer.metrics import step_metrics, step_records
-from trainer.seeds import batch_indices
 from trainer.types import (
+    PROMPT_STATS,
     SKIPPED_IN_A_ROW,
     STEP_METRICS,
     CheckpointRecord,
     EvalRecord,
     NonFiniteGradients,
     Prompt,
+    PromptUpdateStats,
     Recorder,
     RoundStat,
     StepRecord,
@@ -95,20 +102,25 @@ def sample_step(config: TrainConfig, batch: Sequence[Prompt], backend: Any, scor
                 on_round: Callable[[RoundStat], None] | None = None,
                 should_stop: Callable[[], bool] | None = None,
                 more_prompts: Callable[[int], Sequence[Prompt]] | None = None,
-                prompt_set: Sequence[Prompt] = (), visits: PromptVisits | None = None
-                ) -> SampledStep:
+                prompt_set: Sequence[Prompt] = (), visits: PromptVisits | None = None,
+                batch_indices: Sequence[int] | None = None) -> SampledStep:
     """Sample step ``step`` of ``batch`` as the config's algorithm does
     (``Algorithm.sample_step``). ``state`` is the algorithm's persistent state
-    (``Algorithm.new_state``: Est's estimator). An algorithm that draws further batches of
-    prompts (DAPO) takes them from ``prompt_set`` (the run's training prompts), or from
-    ``more_prompts(k)`` (k = 1, 2, ...) where given, ordered by ``visits`` (how many earlier
-    steps drew each prompt of ``prompt_set``). A cancelled step returns ``result=None`` and
-    leaves the state as it was."""
+    (``Algorithm.new_state``: Est's estimator). An algorithm that draws further prompts (DAPO)
+    takes them from ``prompt_set`` (the run's training prompts; ``batch_indices``: the batch's
+    indices in it, by default found by prompt id) through its ``select_batch``, ordered by
+    ``visits`` (how many earlier steps drew each prompt of ``prompt_set``), or from
+    ``more_prompts(k)`` (k = 1, 2, ...) where given. A cancelled step returns ``result=None``
+    and leaves the state as it was."""
     algorithm = get_algorithm(config.algorithm)
+    if batch_indices is None and prompt_set:
+        where = {p.id: i for i, p in reversed(list(enumerate(prompt_set)))}
+        batch_indices = [where[p.id] for p in batch] if all(p.id in where for p in batch) \
+            else None
     return algorithm.sample_step(StepContext(
-        config=config, batch=batch, backend=backend, scorer=scorer, step=step, state=state,
-        on_round=on_round, should_stop=should_stop, more_prompts=more_prompts,
-        prompt_set=prompt_set, visits=visits))
+        config=config, step=step, prompt_set=prompt_set, state=state, visits=visits,
+        batch=batch, backend=backend, scorer=scorer, batch_indices=batch_indices,
+        on_round=on_round, should_stop=should_stop, more_prompts=more_prompts))
 
 
 def _seed_all(seed: int) -> None:
@@ -139,100 +151,137 @@ def train(config: TrainConfig, prompts: Sequence[Prompt], backend: Any, recorder
     restores weights, optimiser, scheduler, RNG states and step; the next step is the one after
     the checkpoint's.
     """
-    from trainer import checkpoint as ckpt
-
     config.validate()
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
-    from trainer.learner import make_learner
-    from trainer.verifiers import make_verifier
+    run = _Training(config, prompts, backend, recorder, out, eval_prompts)
+    run.start(should_stop, resume_from)
+    if run.first_step == 1 and config.eval_every:
+        try:
+            run.evaluate(0)
+        except StopRequested:
+            return run.stopped(0, clean=True)
+    for step in range(run.first_step, config.total_steps + 1):
+        stopped = run.step(step)
+        if stopped is not None:
+            return stopped
+    return TrainResult("completed", config.total_steps, run.last_ckpt, run.last_metrics)
 
-    # One verifier (math-verify's helper process) for sampling and evaluation alike.
-    verifier = make_verifier(config)
-    scorer = make_scorer(config, verifier)
-    # Who trains the policy (this process, the ranks of a distributed run, or nobody for the
-    # simulated backend): the steps below are the same for each.
-    learner = make_learner(config, backend)
-    start = 0
-    elapsed = 0.0
-    last_ckpt: str | None = None
-    algorithm = get_algorithm(config.algorithm)
-    # The algorithm's persistent state (Est's pass-rate estimator): run state, checkpointed.
-    algo_state = algorithm.new_state(config)
-    # How many steps drew each training prompt: every step's prompts_revisited, and the order
-    # of DAPO's further prompts. Run state, checkpointed.
-    visits = PromptVisits(len(prompts))
-    state = learner.prepare(resume_from)
-    if state is not None:
-        start = int(state["step"])
-        elapsed = float(state.get(ELAPSED_STATE, 0.0))
-        if algo_state is not None:
-            key = algorithm.state_key
+
+class _Training:
+    """One ``train`` call's run state across its steps: who trains (the learner), the
+    algorithm and its persistent state, how many steps drew each prompt (the visits), the stop
+    policy, the last checkpoint and the optimiser steps skipped in a row."""
+
+    def __init__(self, config: TrainConfig, prompts: Sequence[Prompt], backend: Any,
+                 recorder: Recorder, out: Path, eval_prompts: Sequence[Prompt] | None) -> None:
+        from trainer.learner import make_learner
+        from trainer.verifiers import make_verifier
+
+        self.config, self.prompts, self.backend, self.recorder = config, prompts, backend, recorder
+        self.out, self.eval_prompts = out, eval_prompts
+        # One verifier (math-verify's helper process) for sampling and evaluation alike.
+        self.verifier = make_verifier(config)
+        self.scorer = make_scorer(config, self.verifier)
+        # Who trains the policy (this process, the ranks of a distributed run, or nobody for
+        # the simulated backend): the steps below are the same for each.
+        self.learner = make_learner(config, backend)
+        self.algorithm = get_algorithm(config.algorithm)
+        # The algorithm's persistent state (Est's pass-rate estimator): run state,
+        # checkpointed.
+        self.algo_state = self.algorithm.new_state(config)
+        # How many steps drew each training prompt: every step's prompts_revisited, and the
+        # order of DAPO's further prompts. Run state, checkpointed.
+        self.visits = PromptVisits(len(prompts))
+        self.first_step = 1
+        self.last_ckpt: str | None = None
+        self.last_metrics: dict[str, float] = {}
+        self.skip_streak = 0
+        self.stop = StopPolicy(None, 0.0)
+
+    def start(self, should_stop: Callable[[], bool] | None,
+              resume_from: str | Path | None) -> None:
+        """Restore the run from ``resume_from`` or seed a fresh one; start the clock."""
+        elapsed = 0.0
+        state = self.learner.prepare(resume_from)
+        if state is not None:
+            self.first_step = int(state["step"]) + 1
+            elapsed = float(state.get(ELAPSED_STATE, 0.0))
+            self._restore(state, resume_from)
+            self.last_ckpt = str(resume_from)
+        else:
+            _seed_all(self.config.seed)
+        self.stop = StopPolicy(should_stop, self.config.max_wall_seconds, elapsed)
+
+    def _restore(self, state: dict[str, Any], resume_from: str | Path | None) -> None:
+        if self.algo_state is not None:
+            key = self.algorithm.state_key
             if key not in state:
                 raise ValueError(f"checkpoint {resume_from} has no {key}: it was not written "
-                                 f"by an {algorithm.name} run")
-            algo_state.load_state_dict(state[key])
+                                 f"by an {self.algorithm.name} run")
+            self.algo_state.load_state_dict(state[key])
         if VISITS_STATE in state:
-            visits.load_state_dict(state[VISITS_STATE])
-        else:  # a checkpoint older than the counts: the own batches are all it can rebuild
-            visits = PromptVisits.from_own_batches(len(prompts), config.batch_size, config.seed,
-                                                   start)
-        last_ckpt = str(resume_from)
-    else:
-        _seed_all(config.seed)
+            self.visits.load_state_dict(state[VISITS_STATE])
+        else:  # a checkpoint older than the counts: the batches it selected are all it knows
+            self.visits = PromptVisits.from_selections(
+                len(self.prompts), self.first_step - 1,
+                lambda s: choose_batch(self.config, self.prompts, s))
 
-    stop = StopPolicy(should_stop, config.max_wall_seconds, elapsed)
-    skip_streak = 0
-    last_metrics: dict[str, float] = {}
+    def save(self, step: int) -> str:
+        from trainer import checkpoint as ckpt
 
-    def save(step: int) -> str:
-        before = getattr(recorder, "before_checkpoint", None)
+        before = getattr(self.recorder, "before_checkpoint", None)
         if before is not None:
             before(step)  # may raise: e.g. the run's lease is lost, so no files are written
-        extra: dict[str, Any] = {ELAPSED_STATE: stop.elapsed(),
-                                 VISITS_STATE: visits.state_dict()}
-        if algo_state is not None:
-            extra[algorithm.state_key] = algo_state.state_dict()
-        path = learner.save(ckpt.checkpoint_dir(out, step), step=step,
-                            config=config.to_dict(), extra=extra)
-        recorder.on_checkpoint(CheckpointRecord(step=step, path=str(path)))
+        extra: dict[str, Any] = {ELAPSED_STATE: self.stop.elapsed(),
+                                 VISITS_STATE: self.visits.state_dict()}
+        if self.algo_state is not None:
+            extra[self.algorithm.state_key] = self.algo_state.state_dict()
+        path = self.learner.save(ckpt.checkpoint_dir(self.out, step), step=step,
+                                 config=self.config.to_dict(), extra=extra)
+        self.recorder.on_checkpoint(CheckpointRecord(step=step, path=str(path)))
         return str(path)
 
-    def evaluate(step: int) -> None:
-        if not eval_prompts:
+    def evaluate(self, step: int) -> None:
+        if not self.eval_prompts:
             return
         from trainer.evaluate import evaluate as run_eval
-        metrics = run_eval(backend, list(eval_prompts), verifier, config.eval_k,
-                           seeds.derive_seed(config.seed, step, seeds.EVAL), should_stop=stop,
-                           positive_threshold=config.positive_threshold)
-        recorder.on_eval(EvalRecord(step=step, metrics={k: float(v) for k, v in metrics.items()}))
 
-    def stopped(done: int, clean: bool) -> TrainResult:
-        nonlocal last_ckpt
-        if clean and (last_ckpt is None or ckpt.read_state(last_ckpt)["step"] != done):
-            last_ckpt = save(done)
-        return TrainResult(stop.reason or "cancelled", done, last_ckpt, last_metrics)
+        config = self.config
+        metrics = run_eval(self.backend, list(self.eval_prompts), self.verifier, config.eval_k,
+                           seeds.derive_seed(config.seed, step, seeds.EVAL),
+                           should_stop=self.stop, positive_threshold=config.positive_threshold)
+        self.recorder.on_eval(EvalRecord(step=step, metrics={k: float(v)
+                                                             for k, v in metrics.items()}))
 
-    if start == 0 and config.eval_every:
-        try:
-            evaluate(0)
-        except StopRequested:
-            return stopped(0, clean=True)
-    for step in range(start + 1, config.total_steps + 1):
+    def stopped(self, done: int, clean: bool) -> TrainResult:
+        from trainer import checkpoint as ckpt
+
+        if clean and (self.last_ckpt is None
+                      or ckpt.read_state(self.last_ckpt)["step"] != done):
+            self.last_ckpt = self.save(done)
+        return TrainResult(self.stop.reason or "cancelled", done, self.last_ckpt,
+                           self.last_metrics)
+
+    def step(self, step: int) -> TrainResult | None:
+        """One training step, its records, evaluation and checkpoint; a ``TrainResult`` where
+        the run stops at it (cancel, wall time), else None."""
+        config = self.config
         t_step = time.perf_counter()
-        own = batch_indices(len(prompts), config.batch_size, config.seed, step)
-        batch = [prompts[i] for i in own]
+        own = choose_batch(config, self.prompts, step, state=self.algo_state,
+                           visits=self.visits)
+        batch = [self.prompts[i] for i in own]
 
         def on_round(stat: RoundStat, step: int = step) -> None:
-            recorder.on_round(step, stat)
+            self.recorder.on_round(step, stat)
 
-        sampled = sample_step(config, batch, backend, scorer, step, algo_state,
-                              on_round=on_round, should_stop=stop, prompt_set=prompts,
-                              visits=visits)
+        sampled = sample_step(config, batch, self.backend, self.scorer, step, self.algo_state,
+                              on_round=on_round, should_stop=self.stop,
+                              prompt_set=self.prompts, visits=self.visits, batch_indices=own)
         res, outcome, allocation = sampled.result, sampled.outcome, sampled.allocation
         batch = sampled.prompts  # DAPO: every batch of prompts it drew
         if res is None:
-            return stopped(step - 1, clean=True)
+            return self.stopped(step - 1, clean=True)
         kept = res.kept
         if config.passive_filtering:
             kept = passive_filter(res.advantages, res.sample_prompt, res.kept, res.num_prompts)
@@ -240,24 +289,48 @@ def train(config: TrainConfig, prompts: Sequence[Prompt], backend: Any, recorder
             kept = drop_unresolved(kept, res.sample_prompt, res.exit_round > 0)
         metrics = step_metrics(config, res, outcome, kept, allocation)
         drawn = own if sampled.prompt_indices is None else sampled.prompt_indices
-        metrics["prompts_revisited"] = float(visits.revisited(drawn))
-
-        t_update = time.perf_counter()
+        metrics["prompts_revisited"] = float(self.visits.revisited(drawn))
         try:
-            upd = learner.update(res, outcome, batch, kept, step=step,
-                                 seed=seeds.derive_seed(config.seed, step, seeds.UPDATE),
-                                 should_stop=stop)
+            stats = self._update(step, res, outcome, batch, kept, metrics, t_step)
         except StopRequested as exc:
             # The algorithm's state (Est's estimator) already counted this step: only a
             # clean stop without such state may save.
-            return stopped(step - 1, clean=exc.clean and algo_state is None)
+            return self.stopped(step - 1, clean=exc.clean and self.algo_state is None)
+        self.visits.mark(drawn)  # after the update: a step stopped before it drew nothing
+        if self.algorithm.after_update is not None:
+            self.algorithm.after_update(UpdateFeedback(
+                config=config, step=step, state=self.algo_state, prompts=batch,
+                prompt_indices=list(drawn), result=res, kept=kept, stats=stats))
+        self._record(step, res, outcome, batch, kept, allocation, metrics)
+        if config.eval_every and step % config.eval_every == 0:
+            try:
+                self.evaluate(step)
+            except StopRequested:
+                return self.stopped(step, clean=True)
+        if (config.save_every and step % config.save_every == 0) or step == config.total_steps:
+            self.last_ckpt = self.save(step)
+        return None
+
+    def _update(self, step: int, res: Any, outcome: Any, batch: Sequence[Prompt],
+                kept: np.ndarray, metrics: dict[str, float], t_step: float
+                ) -> PromptUpdateStats | None:
+        """The learner's update and the weights into the engine; their metrics and the step's
+        times go into ``metrics``. Returns the update's per-prompt statistics where the
+        algorithm asks for them (``after_update``)."""
+        config = self.config
+        t_update = time.perf_counter()
+        upd = self.learner.update(res, outcome, batch, kept, step=step,
+                                  seed=seeds.derive_seed(config.seed, step, seeds.UPDATE),
+                                  should_stop=self.stop,
+                                  prompt_stats=self.algorithm.after_update is not None)
+        stats = upd.pop(PROMPT_STATS, None)
         # Optimiser steps skipped in a row (a non-finite gradient norm), across steps.
         in_a_row = upd.pop(SKIPPED_IN_A_ROW, None)
         if in_a_row is not None:
-            skip_streak = skip_streak + int(in_a_row) if upd["optimizer_steps"] == 0 \
-                else int(in_a_row)
+            self.skip_streak = self.skip_streak + int(in_a_row) \
+                if upd["optimizer_steps"] == 0 else int(in_a_row)
         t_sync = time.perf_counter()
-        learner.sync_weights()
+        self.learner.sync_weights()
         upd["time_sync"] = time.perf_counter() - t_sync
         metrics.update(upd)
         metrics["time_generation"] = outcome.time_generation
@@ -268,29 +341,26 @@ def train(config: TrainConfig, prompts: Sequence[Prompt], backend: Any, recorder
         metrics["time_step"] = time.perf_counter() - t_step
         missing = set(STEP_METRICS) - set(metrics)
         assert not missing, f"step metrics lack {missing}"
-        visits.mark(drawn)  # after the update: a step stopped before it drew nothing
+        return stats
+
+    def _record(self, step: int, res: Any, outcome: Any, batch: Sequence[Prompt],
+                kept: np.ndarray, allocation: Any, metrics: dict[str, float]) -> None:
+        """The step's records to the recorder; then fail the run if too many optimiser steps
+        in a row were skipped (recorded first, so the run page shows the step that ended
+        it)."""
         prompt_recs, sample_recs = step_records(batch, res, outcome, kept, allocation)
         # Where each rank ran and how its step split (a distributed learner's
         # ``rank_records()``); a one-process learner has no ranks to report.
-        rank_records = getattr(learner, "rank_records", None)
-        recorder.on_step(StepRecord(step=step, metrics=metrics, rounds=list(outcome.round_stats),
-                                    prompts=prompt_recs, samples=sample_recs,
-                                    ranks=list(rank_records()) if rank_records else []))
-        last_metrics = metrics
-        if skip_streak > config.max_skipped_updates:
-            # Recorded first, so the run page shows the step that ended it.
+        rank_records = getattr(self.learner, "rank_records", None)
+        self.recorder.on_step(StepRecord(step=step, metrics=metrics,
+                                         rounds=list(outcome.round_stats), prompts=prompt_recs,
+                                         samples=sample_recs,
+                                         ranks=list(rank_records()) if rank_records else []))
+        self.last_metrics = metrics
+        if self.skip_streak > self.config.max_skipped_updates:
             raise NonFiniteGradients(
-                f"the gradient norm was not finite in {skip_streak:,} optimiser steps in a row "
-                f"(up to step {step:,}), more than max_skipped_updates = "
-                f"{config.max_skipped_updates:,}; each was skipped, so the weights are those of "
-                f"the last finite update. Look for inf or NaN advantages or rewards, or lower "
+                f"the gradient norm was not finite in {self.skip_streak:,} optimiser steps in a "
+                f"row (up to step {step:,}), more than max_skipped_updates = "
+                f"{self.config.max_skipped_updates:,}; each was skipped, so the weights are those "
+                f"of the last finite update. Look for inf or NaN advantages or rewards, or lower "
                 f"lr.")
-        if config.eval_every and step % config.eval_every == 0:
-            try:
-                evaluate(step)
-            except StopRequested:
-                return stopped(step, clean=True)
-        if (config.save_every and step % config.save_every == 0) or step == config.total_steps:
-            last_ckpt = save(step)
-    return TrainResult("completed", config.total_steps, last_ckpt, last_metrics)
-

@@ -73,6 +73,33 @@ def agg_loss(x: torch.Tensor, mask: torch.Tensor, agg: Aggregation) -> torch.Ten
     return total
 
 
+def agg_rows(x: torch.Tensor, mask: torch.Tensor, agg: Aggregation) -> torch.Tensor:
+    """Each row's (response's) term of ``agg_loss(x, mask, agg)``: the terms sum to it (up to
+    rounding), so a prompt's part of a mini-batch's loss is the sum of its responses' rows.
+    Every mode is a sum over rows with the mini-batch's denominators, so the split is exact:
+
+        token-mean               sum_t x m / T
+        seq-mean-token-sum       sum_t x m / N
+        seq-mean-token-mean      (sum_t x m / |o_i|) / N
+        seq-mean-token-sum-norm  sum_t x m / (N L)
+    """
+    if agg.mode not in LOSS_AGG_MODES:
+        raise ValueError(f"loss_agg_mode must be one of {', '.join(LOSS_AGG_MODES)}, "
+                         f"got {agg.mode!r}")
+    per_seq = (x * mask).sum(-1)
+    if agg.mode == "token-mean":
+        den = mask.sum() if agg.num_tokens is None else torch.as_tensor(agg.num_tokens,
+                                                                         dtype=x.dtype)
+        return per_seq / torch.clamp(den, min=1.0)
+    n = float(mask.shape[0]) if agg.num_sequences is None else float(agg.num_sequences)
+    if agg.mode == "seq-mean-token-mean":
+        per_seq = per_seq / torch.clamp(mask.sum(-1), min=1.0)
+    per_seq = per_seq / max(n, 1.0)
+    if agg.mode == "seq-mean-token-sum-norm":
+        per_seq = per_seq / float(agg.norm_length)
+    return per_seq
+
+
 # Bound of the log-ratio before ``exp`` (verl's compute_policy_loss_vanilla clamps the same way):
 # exp(20) ~ 4.9e8 is finite in float32, exp(100) overflows to inf and inf * 0 gives NaN.
 LOG_RATIO_BOUND = 20.0
@@ -81,8 +108,8 @@ LOG_RATIO_BOUND = 20.0
 def ppo_clip_loss(logprobs: torch.Tensor, old_logprobs: torch.Tensor, advantages: torch.Tensor,
                   mask: torch.Tensor, eps_low: float = 0.2, eps_high: float = 0.28,
                   denominator: float | None = None, token_weights: torch.Tensor | None = None,
-                  clip_ratio_c: float = 3.0, agg: Aggregation | None = None
-                  ) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
+                  clip_ratio_c: float = 3.0, agg: Aggregation | None = None,
+                  per_token: bool = False) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
     """Dual-clip PPO with clip-higher (DAPO), token-mean aggregated, as verl's vanilla policy
     loss (the one the authors' Reinforce-Ada scripts use):
 
@@ -98,7 +125,9 @@ def ppo_clip_loss(logprobs: torch.Tensor, old_logprobs: torch.Tensor, advantages
 
     ``advantages`` is per sequence ``[batch]`` (broadcast over tokens) or per token.
     ``token_weights`` (no gradient), where given, multiply each token's ``L_t`` before the mean:
-    the truncated importance weights of ``truncated_is_weights``.
+    the truncated importance weights of ``truncated_is_weights``, times each response's loss
+    weight (the algorithm's). ``per_token``: the metrics also hold the weighted ``L_t``
+    (``"per_token"``, with its gradient), for the per-prompt statistics (``agg_rows``).
     The clip fractions count tokens where a clipped branch is the one taken, i.e. whose
     gradient is cut: ``clip_frac_high`` where A > 0 and rho > 1 + eps_high, ``clip_frac_low``
     where A < 0 and rho < 1 - eps_low, ``dual_clip_frac`` where A < 0 and -A * rho > -A * c,
@@ -109,13 +138,12 @@ def ppo_clip_loss(logprobs: torch.Tensor, old_logprobs: torch.Tensor, advantages
     ratio = torch.exp(torch.clamp(log_ratio, -LOG_RATIO_BOUND, LOG_RATIO_BOUND))
     unclipped = -adv * ratio
     clipped = -adv * torch.clamp(ratio, 1.0 - eps_low, 1.0 + eps_high)
-    per_token = torch.maximum(unclipped, clipped)
+    pessimistic = torch.maximum(unclipped, clipped)
     dual = -adv * clip_ratio_c
-    per_token = torch.where(adv < 0, torch.minimum(per_token, dual), per_token)
+    terms = torch.where(adv < 0, torch.minimum(pessimistic, dual), pessimistic)
     if token_weights is not None:
-        per_token = per_token * token_weights.detach()
-    loss = token_mean(per_token, mask, denominator) if agg is None \
-        else agg_loss(per_token, mask, agg)
+        terms = terms * token_weights.detach()
+    loss = token_mean(terms, mask, denominator) if agg is None else agg_loss(terms, mask, agg)
     with torch.no_grad():
         high = ((adv > 0) & (ratio > 1.0 + eps_high)).to(logprobs.dtype)
         low = ((adv < 0) & (ratio < 1.0 - eps_low)).to(logprobs.dtype)
@@ -124,6 +152,8 @@ def ppo_clip_loss(logprobs: torch.Tensor, old_logprobs: torch.Tensor, advantages
                    "clip_frac_low": token_mean(low, mask, denominator),
                    "dual_clip_frac": token_mean(dual_hit, mask, denominator),
                    "ratio_mean": token_mean(ratio, mask, denominator)}
+    if per_token:
+        metrics["per_token"] = terms
     return loss, metrics
 
 

@@ -16,13 +16,13 @@ from trainer.advantages import zero_advantage_groups
 from trainer.algorithms import get_algorithm
 from trainer.allocation import Allocation
 from trainer.config import TrainConfig
-from trainer.sampler import SamplerResult
-from trainer.schedulers import RoundsOutcome
+from trainer.result import SamplerResult
 from trainer.types import (
     PASS_RATE_METRICS,
     PASS_RATE_THRESHOLDS,
     Prompt,
     PromptStepRecord,
+    RoundsOutcome,
     SampleRecord,
 )
 
@@ -144,7 +144,7 @@ def step_records(batch: Sequence[Prompt], res: SamplerResult, outcome: RoundsOut
                 prompt_id=prompt.id, round=int(res.sample_round[k]), index=j, response=g.text,
                 tokens=len(g.response_token_ids), reward=float(res.rewards[k]), kept=kept,
                 advantage=float(res.advantages[k]) if kept else None,
-                verifier_error=errs[j]))
+                verifier_error=errs[j], weight=float(res.weights[k])))
         er = int(res.exit_round[i])
         prompts.append(PromptStepRecord(
             prompt_id=prompt.id, samples=int(res.samples[i]), positives=int(res.positives[i]),

@@ -11,6 +11,12 @@ sampling will cost and how much signal it will get, before a run is launched.
 A prompt never solved in ``k`` samples is simulated as never solved: with k = 16 a prompt of
 pass rate below about 1/16 may look like one. Pure python/numpy: the web process computes
 predictions; only sampling needs a backend.
+
+How sure a prediction is: samples per step comes with a 95% interval over the sampled prompts
+(``spend_interval``, a bootstrap: the measured prompts drawn again with replacement), the
+spread that measuring other prompts of the set could have given. It does not cover what
+sampling cannot see: the policy changing while it trains, or each pass rate's own error from
+k responses.
 """
 
 from __future__ import annotations
@@ -24,7 +30,7 @@ import numpy as np
 
 from trainer import seeds
 from trainer.algorithms import algorithms, get_algorithm
-from trainer.config import MAX_SEED, ConfigError
+from trainer.config import MAX_SEED, ConfigError, TrainConfig
 from trainer.types import Prompt
 
 # Each algorithm's record names the group sizes predicted besides the run's own n
@@ -44,6 +50,22 @@ SIMULATED_RESPONSES = 1 << 17
 # is predicted from the second half of this many simulated steps over the same prompts (the first
 # half lets the state form; a single step of Est would only show the prior's uniform allocation).
 STATEFUL_SIMULATED_STEPS = 10
+# The bootstrap of samples per step: the measured prompts drawn again with replacement this many
+# times (numpy over the simulated draws already made: no further simulation), and the share of
+# the resampled figures its interval holds.
+BOOTSTRAP_RESAMPLES = 1000
+INTERVAL_LEVEL = 0.95
+# The keys of a prediction row that say how sure its samples per step is.
+INTERVAL_KEYS = ("samples_per_step_low", "samples_per_step_high", "spend_fixed")
+# What the interval means, where it is shown.
+INTERVAL_NOTE = (
+    "the range that 95% of the bootstrap figures fell in: the sampled prompts drawn again with "
+    "replacement 1,000 times, each time the same simulation's samples per group kept for the "
+    "update over the prompts drawn. It says how much the figure depends on which prompts of "
+    "the set were sampled (fewer prompts: a wider range); it does not cover the policy changing "
+    "while it trains (a run that learns solves prompts sooner, and Seq then spends less) nor "
+    "each pass rate's own error from k responses. \"exact\": every simulated step spent the "
+    "algorithm's fixed budget (GRPO's B x n, Est's B x budget_per_prompt)")
 
 Scorer = Callable[[Prompt, list[str]], tuple[list[float], list[str | None]]]
 
@@ -62,7 +84,8 @@ class Column:
 PREDICTION_COLUMNS: tuple[Column, ...] = (
     Column("samples_per_step", "samples per step", "samples",
            "responses drawn per step, expected: B x the mean drawn per prompt of the batch "
-           "(DAPO's further batches included)"),
+           "(DAPO's further batches included); beside it, its 95% interval over the sampled "
+           "prompts (a bootstrap)"),
     Column("multiple_of_grpo", "x GRPO's B x n", "x",
            "samples per step divided by GRPO's B x n at the run's n"),
     Column("zero_adv_frac", "zero-advantage kept groups", "fraction",
@@ -87,7 +110,7 @@ PREDICTION_COLUMNS: tuple[Column, ...] = (
 
 def choose_prompts(num_available: int, count: int, seed: int) -> list[int]:
     """Indices of a seeded uniform subset of ``count`` prompts (all of them when fewer)."""
-    rng = np.random.default_rng([seed, seeds.PREFLIGHT_PROMPTS])
+    rng = np.random.default_rng([seed, seeds.TOOLS, seeds.PREFLIGHT_PROMPTS])
     if count >= num_available:
         return list(range(num_available))
     return sorted(rng.choice(num_available, size=count, replace=False).tolist())
@@ -169,6 +192,34 @@ def preflight_warnings(rewards: Sequence[Sequence[float]], errors: Sequence[int]
     return out
 
 
+def spend_interval(spent: Sequence[float], kept: Sequence[float], *,
+                   resamples: int = BOOTSTRAP_RESAMPLES, seed: int = 0,
+                   level: float = INTERVAL_LEVEL) -> tuple[float, float] | None:
+    """The bootstrap interval of the samples spent per group kept for the update, over prompts.
+
+    ``spent[i]``: the samples all simulated draws of prompt i cost (its further batches' draws
+    included); ``kept[i]``: how many of its groups were kept. Each of ``resamples`` resamples
+    draws len(spent) prompts with replacement and takes sum(spent) / sum(kept) over them (the
+    ratio of sums: DAPO's cost per group with signal, Seq's mean per prompt, where every group
+    is kept); the interval is the central ``level`` of those ratios (percentiles). A resample
+    with no kept group costs infinitely much per kept group (``inf``). None without prompts or
+    with nothing kept at all. Seeded: the same arguments give the same interval."""
+    a = np.asarray(spent, dtype=np.float64)
+    k = np.asarray(kept, dtype=np.float64)
+    if a.size == 0 or k.sum() <= 0:
+        return None
+    rng = np.random.default_rng([seed, seeds.TOOLS, seeds.PREFLIGHT_BOOTSTRAP])
+    # How often each prompt is drawn in each resample (a multinomial of len(a) draws).
+    counts = rng.multinomial(a.size, np.full(a.size, 1 / a.size), size=resamples)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        ratios = (counts @ a) / (counts @ k)
+    ratios = np.where(counts @ k > 0, ratios, np.inf)
+    tail = (1 - level) / 2
+    # Empirical quantiles (no interpolation: a resample may cost ``inf``).
+    low, high = np.quantile(ratios, [tail, 1 - tail], method="inverted_cdf")
+    return float(low), float(high)
+
+
 def variants(group_size: int) -> list[tuple[str, int]]:
     """The (algorithm, n) pairs a preflight predicts: every registered algorithm at the run's n,
     and those with ``preflight_group_sizes`` (GRPO) at those sizes too."""
@@ -183,9 +234,13 @@ def predict(rates: Sequence[float], *, batch_size: int, group_size: int,
     """Expected per-step figures of every variant on prompts of pass rates ``rates``.
 
     Per row, the figures of ``PREDICTION_COLUMNS`` (each defined there, the same for every
-    algorithm), and ``samples_per_prompt``. A variant the simulator
-    rejects comes back with ``error`` set instead. The expectation is over ``draws`` simulated
-    prompt draws, fewer when M x N is large (at most ``SIMULATED_RESPONSES`` responses).
+    algorithm), ``samples_per_prompt``, and how sure samples per step is:
+    ``samples_per_step_low`` / ``_high`` (its ``INTERVAL_LEVEL`` interval over the measured
+    prompts: ``spend_interval`` scaled to the step, at most the algorithm's maximum) and
+    ``spend_fixed`` (every simulated step spent the algorithm's maximum, its fixed budget: the
+    interval is the figure). A variant the simulator rejects comes back with ``error`` set
+    instead. The expectation is over ``draws`` simulated prompt draws, fewer when M x N is large
+    (at most ``SIMULATED_RESPONSES`` responses).
     """
     from trainer.cli import simulate
     from trainer.seeds import derive_seed
@@ -197,7 +252,7 @@ def predict(rates: Sequence[float], *, batch_size: int, group_size: int,
     draws = max(1, min(draws, SIMULATED_RESPONSES // max(samples_per_round * max_rounds, 16)))
     passes = [list(rates)] * max(1, -(-draws // len(rates)))
     if draws < len(rates):
-        rng = np.random.default_rng([seed, seeds.PREFLIGHT_SUBSET])
+        rng = np.random.default_rng([seed, seeds.TOOLS, seeds.PREFLIGHT_SUBSET])
         passes = [[rates[i] for i in rng.choice(len(rates), size=draws, replace=False)]]
     rows: list[dict[str, Any]] = []
     for algorithm, n in variants(group_size):
@@ -217,17 +272,39 @@ def predict(rates: Sequence[float], *, batch_size: int, group_size: int,
             row["error"] = str(exc)
             rows.append(row)
             continue
-        drawn = [p for res in results
-                 for step in (res["steps"][steps // 2:] if steps > 1 else [res])
-                 for p in step["prompts"]]
+        counted = [(step, len(chosen)) for res, chosen in zip(results, runs, strict=True)
+                   for step in (res["steps"][steps // 2:] if steps > 1 else [res])]
+        drawn = [p for step, _ in counted for p in step["prompts"]]
         samples = float(np.mean([p["samples"] for p in drawn]))
         if record.draws_batches:
             # Per prompt of the step's batch: the further batches' samples count too (DAPO).
             samples = sum(r["total_samples"] for r in results) / sum(len(c) for c in runs)
         kept = [p for p in drawn if p["advantages"]]
+        # The most a step can spend per prompt of its batch, at the run's shape (not validated
+        # again: the simulation above has checked it).
+        most = record.max_samples_per_step(TrainConfig(
+            algorithm=algorithm, group_size=n, samples_per_round=max(samples_per_round, n),
+            max_rounds=max_rounds, batch_size=batch_size)) / batch_size
+        fixed = all(step["total_samples"] == most * size for step, size in counted)
+        spent = np.zeros(max(len(c) for c in runs))
+        groups = np.zeros_like(spent)
+        for p in drawn:  # by measured prompt (its position in the simulated list)
+            spent[p["index"]] += p["samples"]
+            groups[p["index"]] += bool(p["advantages"])
+        drawn_ones = np.flatnonzero(spent)
+        interval = None if fixed else spend_interval(spent[drawn_ones], groups[drawn_ones],
+                                                     seed=seed)
+        # The resampled cost per kept group, relative to the simulation's own, scales the figure.
+        per_kept = spent.sum() / groups.sum() if groups.sum() else None
+        low = high = samples
+        if interval is not None and per_kept:
+            low, high = (min(most, samples * r / per_kept) for r in interval)
         row.update(
             samples_per_prompt=samples,
             samples_per_step=batch_size * samples,
+            samples_per_step_low=batch_size * low,
+            samples_per_step_high=batch_size * high,
+            spend_fixed=fixed,
             multiple_of_grpo=samples / group_size,
             # Over the groups kept for the update, for every algorithm alike (None: none kept).
             zero_adv_frac=(sum(all(abs(a) <= 1e-12 for a in p["advantages"]) for p in kept)

@@ -11,16 +11,19 @@ rewards with ``observe``; ``end_round`` retires the active prompts whose exit ru
    (``Algorithm.exit_rule``; v3's Seq rule is "at least K_pos positives and at least K_neg
    negatives"; ada-pos defaults to (1, 0) and ada-balance to (n//2, n - n//2));
 3. prompts still active after the last round are "unresolved";
-4. the update group is a down-sample of the pool to ``min(n, pool)`` responses: up to ``n//2``
-   positives and up to ``n - n//2`` negatives, then the free slots from whichever side has more
-   left (``Algorithm.positive_target`` may aim for another number of positives: an unresolved
+4. the algorithm's keep rule (``Algorithm.keep``) says which pool samples the update takes,
+   and may weight them. By default the update group is a down-sample of the pool to
+   ``min(n, pool)`` responses (``balanced_downsample``): up to ``n//2`` positives and up to
+   ``n - n//2`` negatives, then the free slots from whichever side has more left
+   (``Algorithm.positive_target`` may aim for another number of positives: an unresolved
    Seq-pos prompt mirrors its pool). Within a side the choice is seeded and uniform;
 5. advantages come from the algorithm's estimator in ``trainer.advantages`` (global baseline
-   for Reinforce-Ada, group statistics for GRPO).
+   for Reinforce-Ada, group statistics for GRPO), over what is kept.
 
-An algorithm without an exit rule takes one round: ``group_size`` samples per prompt
-(GRPO, and DAPO per batch), or ``allocation[i]`` samples for prompt i when it allocates
-(Est, ``trainer.allocation``); an algorithm that does not down-sample keeps the whole pool.
+An algorithm without an exit rule takes one round: ``draws`` samples per prompt (its draws
+rule, ``Algorithm.draws``; by default ``group_size``: GRPO, and DAPO per batch), or
+``allocation[i]`` samples for prompt i when it allocates (Est, ``trainer.allocation``); an
+algorithm that does not down-sample keeps the whole pool.
 
 The round scheduler drives the sampler with ``observe_many`` / ``end_round``. The per-prompt
 schedulers drive the same object one prompt at a time: after ``start_per_prompt()`` every
@@ -37,18 +40,23 @@ Pure python/numpy: no torch here.
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
-from dataclasses import dataclass, field
+from collections.abc import Callable, Sequence
+from functools import partial
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from trainer.advantages import ADVANTAGE_ESTIMATORS, EPS
-from trainer.algorithms.base import Algorithm, get_algorithm
+from trainer.registry import get_algorithm
+from trainer.result import PromptResult, SamplerResult
 from trainer.types import RoundStat
 
 if TYPE_CHECKING:
+    from trainer.algorithms.base import Algorithm
     from trainer.config import TrainConfig
+
+__all__ = ["AdaptiveSampler", "PromptResult", "SamplerResult", "balanced_downsample",
+           "make_sampler", "positive_target"]
 
 
 def _one_round(pos: np.ndarray, neg: np.ndarray, k_pos: int, k_neg: int) -> np.ndarray:
@@ -75,89 +83,18 @@ def _splits(outstanding: int, partial: bool) -> tuple[np.ndarray, np.ndarray]:
     return a, b - a
 
 
-@dataclass
-class PromptResult:
-    """One prompt's outcome for the step; pool-ordered lists (index = position in the pool)."""
-
-    index: int
-    rewards: list[float]
-    rounds: list[int]            # round (1-based) each pool sample was drawn in
-    kept: list[bool]
-    advantages: list[float]      # 0.0 where not kept
-    positives: int
-    negatives: int
-    rounds_used: int
-    exit_round: int | None       # None: unresolved
-    missing: str | None          # "positives" / "negatives" for unresolved prompts
-    baseline: float
-    kept_positives: int
-    kept_negatives: int
-
-    @property
-    def kept_indices(self) -> list[int]:
-        return [i for i, k in enumerate(self.kept) if k]
-
-    @property
-    def resolved(self) -> bool:
-        return self.exit_round is not None
-
-
-@dataclass
-class SamplerResult:
-    """The finalized step in flat arrays (one entry per sample, sorted by prompt then pool index)
-    and per-prompt arrays; ``prompt(i)`` / ``prompts()`` give the friendly per-prompt view."""
-
-    sample_prompt: np.ndarray     # int, prompt index
-    sample_pool_index: np.ndarray  # int, position in the prompt's pool
-    sample_round: np.ndarray      # int, 1-based
-    sample_order: np.ndarray      # int, position in observation order (to map back to inputs)
-    rewards: np.ndarray
-    positive: np.ndarray          # bool
-    kept: np.ndarray              # bool
-    advantages: np.ndarray        # 0 where not kept
-    samples: np.ndarray           # per prompt
-    positives: np.ndarray
-    negatives: np.ndarray
-    rounds_used: np.ndarray
-    exit_round: np.ndarray        # 0: unresolved
-    missing: list[str | None]
-    baseline: np.ndarray
-    kept_positives: np.ndarray
-    kept_negatives: np.ndarray
-    first_round_positives: np.ndarray
-    first_round_samples: np.ndarray
-    offsets: np.ndarray = field(repr=False)  # prompt i's samples are [offsets[i], offsets[i+1])
-
-    @property
-    def num_prompts(self) -> int:
-        return len(self.samples)
-
-    def prompt(self, i: int) -> PromptResult:
-        s = slice(int(self.offsets[i]), int(self.offsets[i + 1]))
-        er = int(self.exit_round[i])
-        return PromptResult(
-            index=i, rewards=self.rewards[s].tolist(), rounds=self.sample_round[s].tolist(),
-            kept=self.kept[s].tolist(), advantages=self.advantages[s].tolist(),
-            positives=int(self.positives[i]), negatives=int(self.negatives[i]),
-            rounds_used=int(self.rounds_used[i]), exit_round=er if er > 0 else None,
-            missing=self.missing[i], baseline=float(self.baseline[i]),
-            kept_positives=int(self.kept_positives[i]),
-            kept_negatives=int(self.kept_negatives[i]))
-
-    def prompts(self) -> list[PromptResult]:
-        return [self.prompt(i) for i in range(self.num_prompts)]
-
-
 class AdaptiveSampler:
     """Per-step state of adaptive sampling for ``num_prompts`` prompts.
 
     Call ``observe`` / ``observe_many`` for rewards of active prompts, ``end_round`` after every
     round, then ``finalize`` once. ``round_counts`` and ``max_rounds`` are what a scheduler
-    should use; for ``grpo`` they are forced to ``group_size`` samples and 1 round.
+    should use; an algorithm without an exit rule takes one round of ``draws`` samples per
+    prompt (default ``group_size``), or of its ``allocation``.
 
-    ``k_pos`` / ``k_neg``: the Seq exit counts (None: the v1/v2 rule's). ``allocation``: samples
-    per prompt of ``ada-est``'s single round (required for it); Est keeps the whole pool, so
-    nothing is down-sampled. ``eps``: the estimator's epsilon (``trainer.advantages``).
+    ``k_pos`` / ``k_neg``: the exit counts (None: the algorithm's defaults). ``allocation``:
+    samples per prompt of the single round of an algorithm that allocates (required for it).
+    ``keep``: which pool samples the update takes (``Algorithm.keep``; default the
+    algorithm's). ``eps``: the estimator's epsilon (``trainer.advantages``).
     """
 
     def __init__(self, num_prompts: int, *, algorithm: str | Algorithm, group_size: int,
@@ -165,7 +102,8 @@ class AdaptiveSampler:
                  std_normalize: bool | None = None, advantage_estimator: str | None = None,
                  seed: int = 0, k_pos: int | None = None, k_neg: int | None = None,
                  allocation: Sequence[int] | np.ndarray | None = None,
-                 eps: float = EPS) -> None:
+                 eps: float = EPS, draws: int | None = None, keep: KeepRule | None = None
+                 ) -> None:
         try:
             algo = get_algorithm(algorithm)
         except KeyError:
@@ -190,14 +128,18 @@ class AdaptiveSampler:
             samples_per_round = int(self.allocation.max()) if num_prompts else 0
             max_rounds = 1
         elif not algo.eliminates:
-            samples_per_round, max_rounds = group_size, 1
-        self.downsample = algo.downsample
+            samples_per_round, max_rounds = group_size if draws is None else draws, 1
+        if samples_per_round < 1 and num_prompts and not algo.allocates:
+            raise ValueError(f"a prompt must draw at least one sample, got {samples_per_round}")
+        self.keep = keep or default_keep(algo)
         self.samples_per_round = samples_per_round
         self.max_rounds = max_rounds
         self.eps = eps
         self.positive_threshold = positive_threshold
         self.std_normalize = algo.std_normalize if std_normalize is None else std_normalize
         self.advantage_estimator = advantage_estimator or algo.advantage
+        self.estimator = partial(ADVANTAGE_ESTIMATORS[self.advantage_estimator],
+                                 std_normalize=self.std_normalize, eps=eps)
         self.seed = seed
         self.round = 1  # the round being observed (1-based), round-based use
         # Per-prompt use (start_per_prompt): each prompt's own current round, whether it still
@@ -448,12 +390,12 @@ class AdaptiveSampler:
 
     # --- finalizing ----------------------------------------------------------------------------
     def finalize(self) -> SamplerResult:
-        """Down-sample every pool to its update group and compute advantages."""
+        """The pools as a ``SamplerResult``, with what the algorithm's keep rule keeps of them
+        (by default each pool down-sampled to its update group) and their advantages."""
         if self._finalized:
             raise RuntimeError("sampler already finalized")
         self._flush()
         self._finalized = True
-        P, n = self.num_prompts, self.group_size
         if self._chunks:
             p = np.concatenate([c[0] for c in self._chunks])
             r = np.concatenate([c[1] for c in self._chunks])
@@ -462,67 +404,88 @@ class AdaptiveSampler:
             p = np.zeros(0, np.int64)
             r = np.zeros(0)
             rnd = np.zeros(0, np.int64)
-        positive = r > self.positive_threshold
-        pos_n, neg_n = self._pos, self._neg
-        pool = pos_n + neg_n
-        resolved = self._exit_round > 0
-
         # Sort samples by (prompt, observation order) to get pool order and pool indices.
         order = np.argsort(p, kind="stable")
-        p, r, rnd, positive = p[order], r[order], rnd[order], positive[order]
-        offsets = np.zeros(P + 1, dtype=np.int64)
-        np.cumsum(pool, out=offsets[1:])
-        pool_index = np.arange(len(p)) - offsets[p]
-
-        # Targets per prompt and side, then fill the free slots from the side with more left.
-        size = np.minimum(n, pool)
-        pos_t = self.algorithm.positive_target(resolved, pos_n, pool, n)
-        take_pos = np.minimum(pos_t, pos_n)
-        take_neg = np.minimum(n - pos_t, neg_n)
-        free = size - take_pos - take_neg
-        left_pos, left_neg = pos_n - take_pos, neg_n - take_neg
-        pos_first = left_pos >= left_neg
-        extra_pos = np.where(pos_first, np.minimum(free, left_pos),
-                             free - np.minimum(free, left_neg))
-        take_pos = take_pos + extra_pos
-        take_neg = take_neg + (free - extra_pos)
-
-        # Seeded uniform choice within a side: rank samples by random keys inside each
-        # (prompt, side) block and keep the lowest ranks.
-        rng = np.random.default_rng(self.seed)
-        keys = rng.random(len(p))
-        side = (~positive).astype(np.int64)  # 0: positive, 1: negative
-        # One float sort key instead of a 3-key lexsort (4x faster): block id + key in [0, 0.5).
-        block_of = p * 2 + side
-        by_key = np.argsort(block_of + keys * 0.5)
-        block = block_of[by_key]
-        block_start = np.zeros(2 * P + 1, dtype=np.int64)
-        block_count = np.bincount(block, minlength=2 * P)
-        np.cumsum(block_count, out=block_start[1:])
-        rank = np.empty(len(p), dtype=np.int64)
-        rank[by_key] = np.arange(len(p)) - block_start[block]
-        quota = np.where(positive, take_pos[p], take_neg[p])
-        kept = rank < quota
-        if not self.downsample:  # e.g. Est: trains on every sample
-            take_pos, take_neg, kept = pos_n.copy(), neg_n.copy(), np.ones(len(p), dtype=bool)
-
-        baseline = np.divide(np.bincount(p, weights=r, minlength=P), pool,
-                             out=np.zeros(P), where=pool > 0)
-        estimator = ADVANTAGE_ESTIMATORS[self.advantage_estimator]
-        adv = estimator(r, p, kept, P, std_normalize=self.std_normalize, eps=self.eps)
-
-        missing_pos = pos_n < self.k_pos
+        p, r, rnd = p[order], r[order], rnd[order]
+        offsets = np.zeros(self.num_prompts + 1, dtype=np.int64)
+        np.cumsum(self._pos + self._neg, out=offsets[1:])
+        resolved = self._exit_round > 0
+        missing_pos = self._pos < self.k_pos
         missing: list[str | None] = [
             None if res else ("positives" if mp else "negatives")
             for res, mp in zip(resolved.tolist(), missing_pos.tolist(), strict=True)]
-        return SamplerResult(
-            sample_prompt=p, sample_pool_index=pool_index, sample_round=rnd,
-            sample_order=order, rewards=r, positive=positive, kept=kept, advantages=adv,
-            samples=pool, positives=pos_n.copy(), negatives=neg_n.copy(),
+        pools = SamplerResult.of_pools(
+            num_prompts=self.num_prompts, sample_prompt=p,
+            sample_pool_index=np.arange(len(p)) - offsets[p], sample_round=rnd,
+            sample_order=order, rewards=r, positive=r > self.positive_threshold,
             rounds_used=self._rounds_used.copy(), exit_round=self._exit_round.copy(),
-            missing=missing, baseline=baseline, kept_positives=take_pos, kept_negatives=take_neg,
-            first_round_positives=self._first_pos, first_round_samples=self._first_n,
-            offsets=offsets)
+            missing=missing, first_round_positives=self._first_pos,
+            first_round_samples=self._first_n, estimator=self.estimator)
+        kept = self.keep(pools, self.group_size, self.seed)
+        kept, weights = kept if isinstance(kept, tuple) else (kept, None)
+        return pools.with_kept(kept, weights=weights)
+
+
+# Which pool samples the update takes: (the step's pools, nothing kept yet; n; the step's
+# down-sample seed) -> a bool per sample, or (that, a loss weight per sample).
+KeepRule = Callable[[SamplerResult, int, int], "np.ndarray | tuple[np.ndarray, np.ndarray]"]
+
+
+def default_keep(algorithm: Algorithm) -> KeepRule:
+    """The algorithm's keep rule (``Algorithm.keep``), else the balanced down-sample aiming at
+    its ``positive_target`` or, for one that does not down-sample, every sample."""
+    if algorithm.keep is not None:
+        return algorithm.keep
+    if not algorithm.downsample:
+        return keep_all
+    return partial(balanced_downsample, positive_target=algorithm.positive_target)
+
+
+def keep_all(pools: SamplerResult, n: int, seed: int) -> np.ndarray:
+    """Every sample of every pool (Est trains on all it drew)."""
+    return np.ones(len(pools.rewards), dtype=bool)
+
+
+def balanced_downsample(pools: SamplerResult, n: int, seed: int, *,
+                        positive_target: Any = None) -> np.ndarray:
+    """Reinforce-Ada's down-sample of each pool to ``min(n, pool)`` samples: up to
+    ``positive_target`` positives (default ``n//2``) and up to ``n - target`` negatives, then
+    the free slots from whichever side has more left; within a side a seeded uniform choice
+    (``seed``: the step's down-sample stream)."""
+    P, p, positive = pools.num_prompts, pools.sample_prompt, pools.positive
+    pos_n, neg_n = pools.positives, pools.negatives
+    pool = pos_n + neg_n
+    resolved = pools.exit_round > 0
+    # Targets per prompt and side, then fill the free slots from the side with more left.
+    size = np.minimum(n, pool)
+    pos_t = np.full(P, n // 2, dtype=np.int64) if positive_target is None \
+        else positive_target(resolved, pos_n, pool, n)
+    take_pos = np.minimum(pos_t, pos_n)
+    take_neg = np.minimum(n - pos_t, neg_n)
+    free = size - take_pos - take_neg
+    left_pos, left_neg = pos_n - take_pos, neg_n - take_neg
+    pos_first = left_pos >= left_neg
+    extra_pos = np.where(pos_first, np.minimum(free, left_pos),
+                         free - np.minimum(free, left_neg))
+    take_pos = take_pos + extra_pos
+    take_neg = take_neg + (free - extra_pos)
+
+    # Seeded uniform choice within a side: rank samples by random keys inside each
+    # (prompt, side) block and keep the lowest ranks.
+    rng = np.random.default_rng(seed)
+    keys = rng.random(len(p))
+    side = (~positive).astype(np.int64)  # 0: positive, 1: negative
+    # One float sort key instead of a 3-key lexsort (4x faster): block id + key in [0, 0.5).
+    block_of = p * 2 + side
+    by_key = np.argsort(block_of + keys * 0.5)
+    block = block_of[by_key]
+    block_start = np.zeros(2 * P + 1, dtype=np.int64)
+    block_count = np.bincount(block, minlength=2 * P)
+    np.cumsum(block_count, out=block_start[1:])
+    rank = np.empty(len(p), dtype=np.int64)
+    rank[by_key] = np.arange(len(p)) - block_start[block]
+    quota = np.where(positive, take_pos[p], take_neg[p])
+    return rank < quota
 
 
 def make_sampler(config: TrainConfig, num_prompts: int, seed: int,
@@ -533,9 +496,11 @@ def make_sampler(config: TrainConfig, num_prompts: int, seed: int,
     algo = get_algorithm(c.algorithm)
     options: dict[str, Any] = {"eps": EPS, **algo.sampler_options(c)}
     k_pos, k_neg = c.exit_counts
+    draws = None if algo.draws is None else int(algo.draws(c))
     return AdaptiveSampler(
         num_prompts, algorithm=algo, group_size=c.group_size,
-        samples_per_round=c.samples_per_round, max_rounds=c.max_rounds,
-        positive_threshold=c.positive_threshold, std_normalize=c.use_std_normalization,
-        advantage_estimator=options.get("advantage"), seed=seed, k_pos=k_pos, k_neg=k_neg,
-        allocation=allocation, eps=options["eps"])
+        samples_per_round=c.samples_per_round if draws is None else draws,
+        max_rounds=c.max_rounds, positive_threshold=c.positive_threshold,
+        std_normalize=c.use_std_normalization, advantage_estimator=options.get("advantage"),
+        seed=seed, k_pos=k_pos, k_neg=k_neg, allocation=allocation, eps=options["eps"],
+        draws=draws)

@@ -39,60 +39,24 @@ from collections.abc import Callable, Hashable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
+from trainer.config import DEFAULT_SPECULATIVE_CAPACITY, EARLY_ROUNDS, SCHEDULERS
 from trainer.rewards import score_generations
 from trainer.sampler import AdaptiveSampler
 from trainer.seeds import derive_seed
-from trainer.types import Generation, Prompt, RoundStat
+from trainer.types import Generation, Prompt, RoundsOutcome, RoundStat, Scorer
 
 __all__ = ["EARLY_ROUNDS", "SCHEDULERS", "Batch", "BatchRule", "BatchesOutcome", "RequestEngine",
            "RoundsOutcome", "Scorer", "request_engine", "run_batches", "run_per_prompt",
            "run_rounds", "run_scheduler"]
 
-# The config's ``scheduler`` values (validated in trainer.config).
-SCHEDULERS = ("round", "per-prompt", "streaming")
-
-# The config's ``early_rounds`` values: when a prompt's next round may go in before its current
-# round is decided (``run_per_prompt``). ``round`` decides every round before the next.
-EARLY_ROUNDS = ("off", "certain", "speculative")
-# early_rounds = speculative: speculate while the engine runs fewer requests than this share of
-# its batch limit.
-DEFAULT_SPECULATIVE_CAPACITY = 0.5
+# The config's ``scheduler`` and ``early_rounds`` values and the default speculative capacity
+# are the config's (trainer.config), imported above for the schedulers' callers.
 
 # How often ``should_stop`` is polled while requests are in flight: a platform worker's check is
 # a database query, and an engine step can take microseconds (simulated) to milliseconds.
 STOP_POLL_S = 0.2
 # Backends whose engine takes and aborts single requests (``request_engine()``).
 REQUEST_BACKENDS = ("vllm", "simulated")
-
-# Rewards and per-response verifier errors of one prompt's responses (a scorer with
-# ``score_generations(prompt, generations)`` gets the generations too: trainer.rewards).
-Scorer = Callable[[Prompt, list[str]], tuple[list[float], list[str | None]]]
-
-
-@dataclass
-class RoundsOutcome:
-    """What ``run_rounds`` gathered. ``generations[i]`` and ``errors[i]`` are prompt i's pool in
-    observation order (the order ``SamplerResult`` calls the pool index)."""
-
-    generations: list[list[Generation]]
-    rewards: list[list[float]]
-    errors: list[list[str | None]]
-    round_stats: list[RoundStat]
-    cancelled: bool = False
-    time_generation: float = 0.0
-    time_scoring: float = 0.0
-    # Response tokens generated but never pooled: requests aborted by the streaming scheduler
-    # (or a cancel), responses that finished after their prompt had stopped, and early rounds
-    # of prompts that exited.
-    tokens_discarded: int = 0
-    # Early rounds (run_per_prompt): rounds submitted before the prompt's previous round was
-    # decided; of them, rounds aborted because the prompt exited after all (speculative only);
-    # and the largest head start one prompt's kept early rounds gained, summed along its chain
-    # of rounds, in the engine's seconds (how much sooner that prompt was done).
-    early_rounds_started: int = 0
-    early_rounds_discarded: int = 0
-    early_rounds_saved_s: float = 0.0
-
 
 def run_rounds(sampler: AdaptiveSampler, prompts: Sequence[Prompt], backend: object,
                score: Scorer, *, seed: int,
@@ -263,189 +227,79 @@ def run_per_prompt(sampler: AdaptiveSampler, prompts: Sequence[Prompt], engine: 
     if early_rounds not in EARLY_ROUNDS:
         raise ValueError(f"unknown early_rounds {early_rounds!r}; choose one of "
                          f"{', '.join(EARLY_ROUNDS)}")
-    n_prompts = len(prompts)
-    gens: list[list[Generation]] = [[] for _ in range(n_prompts)]
-    rewards: list[list[float]] = [[] for _ in range(n_prompts)]
-    errors: list[list[str | None]] = [[] for _ in range(n_prompts)]
-    out = RoundsOutcome(gens, rewards, errors, sampler.round_stats)
-    sampler.start_per_prompt()
-    flights: dict[int, _Flight] = {}
-    emitted = len(sampler.round_stats)
-    clock = getattr(engine, "now", None)
-
-    def now(i: int) -> float:
-        return time.perf_counter() if clock is None else float(clock(prompts[i]))
-
-    early_exit = streaming and sampler.has_exit_rule
-    threshold = sampler.positive_threshold
-    speculate_below = _speculation_threshold(engine, early_rounds, speculative_capacity)
-    # Prompts whose next round is undecided, by their chance to exit (speculative only).
-    candidates: dict[int, float] = {}
-
-    def submit(i: int, t: int) -> None:
-        fl = flights[i]
-        count = sampler.round_counts([i])[0]
-        fl.keys[t] = {(i, t, j) for j in range(count)}
-        fl.arrived[t], fl.observed[t], fl.tokens[t] = {}, 0, 0
-        fl.sent_at[t] = now(i)
-        fl.submitted = t
-        if t > sampler.prompt_round(i):
-            out.early_rounds_started += 1
-        for j in range(count):
-            engine.submit((i, t, j), prompts[i], j, derive_seed(seed, t))
-
-    def observe(i: int, items: list[tuple[Generation, float, str | None]]) -> None:
-        for g, reward, err in items:
-            sampler.observe(i, reward)
-            gens[i].append(g)
-            rewards[i].append(reward)
-            errors[i].append(err)
-
-    def emit() -> None:
-        nonlocal emitted
-        while emitted < len(sampler.round_stats):
-            if on_round is not None:
-                on_round(sampler.round_stats[emitted])
-            emitted += 1
-
-    def stop_prompt(i: int, t: int) -> None:
-        # The prompt stopped in round t: abort what is still in flight (stragglers of round t,
-        # early rounds), and count the tokens of what came back but was never pooled.
-        fl = flights.pop(i)
-        candidates.pop(i, None)
-        keys = sorted(k for ks in fl.keys.values() for k in ks)
-        if keys:
-            out.tokens_discarded += engine.abort(keys)
-        for u, got in fl.arrived.items():
-            unpooled = list(got.values())[fl.observed[u]:] if u == t else list(got.values())
-            out.tokens_discarded += sum(len(g.response_token_ids) for g, _, _ in unpooled)
-        out.early_rounds_discarded += fl.submitted - t
-
-    def close(i: int, t: int) -> bool:
-        # Round t of prompt i is observed: decide it. True: round t+1 went in early, settle it.
-        fl = flights[i]
-        again = sampler.end_prompt_round(i, tokens=fl.tokens[t])
-        emit()
-        if not again:
-            stop_prompt(i, t)
-            return False
-        for table in (fl.keys, fl.arrived, fl.observed, fl.tokens, fl.sent_at):
-            del table[t]
-        if fl.submitted > t:
-            fl.saved_s += max(0.0, now(i) - fl.sent_at[t + 1])
-            out.early_rounds_saved_s = max(out.early_rounds_saved_s, fl.saved_s)
-            return True
-        submit(i, t + 1)
-        return False
-
-    def settle(i: int) -> None:
-        # Observe what prompt i's current round has back and decide the round once it can be.
-        while i in flights:
-            fl = flights[i]
-            t = sampler.prompt_round(i)
-            got = fl.arrived[t]
-            if early_exit:
-                for item in list(got.values())[fl.observed[t]:]:
-                    observe(i, [item])
-                    fl.observed[t] += 1
-                    # A full update group first: stopping ada-pos at a first-sample positive
-                    # would leave a pool of one, whose advantage is 0 (round-based pools hold
-                    # >= M >= n).
-                    if sampler.rule_met(i) and sampler.pool_size(i) >= sampler.group_size:
-                        sampler_stop = not sampler.end_prompt_round(i, tokens=fl.tokens[t])
-                        assert sampler_stop  # the rule holds: end_prompt_round retires it
-                        emit()
-                        stop_prompt(i, t)
-                        return
-                if fl.keys[t]:
-                    return
-            else:
-                if fl.keys[t]:
-                    return
-                # The whole round is back: observe it in sample order, as run_rounds does.
-                observe(i, [got[j] for j in sorted(got)])
-                fl.observed[t] = len(got)
-            if not close(i, t):
-                return
-
-    def exit_possible_after(i: int, u: int) -> bool:
-        # Can prompt i still exit at the end of round u (>= its current round), whatever its
-        # requests in flight in rounds up to u return?
-        fl = flights[i]
-        pos = neg = outstanding = 0
-        for v in range(sampler.prompt_round(i), u + 1):
-            for _, reward, _ in list(fl.arrived[v].values())[fl.observed[v]:]:
-                if reward > threshold:
-                    pos += 1
-                else:
-                    neg += 1
-            outstanding += len(fl.keys[v])
-        return sampler.exit_possible(i, outstanding, extra_pos=pos, extra_neg=neg,
-                                     partial=early_exit)
-
-    def plan(i: int) -> None:
-        # Submit prompt i's next rounds while they are certain; note it as a speculation
-        # candidate when its only undecided round is its last one submitted.
-        candidates.pop(i, None)
-        while i in flights:
-            fl = flights[i]
-            if fl.submitted >= sampler.max_rounds:
-                return
-            undecided = next((u for u in range(sampler.prompt_round(i), fl.submitted + 1)
-                              if exit_possible_after(i, u)), None)
-            if undecided is None:
-                submit(i, fl.submitted + 1)  # certain: it will be drawn whatever comes back
-                continue
-            if early_rounds == "speculative" and undecided == fl.submitted:
-                pos = neg = outstanding = 0
-                for v in range(sampler.prompt_round(i), fl.submitted + 1):
-                    for _, reward, _ in list(fl.arrived[v].values())[fl.observed[v]:]:
-                        pos += reward > threshold
-                        neg += reward <= threshold
-                    outstanding += len(fl.keys[v])
-                candidates[i] = sampler.exit_probability(i, outstanding, extra_pos=pos,
-                                                         extra_neg=neg)
-            return
-
-    def speculate() -> None:
-        # Spare capacity per engine: a prompt's requests stay on its engine, so a full engine
-        # cannot take a speculated round however empty the others are.
-        engine_of, load = _engine_load(engine)
-        if min(load) >= speculate_below:
-            return
-        for i in sorted(candidates, key=lambda k: (candidates[k], k)):
-            e = engine_of(prompts[i])
-            if load[e] >= speculate_below:
-                continue
-            del candidates[i]
-            submit(i, flights[i].submitted + 1)
-            load[e] += len(flights[i].keys[flights[i].submitted])
-            plan(i)
-            if min(load) >= speculate_below:
-                return
-
+    step = _PerPrompt(sampler, prompts, engine, score, seed=seed, streaming=streaming,
+                      early_rounds=early_rounds, speculative_capacity=speculative_capacity,
+                      on_round=on_round)
     if should_stop is not None and should_stop():
-        out.cancelled = True
-        return out
-    for i in range(n_prompts):
-        if sampler.is_open(i):
-            flights[i] = _Flight()
-            submit(i, 1)
-    if early_rounds != "off":
-        for i in range(n_prompts):
-            plan(i)
-        if candidates:
-            speculate()
+        step.out.cancelled = True
+        return step.out
+    step.start()
     last_poll = time.monotonic()
-    while flights:
+    while step.flights:
+        step.advance()
+        if should_stop is None or not step.flights or time.monotonic() - last_poll < stop_poll_s:
+            continue
+        last_poll = time.monotonic()
+        if should_stop():
+            step.cancel()
+            return step.out
+    return step.out
+
+
+class _PerPrompt:
+    """The state of one ``run_per_prompt`` call: every prompt's requests in flight
+    (``flights``), the outcome gathered so far, and the speculation candidates; its methods
+    are the steps of the scheduler."""
+
+    def __init__(self, sampler: AdaptiveSampler, prompts: Sequence[Prompt],
+                 engine: RequestEngine, score: Scorer, *, seed: int, streaming: bool,
+                 early_rounds: str, speculative_capacity: float,
+                 on_round: Callable[[RoundStat], None] | None) -> None:
+        self.sampler, self.prompts, self.engine, self.score = sampler, prompts, engine, score
+        self.seed, self.early_rounds, self.on_round = seed, early_rounds, on_round
+        n_prompts = len(prompts)
+        self.out = RoundsOutcome([[] for _ in range(n_prompts)], [[] for _ in range(n_prompts)],
+                                 [[] for _ in range(n_prompts)], sampler.round_stats)
+        sampler.start_per_prompt()
+        self.flights: dict[int, _Flight] = {}
+        self.emitted = len(sampler.round_stats)
+        self.clock = getattr(engine, "now", None)
+        self.early_exit = streaming and sampler.has_exit_rule
+        self.threshold = sampler.positive_threshold
+        self.speculate_below = _speculation_threshold(engine, early_rounds,
+                                                      speculative_capacity)
+        # Prompts whose next round is undecided, by their chance to exit (speculative only).
+        self.candidates: dict[int, float] = {}
+
+    def now(self, i: int) -> float:
+        return time.perf_counter() if self.clock is None else float(self.clock(self.prompts[i]))
+
+    def start(self) -> None:
+        """Every open prompt's first round in; with early rounds, the rounds already certain
+        (and speculated ones)."""
+        n_prompts = len(self.prompts)
+        for i in range(n_prompts):
+            if self.sampler.is_open(i):
+                self.flights[i] = _Flight()
+                self.submit(i, 1)
+        if self.early_rounds != "off":
+            for i in range(n_prompts):
+                self.plan(i)
+            if self.candidates:
+                self.speculate()
+
+    def advance(self) -> None:
+        """One engine step: score what finished, settle the prompts it touched, plan and
+        speculate their next rounds."""
+        out = self.out
         t0 = time.perf_counter()
-        finished = engine.step()
+        finished = self.engine.step()
         out.time_generation += time.perf_counter() - t0
         touched: list[int] = []
         t0 = time.perf_counter()
         for key, g in finished:
             i, t, j = key  # type: ignore[misc]
-            fl = flights.get(i)
+            fl = self.flights.get(i)
             if fl is None or key not in fl.keys.get(t, ()):
                 # Finished in the same engine step as the sample that stopped its prompt:
                 # over-drawn, never pooled.
@@ -453,26 +307,171 @@ def run_per_prompt(sampler: AdaptiveSampler, prompts: Sequence[Prompt], engine: 
                 continue
             fl.keys[t].discard(key)
             fl.tokens[t] += len(g.response_token_ids)
-            r, e = score_generations(score, prompts[i], [g])
+            r, e = score_generations(self.score, self.prompts[i], [g])
             fl.arrived[t][j] = (g, r[0], e[0])
             if not touched or touched[-1] != i:
                 touched.append(i)
         out.time_scoring += time.perf_counter() - t0
         for i in dict.fromkeys(touched):
-            settle(i)
-            if early_rounds != "off" and i in flights:
-                plan(i)
-        if candidates:
-            speculate()
-        if should_stop is None or not flights or time.monotonic() - last_poll < stop_poll_s:
-            continue
-        last_poll = time.monotonic()
-        if should_stop():
-            keys = sorted(k for fl in flights.values() for ks in fl.keys.values() for k in ks)
-            out.tokens_discarded += engine.abort(keys)
-            out.cancelled = True
-            return out
-    return out
+            self.settle(i)
+            if self.early_rounds != "off" and i in self.flights:
+                self.plan(i)
+        if self.candidates:
+            self.speculate()
+
+    def cancel(self) -> None:
+        """Abort every unfinished request (early rounds too)."""
+        keys = sorted(k for fl in self.flights.values() for ks in fl.keys.values() for k in ks)
+        self.out.tokens_discarded += self.engine.abort(keys)
+        self.out.cancelled = True
+
+    def submit(self, i: int, t: int) -> None:
+        fl, sampler = self.flights[i], self.sampler
+        count = sampler.round_counts([i])[0]
+        fl.keys[t] = {(i, t, j) for j in range(count)}
+        fl.arrived[t], fl.observed[t], fl.tokens[t] = {}, 0, 0
+        fl.sent_at[t] = self.now(i)
+        fl.submitted = t
+        if t > sampler.prompt_round(i):
+            self.out.early_rounds_started += 1
+        for j in range(count):
+            self.engine.submit((i, t, j), self.prompts[i], j, derive_seed(self.seed, t))
+
+    def observe(self, i: int, items: list[tuple[Generation, float, str | None]]) -> None:
+        for g, reward, err in items:
+            self.sampler.observe(i, reward)
+            self.out.generations[i].append(g)
+            self.out.rewards[i].append(reward)
+            self.out.errors[i].append(err)
+
+    def emit(self) -> None:
+        stats = self.sampler.round_stats
+        while self.emitted < len(stats):
+            if self.on_round is not None:
+                self.on_round(stats[self.emitted])
+            self.emitted += 1
+
+    def stop_prompt(self, i: int, t: int) -> None:
+        # The prompt stopped in round t: abort what is still in flight (stragglers of round t,
+        # early rounds), and count the tokens of what came back but was never pooled.
+        out = self.out
+        fl = self.flights.pop(i)
+        self.candidates.pop(i, None)
+        keys = sorted(k for ks in fl.keys.values() for k in ks)
+        if keys:
+            out.tokens_discarded += self.engine.abort(keys)
+        for u, got in fl.arrived.items():
+            unpooled = list(got.values())[fl.observed[u]:] if u == t else list(got.values())
+            out.tokens_discarded += sum(len(g.response_token_ids) for g, _, _ in unpooled)
+        out.early_rounds_discarded += fl.submitted - t
+
+    def close(self, i: int, t: int) -> bool:
+        # Round t of prompt i is observed: decide it. True: round t+1 went in early, settle it.
+        fl = self.flights[i]
+        again = self.sampler.end_prompt_round(i, tokens=fl.tokens[t])
+        self.emit()
+        if not again:
+            self.stop_prompt(i, t)
+            return False
+        for table in (fl.keys, fl.arrived, fl.observed, fl.tokens, fl.sent_at):
+            del table[t]
+        if fl.submitted > t:
+            fl.saved_s += max(0.0, self.now(i) - fl.sent_at[t + 1])
+            self.out.early_rounds_saved_s = max(self.out.early_rounds_saved_s, fl.saved_s)
+            return True
+        self.submit(i, t + 1)
+        return False
+
+    def settle(self, i: int) -> None:
+        # Observe what prompt i's current round has back and decide the round once it can be.
+        sampler = self.sampler
+        while i in self.flights:
+            fl = self.flights[i]
+            t = sampler.prompt_round(i)
+            got = fl.arrived[t]
+            if self.early_exit:
+                for item in list(got.values())[fl.observed[t]:]:
+                    self.observe(i, [item])
+                    fl.observed[t] += 1
+                    # A full update group first: stopping ada-pos at a first-sample positive
+                    # would leave a pool of one, whose advantage is 0 (round-based pools hold
+                    # >= M >= n).
+                    if sampler.rule_met(i) and sampler.pool_size(i) >= sampler.group_size:
+                        sampler_stop = not sampler.end_prompt_round(i, tokens=fl.tokens[t])
+                        assert sampler_stop  # the rule holds: end_prompt_round retires it
+                        self.emit()
+                        self.stop_prompt(i, t)
+                        return
+                if fl.keys[t]:
+                    return
+            else:
+                if fl.keys[t]:
+                    return
+                # The whole round is back: observe it in sample order, as run_rounds does.
+                self.observe(i, [got[j] for j in sorted(got)])
+                fl.observed[t] = len(got)
+            if not self.close(i, t):
+                return
+
+    def _unobserved(self, i: int, last: int) -> tuple[int, int, int]:
+        # (positives, negatives) back but not yet observed, and requests still out, over
+        # prompt i's rounds from its current one to ``last``.
+        fl = self.flights[i]
+        pos = neg = outstanding = 0
+        for v in range(self.sampler.prompt_round(i), last + 1):
+            for _, reward, _ in list(fl.arrived[v].values())[fl.observed[v]:]:
+                if reward > self.threshold:
+                    pos += 1
+                else:
+                    neg += 1
+            outstanding += len(fl.keys[v])
+        return pos, neg, outstanding
+
+    def exit_possible_after(self, i: int, u: int) -> bool:
+        # Can prompt i still exit at the end of round u (>= its current round), whatever its
+        # requests in flight in rounds up to u return?
+        pos, neg, outstanding = self._unobserved(i, u)
+        return self.sampler.exit_possible(i, outstanding, extra_pos=pos, extra_neg=neg,
+                                          partial=self.early_exit)
+
+    def plan(self, i: int) -> None:
+        # Submit prompt i's next rounds while they are certain; note it as a speculation
+        # candidate when its only undecided round is its last one submitted.
+        sampler = self.sampler
+        self.candidates.pop(i, None)
+        while i in self.flights:
+            fl = self.flights[i]
+            if fl.submitted >= sampler.max_rounds:
+                return
+            undecided = next((u for u in range(sampler.prompt_round(i), fl.submitted + 1)
+                              if self.exit_possible_after(i, u)), None)
+            if undecided is None:
+                self.submit(i, fl.submitted + 1)  # certain: drawn whatever comes back
+                continue
+            if self.early_rounds == "speculative" and undecided == fl.submitted:
+                pos, neg, outstanding = self._unobserved(i, fl.submitted)
+                self.candidates[i] = sampler.exit_probability(i, outstanding, extra_pos=pos,
+                                                              extra_neg=neg)
+            return
+
+    def speculate(self) -> None:
+        # Spare capacity per engine: a prompt's requests stay on its engine, so a full engine
+        # cannot take a speculated round however empty the others are.
+        engine_of, load = _engine_load(self.engine)
+        below, candidates = self.speculate_below, self.candidates
+        if min(load) >= below:
+            return
+        for i in sorted(candidates, key=lambda k: (candidates[k], k)):
+            e = engine_of(self.prompts[i])
+            if load[e] >= below:
+                continue
+            del candidates[i]
+            fl = self.flights[i]
+            self.submit(i, fl.submitted + 1)
+            load[e] += len(fl.keys[fl.submitted])
+            self.plan(i)
+            if min(load) >= below:
+                return
 
 
 # --- further batches drawn early (DAPO's dynamic sampling) -------------------------------------
@@ -548,26 +547,60 @@ def run_batches(make_batch: Callable[[int], Batch | None], rule: BatchRule,
     if early_rounds not in EARLY_ROUNDS:
         raise ValueError(f"unknown early_rounds {early_rounds!r}; choose one of "
                          f"{', '.join(EARLY_ROUNDS)}")
-    speculate_below = _speculation_threshold(engine, early_rounds, speculative_capacity)
-    clock = getattr(engine, "now", None)
-    drawn: list[_Drawn] = []
-    result = BatchesOutcome([])
-    exhausted = False
+    run = _Batches(make_batch, rule, engine, score, early_rounds=early_rounds,
+                   speculative_capacity=speculative_capacity)
+    if should_stop is not None and should_stop():
+        run.result.cancelled = True
+        return run.result
+    run.launch()
+    if not run.drawn:
+        return run.result
+    run.decide()
+    last_poll = time.monotonic()
+    while any(d.open_prompts for d in run.drawn):
+        run.advance()
+        run.decide()
+        if should_stop is None or time.monotonic() - last_poll < stop_poll_s:
+            continue
+        last_poll = time.monotonic()
+        if should_stop():
+            run.cancel()
+            break
+    run.result.batches = [(d.batch, d.out) for d in run.drawn]
+    return run.result
 
-    def now(d: _Drawn) -> float:
-        if clock is None or not d.batch.prompts:
+
+class _Batches:
+    """The state of one ``run_batches`` call: the batches drawn so far (``drawn``), whether
+    the prompts ran out, the outcome; its methods are the steps of the scheduler."""
+
+    def __init__(self, make_batch: Callable[[int], Batch | None], rule: BatchRule,
+                 engine: RequestEngine, score: Scorer, *, early_rounds: str,
+                 speculative_capacity: float) -> None:
+        self.make_batch, self.rule, self.engine, self.score = make_batch, rule, engine, score
+        self.early_rounds = early_rounds
+        self.speculate_below = _speculation_threshold(engine, early_rounds,
+                                                      speculative_capacity)
+        self.clock = getattr(engine, "now", None)
+        self.drawn: list[_Drawn] = []
+        self.result = BatchesOutcome([])
+        self.exhausted = False
+
+    def now(self, d: _Drawn) -> float:
+        if self.clock is None or not d.batch.prompts:
             return time.perf_counter()
-        return float(clock(d.batch.prompts[0]))
+        return float(self.clock(d.batch.prompts[0]))
 
-    def bounds(d: _Drawn, i: int) -> tuple[bool, bool]:
-        return rule.counts([r for _, r, _ in d.arrived[i].values()], len(d.keys[i]))
+    def bounds(self, d: _Drawn, i: int) -> tuple[bool, bool]:
+        return self.rule.counts([r for _, r, _ in d.arrived[i].values()], len(d.keys[i]))
 
-    def launch() -> bool:
-        nonlocal exhausted
+    def launch(self) -> bool:
+        """Draw the next batch (False: the prompts ran out)."""
+        drawn = self.drawn
         k = len(drawn)
-        batch = make_batch(k)
+        batch = self.make_batch(k)
         if batch is None:
-            exhausted = True
+            self.exhausted = True
             return False
         s = batch.sampler
         if s.max_rounds != 1 or s.has_exit_rule:
@@ -578,7 +611,7 @@ def run_batches(make_batch: Callable[[int], Batch | None], rule: BatchRule,
         d = _Drawn(batch, RoundsOutcome([[] for _ in range(n)], [[] for _ in range(n)],
                                         [[] for _ in range(n)], s.round_stats), {}, {})
         d.early = any(e.open_prompts for e in drawn)
-        d.sent_at = now(d)
+        d.sent_at = self.now(d)
         if d.early:
             drawn[0].out.early_rounds_started += 1
         drawn.append(d)
@@ -590,36 +623,37 @@ def run_batches(make_batch: Callable[[int], Batch | None], rule: BatchRule,
             d.arrived[i] = {}
             d.open_prompts += 1
             for j in range(count):
-                engine.submit((k, i, j), batch.prompts[i], j, derive_seed(batch.seed, 1))
+                self.engine.submit((k, i, j), batch.prompts[i], j, derive_seed(batch.seed, 1))
         for i in d.keys:
-            sure, maybe = bounds(d, i)
+            sure, maybe = self.bounds(d, i)
             d.sure += sure
             d.maybe += maybe
         return True
 
-    def abort_from(m: int) -> None:
-        first = drawn[0].out
-        for d in drawn[m:]:
+    def abort_from(self, m: int) -> None:
+        first = self.drawn[0].out
+        for d in self.drawn[m:]:
             keys = sorted(k for ks in d.keys.values() for k in ks)
             if keys:
-                first.tokens_discarded += engine.abort(keys)
+                first.tokens_discarded += self.engine.abort(keys)
             first.tokens_discarded += sum(len(g.response_token_ids) for got in d.arrived.values()
                                           for g, _, _ in got.values())
             first.early_rounds_discarded += 1
-        del drawn[m:]
+        del self.drawn[m:]
 
-    def decide() -> None:
-        # Drop the batches the ones before them are sure to make unneeded, report the batches
-        # now sure to be kept, then draw the next batch while it is certain (or speculated).
+    def decide(self) -> None:
+        """Drop the batches the ones before them are sure to make unneeded, report the batches
+        now sure to be kept, then draw the next batch while it is certain (or speculated)."""
+        drawn, rule = self.drawn, self.rule
         sure = maybe = 0
         back = True
         for m, d in enumerate(drawn):
             if m and sure >= rule.target:
-                abort_from(m)
+                self.abort_from(m)
                 break
             if back and not d.emitted:
                 if d.early:
-                    drawn[0].out.early_rounds_saved_s += max(0.0, now(d) - d.sent_at)
+                    drawn[0].out.early_rounds_saved_s += max(0.0, self.now(d) - d.sent_at)
                     d.early = False  # counted once: the head start it had when it was sure
                 if not d.open_prompts:
                     d.emitted = True
@@ -629,34 +663,29 @@ def run_batches(make_batch: Callable[[int], Batch | None], rule: BatchRule,
             back = back and not d.open_prompts
             sure += d.sure
             maybe += d.maybe
-        while not exhausted and len(drawn) < rule.max_batches:
-            if maybe < rule.target and (early_rounds != "off" or back):
+        while not self.exhausted and len(drawn) < rule.max_batches:
+            if maybe < rule.target and (self.early_rounds != "off" or back):
                 pass  # certain: needed whatever comes back
-            elif early_rounds == "speculative" and sure < rule.target \
+            elif self.early_rounds == "speculative" and sure < rule.target \
                     and maybe - drawn[-1].maybe < rule.target \
-                    and max(_engine_load(engine)[1]) < speculate_below:
+                    and max(_engine_load(self.engine)[1]) < self.speculate_below:
                 # Speculated: the last batch is itself sure to be needed, and every engine
                 # has room (a batch's prompts spread over all of them).
                 pass
             else:
                 return
-            if not launch():
+            if not self.launch():
                 return
             maybe += drawn[-1].maybe
             sure += drawn[-1].sure
 
-    if should_stop is not None and should_stop():
-        result.cancelled = True
-        return result
-    launch()
-    if not drawn:
-        return result
-    decide()
-    last_poll = time.monotonic()
-    while any(d.open_prompts for d in drawn):
+    def advance(self) -> None:
+        """One engine step: score what finished; a group that is all back is observed in
+        sample order, as run_rounds does."""
+        drawn = self.drawn
         first = drawn[0].out
         t0 = time.perf_counter()
-        finished = engine.step()
+        finished = self.engine.step()
         first.time_generation += time.perf_counter() - t0
         t0 = time.perf_counter()
         for key, g in finished:
@@ -665,16 +694,15 @@ def run_batches(make_batch: Callable[[int], Batch | None], rule: BatchRule,
             if d is None or key not in d.keys.get(i, ()):
                 first.tokens_discarded += len(g.response_token_ids)
                 continue
-            was = bounds(d, i)
+            was = self.bounds(d, i)
             d.keys[i].discard(key)
-            r, e = score_generations(score, d.batch.prompts[i], [g])
+            r, e = score_generations(self.score, d.batch.prompts[i], [g])
             d.arrived[i][j] = (g, r[0], e[0])
-            sure, maybe = bounds(d, i)
+            sure, maybe = self.bounds(d, i)
             d.sure += sure - was[0]
             d.maybe += maybe - was[1]
             if d.keys[i]:
                 continue
-            # The group is back: observe it in sample order, as run_rounds does.
             got = d.arrived[i]
             for jj in sorted(got):
                 gen, reward, err = got[jj]
@@ -686,17 +714,11 @@ def run_batches(make_batch: Callable[[int], Batch | None], rule: BatchRule,
                 i, tokens=sum(len(x.response_token_ids) for x, _, _ in got.values()))
             d.open_prompts -= 1
         first.time_scoring += time.perf_counter() - t0
-        decide()
-        if should_stop is None or time.monotonic() - last_poll < stop_poll_s:
-            continue
-        last_poll = time.monotonic()
-        if should_stop():
-            keys = sorted(k for d in drawn for ks in d.keys.values() for k in ks)
-            first.tokens_discarded += engine.abort(keys)
-            result.cancelled = True
-            break
-    result.batches = [(d.batch, d.out) for d in drawn]
-    return result
+
+    def cancel(self) -> None:
+        keys = sorted(k for d in self.drawn for ks in d.keys.values() for k in ks)
+        self.drawn[0].out.tokens_discarded += self.engine.abort(keys)
+        self.result.cancelled = True
 
 
 def _speculation_threshold(engine: Any, early_rounds: str, speculative_capacity: float) -> float:

@@ -10,9 +10,26 @@ scheduler or an engine that sees requests in another order draws the same sample
   samples a group keeps), ``UPDATE`` (mini-batch order) and ``EVAL`` (evaluation samples);
 - numpy generators seeded by a short list ``[seed, ..., <stream>]`` order prompts: each epoch's
   permutation (``EPOCH_ORDER``) and DAPO's further batches (``DAPO_BATCHES``);
+- the tools around a run draw from ``[seed, TOOLS, <stream>]``: the launch preflight's prompts,
+  its subset of them for a short budget and its bootstrap (``PREFLIGHT_PROMPTS``,
+  ``PREFLIGHT_SUBSET``, ``PREFLIGHT_BOOTSTRAP``), the step-time simulator's pass rates
+  (``PASS_RATES``);
 - ``request_seed`` is one sampling request's seed (``trainer.backends``).
 
+Every named stream has its own key. numpy pads a shorter key with zeros (``[s, k]`` seeds as
+``[s, k, 0]`` does), so a key is told apart by its values, not its length: a run's streams end
+in 0-3 (``derive_seed``), 7 or 11; the tools' keys hold ``TOOLS`` where a run's hold a step or
+an epoch, which never reaches it (``tests/trainer/test_seeds.py`` checks every key a run, the
+preflight and the simulators use is distinct).
+
 The stream numbers are part of every recorded run: changing one changes what every run draws.
+Until issue 28 the preflight's prompts and the simulator's pass rates were drawn from
+``[seed, 11]``, the same key as each other (and, padded, as step 11's generation stream: as were
+``[seed, 13]`` and ``[seed, 17]``, the preflight's subset and bootstrap, steps 13's and 17's);
+since, the tools' keys are their own: a preflight measures another seeded subset of the prompts
+(and simulates another subset of them when its budget is short, and resamples them otherwise
+for its interval), and ``simulate-time --beta`` draws other pass rates, than before. No
+training record changed: a run's keys are as they were.
 """
 
 from __future__ import annotations
@@ -29,12 +46,17 @@ EVAL = 3
 # Keys of numpy generators seeded [seed, epoch, EPOCH_ORDER] and [seed, step, DAPO_BATCHES].
 EPOCH_ORDER = 7
 DAPO_BATCHES = 11
-# The launch preflight's choice of prompts to measure ([seed, PREFLIGHT_PROMPTS]) and of the
-# measured pass rates it simulates when the response budget is short ([seed, PREFLIGHT_SUBSET]);
-# the step-time simulator's pass rates ([seed, PASS_RATES]).
-PREFLIGHT_PROMPTS = 11
+# The tools' keys: [seed, TOOLS, <stream>]. TOOLS is past any step or epoch a run can reach
+# (total_steps <= 1,000,000), so none of them is a run's key.
+TOOLS = 2**32 - 1
+# The launch preflight's choice of prompts to measure ([seed, TOOLS, PREFLIGHT_PROMPTS]), of
+# the measured pass rates it simulates when the response budget is short ([seed, TOOLS,
+# PREFLIGHT_SUBSET]) and its bootstrap resamples of the measured prompts ([seed, TOOLS,
+# PREFLIGHT_BOOTSTRAP]); the step-time simulator's pass rates ([seed, TOOLS, PASS_RATES]).
+PREFLIGHT_PROMPTS = 17
 PREFLIGHT_SUBSET = 13
-PASS_RATES = 11
+PREFLIGHT_BOOTSTRAP = 23
+PASS_RATES = 19
 
 
 def derive_seed(*parts: int) -> int:

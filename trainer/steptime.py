@@ -43,6 +43,7 @@ from trainer.clustertime import (
     update_token_seconds_for,
     weight_gather_seconds,
 )
+from trainer.config import ALGORITHMS as REGISTERED_NAMES
 from trainer.config import EARLY_ROUNDS_CHOICES, SCHEDULERS, ConfigError, TrainConfig
 from trainer.enginetime import PAPER_MAX_RESPONSE_TOKENS, EngineTimeModel, LengthModel
 from trainer.schedulers import DEFAULT_SPECULATIVE_CAPACITY
@@ -114,7 +115,8 @@ class StepTime:
 
 def paper_pass_rates(batch_size: int, alpha: float, beta: float, seed: int) -> list[float]:
     """``batch_size`` pass rates drawn from Beta(alpha, beta), seeded."""
-    return np.random.default_rng([seed, seeds.PASS_RATES]).beta(alpha, beta, batch_size).tolist()
+    return np.random.default_rng([seed, seeds.TOOLS, seeds.PASS_RATES]).beta(
+        alpha, beta, batch_size).tolist()
 
 
 def simulate_step_time(algorithm: str, scheduler: str, pass_rates: Sequence[float], *,
@@ -133,6 +135,7 @@ def simulate_step_time(algorithm: str, scheduler: str, pass_rates: Sequence[floa
     GPUs (``trainer.clustertime``); ``engine`` and ``update`` are the 1.5B's constants, scaled
     to ``model`` when it is another. ``early_rounds``: the config's (``auto``: each
     scheduler's default), with ``speculative_capacity`` (None: the config's default)."""
+    from trainer.algorithms import choose_batch
     from trainer.backends.simulated import SimulatedBackend
     from trainer.loop import make_scorer, sample_step
     from trainer.types import Prompt
@@ -162,7 +165,11 @@ def simulate_step_time(algorithm: str, scheduler: str, pass_rates: Sequence[floa
     early = []
     for step in range(1, steps + 1):
         before = backend.sim_seconds
-        sampled = sample_step(config, prompts, backend, scorer, step, state)
+        # The batch the algorithm selects (every prompt unless it selects fewer than B of
+        # them), in the pass rates' order.
+        chosen = sorted(choose_batch(config, prompts, step, state=state))
+        sampled = sample_step(config, [prompts[i] for i in chosen], backend, scorer, step,
+                              state, prompt_set=prompts, batch_indices=chosen)
         res, outcome = sampled.result, sampled.outcome
         lens = np.array([len(g.response_token_ids) for gs in outcome.generations for g in gs],
                         dtype=np.float64)
@@ -281,7 +288,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--steps", type=int, default=2,
                         help="simulated steps per algorithm and scheduler (default 2)")
     parser.add_argument("--algorithms", default=",".join(ALGORITHMS),
-                        help=f"comma-separated (default {','.join(ALGORITHMS)})")
+                        help="comma-separated, of the registered algorithms "
+                        f"({', '.join(REGISTERED_NAMES)}; default the paper's Table 2: "
+                        f"{','.join(ALGORITHMS)})")
     parser.add_argument("--schedulers", default=",".join(SCHEDULERS),
                         help=f"comma-separated (default {','.join(SCHEDULERS)})")
     parser.add_argument("--early-rounds", default="auto",
@@ -356,112 +365,148 @@ def _names(text: str, allowed: Sequence[str], flag: str) -> list[str]:
     return names
 
 
-def run_cli(args: argparse.Namespace) -> int:
-    from trainer.cli import read_pass_rates
+@dataclass
+class _Inputs:
+    """What ``simulate-time``'s flags ask for, checked."""
 
+    rates: list[float]
+    algorithms: list[str]
+    schedulers: list[str]
+    early_rounds: list[str]
+    engine: EngineTimeModel
+    lengths: LengthModel
+    cluster: ClusterModel
+
+
+def run_cli(args: argparse.Namespace) -> int:
     try:
-        if args.pass_rates:
-            rates = read_pass_rates(args.pass_rates)
-        else:
-            try:
-                a, b = (float(x) for x in args.beta.split(","))
-            except ValueError:
-                raise ConfigError("beta", f"expected A,B (two numbers), got {args.beta!r}"
-                                  ) from None
-            if a <= 0 or b <= 0:
-                raise ConfigError("beta", "A and B must be > 0")
-            if args.batch_size < 1:
-                raise ConfigError("batch-size", f"must be >= 1, got {args.batch_size}")
-            rates = paper_pass_rates(args.batch_size, a, b, args.seed)
-        if args.steps < 1:
-            raise ConfigError("steps", f"must be >= 1, got {args.steps}")
-        if args.max_tokens < 1:
-            raise ConfigError("max-tokens", f"must be >= 1, got {args.max_tokens}")
-        algorithms = _names(args.algorithms, ALGORITHMS, "algorithms")
-        if baseline().name not in algorithms:
-            algorithms.insert(0, baseline().name)  # the ratios' baseline
-        schedulers = _names(args.schedulers, SCHEDULERS, "schedulers")
-        if "round" not in schedulers:
-            schedulers.insert(0, "round")
-        early_rounds = _names(args.early_rounds, EARLY_ROUNDS_CHOICES, "early_rounds")
-        if not 0 < args.speculative_capacity <= 1:
-            raise ConfigError("speculative_capacity", f"must be within (0, 1], got "
-                              f"{args.speculative_capacity:g}")
-        engine = EngineTimeModel(**_constants(args.engine, EngineTimeModel, "engine"))
-        length_values = _constants(args.length, LengthModel, "length")
-        if "max_tokens" in length_values:
-            raise ConfigError("length", "set the longest response with --max-tokens")
-        lengths = LengthModel(max_tokens=args.max_tokens, **length_values)
-        cluster_values = _constants(args.cluster, ClusterModel, "cluster")
-        if {"gpus", "nodes"} & set(cluster_values):
-            raise ConfigError("cluster", "set GPUs and machines with --gpus and --nodes")
-        for flag in ("gpus", "nodes", "mini_batches", "micro_batch_tokens", "bucket_mb"):
-            if getattr(args, flag) < 1:
-                raise ConfigError(flag, f"must be >= 1, got {getattr(args, flag)}")
-        if args.gpus % args.nodes:
-            raise ConfigError("nodes", f"{args.gpus} GPUs do not split evenly over "
-                              f"{args.nodes} machines")
-        if args.gpus > len(rates):
-            raise ConfigError("gpus", f"more GPUs ({args.gpus}) than prompts per step "
-                              f"({len(rates)}): an engine would have nothing to draw")
-        cluster = ClusterModel(gpus=args.gpus, nodes=args.nodes, **cluster_values)
-        for name in ("correct", "wrong"):
-            if not 0 < getattr(lengths, name) <= 1:
-                raise ConfigError("length", f"{name} must be within (0, 1]")
-        # Config-level checks (M >= n, ...) before minutes of simulation.
-        TrainConfig(algorithm="ada-balance", backend="simulated",
-                    group_size=args.group_size, samples_per_round=args.samples_per_round,
-                    max_rounds=args.max_rounds, batch_size=len(rates)).validate()
+        inputs = _inputs(args)
     except ConfigError as exc:
         flag = exc.field.replace("_", "-")
         print(f"error: {flag}: {exc.reason}", file=sys.stderr)
         return 2
-    results = study(rates, algorithms=algorithms, schedulers=schedulers,
-                    early_rounds=early_rounds, speculative_capacity=args.speculative_capacity,
+    results = study(inputs.rates, algorithms=inputs.algorithms, schedulers=inputs.schedulers,
+                    early_rounds=inputs.early_rounds,
+                    speculative_capacity=args.speculative_capacity,
                     progress=not args.no_progress, group_size=args.group_size,
                     samples_per_round=args.samples_per_round, max_rounds=args.max_rounds,
                     max_tokens=args.max_tokens, steps=args.steps, seed=args.seed,
-                    lengths=lengths, engine=engine,
-                    update=UpdateTimeModel(token_s=args.update_token_s), cluster=cluster,
+                    lengths=inputs.lengths, engine=inputs.engine,
+                    update=UpdateTimeModel(token_s=args.update_token_s), cluster=inputs.cluster,
                     model=MODELS[args.model], mini_batches=args.mini_batches,
                     micro_batch_tokens=args.micro_batch_tokens, bucket_mb=args.bucket_mb)
     memory = rank_memory(
         MODELS[args.model], args.gpus, micro_batch_tokens=args.micro_batch_tokens,
-        concurrent_sequences=min(engine.max_num_seqs,
-                                 -(-len(rates) * args.samples_per_round // args.gpus)),
-        sequence_tokens=engine.prompt_tokens + args.max_tokens,
+        concurrent_sequences=min(inputs.engine.max_num_seqs,
+                                 -(-len(inputs.rates) * args.samples_per_round // args.gpus)),
+        sequence_tokens=inputs.engine.prompt_tokens + args.max_tokens,
         activation_checkpointing=not args.no_activation_checkpointing)
     if args.json:
-        ratios = ratio_to_grpo(results)
-        print(json.dumps({"batch_size": len(rates), "group_size": args.group_size,
-                          "samples_per_round": args.samples_per_round,
-                          "max_rounds": args.max_rounds, "max_tokens": args.max_tokens,
-                          "engine": dataclasses.asdict(engine),
-                          "lengths": dataclasses.asdict(lengths),
-                          "update_token_s": args.update_token_s,
-                          "model": dataclasses.asdict(MODELS[args.model]),
-                          "cluster": dataclasses.asdict(cluster),
-                          "memory_per_rank_gib": {**dataclasses.asdict(memory),
-                                                  "training": memory.training,
-                                                  "generation": memory.generation,
-                                                  "peak": memory.peak},
-                          "results": [{**dataclasses.asdict(r), "step_s": r.step_s,
-                                       "weight_sync_s": r.weight_sync_s,
-                                       "discarded_share": r.discarded_share,
-                                       "exact_bound_step_s": r.exact_bound_step_s,
-                                       "ratio_to_grpo": ratios[(r.algorithm, r.label)]}
-                                      for r in results]}))
+        print(json.dumps(_json_report(args, inputs, results, memory)))
     else:
-        where = (f"{args.gpus} GPU{'s' if args.gpus > 1 else ''}"
-                 + (f" on {args.nodes} machines" if args.nodes > 1 else ""))
-        print(f"{MODELS[args.model].name} on {where}; B = {len(rates)}, n = {args.group_size}, "
-              f"M = {args.samples_per_round}, N = {args.max_rounds}, responses up to "
-              f"{args.max_tokens} tokens; means over {args.steps} simulated steps\n")
-        print(table(results))
-        print(f"\nMemory per rank (GiB; activation checkpointing "
-              f"{'off' if args.no_activation_checkpointing else 'on'}, micro-batches of "
-              f"{args.micro_batch_tokens} tokens, KV cache for "
-              f"{memory.kv_cache / memory.kv_per_sequence:.0f} full-length sequences at "
-              "once):\n")
-        print(memory_table([memory], cluster.hbm_gib))
+        _print_report(args, inputs, results, memory)
     return 0
+
+
+def _inputs(args: argparse.Namespace) -> _Inputs:
+    """The flags checked, in the order a user reads them; a ``ConfigError`` names the flag."""
+    from trainer.cli import read_pass_rates
+
+    if args.pass_rates:
+        rates = read_pass_rates(args.pass_rates)
+    else:
+        try:
+            a, b = (float(x) for x in args.beta.split(","))
+        except ValueError:
+            raise ConfigError("beta", f"expected A,B (two numbers), got {args.beta!r}") from None
+        if a <= 0 or b <= 0:
+            raise ConfigError("beta", "A and B must be > 0")
+        if args.batch_size < 1:
+            raise ConfigError("batch-size", f"must be >= 1, got {args.batch_size}")
+        rates = paper_pass_rates(args.batch_size, a, b, args.seed)
+    if args.steps < 1:
+        raise ConfigError("steps", f"must be >= 1, got {args.steps}")
+    if args.max_tokens < 1:
+        raise ConfigError("max-tokens", f"must be >= 1, got {args.max_tokens}")
+    # Any registered algorithm; the paper's by default.
+    algorithms = _names(args.algorithms, list(REGISTERED_NAMES), "algorithms")
+    if baseline().name not in algorithms:
+        algorithms.insert(0, baseline().name)  # the ratios' baseline
+    schedulers = _names(args.schedulers, SCHEDULERS, "schedulers")
+    if "round" not in schedulers:
+        schedulers.insert(0, "round")
+    early_rounds = _names(args.early_rounds, EARLY_ROUNDS_CHOICES, "early_rounds")
+    if not 0 < args.speculative_capacity <= 1:
+        raise ConfigError("speculative_capacity", f"must be within (0, 1], got "
+                          f"{args.speculative_capacity:g}")
+    engine = EngineTimeModel(**_constants(args.engine, EngineTimeModel, "engine"))
+    length_values = _constants(args.length, LengthModel, "length")
+    if "max_tokens" in length_values:
+        raise ConfigError("length", "set the longest response with --max-tokens")
+    lengths = LengthModel(max_tokens=args.max_tokens, **length_values)
+    cluster = _cluster(args, len(rates))
+    for name in ("correct", "wrong"):
+        if not 0 < getattr(lengths, name) <= 1:
+            raise ConfigError("length", f"{name} must be within (0, 1]")
+    # Each algorithm's config checks (Seq: M >= n, ...) before minutes of simulation.
+    for algorithm in algorithms:
+        TrainConfig(algorithm=algorithm, backend="simulated", group_size=args.group_size,
+                    samples_per_round=args.samples_per_round, max_rounds=args.max_rounds,
+                    batch_size=len(rates)).validate()
+    return _Inputs(rates, algorithms, schedulers, early_rounds, engine, lengths, cluster)
+
+
+def _cluster(args: argparse.Namespace, batch_size: int) -> ClusterModel:
+    cluster_values = _constants(args.cluster, ClusterModel, "cluster")
+    if {"gpus", "nodes"} & set(cluster_values):
+        raise ConfigError("cluster", "set GPUs and machines with --gpus and --nodes")
+    for flag in ("gpus", "nodes", "mini_batches", "micro_batch_tokens", "bucket_mb"):
+        if getattr(args, flag) < 1:
+            raise ConfigError(flag, f"must be >= 1, got {getattr(args, flag)}")
+    if args.gpus % args.nodes:
+        raise ConfigError("nodes", f"{args.gpus} GPUs do not split evenly over "
+                          f"{args.nodes} machines")
+    if args.gpus > batch_size:
+        raise ConfigError("gpus", f"more GPUs ({args.gpus}) than prompts per step "
+                          f"({batch_size}): an engine would have nothing to draw")
+    return ClusterModel(gpus=args.gpus, nodes=args.nodes, **cluster_values)
+
+
+def _json_report(args: argparse.Namespace, inputs: _Inputs, results: Sequence[StepTime],
+                 memory: Any) -> dict[str, Any]:
+    ratios = ratio_to_grpo(results)
+    return {"batch_size": len(inputs.rates), "group_size": args.group_size,
+            "samples_per_round": args.samples_per_round,
+            "max_rounds": args.max_rounds, "max_tokens": args.max_tokens,
+            "engine": dataclasses.asdict(inputs.engine),
+            "lengths": dataclasses.asdict(inputs.lengths),
+            "update_token_s": args.update_token_s,
+            "model": dataclasses.asdict(MODELS[args.model]),
+            "cluster": dataclasses.asdict(inputs.cluster),
+            "memory_per_rank_gib": {**dataclasses.asdict(memory),
+                                    "training": memory.training,
+                                    "generation": memory.generation,
+                                    "peak": memory.peak},
+            "results": [{**dataclasses.asdict(r), "step_s": r.step_s,
+                         "weight_sync_s": r.weight_sync_s,
+                         "discarded_share": r.discarded_share,
+                         "exact_bound_step_s": r.exact_bound_step_s,
+                         "ratio_to_grpo": ratios[(r.algorithm, r.label)]}
+                        for r in results]}
+
+
+def _print_report(args: argparse.Namespace, inputs: _Inputs, results: Sequence[StepTime],
+                  memory: Any) -> None:
+    where = (f"{args.gpus} GPU{'s' if args.gpus > 1 else ''}"
+             + (f" on {args.nodes} machines" if args.nodes > 1 else ""))
+    print(f"{MODELS[args.model].name} on {where}; B = {len(inputs.rates)}, "
+          f"n = {args.group_size}, M = {args.samples_per_round}, N = {args.max_rounds}, "
+          f"responses up to {args.max_tokens} tokens; means over {args.steps} simulated "
+          "steps\n")
+    print(table(results))
+    print(f"\nMemory per rank (GiB; activation checkpointing "
+          f"{'off' if args.no_activation_checkpointing else 'on'}, micro-batches of "
+          f"{args.micro_batch_tokens} tokens, KV cache for "
+          f"{memory.kv_cache / memory.kv_per_sequence:.0f} full-length sequences at "
+          "once):\n")
+    print(memory_table([memory], inputs.cluster.hbm_gib))

@@ -7,7 +7,7 @@ Light imports only: the web process reads these types.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
@@ -112,6 +112,56 @@ class SampleRecord:
     kept: bool
     advantage: float | None    # None when not kept
     verifier_error: str | None = None
+    weight: float = 1.0        # its weight in the policy loss, set by the algorithm
+
+
+# Rewards and per-response verifier errors of one prompt's responses (a scorer with
+# ``score_generations(prompt, generations)`` gets the generations too: trainer.rewards).
+Scorer = Callable[[Prompt, list[str]], tuple[list[float], list[str | None]]]
+
+
+@dataclass
+class RoundsOutcome:
+    """What a scheduler drew for one step (``trainer.schedulers``). ``generations[i]`` and
+    ``errors[i]`` are prompt i's pool in observation order (the order ``SamplerResult`` calls
+    the pool index)."""
+
+    generations: list[list[Generation]]
+    rewards: list[list[float]]
+    errors: list[list[str | None]]
+    round_stats: list[RoundStat]
+    cancelled: bool = False
+    time_generation: float = 0.0
+    time_scoring: float = 0.0
+    # Response tokens generated but never pooled: requests aborted by the streaming scheduler
+    # (or a cancel), responses that finished after their prompt had stopped, and early rounds
+    # of prompts that exited.
+    tokens_discarded: int = 0
+    # Early rounds (run_per_prompt): rounds submitted before the prompt's previous round was
+    # decided; of them, rounds aborted because the prompt exited after all (speculative only);
+    # and the largest head start one prompt's kept early rounds gained, summed along its chain
+    # of rounds, in the engine's seconds (how much sooner that prompt was done).
+    early_rounds_started: int = 0
+    early_rounds_discarded: int = 0
+    early_rounds_saved_s: float = 0.0
+
+
+@dataclass
+class PromptUpdateStats:
+    """Per prompt of a step (indexed as the step's sampled prompts), what the update measured,
+    summed over its mini-batches and averaged over the epochs: ``loss``, the prompt's part of
+    the policy loss (its terms of the aggregated loss: the prompts' parts of a mini-batch sum to
+    its loss); ``grad_mass``, the L1 norm of that loss's gradient with respect to the prompt's
+    token log-probabilities, ``sum_t |dL/dlogp_t|`` (the gradient is ``sum_t dL/dlogp_t x
+    grad logp_t``, so its norm is at most ``grad_mass`` times the largest ``|grad logp_t|``: a
+    cheap proxy of the prompt's share of the gradient norm, from one backward pass through the
+    loss alone); ``grad_share``, ``grad_mass`` over its mini-batch's total; ``tokens``, the
+    response tokens it trained on. Zero where a prompt kept nothing."""
+
+    loss: Any          # np.ndarray of floats, one per prompt
+    grad_mass: Any
+    grad_share: Any
+    tokens: Any
 
 
 @dataclass
@@ -196,6 +246,9 @@ class NonFiniteGradients(RuntimeError):
 # Key of ``update_policy``'s result that is not a step metric: the optimiser steps skipped in a
 # row at the end of the update, which the loop carries across steps for max_skipped_updates.
 SKIPPED_IN_A_ROW = "skipped_in_a_row"
+# Key of a learner's update result that is not a step metric either: the per-prompt statistics
+# (``PromptUpdateStats``) the loop hands to the algorithm's ``after_update``.
+PROMPT_STATS = "prompt_stats"
 
 
 @dataclass(frozen=True)

@@ -23,12 +23,13 @@ import torch
 
 from trainer.loss import (
     Aggregation,
+    agg_rows,
     entropy_bonus,
     kl_penalty,
     ppo_clip_loss,
     truncated_is_weights,
 )
-from trainer.types import SKIPPED_IN_A_ROW, StopRequested
+from trainer.types import PROMPT_STATS, SKIPPED_IN_A_ROW, PromptUpdateStats, StopRequested
 
 UPDATE_METRICS = ("policy_loss", "entropy", "kl", "clip_frac_low", "clip_frac_high",
                   "dual_clip_frac", "grad_norm", "lr", "optimizer_steps", "skipped_updates")
@@ -48,9 +49,24 @@ class UpdateBatch:
     old_logprobs: list[list[float] | None] = field(default_factory=list)
     # The sampling engine's own log-probs (vllm), for truncated importance sampling.
     rollout_logprobs: list[list[float] | None] = field(default_factory=list)
+    # Each response's weight in the policy loss, set by the algorithm (empty: all 1).
+    weights: list[float] = field(default_factory=list)
+    # Whether to measure the per-prompt statistics (``PromptUpdateStats``) of the step's
+    # ``num_prompts`` prompts (the algorithm's ``after_update`` reads them).
+    prompt_stats: bool = False
+    num_prompts: int = 0
 
     def __len__(self) -> int:
         return len(self.response_ids)
+
+    def weight(self, i: int) -> float:
+        return self.weights[i] if i < len(self.weights) else 1.0
+
+    @property
+    def weighted(self) -> bool:
+        """Whether any response's loss weight is not 1 (else the loss is the unweighted one,
+        computed exactly as it is without weights)."""
+        return any(w != 1.0 for w in self.weights)
 
 
 def warmup_factor(step_index: int, warmup_steps: int) -> float:
@@ -162,7 +178,8 @@ def update_policy(model: Any, optimizer: torch.optim.Optimizer, scheduler: Any,
                   should_stop: Callable[[], bool] | None = None,
                   shard: UpdateShard = LOCAL) -> dict[str, float]:
     """One training step's policy update. Returns the UPDATE_METRICS, averaged over the optimiser
-    steps taken (``lr`` is the learning rate the step used), and ``SKIPPED_IN_A_ROW``.
+    steps taken (``lr`` is the learning rate the step used), ``SKIPPED_IN_A_ROW`` and, where
+    ``batch.prompt_stats``, ``PROMPT_STATS`` (``PromptUpdateStats``).
 
     A mini-batch whose gradient norm is not finite takes no optimiser step (``skipped_updates``
     counts them; ``optimizer_steps`` counts the steps taken). With several ranks the norm is the
@@ -171,7 +188,9 @@ def update_policy(model: Any, optimizer: torch.optim.Optimizer, scheduler: Any,
     Mini-batches hold ``config.ppo_mini_batch_size`` prompts (0: the whole batch) in an order
     shuffled per epoch by ``seed``; each is one optimiser step whose loss is the token-mean over
     the mini-batch (micro-batches of ``micro_batch_size`` responses accumulate gradients divided
-    by the mini-batch's token count, so splitting does not change the gradient).
+    by the mini-batch's token count, so splitting does not change the gradient). A response's
+    policy-loss terms are multiplied by its weight (``batch.weights``, the algorithm's) in
+    every ``loss_agg_mode``; the denominators stay the unweighted token and response counts.
 
     ``should_stop`` is polled before every mini-batch (``ppo_epochs`` x mini-batches can take
     long): when it says stop, ``StopRequested`` is raised, ``clean`` when no optimiser step was
@@ -182,139 +201,284 @@ def update_policy(model: Any, optimizer: torch.optim.Optimizer, scheduler: Any,
     over the ranks (a rank's own count would weigh a rank with fewer tokens more: the gradient of
     a per-rank mean is not the token mean's), and the metrics are summed over the ranks.
     """
-    lr = float(optimizer.param_groups[0]["lr"])
     metrics = dict.fromkeys(UPDATE_METRICS, 0.0)
-    metrics["lr"] = lr
+    metrics["lr"] = float(optimizer.param_groups[0]["lr"])
     if len(batch) == 0:
         # Nothing kept (e.g. passive filtering dropped every group): the schedule still advances
         # so that the lr of step s does not depend on earlier steps' contents.
         with warnings.catch_warnings():
             warnings.simplefilter("ignore", UserWarning)  # "scheduler.step() before optimizer"
             scheduler.step()
+        if batch.prompt_stats:
+            metrics[PROMPT_STATS] = _Stats(batch, 1).result(shard, [[]])
         return metrics
-    temperature = float(config.temperature)
     lengths = [len(r) for r in batch.response_ids]
+    plan, mb_prompts = _plan(batch, config, seed, shard, lengths)
+    epochs = config.ppo_epochs
+    inputs = _Inputs.prepare(model, batch, config, plan, pad_token_id, micro_batch_size, shard,
+                             ref_model)
+    metrics.update(inputs.gap)
+    done = _Pass(batch, config, epochs)
+    for idx, (epoch, mb) in zip(plan, _plan_positions(plan, epochs), strict=True):
+        if should_stop is not None and should_stop():
+            optimizer.zero_grad(set_to_none=True)
+            raise StopRequested("the policy update", clean=done.n_updates == 0)
+        _minibatch(model, optimizer, batch, config, idx, lengths, inputs, done, shard,
+                   micro_batch_size, pad_token_id, (epoch, mb))
+    optimizer.zero_grad(set_to_none=True)
+    with warnings.catch_warnings():
+        if done.n_updates == 0:  # every step skipped: "scheduler.step() before optimizer.step()"
+            warnings.simplefilter("ignore", UserWarning)
+        scheduler.step()
+    model.eval()
+    return done.metrics(metrics, shard, mb_prompts)
 
+
+def _plan(batch: UpdateBatch, config: Any, seed: int, shard: UpdateShard,
+          lengths: Sequence[int]) -> tuple[list[list[int]], list[list[int]]]:
+    """Every mini-batch of every epoch, as this process's part of it, planned up front (the
+    old log-probs are needed for every response this process will train on), and the prompts
+    of each whole mini-batch (the same on every process)."""
     groups = sorted(set(batch.groups))
     members: dict[int, list[int]] = {g: [] for g in groups}
     for i, g in enumerate(batch.groups):
         members[g].append(i)
     mb_prompts = config.ppo_mini_batch_size or len(groups)
-    # Every mini-batch of every epoch and this process's part of it, planned up front: the old
-    # log-probs are needed for every response this process will train on.
     plan: list[list[int]] = []
+    prompts: list[list[int]] = []
     for epoch in range(config.ppo_epochs):
         order = np.random.default_rng([seed, epoch]).permutation(len(groups)).tolist()
         for start in range(0, len(groups), mb_prompts):
             idx = [i for k in order[start:start + mb_prompts] for i in members[groups[k]]]
             plan.append(shard.take(idx, lengths))
-    mine = sorted({i for part in plan for i in part})
-    # Old log-probs: recorded at sampling time where the backend gave them (one per token).
-    old: dict[int, list[float]] = {}
-    missing = []
-    for i in mine:
-        rec = batch.old_logprobs[i] if i < len(batch.old_logprobs) else None
-        if rec is not None and len(rec) == len(batch.response_ids[i]):
-            old[i] = list(rec)
-        else:
-            missing.append(i)
-    model.eval()  # no dropout in the reference forward passes
-    # A sharded model's forward is a collective: every rank runs the pass, with or without work.
-    if shard.most(float(len(missing))) > 0:
-        old.update(_logprobs_no_grad(model, batch, missing, pad_token_id, temperature,
-                                     micro_batch_size, shard))
-    rollout = _rollout_logprobs(batch)
-    if rollout is not None:
-        # Each response counted once: by the process that trains it in the first mini-batches.
-        first = sorted({i for part in plan[:len(plan) // config.ppo_epochs] for i in part})
-        metrics.update(rollout_gap(old, rollout, first, shard))
-    ref: dict[int, list[float]] = {}
-    if ref_model is not None and config.kl_coef > 0:
-        ref = _logprobs_no_grad(ref_model, batch, mine, pad_token_id, temperature,
-                                micro_batch_size, shard)
-    model.train()
+            prompts.append([groups[k] for k in order[start:start + mb_prompts]])
+    return plan, prompts
 
-    totals = dict.fromkeys((*_LOSS_METRICS, "grad_norm"), 0.0)
-    n_updates = skipped = in_a_row = 0
-    tis_cap = float(getattr(config, "tis_cap", 0.0) or 0.0)
-    tis_on = tis_cap > 0 and rollout is not None
-    tis_sum = tis_hit = tis_tokens = 0.0
-    for idx in plan:
-        if should_stop is not None and should_stop():
-            optimizer.zero_grad(set_to_none=True)
-            raise StopRequested("the policy update", clean=n_updates == 0)
-        n_tokens, n_seqs = shard.total([float(sum(lengths[i] for i in idx)), float(len(idx))])
-        agg = Aggregation(getattr(config, "loss_agg_mode", "token-mean"), n_tokens, n_seqs,
-                          float(getattr(config, "max_new_tokens", 1) or 1))
-        optimizer.zero_grad(set_to_none=True)
-        mb = dict.fromkeys(_LOSS_METRICS, 0.0)
-        for part in shard.chunks(idx, micro_batch_size):
-            lp, ent, mask = _forward(model, batch, part, pad_token_id, temperature)
-            mask = mask.to(lp.dtype)
-            width = lp.shape[1]
-            old_lp = _pad([old[i] for i in part] or [[]], width).to(lp.device)
-            adv = torch.tensor([batch.advantages[i] for i in part] or [0.0], dtype=lp.dtype,
-                               device=lp.device)
-            weights = None
-            if tis_on:
-                roll_lp = _pad([rollout[i] for i in part] or [[]], width).to(lp.device)
-                weights = truncated_is_weights(old_lp, roll_lp, tis_cap)
-                tis_sum += float((weights * mask).sum())
-                tis_hit += float(((weights >= tis_cap) * mask).sum())
-                tis_tokens += float(mask.sum())
-            pg, clip = ppo_clip_loss(lp, old_lp, adv, mask, config.clip_eps_low,
-                                     config.clip_eps_high, denominator=n_tokens,
-                                     token_weights=weights,
-                                     clip_ratio_c=config.clip_ratio_c, agg=agg)
-            ent_term, h = entropy_bonus(ent, mask, config.entropy_coef, denominator=n_tokens,
-                                        agg=agg)
-            loss = pg + ent_term
-            if ref:
-                ref_lp = _pad([ref[i] for i in part] or [[]], width).to(lp.device)
-                kl_term, kl = kl_penalty(lp, ref_lp, mask, config.kl_coef,
-                                         denominator=n_tokens, agg=agg)
-                loss = loss + kl_term
-                mb["kl"] += kl.item()
-            loss.backward()
-            mb["policy_loss"] += pg.item()
-            mb["entropy"] += h.item()
-            mb["clip_frac_low"] += clip["clip_frac_low"].item()
-            mb["clip_frac_high"] += clip["clip_frac_high"].item()
-            mb["dual_clip_frac"] += clip["dual_clip_frac"].item()
-        grad_norm = torch.nn.utils.clip_grad_norm_(
-            [p for g in optimizer.param_groups for p in g["params"]], config.max_grad_norm)
-        if hasattr(grad_norm, "full_tensor"):  # sharded parameters: a DTensor norm
-            grad_norm = grad_norm.full_tensor()
-        if not torch.isfinite(grad_norm):
-            # As verl's actor: an inf/NaN gradient would make every weight NaN. Skip the step
-            # (weights and AdamW moments untouched); the loop fails the run after
-            # max_skipped_updates in a row. Its losses are left out of the means.
-            optimizer.zero_grad(set_to_none=True)
-            skipped += 1
-            in_a_row += 1
-            continue
-        in_a_row = 0
-        optimizer.step()
-        for k, v in zip(mb, shard.total(list(mb.values())), strict=True):
-            totals[k] += v
-        totals["grad_norm"] += float(grad_norm)
-        n_updates += 1
+
+def _plan_positions(plan: list[list[int]], epochs: int) -> list[tuple[int, int]]:
+    """(epoch, mini-batch of the epoch) of each entry of the plan."""
+    per_epoch = len(plan) // epochs
+    return [divmod(k, per_epoch) for k in range(len(plan))]
+
+
+@dataclass
+class _Inputs:
+    """What the update computes once before its mini-batches: the old log-probs of every
+    response this process trains on, the reference's (KL), the engine's (truncated
+    importance sampling) and their gap to the old ones."""
+
+    old: dict[int, list[float]]
+    ref: dict[int, list[float]]
+    rollout: dict[int, list[float]] | None
+    gap: dict[str, float]
+
+    @classmethod
+    def prepare(cls, model: Any, batch: UpdateBatch, config: Any, plan: list[list[int]],
+                pad_token_id: int, micro: int | None, shard: UpdateShard,
+                ref_model: Any) -> _Inputs:
+        temperature = float(config.temperature)
+        mine = sorted({i for part in plan for i in part})
+        # Old log-probs: recorded at sampling time where the backend gave them (one per token).
+        old: dict[int, list[float]] = {}
+        missing = []
+        for i in mine:
+            rec = batch.old_logprobs[i] if i < len(batch.old_logprobs) else None
+            if rec is not None and len(rec) == len(batch.response_ids[i]):
+                old[i] = list(rec)
+            else:
+                missing.append(i)
+        model.eval()  # no dropout in the reference forward passes
+        # A sharded model's forward is a collective: every rank runs the pass, with or without
+        # work.
+        if shard.most(float(len(missing))) > 0:
+            old.update(_logprobs_no_grad(model, batch, missing, pad_token_id, temperature,
+                                         micro, shard))
+        rollout = _rollout_logprobs(batch)
+        gap: dict[str, float] = {}
+        if rollout is not None:
+            # Each response counted once: by the process that trains it in the first
+            # mini-batches.
+            first = sorted({i for part in plan[:len(plan) // config.ppo_epochs] for i in part})
+            gap = rollout_gap(old, rollout, first, shard)
+        ref: dict[int, list[float]] = {}
+        if ref_model is not None and config.kl_coef > 0:
+            ref = _logprobs_no_grad(ref_model, batch, mine, pad_token_id, temperature, micro,
+                                    shard)
+        model.train()
+        return cls(old, ref, rollout, gap)
+
+
+class _Stats:
+    """The per-prompt statistics of an update (``PromptUpdateStats``), gathered per
+    (epoch, prompt) over the optimiser steps taken and summed over the processes at the end."""
+
+    def __init__(self, batch: UpdateBatch, epochs: int) -> None:
+        self.P = max(batch.num_prompts, max(batch.groups, default=-1) + 1)
+        self.loss = np.zeros((epochs, self.P))
+        self.mass = np.zeros((epochs, self.P))
+        self.tokens = np.zeros(self.P)
+        self.stepped = np.zeros((epochs, self.P))
+        self.batch = batch
+
+    def add(self, epoch: int, part: list[int], rows_loss: torch.Tensor, rows_mass: torch.Tensor,
+            lengths: Sequence[int], into: dict[str, np.ndarray]) -> None:
+        for row, i in enumerate(part):
+            g = self.batch.groups[i]
+            into["loss"][g] += float(rows_loss[row])
+            into["mass"][g] += float(rows_mass[row])
+            if epoch == 0:
+                into["tokens"][g] += lengths[i]
+            into["seen"][g] = 1.0
+
+    def commit(self, epoch: int, mb: dict[str, np.ndarray]) -> None:
+        """A mini-batch that took its optimiser step."""
+        self.loss[epoch] += mb["loss"]
+        self.mass[epoch] += mb["mass"]
+        self.tokens += mb["tokens"]
+        self.stepped[epoch] += mb["seen"]
+
+    def fresh(self) -> dict[str, np.ndarray]:
+        return {k: np.zeros(self.P) for k in ("loss", "mass", "tokens", "seen")}
+
+    def result(self, shard: UpdateShard, mb_prompts: list[list[int]]) -> PromptUpdateStats:
+        """The statistics, summed over the processes; ``mb_prompts``: the prompts of each
+        mini-batch of each epoch, in order (the same on every process)."""
+        E, P = self.loss.shape
+        flat = np.concatenate([self.loss.ravel(), self.mass.ravel(), self.tokens,
+                               self.stepped.ravel()])
+        total = np.asarray(shard.total(flat.tolist()), dtype=np.float64) if len(flat) else flat
+        loss = total[:E * P].reshape(E, P)
+        mass = total[E * P:2 * E * P].reshape(E, P)
+        tokens = total[2 * E * P:2 * E * P + P]
+        # A prompt trained by several processes is marked by each.
+        stepped = total[2 * E * P + P:].reshape(E, P) > 0
+        share = np.zeros((E, P))
+        per_epoch = len(mb_prompts) // E
+        for k, members in enumerate(mb_prompts):
+            # The prompts of one mini-batch share its total (each prompt is in one per epoch).
+            e, mb = k // per_epoch, np.asarray(members, dtype=np.int64)
+            denom = mass[e, mb].sum()
+            if denom > 0:
+                share[e, mb] = mass[e, mb] / denom
+        n = np.maximum(stepped.sum(axis=0), 1)
+        return PromptUpdateStats(loss=loss.sum(axis=0) / n, grad_mass=mass.sum(axis=0) / n,
+                                 grad_share=(share * stepped).sum(axis=0) / n, tokens=tokens)
+
+
+class _Pass:
+    """What the mini-batches of one update add up: the loss metrics and gradient norms of the
+    optimiser steps taken, the skipped ones, truncated importance sampling's figures and the
+    per-prompt statistics."""
+
+    def __init__(self, batch: UpdateBatch, config: Any, epochs: int) -> None:
+        self.totals = dict.fromkeys((*_LOSS_METRICS, "grad_norm"), 0.0)
+        self.n_updates = self.skipped = self.in_a_row = 0
+        self.tis_cap = float(getattr(config, "tis_cap", 0.0) or 0.0)
+        self.tis = [0.0, 0.0, 0.0]  # weight sum, tokens at the cap, tokens
+        self.stats = _Stats(batch, epochs) if batch.prompt_stats else None
+        self.tis_on = False
+
+    def metrics(self, metrics: dict[str, Any], shard: UpdateShard,
+                mb_prompts: list[list[int]]) -> dict[str, Any]:
+        for k, v in self.totals.items():
+            metrics[k] = v / max(self.n_updates, 1)
+        metrics["optimizer_steps"] = float(self.n_updates)
+        metrics["skipped_updates"] = float(self.skipped)
+        metrics[SKIPPED_IN_A_ROW] = float(self.in_a_row)
+        if self.tis_on:
+            tis_sum, tis_hit, tis_tokens = shard.total(self.tis)
+            metrics["tis_weight_mean"] = tis_sum / max(tis_tokens, 1.0)
+            metrics["tis_truncated_frac"] = tis_hit / max(tis_tokens, 1.0)
+        if self.stats is not None:
+            metrics[PROMPT_STATS] = self.stats.result(shard, mb_prompts)
+        return metrics
+
+
+def _minibatch(model: Any, optimizer: torch.optim.Optimizer, batch: UpdateBatch, config: Any,
+               idx: list[int], lengths: Sequence[int], inputs: _Inputs, done: _Pass,
+               shard: UpdateShard, micro_batch_size: int | None, pad_token_id: int,
+               where: tuple[int, int]) -> None:
+    """One mini-batch: its micro-batches' forward and backward passes (gradients accumulated
+    over the whole mini-batch's denominators), then one optimiser step unless the gradient norm
+    is not finite."""
+    n_tokens, n_seqs = shard.total([float(sum(lengths[i] for i in idx)), float(len(idx))])
+    agg = Aggregation(getattr(config, "loss_agg_mode", "token-mean"), n_tokens, n_seqs,
+                      float(getattr(config, "max_new_tokens", 1) or 1))
     optimizer.zero_grad(set_to_none=True)
-    with warnings.catch_warnings():
-        if n_updates == 0:  # every step skipped: "scheduler.step() before optimizer.step()"
-            warnings.simplefilter("ignore", UserWarning)
-        scheduler.step()
-    model.eval()
-    for k, v in totals.items():
-        metrics[k] = v / max(n_updates, 1)
-    metrics["optimizer_steps"] = float(n_updates)
-    metrics["skipped_updates"] = float(skipped)
-    metrics[SKIPPED_IN_A_ROW] = float(in_a_row)
-    if tis_on:
-        tis_sum, tis_hit, tis_tokens = shard.total([tis_sum, tis_hit, tis_tokens])
-        metrics["tis_weight_mean"] = tis_sum / max(tis_tokens, 1.0)
-        metrics["tis_truncated_frac"] = tis_hit / max(tis_tokens, 1.0)
-    return metrics
+    mb = dict.fromkeys(_LOSS_METRICS, 0.0)
+    mb_stats = done.stats.fresh() if done.stats is not None else None
+    for part in shard.chunks(idx, micro_batch_size):
+        lp, ent, mask = _forward(model, batch, part, pad_token_id, float(config.temperature))
+        mask = mask.to(lp.dtype)
+        width = lp.shape[1]
+        old_lp = _pad([inputs.old[i] for i in part] or [[]], width).to(lp.device)
+        adv = torch.tensor([batch.advantages[i] for i in part] or [0.0], dtype=lp.dtype,
+                           device=lp.device)
+        weights = _token_weights(batch, part, inputs, old_lp, mask, done, lp)
+        pg, clip = ppo_clip_loss(lp, old_lp, adv, mask, config.clip_eps_low,
+                                 config.clip_eps_high, denominator=n_tokens,
+                                 token_weights=weights, clip_ratio_c=config.clip_ratio_c,
+                                 agg=agg, per_token=mb_stats is not None)
+        if mb_stats is not None:
+            rows_mass = (torch.autograd.grad(pg, lp, retain_graph=True)[0].abs() * mask).sum(-1)
+            rows_loss = agg_rows(clip["per_token"].detach(), mask, agg)
+            done.stats.add(where[0], part, rows_loss, rows_mass, lengths,  # type: ignore[union-attr]
+                           mb_stats)
+        ent_term, h = entropy_bonus(ent, mask, config.entropy_coef, denominator=n_tokens,
+                                    agg=agg)
+        loss = pg + ent_term
+        if inputs.ref:
+            ref_lp = _pad([inputs.ref[i] for i in part] or [[]], width).to(lp.device)
+            kl_term, kl = kl_penalty(lp, ref_lp, mask, config.kl_coef, denominator=n_tokens,
+                                     agg=agg)
+            loss = loss + kl_term
+            mb["kl"] += kl.item()
+        loss.backward()
+        mb["policy_loss"] += pg.item()
+        mb["entropy"] += h.item()
+        mb["clip_frac_low"] += clip["clip_frac_low"].item()
+        mb["clip_frac_high"] += clip["clip_frac_high"].item()
+        mb["dual_clip_frac"] += clip["dual_clip_frac"].item()
+    grad_norm = torch.nn.utils.clip_grad_norm_(
+        [p for g in optimizer.param_groups for p in g["params"]], config.max_grad_norm)
+    if hasattr(grad_norm, "full_tensor"):  # sharded parameters: a DTensor norm
+        grad_norm = grad_norm.full_tensor()
+    if not torch.isfinite(grad_norm):
+        # As verl's actor: an inf/NaN gradient would make every weight NaN. Skip the step
+        # (weights and AdamW moments untouched); the loop fails the run after
+        # max_skipped_updates in a row. Its losses are left out of the means.
+        optimizer.zero_grad(set_to_none=True)
+        done.skipped += 1
+        done.in_a_row += 1
+        return
+    done.in_a_row = 0
+    optimizer.step()
+    for k, v in zip(mb, shard.total(list(mb.values())), strict=True):
+        done.totals[k] += v
+    done.totals["grad_norm"] += float(grad_norm)
+    done.n_updates += 1
+    if mb_stats is not None:
+        done.stats.commit(where[0], mb_stats)  # type: ignore[union-attr]
+
+
+def _token_weights(batch: UpdateBatch, part: list[int], inputs: _Inputs, old_lp: torch.Tensor,
+                   mask: torch.Tensor, done: _Pass, lp: torch.Tensor) -> torch.Tensor | None:
+    """Each token's weight in the policy loss: truncated importance sampling's (``tis_cap``,
+    where the engine's log-probs are known) times its response's weight (the algorithm's);
+    None where both are 1 everywhere."""
+    weights = None
+    if done.tis_cap > 0 and inputs.rollout is not None:
+        done.tis_on = True
+        roll_lp = _pad([inputs.rollout[i] for i in part] or [[]], lp.shape[1]).to(lp.device)
+        weights = truncated_is_weights(old_lp, roll_lp, done.tis_cap)
+        done.tis[0] += float((weights * mask).sum())
+        done.tis[1] += float(((weights >= done.tis_cap) * mask).sum())
+        done.tis[2] += float(mask.sum())
+    if batch.weighted:
+        rows = torch.tensor([batch.weight(i) for i in part] or [1.0], dtype=lp.dtype,
+                            device=lp.device).unsqueeze(-1)
+        weights = rows.expand_as(lp) if weights is None else weights * rows
+    return weights
 
 
 def rollout_gap(old: dict[int, list[float]], rollout: dict[int, list[float]],

@@ -1,9 +1,10 @@
 """Which training prompts a run has drawn so far: ``prompts_revisited`` of every step, and the
 order in which DAPO takes its further batches (``dapo_further_prompts = "unseen-first"``).
 
-A run draws each step's own batch from its epoch's permutation (``seeds.batch_indices``), so
-within an epoch no arm but DAPO revisits a prompt; DAPO's further batches come from the rest of
-the set and may hold prompts an earlier step drew (or a later step's own batch will). The
+A step's prompts are what its algorithm selects (``Algorithm.select_batch``): by default its own
+batch of the epoch's permutation (``seeds.batch_indices``), so that within an epoch only an
+algorithm that selects otherwise revisits a prompt (DAPO's further batches come from the rest
+of the set and may hold prompts an earlier step drew, or a later step's own batch will). The
 counts are run state: the loop keeps them and saves them in every checkpoint
 (``VISITS_STATE``), so a resumed run orders its further batches exactly as an uninterrupted one.
 
@@ -12,7 +13,7 @@ Light imports only (numpy): the algorithm registry imports this module.
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from typing import Any
 
 import numpy as np
@@ -57,15 +58,24 @@ class PromptVisits:
             state["counts"], dtype=np.int64)
 
     @classmethod
-    def from_own_batches(cls, num_prompts: int, batch_size: int, seed: int,
-                         steps: int) -> PromptVisits:
-        """The counts of a run whose steps 1..``steps`` drew their own batches only: every
-        algorithm but DAPO, and the best a resume from a checkpoint older than these counts can
-        rebuild (DAPO's further batches of those steps are then not counted)."""
+    def from_selections(cls, num_prompts: int, steps: int,
+                        selected: Callable[[int], Iterable[int]]) -> PromptVisits:
+        """The counts of a run whose steps 1..``steps`` drew ``selected(step)``: the best a
+        resume from a checkpoint older than these counts can rebuild, from the algorithm's
+        batch selection (``trainer.algorithms.choose_batch``; DAPO's further batches of those
+        steps are then not counted)."""
         visits = cls(num_prompts)
         for step in range(1, steps + 1):
-            visits.mark(seeds.batch_indices(num_prompts, batch_size, seed, step))
+            visits.mark(selected(step))
         return visits
+
+    @classmethod
+    def from_own_batches(cls, num_prompts: int, batch_size: int, seed: int,
+                         steps: int) -> PromptVisits:
+        """The counts of a run whose steps 1..``steps`` drew their own batches of the epoch
+        permutation only (``seeds.batch_indices``: every algorithm's default selection)."""
+        return cls.from_selections(num_prompts, steps, lambda step: seeds.batch_indices(
+            num_prompts, batch_size, seed, step))
 
 
 def own_batches_after(num_prompts: int, batch_size: int, seed: int, step: int,

@@ -12,16 +12,16 @@ histogram at temperature 1 on held-out prompts.
 from __future__ import annotations
 
 import argparse
-import fcntl
 import json
 import random
 import shutil
 import sys
 import time
 from collections.abc import Sequence
-from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
+
+from trainer.filelock import file_lock
 
 REPORT_NAME = "warmstart_report.json"
 DEFAULT_STEPS = 1500
@@ -297,23 +297,12 @@ def summarize_pass_rates(rates: Sequence[float], bins: int = 10) -> dict[str, An
     }
 
 
-@contextmanager
-def _file_lock(path: Path):
-    path.parent.mkdir(parents=True, exist_ok=True)
-    with open(path, "w") as fh:
-        fcntl.flock(fh, fcntl.LOCK_EX)
-        try:
-            yield
-        finally:
-            fcntl.flock(fh, fcntl.LOCK_UN)
-
-
 def warmstart_atomic(out: Path, progress: bool = True, **kwargs: Any) -> Path:
     """Warm-start into ``out`` unless a checkpoint is there; safe against concurrent callers
     (workers starting together): one trains under a file lock, into a temporary directory that is
     renamed into place, so nobody ever loads a half-written checkpoint."""
     out = Path(out)
-    with _file_lock(out.parent / f".{out.name}.lock"):
+    with file_lock(out.parent / f".{out.name}.lock"):
         if (out / "config.json").is_file():
             return out
         tmp = out.parent / f".{out.name}.tmp"

@@ -222,6 +222,8 @@ class SampleOut(Schema):
     kept: bool = Field(description="kept for the policy update")
     advantage: float | None = Field(description="null when not kept")
     verifier_error: str
+    weight: float = Field(description="its weight in the policy loss, set by the algorithm "
+                          "(1 unless it weights samples)")
 
 
 class PromptStepPage(Schema):
@@ -232,10 +234,6 @@ class PromptStepPage(Schema):
 class SamplePage(Schema):
     items: list[SampleOut]
     next_cursor: str | None = Field(description="pass as cursor for the next page; null: last")
-
-
-class Message(Schema):
-    detail: str
 
 
 class CancelOut(Schema):

@@ -10,7 +10,6 @@ from __future__ import annotations
 import html
 import math
 import statistics
-from collections import defaultdict
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -932,26 +931,37 @@ COMPARE_METRICS = {"real_reward": "real reward (0-1)", "kept_reward": "kept-batc
                    "response_length": "response length (tokens)"}
 
 
-def _run_label(run: Run) -> str:
-    return plotly_text(f"{run.name} "
-                       f"({selectors.algorithm_label(run.algorithm)})")
+def group_trace_label(group: selectors.RunGroup) -> str:
+    """A group's legend entry: what its runs share and what the line is made of ("GRPO n=4:
+    mean of 2 seeds (seeds 0, 1)"); a run compared alone keeps its own name."""
+    used = group.used
+    if len(group.members) == 1:
+        return plotly_text(f"{used[0].name} ({group.label})")
+    if len(used) == 1:
+        return plotly_text(f"{group.label}: seed {used[0].seed} "
+                           f"(1 of {len(group.members)} seeds)")
+    return plotly_text(f"{group.label}: {group.uses()}")
 
 
 def compare(runs: list[Run], x_axis: str = "step", metric: str = "real_reward",
             max_points: int = MAX_POINTS) -> Fig:
-    """Overlay runs; runs that differ only by seed become one mean line with a min-max band."""
+    """Overlay runs; runs that differ only by seed become one mean line with a min-max band,
+    drawn from the runs that recorded steps (``selectors.seed_groups`` says which, and the page
+    says which it left out)."""
     x_key, x_title = X_AXES[x_axis]
     json_metrics = tuple(m for m in (metric,) if m in selectors.METRIC_KEYS)
-    series = {r.pk: selectors.step_series(r.pk, json_metrics) for r in runs}
-    groups: dict[str, list[Run]] = defaultdict(list)
-    for r in runs:
-        groups[selectors.seed_group_key(r)].append(r)
+    groups = selectors.seed_groups(runs)
+    series = {r.pk: selectors.step_series(r.pk, json_metrics) for g in groups for r in g.used}
     data: list[dict[str, Any]] = []
-    for gi, members in enumerate(groups.values()):
+    for gi, group in enumerate(groups):
         color = PALETTE[gi % len(PALETTE)]
+        members = group.used
+        if not members:
+            continue
+        label = group_trace_label(group)
         if len(members) == 1:
             s = series[members[0].pk]
-            data.append(_line(_run_label(members[0]), s[x_key], s[metric], color, max_points))
+            data.append(_line(label, s[x_key], s[metric], color, max_points))
             continue
         # Align seeds on the step index: steps every member has recorded.
         by_step = [dict(zip(series[m.pk]["step"], range(len(series[m.pk]["step"])),
@@ -966,19 +976,29 @@ def compare(runs: list[Run], x_axis: str = "step", metric: str = "real_reward",
             mean.append(statistics.fmean(vals) if vals else None)
             lo.append(min(vals) if vals else None)
             hi.append(max(vals) if vals else None)
-        seeds = ", ".join(str(m.seed) for m in members)
-        label = f"{_run_label(members[0])} mean of {len(members)} seeds ({seeds})"
         data.extend(band_traces(label, xs, mean, lo, hi, color, max_points, group=f"g{gi}"))
     layout = _layout(f"{COMPARE_METRICS[metric].split(' (')[0].capitalize()} vs {x_title}",
                      x_title, COMPARE_METRICS[metric])
     pin_axis(layout["xaxis"], x_key)
     pin_axis(layout["yaxis"], metric)
     layout["height"] = 460
-    return whole_steps({"data": data, "layout": layout})
+    fig = {"data": data, "layout": layout}
+    if not data:
+        fig["layout"]["annotations"] = [{
+            "text": "none of these runs recorded a step yet", "showarrow": False,
+            "xref": "paper", "yref": "paper", "x": 0.5, "y": 0.5}]
+    return whole_steps(fig)
 
 
-def pass_rate_scatter(run_a: Run, run_b: Run) -> Fig:
-    p = selectors.per_prompt_pass_rates(run_a, run_b)
+def pass_rate_scatter(pair: tuple[Run, Run] | None) -> Fig:
+    """Each prompt's pass rate in run A against run B (``selectors.scatter_pair`` picks them
+    from the runs with recorded steps); None: fewer than two runs recorded a step."""
+    if pair is None:
+        p: dict[str, list[Any]] = {"a": [], "b": [], "prompt_id": [], "index": []}
+        names = ("A", "B")
+    else:
+        p = selectors.per_prompt_pass_rates(*pair)
+        names = (pair[0].name, pair[1].name)
     data = [
         {"type": "scattergl", "mode": "markers", "name": "prompts sampled by both runs",
          "x": p["a"], "y": p["b"], "customdata": p["prompt_id"],
@@ -988,14 +1008,15 @@ def pass_rate_scatter(run_a: Run, run_b: Run) -> Fig:
         {"type": "scattergl", "mode": "lines", "name": "equal pass rate", "x": [0, 1],
          "y": [0, 1], "line": {"color": "#888888", "dash": "dash"}, "hoverinfo": "skip"},
     ]
-    layout = _layout("Per-prompt pass rate", f"pass rate in A: {plotly_text(run_a.name)} (0-1)",
-                     f"pass rate in B: {plotly_text(run_b.name)} (0-1)", hovermode="closest")
+    layout = _layout("Per-prompt pass rate", f"pass rate in A: {plotly_text(names[0])} (0-1)",
+                     f"pass rate in B: {plotly_text(names[1])} (0-1)", hovermode="closest")
     pin_axis(layout["xaxis"], "pass_rate")
     pin_axis(layout["yaxis"], "pass_rate")
     layout["height"] = 460
     fig = {"data": data, "layout": layout}
     if not p["a"]:
-        fig["layout"]["annotations"] = [{"text": "the runs sampled no prompt in common",
+        fig["layout"]["annotations"] = [{"text": "the runs sampled no prompt in common"
+                                         if pair else "needs two runs that recorded a step",
                                          "showarrow": False, "xref": "paper", "yref": "paper",
                                          "x": 0.5, "y": 0.5}]
     return fig
@@ -1038,13 +1059,37 @@ def estimate_chart(name: str, estimate: Any, context: dict[str, Any]) -> Fig:
     if name == "budget":
         bxn = context["bxn"]
         labels = [r["label"] for r in rows]
-        # Horizontal bars: the algorithms' names read without rotation.
+        points = [r["samples_per_step"] for r in rows]
+        # Rows stored before the interval existed are recomputed (preflight._current).
+        low = [r.get("samples_per_step_low", p) for r, p in zip(rows, points, strict=True)]
+        high = [r.get("samples_per_step_high", p) for r, p in zip(rows, points, strict=True)]
+        # Horizontal bars: the algorithms' names read without rotation; the whiskers are each
+        # figure's 95% interval over the sampled prompts (none for a fixed budget).
         data = [
-            {"type": "bar", "orientation": "h", "name": "expected samples per step",
-             "y": labels, "x": [round(r["samples_per_step"], 1) for r in rows],
-             "text": [f"{r['multiple_of_grpo']:.2f}x" for r in rows], "textposition": "outside",
-             "cliponaxis": False, "marker": {"color": PALETTE[0]},
-             "hovertemplate": "%{y}: %{x:.0f} samples per step (%{text} B x n)<extra></extra>"},
+            {"type": "bar", "orientation": "h",
+             "name": "expected samples per step (whisker: 95% interval over the sampled prompts)",
+             "y": labels, "x": [round(p, 1) for p in points],
+             "customdata": [[round(lo), round(h)] for lo, h in zip(low, high, strict=True)],
+             "text": [f"{r['multiple_of_grpo']:.2f}x" for r in rows], "textposition": "none",
+             "marker": {"color": PALETTE[0]},
+             "hovertemplate": "%{y}: %{x:.0f} samples per step (%{text} B x n; 95%: "
+                              "%{customdata[0]}-%{customdata[1]})<extra></extra>"},
+            # The whiskers, on their own trace: only where there is an interval (a fixed budget
+            # is exact; plotly would draw a zero-width whisker's caps as a tick).
+            {"type": "scatter", "mode": "markers", "marker": {"opacity": 0},
+             "y": [lab for lab, lo, h in zip(labels, low, high, strict=True) if h > lo],
+             "x": [round(p, 1) for p, lo, h in zip(points, low, high, strict=True) if h > lo],
+             "error_x": {"type": "data", "symmetric": False, "color": "#1d2330",
+                         "array": [round(h - p, 1)
+                                   for p, lo, h in zip(points, low, high, strict=True) if h > lo],
+                         "arrayminus": [round(p - lo, 1) for p, lo, h
+                                        in zip(points, low, high, strict=True) if h > lo]},
+             "showlegend": False, "hoverinfo": "skip"},
+            # Each bar's multiple of B x n, written past its whisker (not over it).
+            {"type": "scatter", "mode": "text", "y": labels, "x": high,
+             "text": [f" {r['multiple_of_grpo']:.2f}x" for r in rows],
+             "textposition": "middle right", "cliponaxis": False, "showlegend": False,
+             "hoverinfo": "skip"},
             {"type": "scatter", "mode": "lines", "name": f"GRPO budget B x n = {bxn} samples",
              "y": labels, "x": [bxn] * len(rows),
              "line": {"color": "#888888", "dash": "dash"}, "hoverinfo": "skip"},

@@ -1,6 +1,7 @@
-"""Forms. The launch form is generated from ``TrainConfig.field_specs()`` so every hyperparameter
-the trainer knows appears with its default and help text, and a new trainer option shows up in
-the browser without touching this file."""
+"""Forms. The launch form is generated from ``trainer.config.field_specs()`` (the config's fields
+and every registered algorithm's own options) so every hyperparameter the trainer knows appears
+with its default and help text, and a new trainer option shows up in the browser without
+touching this file."""
 
 from __future__ import annotations
 
@@ -115,14 +116,27 @@ class NumbersAsTyped(forms.Form):
                 self.add_error(name, self.NOT_A_NUMBER_MESSAGE)
 
 
+class PromptSetChoice(forms.ModelChoiceField):
+    """A prompt set as the drop-down offers it: its name, whose it is and its size, the
+    platform's own sets first, then the user's, then everyone else's (a name alone, listed
+    newest first, put a look-alike upload above the set it imitated)."""
+
+    def label_from_instance(self, obj: PromptSet) -> str:
+        owner = obj.owner.username if obj.owner_id else "the platform"
+        return f"{obj.name} · {owner} · {obj.size:,} prompts"
+
+
+def prompt_set_choices(user: Any = None) -> Any:
+    return experiment_selectors.prompt_set_choices(getattr(user, "pk", None))
+
+
 class LaunchForm(NumbersAsTyped):
     name = forms.CharField(max_length=200, help_text="A name to find the run by.")
     # Sets imported whole: one still importing, or whose import failed, cannot train.
-    prompt_set = forms.ModelChoiceField(queryset=PromptSet.objects.filter(status="ready"),
-                                        help_text="Training prompts.")
-    eval_set = forms.ModelChoiceField(queryset=PromptSet.objects.filter(status="ready"),
-                                      required=False,
-                                      help_text="Held-out prompts for evaluation (optional).")
+    prompt_set = PromptSetChoice(queryset=PromptSet.objects.filter(status="ready"),
+                                 help_text="Training prompts (each with its owner).")
+    eval_set = PromptSetChoice(queryset=PromptSet.objects.filter(status="ready"), required=False,
+                               help_text="Held-out prompts for evaluation (optional).")
     queue = forms.ChoiceField(initial="cpu", help_text="Workers that may take the run.")
     retention = forms.ChoiceField(choices=Run.Retention.choices, initial=Run.Retention.ALL,
                                   help_text="Which response texts are stored.")
@@ -148,8 +162,11 @@ class LaunchForm(NumbersAsTyped):
                   "budget of n=16. At most {max_runs:,} runs. The name above names the sweep; "
                   "its runs are named by their values.")
 
-    def __init__(self, *args: Any, estimate: bool = False, **kwargs: Any) -> None:
+    def __init__(self, *args: Any, estimate: bool = False, user: Any = None,
+                 **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
+        for field in ("prompt_set", "eval_set"):
+            self.fields[field].queryset = prompt_set_choices(user)
         # An estimate launches nothing: it needs no run name.
         self.fields["name"].required = not estimate
         self.fields["sweep"].help_text = self.fields["sweep"].help_text.format(
@@ -159,12 +176,20 @@ class LaunchForm(NumbersAsTyped):
             (q, f"{q}: {settings.RUN_QUEUE_HELP.get(q, q)}; world_size up to "
                 f"{settings.RUN_MAX_WORLD_SIZE.get(q, 1):,}") for q in settings.RUN_QUEUES]
         self.config_groups: dict[str, list[str]] = {}
+        # The titles of the groups of an algorithm's own options ("Toy (toy only)").
+        self.group_titles: dict[str, str] = {}
         for spec in field_specs():
             if spec["name"] in SERVICE_OWNED:
                 continue
             self.fields[spec["name"]] = _config_field(spec)
             self.config_groups.setdefault(spec["group"], []).append(spec["name"])
+            if "group_title" in spec:
+                self.group_titles.setdefault(spec["group"], spec["group_title"])
         self.fields["model"].widget.attrs["list"] = "model-choices"
+        self.fields["model"].help_text = (
+            f"{BUILTIN_MODEL} (warm-started tiny Qwen2) or a model the operator put under the "
+            "model folders (RADA_MODEL_ROOTS): the list offers them. Under the simulated "
+            "backend, any name: a label.")
         self.fields["model"].required = True
         self.fields["model"].initial = BUILTIN_MODEL
         # The paper's lr default is for 1.5B-7B models; the built-in model wants its own.
@@ -195,8 +220,8 @@ class LaunchForm(NumbersAsTyped):
     def grouped(self) -> list[tuple[str, list[forms.BoundField]]]:
         order = ["algorithm", "est", "model", "optimisation", "data", "distributed", "run"]
         groups = sorted(self.config_groups, key=lambda g: order.index(g) if g in order else 99)
-        return [(GROUP_TITLES.get(g, g), [self[n] for n in self.config_groups[g]])
-                for g in groups]
+        return [(GROUP_TITLES.get(g) or self.group_titles.get(g, g),
+                 [self[n] for n in self.config_groups[g]]) for g in groups]
 
     def run_shape(self) -> dict[str, int]:
         """B, n, M and N as entered (the defaults where a value did not parse)."""
@@ -323,8 +348,9 @@ class UploadForm(forms.Form):
 
     def clean_name(self) -> str:
         name = self.cleaned_data["name"].strip()
-        if experiment_selectors.prompt_set_name_taken(name):
-            raise forms.ValidationError("a prompt set of this name exists")
+        problem = services.prompt_set_name_error(name)
+        if problem:
+            raise forms.ValidationError(problem)
         return name
 
 
@@ -342,8 +368,9 @@ class BuiltinForm(NumbersAsTyped):
 
     def clean_name(self) -> str:
         name = self.cleaned_data["name"].strip()
-        if PromptSet.objects.filter(name=name).exists():
-            raise forms.ValidationError("a prompt set of this name exists")
+        problem = services.prompt_set_name_error(name)
+        if problem:
+            raise forms.ValidationError(problem)
         return name
 
     def clean_task(self) -> str:

@@ -1,10 +1,13 @@
 """Reports: the figure and table types of the Reinforce-Ada paper drawn from the platform's own
 runs (a sweep, or any chosen set of runs).
 
-Runs are grouped as on the compare page: runs whose settings differ only by seed form one group,
-labelled by its algorithm (and by the settings that tell it from the other groups, e.g. ``lr``
-in a sweep over learning rates). Figures draw each group's mean over its seeds with a min-max
-band; tables give the mean ± the half-width of a 95% confidence interval over seeds (Student t).
+Runs are grouped as on the compare page (``selectors.seed_groups``): runs whose settings differ
+only by seed form one group, labelled by its algorithm (and by the settings that tell it from the
+other groups, e.g. ``lr`` in a sweep over learning rates). A group's figures and tables use its
+runs that recorded steps; the others (failed or cancelled before their first step, still queued)
+are left out, and the report's groups say which and why. Figures draw each group's mean over its
+seeds with a min-max band; tables give the mean ± the half-width of a 95% confidence interval
+over seeds (Student t).
 
 Every figure and table is first a list of tidy rows, which are exactly its CSV, and the figure is
 drawn from those rows: what the CSV says is what the picture shows. A report is plain data
@@ -23,7 +26,7 @@ from typing import Any
 
 from experiments.models import Run
 
-from trainer.algorithms import ALGORITHM_NAMES, baseline, get_algorithm, is_algorithm
+from trainer.algorithms import baseline
 from trainer.types import PASS_RATE_METRICS, PASS_RATE_THRESHOLDS
 
 from . import selectors
@@ -81,59 +84,20 @@ SECTIONS: dict[str, Section] = {
         ("group", "seeds", "eval_steps", "k", "greedy_accuracy", "greedy_accuracy_ci95",
          "avg_at_k", "avg_at_k_ci95", "pass_at_k", "pass_at_k_ci95")),
     "table-cost": Section(
-        "table", "Table 2 type", "Step time and samples per step, with ratios to GRPO",
+        "table", "Table 2 type", "Step time, samples and tokens per step, with ratios to GRPO",
         "Per run, the mean over its steps of the step time (generation, scoring and update) and "
-        "of samples and tokens per step; then mean ± 95% CI over seeds. Ratios divide by the "
-        "first GRPO group's means.",
-        ("group", "seeds", "steps", "step_seconds", "step_seconds_ci95", "samples_per_step",
-         "samples_per_step_ci95", "tokens_per_step", "step_seconds_vs_grpo",
-         "samples_vs_grpo")),
+        "of samples and tokens per step; then mean ± 95% CI over seeds. steps_per_seed: the "
+        "steps each seed recorded (\"40\", or \"38/40\" when seeds differ), not their sum. "
+        "Ratios divide by the first GRPO group's means.",
+        ("group", "seeds", "steps_per_seed", "step_seconds", "step_seconds_ci95",
+         "samples_per_step", "samples_per_step_ci95", "tokens_per_step", "tokens_per_step_ci95",
+         "step_seconds_vs_grpo", "samples_vs_grpo")),
 }
 FIGURES = tuple(n for n, s in SECTIONS.items() if s.kind == "figure")
 TABLES = tuple(n for n, s in SECTIONS.items() if s.kind == "table")
 
 Report = dict[str, Any]
 Rows = list[dict[str, Any]]
-
-
-# --- groups ------------------------------------------------------------------------------------
-
-def group_runs(runs: list[Run]) -> list[list[Run]]:
-    """Runs whose settings differ only by seed, together: in the registry's order (GRPO first),
-    then in launch order; each group's runs by seed."""
-    by_key: dict[str, list[Run]] = {}
-    for run in runs:
-        by_key.setdefault(selectors.seed_group_key(run), []).append(run)
-    order = {a: i for i, a in enumerate(ALGORITHM_NAMES)}
-    groups = sorted(by_key.values(), key=lambda g: (order.get(g[0].algorithm, len(order)),
-                                                    min(r.pk for r in g)))
-    return [sorted(g, key=lambda r: (r.seed, r.pk)) for g in groups]
-
-
-def group_labels(groups: list[list[Run]]) -> list[str]:
-    """The algorithm's label, plus the settings (other than the algorithm and the seed) whose
-    values tell this group from the others."""
-    firsts = [g[0] for g in groups]
-    settings: dict[str, list[Any]] = {
-        "prompt set": [r.prompt_set.name for r in firsts], "queue": [r.queue for r in firsts]}
-    keys = sorted({k for r in firsts for k in (r.config or {})} - {"algorithm", "seed"})
-    settings.update({k: [(r.config or {}).get(k) for r in firsts] for k in keys})
-    differing = [k for k, values in settings.items() if len({repr(v) for v in values}) > 1]
-    labels = []
-    for i, run in enumerate(firsts):
-        # GRPO's group size is its budget, so its label names it ("GRPO n=16").
-        grpo_n = (run.config or {}).get("group_size") \
-            if is_algorithm(run.algorithm) and get_algorithm(run.algorithm).label_shows_group_size \
-            else None
-        label = selectors.algorithm_label(run.algorithm, grpo_n)
-        extra = ", ".join(f"{k}={settings[k][i]}" for k in differing
-                          if not (grpo_n and k == "group_size"))
-        labels.append(f"{label} ({extra})" if extra else label)
-    # Groups equal in every shown setting still need distinct names in a legend.
-    for label in {x for x in labels if labels.count(x) > 1}:
-        for n, i in enumerate(i for i, x in enumerate(labels) if x == label):
-            labels[i] = f"{label} #{n + 1}"
-    return labels
 
 
 # --- what one run contributes ------------------------------------------------------------------
@@ -182,9 +146,15 @@ def _per_step_rows(label: str, per_run: list[dict[int, float]], **extra: Any) ->
              **spread([v[st] for v in per_run if st in v])} for st in steps]
 
 
+def _distinct(values: Iterable[int]) -> str:
+    """Per-seed counts as one cell: "80" when the seeds agree, "40/80" when they differ (never
+    a sum over seeds)."""
+    return "/".join(str(v) for v in sorted(set(values)))
+
+
 def _eval_steps(evals: list[tuple[int, dict[str, Any]]]) -> str:
     """The steps the evaluations were made at, e.g. "80" (or "40/80" for an unfinished seed)."""
-    return "/".join(str(s) for s in sorted({s for s, _ in evals}))
+    return _distinct(s for s, _ in evals)
 
 
 def _eval_rows(label: str, evals: list[tuple[int, dict[str, Any]]]) -> Rows:
@@ -217,20 +187,20 @@ def _mean_or_none(values: Iterable[Any]) -> float | None:
     return statistics.fmean(vals) if vals else None
 
 
-def _table_cost_rows(labels: list[str], groups: list[list[Run]],
+def _table_cost_rows(groups: list[selectors.RunGroup],
                      recs: dict[int, dict[str, Any]]) -> Rows:
     rows: Rows = []
-    for label, runs in zip(labels, groups, strict=True):
-        per_run = [recs[r.pk]["steps"] for r in runs if recs[r.pk]["steps"]["step"]]
-        row: dict[str, Any] = {"group": label, "seeds": len(per_run),
-                               "steps": sum(len(s["step"]) for s in per_run)}
-        for key, col in (("time_step", "step_seconds"), ("samples", "samples_per_step")):
+    for group in groups:
+        per_run = [recs[r.pk]["steps"] for r in group.used if recs[r.pk]["steps"]["step"]]
+        row: dict[str, Any] = {"group": group.label, "seeds": len(per_run),
+                               "steps_per_seed": _distinct(len(s["step"]) for s in per_run)}
+        for key, col in (("time_step", "step_seconds"), ("samples", "samples_per_step"),
+                         ("tokens", "tokens_per_step")):
             row[col], row[f"{col}_ci95"] = ci95(
                 [m for s in per_run if (m := _mean_or_none(s[key])) is not None])
-        row["tokens_per_step"] = _mean_or_none(_mean_or_none(s["tokens"]) for s in per_run)
         rows.append(row)
     base = next((row for row, g in zip(rows, groups, strict=True)
-                 if g[0].algorithm == baseline().name and row["seeds"]), None)
+                 if g.algorithm == baseline().name and row["seeds"]), None)
     for row in rows:
         for col, ratio in (("step_seconds", "step_seconds_vs_grpo"),
                            ("samples_per_step", "samples_vs_grpo")):
@@ -242,9 +212,8 @@ def _table_cost_rows(labels: list[str], groups: list[list[Run]],
 def build_report(runs: list[Run]) -> Report:
     """Groups and the tidy rows of every figure and table (plain data: cached, served as JSON
     by the API)."""
-    groups = group_runs(runs)
-    labels = group_labels(groups)
-    recs = {r.pk: run_records(r) for r in runs}
+    groups = selectors.seed_groups(runs)
+    recs = {r.pk: run_records(r) for g in groups for r in g.used}
     rows: dict[str, Rows] = {name: [] for name in SECTIONS}
 
     def series(run: Run, column: str, transform: Callable[[float], float] = float
@@ -252,7 +221,8 @@ def build_report(runs: list[Run]) -> Report:
         s = recs[run.pk]["steps"]
         return {st: transform(v) for st, v in _by_step(s["step"], s[column]).items()}
 
-    for label, members in zip(labels, groups, strict=True):
+    for group in groups:
+        label, members = group.label, group.used
         evals = [recs[r.pk]["eval"] for r in members if recs[r.pk]["eval"]]
         rows["pass-at-k"] += _eval_rows(label, evals)
         if evals:
@@ -273,16 +243,18 @@ def build_report(runs: list[Run]) -> Report:
                 rows["entropy-reward"].append({
                     "group": label, "step": st, "reward": statistics.fmean(b[0] for b in both),
                     "entropy": statistics.fmean(b[1] for b in both), "seeds": len(both)})
-    rows["table-cost"] = _table_cost_rows(labels, groups, recs)
-    return {
-        "groups": [{"label": label, "algorithm": g[0].algorithm, "runs": [r.pk for r in g],
-                    "seeds": [r.seed for r in g]} for label, g in zip(labels, groups, strict=True)],
-        "rows": rows,
-    }
+    rows["table-cost"] = _table_cost_rows(groups, recs)
+    # Each group's "runs" and "seeds" are those its rows use; "left_out" the others, with why.
+    return {"groups": [g.as_dict() for g in groups], "rows": rows}
+
+
+# The cache's name for whole reports; a new one when a report's layout changes, so that a report
+# cached by an earlier version (without its groups' left-out runs) is not served.
+REPORT_CACHE = "report-v2"
 
 
 def cached_report(runs: list[Run]) -> Report:
-    return selectors.cached_for_finished("report", runs, lambda: build_report(runs))
+    return selectors.cached_for_finished(REPORT_CACHE, runs, lambda: build_report(runs))
 
 
 def to_csv(report: Report, name: str) -> str:

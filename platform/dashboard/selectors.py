@@ -13,13 +13,14 @@ import hashlib
 import json
 import os
 import statistics
-from collections import defaultdict
-from dataclasses import dataclass
+from collections import Counter, defaultdict
+from dataclasses import dataclass, field
 from typing import Any
 
+from django.conf import settings
 from django.core.cache import cache
 from django.db import connection
-from django.db.models import F, Q
+from django.db.models import Count, Exists, Max, OuterRef
 from django.utils import timezone
 from experiments.models import (
     Estimate,
@@ -33,7 +34,7 @@ from experiments.models import (
     Step,
     Sweep,
 )
-from experiments.selectors import SweepStatus, sweep_statuses
+from experiments.selectors import SweepStatus, sweep_runs, sweep_statuses
 
 from trainer import formatting as fmt
 from trainer.algorithms import algorithms, get_algorithm, is_algorithm
@@ -126,6 +127,9 @@ class SweepGroup:
     runs: list[Run]
     can_manage: bool = False  # set by the view: may the user cancel it?
     is_sweep: bool = True
+    # What its compare and report leave out for good: the notes of its groups with a finished
+    # run that recorded no step (``RunGroup.note``).
+    left_out: list[str] = field(default_factory=list)
 
 
 def group_sweeps(runs: list[Run]) -> list[Run | SweepGroup]:
@@ -145,7 +149,28 @@ def group_sweeps(runs: list[Run]) -> list[Run | SweepGroup]:
         groups[sid].status = status
         # The grid's order; a run a retry replaced just before its retry.
         groups[sid].runs.sort(key=lambda r: (r.sweep_index is None, r.sweep_index or 0, r.pk))
+    for sid, notes in sweeps_left_out(list(groups)).items():
+        groups[sid].left_out = notes
     return items
+
+
+def sweeps_left_out(sweep_ids: list[int]) -> dict[int, list[str]]:
+    """Per sweep, the notes (``RunGroup.note``) of its groups that leave out a finished run:
+    one that failed, was cancelled or succeeded without recording a step, and so is missing
+    from the sweep's compare and report for good (queued and running runs are counted by the
+    status already). Sweeps without one are absent; one query when none has one."""
+    finished = [s for s in Run.Status.values if s not in Run.ACTIVE_STATUSES]
+    # A run a retry took the place of is not the sweep's any more (``sweep_runs``).
+    ids = set(Run.objects.filter(sweep_id__in=sweep_ids, status__in=finished,
+                                 replaced_by__isnull=True)
+              .exclude(Exists(Step.objects.filter(run_id=OuterRef("pk"))))
+              .values_list("sweep_id", flat=True))
+    out: dict[int, list[str]] = {}
+    for sid in sorted(ids):
+        runs = list(sweep_runs(sid))
+        out[sid] = [g.note for g in seed_groups(runs)
+                    if any(m.run.status in finished for m in g.left_out)]
+    return out
 
 
 def answer_note(prompt_set: PromptSet, prompt: Prompt | None = None) -> str:
@@ -222,22 +247,40 @@ class QueuePlace:
         return text
 
 
+def fair_queue(queue: str) -> list[int]:
+    """The queued runs of ``queue`` in the order the workers take them if nothing else
+    changes: ``services.take_next_run``'s order (``FAIR_PICK``) applied pick after pick, each
+    pick counting as one more run executing for its user and making that user the latest
+    served. One user's many queued runs interleave with the others' instead of going first."""
+    live = timezone.now() - dt.timedelta(seconds=settings.RUN_LEASE_TIMEOUT_SECONDS)
+    runs = Run.objects.filter(queue=queue)
+    executing = Counter(runs.filter(status=Run.Status.RUNNING, heartbeat_at__gte=live)
+                        .exclude(lease_owner="").values_list("owner_id", flat=True))
+    served: dict[int, tuple[int, float]] = {
+        owner: (0, at.timestamp()) for owner, at in runs.values("owner_id").annotate(
+            at=Max("started_at")).values_list("owner_id", "at") if at is not None}
+    waiting: dict[int, list[int]] = {}
+    for pk, owner in runs.filter(status=Run.Status.QUEUED).order_by("pk").values_list(
+            "pk", "owner_id"):
+        waiting.setdefault(owner, []).append(pk)
+    order: list[int] = []
+    for pick in range(sum(len(v) for v in waiting.values())):
+        owner = min((o for o in waiting if waiting[o]), key=lambda o: (
+            executing[o], served.get(o, (-1, 0.0)), waiting[o][0]))
+        order.append(waiting[owner].pop(0))
+        executing[owner] += 1
+        served[owner] = (1, float(pick))
+    return order
+
+
 def queue_place(run: Run) -> QueuePlace | None:
-    """The queued run's place on its queue (None unless queued). The order is the broker's:
-    runs in the order they reached it (``enqueued_at``: a run handed back, or put back on the
-    queue after a broker restart, goes to the back), those that have not reached it yet (the
-    broker was down at launch) last."""
+    """The queued run's place on its queue (None unless queued), in the workers' fair order
+    (``fair_queue``); a run the broker has not taken yet (it was down at launch) is in that
+    order too: a worker takes whichever run is next, whatever message it got."""
     if run.status != Run.Status.QUEUED:
         return None
-    queued = Run.objects.filter(queue=run.queue, status=Run.Status.QUEUED).exclude(pk=run.pk)
-    if run.enqueued_at is None:
-        ahead = queued.filter(Q(enqueued_at__isnull=False) | Q(enqueued_at__isnull=True,
-                                                                  pk__lt=run.pk))
-    else:
-        ahead = queued.filter(Q(enqueued_at__lt=run.enqueued_at)
-                              | Q(enqueued_at=run.enqueued_at, pk__lt=run.pk))
-    ahead_ids = list(ahead.order_by(F("enqueued_at").asc(nulls_last=True), "pk")
-                     .values_list("pk", flat=True))
+    order = fair_queue(run.queue)
+    ahead_ids = order[:order.index(run.pk)] if run.pk in order else order
     busy_runs = list(Run.objects.filter(queue=run.queue, status=Run.Status.RUNNING)
                      .order_by("pk").values_list("pk", flat=True))
     busy_estimates = list(Estimate.objects.filter(queue=run.queue,
@@ -653,6 +696,167 @@ def seed_group_key(run: Run) -> str:
     return json.dumps([run.prompt_set_id, run.model, cfg], sort_keys=True, default=str)
 
 
+# Why a run without a recorded step is left out of its group, by status.
+NO_STEP_REASONS = {
+    Run.Status.FAILED: "failed before its first step",
+    Run.Status.CANCELLED: "cancelled before its first step",
+    Run.Status.QUEUED: "queued: no step recorded yet",
+    Run.Status.RUNNING: "running: no step recorded yet",
+    Run.Status.SUCCEEDED: "finished without recording a step",
+}
+
+
+@dataclass
+class GroupMember:
+    """One run of a group, with how many steps it recorded (what the pages can draw of it) and,
+    when its retry is compared too, that retry (``Run.replaced_by``): the retry counts, not it."""
+
+    run: Run
+    steps: int
+    retried_as: int | None = None
+
+    @property
+    def used(self) -> bool:
+        return bool(self.steps) and self.retried_as is None
+
+    @property
+    def reason(self) -> str:
+        """Why it is left out ("" when it is used)."""
+        if self.retried_as is not None:
+            return f"replaced by its retry (run {self.retried_as})"
+        if self.steps:
+            return ""
+        return NO_STEP_REASONS.get(self.run.status, f"{self.run.status}: no step recorded")
+
+
+@dataclass
+class RunGroup:
+    """Runs whose settings differ only by seed (``seed_group_key``), as every page that
+    aggregates runs shows them: ``used`` are the members with recorded steps (a mean over seeds
+    is a mean over these), ``left_out`` those without, each with its reason. ``label`` names
+    what the group's runs share (``group_labels``), never one member's name or seed."""
+
+    members: list[GroupMember]
+    label: str = ""
+
+    @property
+    def runs(self) -> list[Run]:
+        return [m.run for m in self.members]
+
+    @property
+    def used(self) -> list[Run]:
+        return [m.run for m in self.members if m.used]
+
+    @property
+    def left_out(self) -> list[GroupMember]:
+        return [m for m in self.members if not m.used]
+
+    @property
+    def algorithm(self) -> str:
+        return self.members[0].run.algorithm
+
+    @property
+    def used_seeds(self) -> str:
+        return ", ".join(str(r.seed) for r in self.used)
+
+    def uses(self) -> str:
+        """What the group's figures are made of: "mean of 2 seeds (seeds 0, 1)", "1 seed
+        (seed 1)", "no run with recorded steps"."""
+        used = self.used
+        if not used:
+            return "no run with recorded steps"
+        if len(used) == 1:
+            return f"1 seed (seed {used[0].seed})"
+        return f"mean of {len(used)} seeds (seeds {self.used_seeds})"
+
+    def left_out_text(self) -> str:
+        """E.g. "seed 0, failed before its first step" ("" when nothing is left out)."""
+        return "; ".join(f"seed {m.run.seed}, {m.reason}" for m in self.left_out)
+
+    @property
+    def note(self) -> str:
+        """The group in one line, as every aggregating page says it: "Reinforce-Ada
+        Seq-balance: 1 seed (seed 1); left out: seed 0, failed before its first step"."""
+        left = self.left_out_text()
+        return f"{self.label}: {self.uses()}" + (f"; left out: {left}" if left else "")
+
+    def as_dict(self) -> dict[str, Any]:
+        """The group as plain data (reports, the API)."""
+        return {"label": self.label, "algorithm": self.algorithm,
+                "runs": [r.pk for r in self.used], "seeds": [r.seed for r in self.used],
+                "left_out": [{"run": m.run.pk, "name": m.run.name, "seed": m.run.seed,
+                              "status": m.run.status, "reason": m.reason}
+                             for m in self.left_out],
+                "note": self.note}
+
+
+def recorded_steps(run_ids: list[int]) -> dict[int, int]:
+    """How many steps each run recorded (runs without any are absent), in one grouped query."""
+    if not run_ids:
+        return {}
+    return dict(Step.objects.filter(run_id__in=run_ids).values("run_id")
+                .annotate(n=Count("id")).values_list("run_id", "n").order_by())
+
+
+def seed_groups(runs: list[Run]) -> list[RunGroup]:
+    """The runs in groups of runs that differ only by seed, and in each group which runs the
+    pages use (those with recorded steps) and which they leave out, and why: the one place
+    compare, the report, the runs list and the API decide it. Groups in the registry's order
+    (GRPO first), then in launch order; each group's runs by seed."""
+    steps = recorded_steps([r.pk for r in runs])
+    # A run whose retry is compared too is the retry's earlier attempt: the retry counts.
+    compared = {r.pk for r in runs}
+    retried = {r.pk: r.replaced_by_id for r in runs if r.replaced_by_id in compared}
+    by_key: dict[str, list[Run]] = {}
+    for run in runs:
+        by_key.setdefault(seed_group_key(run), []).append(run)
+    order = {a.name: i for i, a in enumerate(algorithms())}
+    ordered = sorted(by_key.values(), key=lambda g: (order.get(g[0].algorithm, len(order)),
+                                                     min(r.pk for r in g)))
+    groups = [RunGroup([GroupMember(r, steps.get(r.pk, 0), retried.get(r.pk))
+                        for r in sorted(g, key=lambda r: (r.seed, r.pk))]) for g in ordered]
+    for group, label in zip(groups, group_labels([g.runs for g in groups]), strict=True):
+        group.label = label
+    return groups
+
+
+def group_labels(groups: list[list[Run]]) -> list[str]:
+    """The algorithm's label, plus the settings (other than the algorithm and the seed) whose
+    values tell this group from the others."""
+    firsts = [g[0] for g in groups]
+    settings: dict[str, list[Any]] = {
+        "prompt set": [r.prompt_set.name for r in firsts], "queue": [r.queue for r in firsts]}
+    keys = sorted({k for r in firsts for k in (r.config or {})} - {"algorithm", "seed"})
+    settings.update({k: [(r.config or {}).get(k) for r in firsts] for k in keys})
+    differing = [k for k, values in settings.items() if len({repr(v) for v in values}) > 1]
+    labels = []
+    for i, run in enumerate(firsts):
+        # GRPO's group size is its budget, so its label names it ("GRPO n=16").
+        grpo_n = (run.config or {}).get("group_size") \
+            if is_algorithm(run.algorithm) and get_algorithm(run.algorithm).label_shows_group_size \
+            else None
+        label = algorithm_label(run.algorithm, grpo_n)
+        extra = ", ".join(f"{k}={settings[k][i]}" for k in differing
+                          if not (grpo_n and k == "group_size"))
+        labels.append(f"{label} ({extra})" if extra else label)
+    # Groups equal in every shown setting still need distinct names in a legend.
+    for label in {x for x in labels if labels.count(x) > 1}:
+        for n, i in enumerate(i for i, x in enumerate(labels) if x == label):
+            labels[i] = f"{label} #{n + 1}"
+    return labels
+
+
+def scatter_pair(groups: list[RunGroup]) -> tuple[Run, Run] | None:
+    """The two runs the per-prompt scatter compares: the first run with recorded steps of each
+    of the first two groups that have one (two groups: the point of comparing), else the first
+    two runs with steps of the one group; None when fewer than two runs recorded a step."""
+    firsts = [g.used[0] for g in groups if g.used]
+    if len(firsts) >= 2:
+        return firsts[0], firsts[1]
+    used = [r for g in groups for r in g.used]
+    return (used[0], used[1]) if len(used) >= 2 else None
+
+
 def per_prompt_pass_rates(run_a: Run, run_b: Run) -> dict[str, list[Any]]:
     """Pass rate of every prompt both runs sampled: positives / samples over the whole run.
     Cached once both runs are finished (two 300k-row aggregations at paper scale)."""
@@ -722,7 +926,7 @@ def last_evals(run_ids: list[int]) -> dict[int, tuple[int, dict[str, Any]]]:
 
 
 # The device a run's "auto" resolves to on each queue's workers.
-QUEUE_DEVICES = {"cpu": "cpu", "gpu": "cuda", "ray": "cuda"}
+QUEUE_DEVICES = settings.RUN_QUEUE_DEVICES
 
 
 @dataclass(frozen=True)

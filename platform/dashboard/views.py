@@ -26,15 +26,16 @@ from django.urls import reverse
 from django.utils.html import format_html_join
 from django.utils.http import urlencode
 from django.views.decorators.http import require_POST
-from experiments import bundles, preflight, services
+from experiments import bundles, model_catalogue, preflight, services
 from experiments import selectors as experiment_selectors
 from experiments.models import Estimate, Prompt, PromptSet, Run, Sweep
 from webapp.security import allows_webgl
+from webapp.throttles import launch_wait
 from webapp.uploads import accepts_files, rejected_files
 
 from trainer import formatting as fmt
 from trainer.config import BUILTIN_MODEL
-from trainer.preflight import PREDICTION_COLUMNS
+from trainer.preflight import INTERVAL_NOTE, PREDICTION_COLUMNS
 
 from . import charts, heatmap, params, reports, selectors
 from .forms import BuiltinForm, LaunchForm, UploadForm, clone_diff, initial_from_run
@@ -117,9 +118,11 @@ def run_launch(request: HttpRequest) -> HttpResponse:
         source = _run_or_404(params.parse_id(clone))
     diff: list[tuple[str, Any]] | None = None
     estimate = None
+    status = 200
     if request.method == "POST":
         action = request.POST.get("action", "launch")
-        form = LaunchForm(request.POST, estimate=action.startswith("estimate"))
+        form = LaunchForm(request.POST, estimate=action.startswith("estimate"),
+                          user=request.user)
         if form.is_valid() and action.startswith("estimate"):
             # The preflight: sample on a worker, shown under the form, which keeps its values.
             estimate = _request_estimate(request, form)
@@ -127,18 +130,24 @@ def run_launch(request: HttpRequest) -> HttpResponse:
             diff = clone_diff(form, source) if source else None
             # A clone is shown with its differences first and launched on confirmation.
             if source is None or request.POST.get("confirm") == "1":
-                try:
-                    return _launch(request, form, source)
-                except services.LaunchError as exc:
-                    form.add_launch_errors(exc.pairs)
+                wait = launch_wait(request)
+                if wait is not None:
+                    form.add_error(None, _too_many(wait))
+                    status = 429
+                else:
+                    try:
+                        return _launch(request, form, source)
+                    except services.LaunchError as exc:
+                        form.add_launch_errors(exc.pairs)
     else:
         initial = initial_from_run(source) if source else {}
         prompt_set = params.get_id(request.GET, "prompt_set")
         if prompt_set:
             initial["prompt_set"] = prompt_set
-        form = LaunchForm(initial=initial)
-    return render(request, "dashboard/run_launch.html", {
+        form = LaunchForm(initial=initial, user=request.user)
+    return render(request, "dashboard/run_launch.html", status=status, context={
         "form": form, "source": source, "diff": diff, "builtin_model": BUILTIN_MODEL,
+        "models": model_catalogue.offered_models(),
         "has_prompt_sets": experiment_selectors.ready_prompt_sets().exists(),
         **(_estimate_context(request, estimate, form.run_shape()) if estimate else {})})
 
@@ -268,12 +277,31 @@ def run_delete(request: HttpRequest, run_id: int) -> HttpResponse:
     return redirect("dashboard:run_list")
 
 
+def _too_many(wait: int) -> str:
+    return (f"Too many launches: try again in {wait} s (at most {settings.LAUNCH_RATE} per "
+            "user, LAUNCH_RATE).")
+
+
+def _throttled(request: HttpRequest, back: str) -> HttpResponse | None:
+    """A relaunch or retry past ``LAUNCH_RATE``: the message, and back where it came from."""
+    wait = launch_wait(request)
+    if wait is None:
+        return None
+    messages.error(request, _too_many(wait))
+    return redirect(back)
+
+
 @login_required
 @require_POST
 def run_relaunch(request: HttpRequest, run_id: int) -> HttpResponse:
     run = _run_or_404(run_id)
+    if (refused := _throttled(request, reverse("dashboard:run_detail", args=[run.pk]))):
+        return refused
     try:
         new = services.relaunch_run(run, request.user)
+    except services.LimitReached as exc:
+        messages.error(request, f"Cannot relaunch {run.name}: {exc.reason}")
+        return redirect("dashboard:run_detail", run_id=run.pk)
     except services.LaunchError as exc:
         # The config no longer validates (bounds changed since, a model directory is gone...):
         # the launch form shows it as a clone, where the field can be fixed.
@@ -287,6 +315,8 @@ def run_relaunch(request: HttpRequest, run_id: int) -> HttpResponse:
 def run_retry(request: HttpRequest, run_id: int) -> HttpResponse:
     """A failed or cancelled run of a sweep, run again in its place (``services.retry_run``)."""
     run = _run_or_404(run_id)
+    if (refused := _throttled(request, reverse("dashboard:run_detail", args=[run.pk]))):
+        return refused
     try:
         new = services.retry_run(run, request.user)
     except services.LaunchError as exc:
@@ -413,7 +443,7 @@ def prompt_sets(request: HttpRequest) -> HttpResponse:
 
 @login_required
 def prompt_set_detail(request: HttpRequest, set_id: int) -> HttpResponse:
-    ps = get_object_or_404(PromptSet, pk=set_id)
+    ps = get_object_or_404(PromptSet.objects.select_related("owner"), pk=set_id)
     return render(request, "dashboard/prompt_set_detail.html", {
         "set": ps, "import": _import_state(ps),
         "prompts": (experiment_selectors.prompt_set_preview(ps)
@@ -465,6 +495,10 @@ def prompt_detail(request: HttpRequest, set_id: int, index: int) -> HttpResponse
 
 # --- compare -----------------------------------------------------------------------------------
 
+# The compare table's "final" reward columns: the mean of each run's last this many steps.
+FINAL_STEPS = 10
+
+
 def _compare_runs(request: HttpRequest) -> tuple[list[Run], list[int]]:
     """The runs the query names (``runs`` in order, then each ``sweep``'s runs) and the ids
     that name no run."""
@@ -501,8 +535,12 @@ def compare(request: HttpRequest) -> HttpResponse:
                          f"{'was' if len(runs) == 1 else 'were'} found. Select them here.")
         return redirect("dashboard:run_list")
     runs_query = "&".join(f"runs={r.pk}" for r in runs)
+    groups = selectors.seed_groups(runs)
     return render(request, "dashboard/compare.html", {
-        "runs": runs, "query": runs_query, "final": selectors.final_metrics(runs),
+        "runs": runs, "query": runs_query, "groups": groups,
+        "any_left_out": any(g.left_out for g in groups),
+        "scatter": selectors.scatter_pair(groups),
+        "final": selectors.final_metrics(runs, FINAL_STEPS), "final_steps": FINAL_STEPS,
         "diff": selectors.config_diff(runs), "x_axes": charts.X_AXES,
         "metrics": charts.COMPARE_METRICS, "x": x, "metric": metric,
         "algorithm_labels": selectors.algorithm_labels(),
@@ -528,8 +566,10 @@ def compare_chart(request: HttpRequest) -> JsonResponse:
 @login_required
 def compare_scatter(request: HttpRequest) -> JsonResponse:
     runs = _compare_runs_or_404(request, 2)
-    fig = charts.pass_rate_scatter(runs[0], runs[1])
-    fig["prompt_url"] = reverse("dashboard:prompt_history", args=[runs[0].pk, 0])
+    pair = selectors.scatter_pair(selectors.seed_groups(runs))
+    fig = charts.pass_rate_scatter(pair)
+    if pair is not None:
+        fig["prompt_url"] = reverse("dashboard:prompt_history", args=[pair[0].pk, 0])
     return JsonResponse(fig)
 
 
@@ -582,7 +622,7 @@ def _estimate_context(request: HttpRequest, estimate: Estimate,
                                                                  r["group_size"])}
                         for r in rows],
         "bxn": shape["batch_size"] * shape["group_size"], "poll_seconds": 1,
-        "columns": PREDICTION_COLUMNS,
+        "columns": PREDICTION_COLUMNS, "interval_note": INTERVAL_NOTE,
     }
 
 
@@ -676,11 +716,11 @@ def report(request: HttpRequest) -> HttpResponse:
         messages.warning(request, "Choose a sweep, or select runs, for a report.")
         return redirect("dashboard:run_list")
     data = reports.cached_report(runs)
-    by_id = {r.pk: r for r in runs}
+    groups = selectors.seed_groups(runs)
     title, stem = _report_name(request, runs)
     return render(request, "dashboard/report.html", {
         "title": title, "stem": stem, "query": _report_query(request),
-        "groups": [(g, [by_id[i] for i in g["runs"]]) for g in data["groups"]],
+        "groups": groups, "any_left_out": any(g.left_out for g in groups),
         "figures": [(n, reports.SECTIONS[n]) for n in reports.FIGURES],
         "tables": [(n, reports.SECTIONS[n], data["rows"][n]) for n in reports.TABLES],
         "any_active": any(r.status in Run.ACTIVE_STATUSES for r in runs),

@@ -49,7 +49,7 @@ from experiments.services import (
 from trainer.digest import PromptDigest
 
 SAMPLE_COLUMNS = ("run_id", "step", "prompt_id", "index", "round", "response", "tokens",
-                  "reward", "kept", "advantage", "verifier_error")
+                  "reward", "kept", "advantage", "verifier_error", "weight")
 PROMPTSTEP_COLUMNS = ("run_id", "step", "prompt_id", "samples", "positives", "negatives",
                       "rounds", "exit_round", "missing", "kept_positives", "kept_negatives",
                       "baseline", "tokens", "p_hat", "allocated")
@@ -272,7 +272,7 @@ def _prompt_set_for(prompts: Sequence[Any], label: str, source: str) -> PromptSe
         [type(p)(id=p.id, text=p.text, answer=p.answer,
                  metadata={**p.metadata, "source_id": p.id}) for p in prompts],
         name=f"{label} [{PromptDigest.of(prompts)[:12]}]", source=source,
-        description=f"imported with a CLI run: {label}")
+        description=f"imported with a CLI run: {label}", platform=True)
     return ps
 
 
@@ -401,7 +401,8 @@ def _write_cli_step(run_id: int, e: dict[str, Any], ids: dict[str, int], wall: f
     _copy("experiments_sample", SAMPLE_COLUMNS, (
         (run_id, step, pid(s["prompt_id"]), s["index"], s["round"], s["response"], s["tokens"],
          s["reward"], s["kept"], finite_or_none(s.get("advantage")),
-         s.get("verifier_error") or "") for s in e["samples"]))
+         s.get("verifier_error") or "", float(s.get("weight", 1.0)))
+        for s in e["samples"]))
     return wall
 
 
@@ -435,7 +436,7 @@ def _bundle_prompt_set(folder: Path, info: dict[str, Any]) -> tuple[PromptSet, d
                                      full.column("metadata").to_pylist(), strict=True)]
     created, _ = find_or_import_prompt_set(
         prompts, name=f"{meta['name'][:180]} [{PromptDigest.of(prompts)[:12]}]",
-        source=meta.get("source") or "upload", prefer=meta["name"],
+        source=meta.get("source") or "upload", prefer=meta["name"], platform=True,
         description=f"imported with run bundle of run {info['run']['id']}")
     new_ids = Prompt.objects.filter(prompt_set=created).order_by("index").values_list(
         "pk", flat=True)
@@ -459,6 +460,10 @@ def _copy_parquet(run_id: int, path: Path, table: str, names: list[str], ids: di
     # without them the import's memory grew with the run (249 MiB more for 2M sample rows,
     # 15 MiB with them: docs/benchmarks.md).
     source = pq.ParquetFile(path, pre_buffer=False, buffer_size=1 << 20)
+    # A column a later version added is absent from older bundles: the database's default
+    # fills it (bundles.ADDED_COLUMNS).
+    present = set(source.schema_arrow.names)
+    names = [c for c in names if c in present or c not in bundles.ADDED_COLUMNS]
     out_cols = ["run_id", *names, *(["created_at"] if timestamps else [])]
     now = timezone.now()
     for batch in source.iter_batches(batch_size=IMPORT_BATCH_ROWS, columns=names,

@@ -7,6 +7,8 @@ so a resumed or redelivered run can never record a step twice.
 
 from __future__ import annotations
 
+from typing import Any
+
 from django.conf import settings
 from django.db import models
 
@@ -17,6 +19,9 @@ class PromptSet(models.Model):
         BUILTIN = "builtin", "built-in arithmetic"
 
     name = models.CharField(max_length=200, unique=True)
+    # experiments.names.name_key(name): the hash of the name's confusable skeleton (TR39), so
+    # that no two sets' names look alike in a drop-down ("arithmetic" with a Cyrillic "а").
+    name_key = models.CharField(max_length=64, unique=True)
     source = models.CharField(max_length=16, choices=Source.choices)
     description = models.TextField(blank=True)
     owner = models.ForeignKey(settings.AUTH_USER_MODEL, null=True, blank=True,
@@ -56,6 +61,15 @@ class PromptSet(models.Model):
 
     def __str__(self) -> str:
         return self.name
+
+    def save(self, *args: Any, **kwargs: Any) -> None:
+        # The key follows the name whoever writes it (the services, the admin, a fixture).
+        from experiments.names import name_key
+
+        self.name_key = name_key(self.name)
+        if kwargs.get("update_fields") is not None and "name" in kwargs["update_fields"]:
+            kwargs["update_fields"] = {*kwargs["update_fields"], "name_key"}
+        super().save(*args, **kwargs)
 
 
 class Prompt(models.Model):
@@ -263,7 +277,8 @@ class PromptStep(models.Model):
     kept_negatives = models.PositiveSmallIntegerField()
     baseline = models.FloatField()
     tokens = models.PositiveIntegerField(default=0)
-    # Reinforce-Ada-Est only (null for the other algorithms).
+    # Filled by an algorithm that allocates from a pass-rate estimate (``Algorithm.allocates``:
+    # Reinforce-Ada Est); null for the others.
     p_hat = models.FloatField(null=True, help_text="Pass-rate estimate before this step's "
                               "sampling (Est).")
     allocated = models.PositiveSmallIntegerField(null=True, help_text="Samples allocated this "
@@ -303,6 +318,9 @@ class Sample(models.Model):
     kept = models.BooleanField()
     advantage = models.FloatField(null=True)
     verifier_error = models.TextField(blank=True)
+    # Runs recorded before the algorithms could weight samples read 1 (db_default).
+    weight = models.FloatField(default=1.0, db_default=1.0,
+                               help_text="Its weight in the policy loss, set by the algorithm.")
 
     class Meta:
         ordering = ["run", "step", "prompt", "index"]

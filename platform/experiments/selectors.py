@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from django.db.models import Count, F, Q, QuerySet
+from django.db.models import Case, Count, F, Q, QuerySet, Value, When
 from django.db.models.functions import Left, Length
 
 from experiments.models import Prompt, PromptSet, Run, Sweep
@@ -57,6 +57,16 @@ def prompt_set_list() -> QuerySet[PromptSet]:
     return PromptSet.objects.select_related("owner").order_by("-created_at")
 
 
+def prompt_set_choices(user_id: int | None = None) -> QuerySet[PromptSet]:
+    """Prompt sets as a drop-down offers them, imported whole (``ready``): the platform's own
+    (made by a command: no owner; or a staff member's) first, then ``user_id``'s, then everyone
+    else's, each newest first; the owner fetched in the same query (every label names it)."""
+    rank = Case(When(Q(owner__isnull=True) | Q(owner__is_staff=True), then=Value(0)),
+                When(owner_id=user_id, then=Value(1)), default=Value(2))
+    return (ready_prompt_sets().select_related("owner").annotate(_rank=rank)
+            .order_by("_rank", "-created_at"))
+
+
 # Where prompts are listed (a set's page, a prompt's history in a run, the API's set detail),
 # each text is this many characters at most, cut in the database: a 49 MB prompt once made every
 # view of its set return 51 MB. The whole text is on the prompt's own page (``prompt_in_set``).
@@ -87,9 +97,10 @@ def prompt_in_set(prompt_set_id: int, index: int) -> Prompt:
     return Prompt.objects.get(prompt_set_id=prompt_set_id, index=index)
 
 
-def prompt_set_name_taken(name: str) -> bool:
-    """Whether a set holds ``name``: a failed import, or one whose importer stopped giving
-    signs of life (``services.prompt_import.stalled``), gives its name up to the next upload."""
+def prompt_sets_holding_names() -> QuerySet[PromptSet]:
+    """The sets whose names are taken: all but a failed import's and one whose importer stopped
+    giving signs of life (``services.prompt_import.stalled``), which give their names up to the
+    next upload."""
     import datetime as dt
 
     from django.conf import settings
@@ -99,8 +110,7 @@ def prompt_set_name_taken(name: str) -> bool:
     stalled = Q(status=PromptSet.Status.IMPORTING) & (
         Q(import_updated_at__lt=cutoff)
         | Q(import_updated_at__isnull=True, created_at__lt=cutoff))
-    return (PromptSet.objects.filter(name=name).exclude(status=PromptSet.Status.FAILED)
-            .exclude(stalled).exists())
+    return PromptSet.objects.exclude(status=PromptSet.Status.FAILED).exclude(stalled)
 
 
 def ready_prompt_sets() -> QuerySet[PromptSet]:

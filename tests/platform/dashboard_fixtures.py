@@ -139,3 +139,30 @@ def record(run: Run, steps: int = 3) -> None:
     for step in range(1, steps + 1):
         write_step(run, StepRecord(step=step, metrics={"time_step": 20.0}, rounds=[],
                                    prompts=[], samples=[], ranks=ranks(step)))
+
+
+# --- a sweep with a failed seed (compare, the report, the runs list and the API leave it out) ---
+
+def sweep_with_a_failed_seed(owner: User, steps: int = 6) -> Any:
+    """A sweep over GRPO and Seq-balance x seeds 0 and 1, recorded as a worker records it:
+    Seq-balance's seed 0 failed before its first step, GRPO's seed 1 was cancelled two steps
+    short of the end, the other two ran all ``steps``."""
+    from experiments import services
+
+    base = {"backend": "simulated", "batch_size": 4, "total_steps": steps, "eval_every": 0,
+            "save_every": 0}
+    sweep = services.launch_sweep(owner, "mixed", base, {"algorithm": ["grpo", "ada-balance"],
+                                                         "seed": [0, 1]},
+                                  make_prompt_set(name="mixed-set", size=12))
+    for run in sweep.runs.all():
+        if (run.algorithm, run.seed) == ("ada-balance", 0):
+            Run.objects.filter(pk=run.pk).update(
+                status=Run.Status.FAILED, error="ValueError: device: these ranks were built "
+                                                "with 'cpu', the run asks for 'auto'")
+        elif (run.algorithm, run.seed) == ("grpo", 1):
+            record_run(run, steps=steps - 2)
+            Run.objects.filter(pk=run.pk).update(status=Run.Status.CANCELLED)
+        else:
+            record_run(run)
+            Run.objects.filter(pk=run.pk).update(status=Run.Status.SUCCEEDED)
+    return sweep

@@ -207,6 +207,9 @@ def test_nginx_is_the_only_way_in_and_serves_the_static_files(compose: dict[str,
     accepted = settings.PROMPT_UPLOAD_MAX_BYTES + settings.DATA_UPLOAD_MAX_MEMORY_SIZE
     assert accepted <= int(env["RADA_MAX_BODY_MB"]) * 2**20 < accepted + 2**20
     assert proxy["depends_on"] == {"web": {"condition": "service_healthy"}}
+    # The throttles read the client's address from the X-Forwarded-For nginx writes.
+    assert services["web"]["environment"]["NUM_PROXIES"] == "1"
+    assert "proxy_set_header X-Forwarded-For $remote_addr;" in TEMPLATE.read_text()
     assert "/healthz" in " ".join(proxy["healthcheck"]["test"])
 
 

@@ -43,7 +43,7 @@ RECORDS = {
                  "exit_round", "missing", "kept_positives", "kept_negatives", "baseline",
                  "tokens", "p_hat", "allocated"),
     Sample: ("step", "prompt_id", "index", "round", "response", "tokens", "reward", "kept",
-             "advantage", "verifier_error"),
+             "advantage", "verifier_error", "weight"),
     EvalResult: ("step", "metrics"),
     Checkpoint: ("step", "path"),
 }
@@ -179,6 +179,13 @@ def test_export_run_command_writes_the_same_bundle(recorded: Run, user: Any,
     assert str(path) in out.getvalue()
     result = import_run(path, user)
     assert records(result.run) == records(recorded)
+    # A bundle written before samples had a loss weight imports with the default, 1.
+    folder = unzip(path.read_bytes(), tmp_path / "old")
+    table = pq.read_table(folder / "samples.parquet")
+    pq.write_table(table.drop_columns(["weight"]), folder / "samples.parquet")
+    old = import_run(folder, user)
+    assert records(old.run) == records(recorded)
+    assert set(Sample.objects.filter(run=old.run).values_list("weight", flat=True)) == {1.0}
     with pytest.raises(CommandError, match="run_id: no run"):
         call_command("export_run", "99999999", str(tmp_path))
 
@@ -420,7 +427,7 @@ def test_a_cli_run_on_the_built_in_task_shares_the_dashboards_sets(cli_run: Path
     from trainer.digest import PromptDigest
 
     config = TrainConfig.from_toml(cli_run.parent / "run.toml")
-    generated = services.create_builtin_prompt_set(user, "arithmetic 40 (built-in)",
+    generated = services.create_builtin_prompt_set(user, "arithmetic 40 (generated)",
                                                    config.task_num_prompts,
                                                    config.task_min_digits,
                                                    config.task_max_digits, 0)

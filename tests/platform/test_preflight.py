@@ -111,6 +111,9 @@ def test_a_queued_estimate_is_cancelled_at_once_and_never_sampled(
     redis.Redis.from_url(os.environ["CELERY_BROKER_URL"]).delete("cpu")
     ps = make_prompt_set("rates-12", 12)
     estimate = preflight.request_estimate(user, SIM, ps)
+    # The same settings spelled as they resolve on the cpu queue are the same sample.
+    assert preflight.request_estimate(user, SIM | {"device": "cpu", "rollout_dtype": "float32"},
+                                      ps).pk == estimate.pk
     messages = queued()
     assert [m["headers"]["task"] for m in messages] == ["workers.estimate_pass_rates"]
     with pytest.raises(PermissionDenied):
@@ -223,11 +226,32 @@ def test_finished_estimate_shows_predictions_chart_and_warnings(
     grpo = table[table.index('data-algorithm="grpo"'):]
     assert 'data-column="discarded_frac">0%' in grpo[:grpo.index("</tr>")]
     assert 'id="estimate-columns"' in page
+    # How sure: beside each samples per step, its interval over the sampled prompts as the
+    # stored predictions hold it (GRPO's fixed budget: exact), and what the interval means.
+    good.refresh_from_db()
+    rows = good.predictions["B8-n4-M8-N4"]
+    cells = table.split('data-column="samples_per_step">')[1:]
+    assert len(cells) == len(rows) == 7
+    for row, cell in zip(rows, cells, strict=True):
+        cell = cell[:cell.index("</td>")]
+        want = ("(exact)" if row["spend_fixed"] else
+                f"(95%: {row['samples_per_step_low']:,.0f}–{row['samples_per_step_high']:,.0f})")
+        assert want in cell, (row["algorithm"], cell)
+        assert row["spend_fixed"] == (row["algorithm"] in ("grpo", "ada-est"))
+    assert 'id="estimate-interval"' in page and "drawn again with replacement" in page
     budget = owner_client.get(reverse("dashboard:estimate_chart", args=[good.pk, "budget"]),
                               SHAPE).json()
     bars = budget["data"][0]
     assert bars["y"][:3] == ["GRPO n=4", "GRPO n=8", "GRPO n=16"]
     assert bars["x"][:3] == [32.0, 64.0, 128.0]  # B x n for B = 8
+    # The whiskers: each bar's interval, none for a fixed budget.
+    (whiskers,) = [t for t in budget["data"] if "error_x" in t]
+    ranged = [(r, b) for r, b in zip(rows, bars["y"], strict=True) if not r["spend_fixed"]]
+    assert whiskers["y"] == [b for _, b in ranged] and len(ranged) == 3
+    for (row, _), x, up, down in zip(ranged, whiskers["x"], whiskers["error_x"]["array"],
+                                     whiskers["error_x"]["arrayminus"], strict=True):
+        assert x + up == pytest.approx(row["samples_per_step_high"], abs=0.1)
+        assert x - down == pytest.approx(row["samples_per_step_low"], abs=0.1)
     hist = owner_client.get(reverse("dashboard:estimate_chart", args=[good.pk, "passrates"]),
                             SHAPE).json()
     assert len(hist["data"][0]["x"]) == 32 and hist["layout"]["title"]["text"]

@@ -16,6 +16,7 @@ from dashboard import reports, selectors
 from django.contrib.auth.models import User
 from django.test import Client
 from django.urls import reverse
+from experiments import selectors as experiment_selectors
 from experiments import services
 from experiments.models import EvalResult, Run, Sample, Step, Sweep
 from scipy import stats
@@ -139,10 +140,17 @@ def test_report_numbers_match_the_recorded_rows(sweep: Sweep) -> None:
                                          if s.run_id == rid) for rid in g["runs"]]
         per_run_samples = [statistics.fmean(s.samples for s in steps if s.run_id == rid)
                            for rid in g["runs"]]
-        assert (t2["seeds"], t2["steps"]) == (2, 12)
+        per_run_tokens = [statistics.fmean(s.tokens for s in steps if s.run_id == rid)
+                          for rid in g["runs"]]
+        # Steps per seed (6 each), not their sum over the two seeds (12).
+        assert (t2["seeds"], t2["steps_per_seed"]) == (2, "6")
         assert t2["step_seconds"] == pytest.approx(statistics.fmean(per_run_time))
         assert t2["step_seconds_ci95"] == pytest.approx(_ci(per_run_time))
         assert t2["samples_per_step"] == pytest.approx(statistics.fmean(per_run_samples))
+        # Tokens per step: the same mean of per-run means, with its 95% CI (the seeds differ).
+        assert len(set(per_run_tokens)) == 2
+        assert t2["tokens_per_step"] == pytest.approx(statistics.fmean(per_run_tokens))
+        assert t2["tokens_per_step_ci95"] == pytest.approx(_ci(per_run_tokens))
     grpo, pos, balance = report["rows"]["table-cost"]
     assert grpo["samples_per_step"] == 16 and grpo["samples_vs_grpo"] == 1.0
     for row in (pos, balance):
@@ -210,7 +218,7 @@ def test_report_page_of_a_sweep_and_of_chosen_runs(sweep: Sweep, owner: User) ->
     chosen = [runs["grpo", 0], runs["grpo", 1], runs["ada-balance", 1]]
     page = c.get(reverse("dashboard:report") + "?runs=" + ",".join(str(r.pk) for r in chosen))
     assert page.status_code == 200 and "Report: 3 runs" in page.content.decode()
-    assert [g.get("label") for g, _ in page.context["groups"]] == [LABELS[0], LABELS[2]]
+    assert [g.label for g in page.context["groups"]] == [LABELS[0], LABELS[2]]
 
 
 def test_report_bad_requests(sweep: Sweep, owner: User) -> None:
@@ -297,5 +305,113 @@ def test_report_of_a_large_finished_sweep_is_cached_under_a_valid_key(owner: Use
         warnings.simplefilter("error")  # a CacheKeyWarning (key over 250 characters) fails
         first = reports.cached_report(runs)
         calls = []
-        assert selectors.cached_for_finished("report", runs, lambda: calls.append(1)) == first
-    assert calls == [] and len(first["groups"][0]["runs"]) == 40
+        assert selectors.cached_for_finished(reports.REPORT_CACHE, runs,
+                                             lambda: calls.append(1)) == first
+    # None recorded a step: all 40 are listed, as left out.
+    assert calls == [] and len(first["groups"][0]["left_out"]) == 40
+
+
+def test_a_failed_seed_is_left_out_and_said_so_on_every_page(owner: User) -> None:
+    """Seq-balance's seed 0 failed before its first step, GRPO's seed 1 was cancelled after 4
+    steps: compare draws both groups from the runs that have steps, its scatter compares two
+    such runs, and compare, the report, the runs list and the API each say what they left out
+    and why."""
+    from api.services import create_token
+
+    from .dashboard_fixtures import sweep_with_a_failed_seed
+
+    sweep = sweep_with_a_failed_seed(owner)
+    runs = {(r.algorithm, r.seed): r for r in _runs(sweep)}
+    failed = runs["ada-balance", 0]
+    note = f"{LABELS[2]}: 1 seed (seed 1); left out: seed 0, failed before its first step"
+    c = Client()
+    c.force_login(owner)
+    query = f"?sweep={sweep.pk}"
+
+    # Compare: both groups drawn, each labelled by what its runs share.
+    fig = c.get(reverse("dashboard:compare_chart") + query).json()
+    lines = {t["name"]: t for t in fig["data"] if t.get("mode") == "lines" and t["name"]
+             not in ("max", "min-max across seeds")}
+    assert sorted(lines) == ["GRPO n=4: mean of 2 seeds (seeds 0, 1)",
+                             f"{LABELS[2]}: seed 1 (1 of 2 seeds)"]
+    assert not any("seed=" in name or "[" in name for name in lines)
+    balance = list(Step.objects.filter(run=runs["ada-balance", 1]).order_by("step"))
+    line = lines[f"{LABELS[2]}: seed 1 (1 of 2 seeds)"]
+    assert line["x"] == [s.step for s in balance] == [1, 2, 3, 4, 5, 6]
+    assert line["y"] == pytest.approx([s.real_reward for s in balance])
+    # GRPO's mean: the steps both seeds recorded (the cancelled one stopped at step 4).
+    grpo = defaultdict(list)
+    for s in Step.objects.filter(run__in=[runs["grpo", 0], runs["grpo", 1]]):
+        grpo[s.step].append(s.real_reward)
+    line = lines["GRPO n=4: mean of 2 seeds (seeds 0, 1)"]
+    assert line["x"] == [1, 2, 3, 4]
+    assert line["y"] == pytest.approx([statistics.fmean(grpo[st]) for st in (1, 2, 3, 4)])
+    # The scatter compares a run of each group that has steps, never the failed one.
+    scatter = c.get(reverse("dashboard:compare_scatter") + query).json()
+    assert scatter["layout"]["xaxis"]["title"]["text"].startswith(
+        f"pass rate in A: {runs['grpo', 0].name}")
+    assert scatter["layout"]["yaxis"]["title"]["text"].startswith(
+        f"pass rate in B: {runs['ada-balance', 1].name}")
+    assert len(scatter["data"][0]["x"]) > 0 and "annotations" not in scatter["layout"]
+    page = c.get(reverse("dashboard:compare") + query)
+    html = page.content.decode()
+    assert page.context["scatter"] == (runs["grpo", 0], runs["ada-balance", 1])
+    assert 'id="compare-groups-left-out"' in html and f"{note}." in html
+    assert "mean of 2 seeds (seeds 0, 1)" in html
+    # The final-metrics columns say what each is: means of the last steps, totals over the run.
+    head = html[html.index('id="final-metrics"'):html.index("</thead>",
+                                                              html.index('id="final-metrics"'))]
+    assert "mean of the last 10 steps" in head and "total over the run" in head
+    assert html.count("(mean of the last 10 steps)") == 0
+
+    # The report: the same groups, rows from the runs with steps, the same note.
+    report = reports.build_report(_runs(sweep))
+    groups = {g["label"]: g for g in report["groups"]}
+    assert groups[LABELS[2]]["runs"] == [runs["ada-balance", 1].pk]
+    assert groups[LABELS[2]]["left_out"] == [{
+        "run": failed.pk, "name": failed.name, "seed": 0, "status": "failed",
+        "reason": "failed before its first step"}]
+    assert groups[LABELS[2]]["note"] == note
+    assert groups["GRPO n=4"]["runs"] == [runs["grpo", 0].pk, runs["grpo", 1].pk]
+    assert groups["GRPO n=4"]["left_out"] == []
+    cost = {r["group"]: r for r in report["rows"]["table-cost"]}
+    assert (cost["GRPO n=4"]["seeds"], cost["GRPO n=4"]["steps_per_seed"]) == (2, "4/6")
+    assert (cost[LABELS[2]]["seeds"], cost[LABELS[2]]["steps_per_seed"]) == (1, "6")
+    assert cost[LABELS[2]]["samples_per_step"] == pytest.approx(
+        statistics.fmean(s.samples for s in balance))
+    assert cost[LABELS[2]]["samples_per_step_ci95"] is None  # one seed: no interval
+    rows = list(csv.DictReader(io.StringIO(c.get(
+        reverse("dashboard:report_csv", args=["table-cost"]) + query).content.decode())))
+    assert [(r["group"], r["seeds"], r["steps_per_seed"]) for r in rows] == [
+        ("GRPO n=4", "2", "4/6"), (LABELS[2], "1", "6")]
+    html = c.get(reverse("dashboard:report") + query).content.decode()
+    assert 'id="report-groups-left-out"' in html and f"{note}." in html
+    assert "failed before its first step" in html[html.index('id="report-groups"'):]
+
+    # The runs list's sweep row, and the API's report.
+    html = c.get(reverse("dashboard:run_list")).content.decode()
+    head = html[html.index(f'id="sweep-{sweep.pk}"'):html.index("</tr>",
+                                                               html.index(f'id="sweep-{sweep.pk}"'))]
+    assert f"Compare and report leave out: {note}" in head
+    api = Client(HTTP_AUTHORIZATION=f"Bearer {create_token(owner, 'tests')[1]}")
+    body = api.get("/api/v1/report", {"sweep": sweep.pk}).json()
+    assert [g["note"] for g in body["groups"]] == [
+        "GRPO n=4: mean of 2 seeds (seeds 0, 1)", note]
+
+    # Retried in its place (services.retry_run): the sweep's pages count the retry (queued, no
+    # step yet) and no longer the failed run; chosen together, the failed run is left out as
+    # replaced by its retry.
+    retry = services.retry_run(failed, owner)
+    note = f"{LABELS[2]}: 1 seed (seed 1); left out: seed 0, queued: no step recorded yet"
+    assert [g["note"] for g in reports.build_report(
+        list(experiment_selectors.sweep_runs(sweep.pk)))["groups"]][1] == note
+    html = c.get(reverse("dashboard:compare") + query).content.decode()
+    assert f"{note}." in html and f'href="/runs/{failed.pk}/"' not in html
+    html = c.get(reverse("dashboard:run_list")).content.decode()
+    assert "Compare and report leave out" not in html  # the retry is queued: not for good
+    chosen = [failed, retry, runs["ada-balance", 1]]
+    (group,) = selectors.seed_groups(
+        list(Run.objects.filter(pk__in=[r.pk for r in chosen]).select_related("prompt_set")))
+    assert [(m.run.pk, m.reason) for m in group.left_out] == [
+        (failed.pk, f"replaced by its retry (run {retry.pk})"),
+        (retry.pk, "queued: no step recorded yet")]

@@ -64,6 +64,14 @@ def test_the_run_page_draws_a_toy_algorithms_records(toy: Algorithm, owner: User
     assert figures["funnel"]["layout"]["title"]["text"].startswith("One round, no elimination")
 
 
+def test_a_records_name_fits_the_runs_algorithm_column() -> None:
+    """The record refuses a name longer than ``Run.algorithm`` holds (trainer/ never imports
+    Django: the two numbers are kept equal here)."""
+    from trainer.algorithms.base import MAX_NAME_CHARS
+
+    assert Run._meta.get_field("algorithm").max_length == MAX_NAME_CHARS
+
+
 def run_config(run: Run):
     from trainer.config import TrainConfig
 

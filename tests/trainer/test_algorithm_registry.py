@@ -20,9 +20,11 @@ from trainer.algorithms import (
     ALGORITHM_NAMES,
     GRPO,
     Algorithm,
+    Option,
     SampledStep,
     StepContext,
     algorithms,
+    baseline,
     get_algorithm,
     register_algorithm,
     sample_batch,
@@ -107,8 +109,11 @@ def test_no_module_outside_the_registry_compares_an_algorithm_name() -> None:
 # --- the records ---------------------------------------------------------------------------
 
 def test_every_builtin_record_is_complete() -> None:
-    assert list(ALGORITHM_NAMES) == ["grpo", "dapo", "ada-pos", "ada-balance", "ada-est"]
-    assert [a.name for a in algorithms() if a.baseline] == ["grpo"]
+    """Whatever the built-ins are (trainer/algorithms/__init__.py registers them): one baseline,
+    first; every record complete and valid at its defaults."""
+    names = list(ALGORITHM_NAMES)
+    assert len(names) == len(set(names)) >= 2
+    assert [a.name for a in algorithms() if a.baseline] == [names[0]] == [baseline().name]
     declared = step_metric_declarations()
     for algorithm in algorithms():
         c = TrainConfig(algorithm=algorithm.name).validate()
@@ -124,6 +129,13 @@ def test_every_builtin_record_is_complete() -> None:
 
 
 def test_a_record_must_be_consistent() -> None:
+    # A name the runs' algorithm column (16 characters) and a sweep spec can hold.
+    with pytest.raises(ValueError, match="1 to 16 characters"):
+        dataclasses.replace(GRPO, name="grpo-with-a-long-name")
+    with pytest.raises(ValueError, match="lower-case letters"):
+        dataclasses.replace(GRPO, name="grpo,n=8")
+    with pytest.raises(ValueError, match="'group_size' is a config field"):
+        dataclasses.replace(GRPO, name="x", options=(Option("group_size", 4, "n"),))
     with pytest.raises(ValueError, match="sampling"):
         dataclasses.replace(GRPO, name="x", sampling="sometimes")
     with pytest.raises(ValueError, match="exit rule"):
@@ -136,12 +148,11 @@ def test_a_record_must_be_consistent() -> None:
 
 def sample_equal_dropped(ctx: StepContext) -> SampledStep:
     """One round of n per prompt (GRPO's), then every group whose rewards are all equal leaves
-    the update."""
+    the update (``with_kept`` recomputes the kept counts and advantages)."""
     sampled = sample_batch(ctx)
     res = sampled.result
     if res is not None:
-        res.kept &= signal_groups(res)[res.sample_prompt]
-        res.advantages = np.where(res.kept, res.advantages, 0.0)
+        sampled.result = res.with_kept(res.kept & signal_groups(res)[res.sample_prompt])
     return sampled
 
 
@@ -187,3 +198,49 @@ def test_a_toy_algorithm_trains_through_train_once_registered(toy: Algorithm,
         assert kept == {p.prompt_id for p in step.prompts} - equal
         assert m["kept_samples"] == 4 * len(kept)
         assert all(s.advantage is None for s in step.samples if s.prompt_id in equal)
+
+
+def test_what_a_toy_keeps_is_what_simulate_prints(toy: Algorithm) -> None:
+    """The toy drops equal groups through ``SamplerResult.with_kept``, which recomputes the
+    kept counts: ``simulate`` prints 0 kept for a dropped group, not its pool's counts."""
+    from trainer.cli import simulate
+
+    rows = simulate(toy.name, [0.0, 1.0, 0.5, 0.5], seed=3)["prompts"]
+    for row in rows:
+        dropped = row["positives"] == 0 or row["negatives"] == 0
+        kept = row["kept_positives"] + row["kept_negatives"]
+        assert kept == (0 if dropped else 4) == len(row["advantages"]), row
+    assert sum(r["positives"] == 0 or r["negatives"] == 0 for r in rows) >= 2
+
+
+PLUGIN = '''
+from trainer.algorithms import GRPO, Algorithm, Option, register_algorithm
+import dataclasses
+
+register_algorithm(dataclasses.replace(
+    GRPO, name="plugin-grpo", label="Plugin GRPO", help="a deployment's own", baseline=False,
+    label_shows_group_size=False, preflight_group_sizes=(),
+    options=(Option("plugin_knob", 3, "Plugin: a knob.", "knobs", ge=1, le=9),)))
+'''
+
+
+def test_a_deployment_registers_its_own_algorithm_by_environment(tmp_path: Path) -> None:
+    """RADA_ALGORITHMS names modules that every process importing the trainer imports after the
+    built-ins: the config's choices, the help text and docs/config.md list the algorithm."""
+    import os
+    import subprocess
+    import sys
+
+    (tmp_path / "my_algorithm.py").write_text(PLUGIN)
+    env = {**os.environ, "RADA_ALGORITHMS": "my_algorithm",
+           "PYTHONPATH": os.pathsep.join([str(tmp_path), str(ROOT)])}
+    code = ("from trainer.config import ALGORITHMS, TrainConfig, field_specs\n"
+            "print(list(ALGORITHMS)[-1], TrainConfig(algorithm='plugin-grpo').plugin_knob)\n"
+            "print('plugin-grpo (a deployment' in field_specs()[0]['help'])\n")
+    out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True,
+                         cwd=tmp_path)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.split() == ["plugin-grpo", "3", "True"]
+    docs = subprocess.run([sys.executable, "-m", "trainer", "config-docs"], env=env,
+                          capture_output=True, text=True, cwd=tmp_path)
+    assert "| `plugin_knob` | `3` | [1, 9] | knobs | Plugin: a knob. |" in docs.stdout

@@ -7,6 +7,7 @@ import json
 import numpy as np
 import pytest
 
+from trainer.algorithms.est import EST_WEIGHTS
 from trainer.allocation import (
     ALLOCATION_WEIGHTS,
     PassRateEstimator,
@@ -15,7 +16,7 @@ from trainer.allocation import (
     pass_rate_estimate,
     plan_allocation,
 )
-from trainer.config import EST_WEIGHTS, TrainConfig
+from trainer.config import TrainConfig
 
 # --- the estimator ------------------------------------------------------------------------------
 

@@ -46,13 +46,16 @@ def test_vllm_backend_is_valid_on_cpu() -> None:
         ({"K_neg": "two"}, "K_neg"),
         ({"algorithm": "ada-pos", "K_pos": 0, "K_neg": 0}, "K_pos"),
         ({"algorithm": "ada-balance", "K_pos": 20, "K_neg": 13}, "K_pos"),  # > M x N = 32
-        ({"budget_per_prompt": 1}, "budget_per_prompt"),  # below est_min_samples = 2
-        ({"budget_per_prompt": 40}, "budget_per_prompt"),  # above est_max_samples = 32
-        ({"est_min_samples": 9, "est_max_samples": 8}, "est_max_samples"),
+        # Est's own checks (its options' bounds apply to every config; the checks across them
+        # to Est's alone: test_est_checks_are_ests_own).
+        ({"algorithm": "ada-est", "budget_per_prompt": 1}, "budget_per_prompt"),  # < N_min 2
+        ({"algorithm": "ada-est", "budget_per_prompt": 40}, "budget_per_prompt"),  # > N_max 32
+        ({"algorithm": "ada-est", "est_min_samples": 9, "est_max_samples": 8},
+         "est_max_samples"),
         ({"est_weight": "sqrt"}, "est_weight"),
         ({"est_lambda": 1.5}, "est_lambda"),
         ({"est_alpha": -1.0}, "est_alpha"),
-        ({"est_alpha": 0.0, "est_beta": 0.0}, "est_beta"),
+        ({"algorithm": "ada-est", "est_alpha": 0.0, "est_beta": 0.0}, "est_beta"),
         ({"est_eps": 0.0}, "est_eps"),
     ],
 )
@@ -60,6 +63,24 @@ def test_invalid_v3_fields_name_the_field(data: dict, field: str) -> None:
     with pytest.raises(ConfigError) as exc:
         TrainConfig.from_dict(data)
     assert exc.value.field == field
+
+
+def test_est_checks_are_ests_own() -> None:
+    """Est's options are declared by its module (``Algorithm.options``): every config holds
+    them and checks their bounds, but only an Est run checks that an allocation can meet its
+    budget, which says nothing about a GRPO run."""
+    odd = {"budget_per_prompt": 40, "est_min_samples": 9, "est_max_samples": 8}
+    assert TrainConfig.from_dict({"algorithm": "grpo", **odd}).budget_per_prompt == 40
+    errors = TrainConfig.dict_errors({"algorithm": "ada-est", **odd})
+    assert [e.field for e in errors] == ["est_max_samples"]
+    # Read as fields are, given or not; stored and cloned under the same keys.
+    c = TrainConfig(algorithm="ada-est", est_alpha=2.0)
+    assert (c.est_alpha, c.est_beta) == (2.0, 16.0)
+    assert {"est_alpha": 2.0, "est_beta": 16.0}.items() <= c.to_dict().items()
+    assert TrainConfig.from_stored(c.to_dict()) == c
+    assert TrainConfig(algorithm="ada-est", est_alpha=1.0) == TrainConfig(algorithm="ada-est")
+    with pytest.raises(ConfigError, match="est_alpah.*did you mean 'est_alpha'"):
+        TrainConfig.from_dict({"est_alpah": 2.0})
 
 
 def test_exit_counts_default_to_the_v1_rules() -> None:

@@ -1,10 +1,12 @@
 """The FSDP2 update of ``trainer.distributed.rank`` on two real gloo ranks (two processes on this
 CPU, rendezvous through ``env://``) equals the single-process update on the same kept batch:
-unequal tokens per rank, two mini-batches, grad-norm clipping engaged. No Ray, no engine: the
-ranks are the plain class a GPU check runs under torchrun."""
+unequal tokens per rank, two mini-batches, grad-norm clipping engaged, the algorithm's
+per-sample loss weights, and the per-prompt statistics an algorithm's ``after_update`` reads.
+No Ray, no engine: the ranks are the plain class a GPU check runs under torchrun."""
 
 from __future__ import annotations
 
+import os
 import socket
 from pathlib import Path
 from typing import Any
@@ -15,6 +17,7 @@ import torch.multiprocessing as mp
 
 from trainer.config import TrainConfig
 from trainer.distributed.rank import token_balanced
+from trainer.types import PROMPT_STATS
 from trainer.update import UpdateBatch
 
 pytestmark = pytest.mark.slow
@@ -28,14 +31,16 @@ def free_port() -> int:
 
 def kept_batch(tokenizer: Any) -> UpdateBatch:
     """Four prompts of two responses each, lengths 1 to 9 tokens (the ranks' parts differ in
-    tokens), advantages of both signs."""
+    tokens), advantages of both signs, loss weights of the algorithm's, the per-prompt
+    statistics asked for."""
     from trainer.model import encode_prompt
     from trainer.tasks import arithmetic_prompts
 
     prompts = arithmetic_prompts(4, max_digits=2, seed=5)
     gen = torch.Generator().manual_seed(0)
     lengths = [9, 1, 2, 7, 3, 3, 8, 1]
-    ub = UpdateBatch([], [], [], [], [], [])
+    ub = UpdateBatch([], [], [], [], [], [], weights=[1.0, 0.5, 2.0, 1.0, 1.0, 1.5, 0.25, 1.0],
+                     prompt_stats=True, num_prompts=4)
     for k, n in enumerate(lengths):
         ub.prompt_ids.append(encode_prompt(tokenizer, prompts[k // 2]))
         ub.response_ids.append(torch.randint(3, 12, (n,), generator=gen).tolist())
@@ -80,9 +85,24 @@ def _rank_main(rank: int, cfg: dict, port: int, batch: UpdateBatch, out: str) ->
     gathered = [_gather_packed(shards[:2]), _gather_packed(shards[2:])]
     uneven_exact = all(torch.equal(a, b) for a, b in zip(uneven, gathered[0] + gathered[1],
                                                      strict=True))
+    # A later run on these ranks is compared as it resolves here (issue 27: "auto" was compared
+    # with the "cpu" the ranks were built with): the default device and dtype and the built-in
+    # model's name for this directory are what the ranks hold; another max_new_tokens is not.
+    from trainer.model import MODEL_DIR_ENV
+
+    os.environ[MODEL_DIR_ENV] = cfg["model"]
+    r.begin_run(cfg | {"device": "auto", "rollout_dtype": "auto", "model": "builtin:tiny"},
+                initial_weights=False)
+    refused = {}
+    for change in ({"max_new_tokens": cfg["max_new_tokens"] + 1},
+                   {"rollout_dtype": "bfloat16"}):
+        try:
+            r.begin_run(cfg | change, initial_weights=False)
+        except ValueError as exc:
+            refused[next(iter(change))] = str(exc)
     if rank == 0:
         torch.save({"metrics": metrics, "weights": weights, "packed_exact": packed_exact,
-                    "uneven_exact": uneven_exact}, out)
+                    "uneven_exact": uneven_exact, "refused": refused}, out)
     r.close()
 
 
@@ -112,6 +132,12 @@ def test_two_fsdp_ranks_take_the_single_process_step(tiny_model_dir: Path,
     mp.start_processes(_rank_main, args=(cfg.to_dict(), free_port(), batch, str(out)),
                        nprocs=2, start_method="spawn")
     got = torch.load(out, weights_only=False)
+    n = cfg.max_new_tokens
+    assert got["refused"] == {
+        "max_new_tokens": f"max_new_tokens: these ranks were built with {n}, the run asks for "
+                          f"{n + 1}; start new ranks for it",
+        "rollout_dtype": "rollout_dtype: these ranks were built with 'float32', the run asks "
+                         "for 'bfloat16'; start new ranks for it"}
     assert got["packed_exact"], "the packed bucket gather differs from full_tensor()"
     assert got["uneven_exact"], "the packed gather mis-rebuilt an unevenly sharded tensor"
     moved = max(float((v - before[k]).abs().max()) for k, v in model.state_dict().items())
@@ -121,3 +147,11 @@ def test_two_fsdp_ranks_take_the_single_process_step(tiny_model_dir: Path,
     for key in ("policy_loss", "entropy", "grad_norm", "clip_frac_low", "clip_frac_high",
                 "optimizer_steps", "lr"):
         assert got["metrics"][key] == pytest.approx(expected[key], rel=1e-4, abs=1e-6), key
+    # Each prompt's statistics, its responses spread over both ranks, summed back whole.
+    one, sharded = expected[PROMPT_STATS], got["metrics"][PROMPT_STATS]
+    for key in ("loss", "grad_mass", "grad_share", "tokens"):
+        assert getattr(sharded, key) == pytest.approx(getattr(one, key), rel=1e-4, abs=1e-7), key
+    assert one.tokens.tolist() == [10, 9, 6, 9]  # every prompt, once
+    assert (one.grad_mass > 0).all()
+    # Each mini-batch's prompts share its gradient: two prompts each, shares summing to 1.
+    assert sum(one.grad_share) == pytest.approx(2.0)

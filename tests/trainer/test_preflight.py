@@ -3,10 +3,14 @@ simulator, warnings."""
 
 from __future__ import annotations
 
+import functools
+from typing import Any
+
 import numpy as np
 import pytest
 
 from trainer import preflight
+from trainer.algorithms import algorithms, get_algorithm
 from trainer.backends.simulated import SimulatedBackend
 from trainer.cli import simulate
 from trainer.config import TrainConfig
@@ -49,12 +53,22 @@ def test_sample_pass_rates_stops_between_chunks() -> None:
     assert sample.cancelled and len(sample.rewards) == 6
 
 
+RATES_40 = list(np.random.default_rng(3).random(40))
+
+
+@functools.cache
+def predicted_40() -> dict[tuple[str, int], dict[str, Any]]:
+    """The predictions for 40 prompts of uniform pass rates (two tests read them: made once)."""
+    return {(r["algorithm"], r["group_size"]): r
+            for r in preflight.predict(RATES_40, seconds_per_sample=0.01, **SHAPE)}
+
+
 def test_predictions_are_the_simulators_figures() -> None:
-    rates = list(np.random.default_rng(3).random(40))
-    rows = {(r["algorithm"], r["group_size"]): r
-            for r in preflight.predict(rates, seconds_per_sample=0.01, **SHAPE)}
-    assert set(rows) == {("grpo", 4), ("grpo", 8), ("grpo", 16), ("dapo", 4), ("ada-pos", 4),
-                         ("ada-balance", 4), ("ada-est", 4)}
+    rates = RATES_40
+    rows = predicted_40()
+    # Every registered algorithm at the run's n, and at the sizes its record names.
+    assert set(rows) == {(a.name, n) for a in algorithms()
+                         for n in {SHAPE["group_size"], *a.preflight_group_sizes}}
     # Est spends exactly B x budget_per_prompt (8 by default: GRPO n=8's budget).
     assert rows["ada-est", 4]["samples_per_step"] == rows["grpo", 8]["samples_per_step"] == 256
     assert rows["ada-est", 4]["error"] is None and rows["ada-est", 4]["unresolved_frac"] == 0
@@ -83,7 +97,21 @@ def test_predictions_are_the_simulators_figures() -> None:
     assert dapo["zero_adv_frac"] == 0.0
     assert dapo["samples_per_step"] * (1 - dapo["discarded_frac"]) == pytest.approx(32 * 4)
     assert dapo["discarded_frac"] >= rows["grpo", 4]["zero_adv_frac"] - 0.1
-    assert all(r["discarded_frac"] == 0.0 for k, r in rows.items() if k[0] != "dapo")
+    # Only an algorithm that drops groups it drew (DAPO's batches) discards any.
+    assert all(r["discarded_frac"] == 0.0 for k, r in rows.items()
+               if not get_algorithm(k[0]).draws_batches)
+    # How sure: a fixed budget (GRPO's B x n, Est's B x budget_per_prompt) is exact; what
+    # depends on the prompts has its interval over them around the figure, within its maximum.
+    for key in (("grpo", 4), ("grpo", 8), ("grpo", 16), ("ada-est", 4)):
+        assert rows[key]["spend_fixed"], key
+        assert rows[key]["samples_per_step_low"] == rows[key]["samples_per_step_high"] == (
+            rows[key]["samples_per_step"])
+    for algorithm, most in (("ada-pos", 32 * 32), ("ada-balance", 32 * 32),
+                            ("dapo", 32 * 4 * 10)):
+        row = rows[algorithm, 4]
+        assert not row["spend_fixed"], algorithm
+        assert row["samples_per_step_low"] < row["samples_per_step"] < (
+            row["samples_per_step_high"]) <= most, algorithm
 
 
 def test_never_solved_prompts_predict_no_signal_and_warn() -> None:
@@ -96,7 +124,8 @@ def test_never_solved_prompts_predict_no_signal_and_warn() -> None:
         [0.0] * 16, batch_size=32, group_size=4, samples_per_round=256, max_rounds=64)}
     assert large["ada-balance"]["samples_per_prompt"] == 256 * 64
     assert large["ada-balance"]["unresolved_frac"] == 1.0
-    assert all(r["zero_adv_frac"] == 1.0 for a, r in rows.items() if a != "dapo")
+    assert all(r["zero_adv_frac"] == 1.0 for a, r in rows.items()
+               if not get_algorithm(a).draws_batches)
     # DAPO keeps no group without signal: it discards every group it drew.
     assert rows["dapo"]["zero_adv_frac"] is None and rows["dapo"]["discarded_frac"] == 1.0
     # DAPO draws max_num_gen_batches = 10 batches of n = 4 per prompt and finds no signal.
@@ -144,3 +173,47 @@ def test_choose_prompts_is_a_seeded_subset() -> None:
     assert chosen == preflight.choose_prompts(100, 10, seed=4) != preflight.choose_prompts(
         100, 10, seed=5)
     assert preflight.choose_prompts(5, 10, seed=0) == [0, 1, 2, 3, 4]
+
+
+def test_the_spend_interval_is_a_bootstrap_over_the_prompts() -> None:
+    # Half the prompts cost 8 samples, half 32: a resample's mean is 8 + 24 x (share of the
+    # costly ones), whose spread over resamples of 64 prompts is about 12 / sqrt(64) = 1.5.
+    costs = [8.0] * 32 + [32.0] * 32
+    low, high = preflight.spend_interval(costs, [1] * 64, seed=3)
+    assert low < 20 < high
+    assert (low, high) == pytest.approx((20 - 1.96 * 1.5, 20 + 1.96 * 1.5), abs=0.5)
+    assert preflight.spend_interval(costs, [1] * 64, seed=3) == (low, high)  # seeded
+    spread = list(np.linspace(4, 36, 64))  # costs all different: each seed its own resamples
+    assert preflight.spend_interval(spread, [1] * 64, seed=3) != (
+        preflight.spend_interval(spread, [1] * 64, seed=4))
+    # Fewer prompts of the same mix: a wider interval (about twice as wide for a quarter).
+    few = preflight.spend_interval(costs[::4], [1] * 16, seed=3)
+    assert few[1] - few[0] > 1.6 * (high - low)
+    # Per group kept: a prompt whose groups were never kept costs, alone, infinitely much.
+    assert preflight.spend_interval([4.0, 4.0], [1, 0], seed=0)[1] == float("inf")
+    assert preflight.spend_interval([], [], seed=0) is None
+
+
+def test_samples_per_step_comes_with_its_interval_over_the_sampled_prompts() -> None:
+    # Prompts always or never solved: Seq-pos spends 8 (one round) or 32 (four) on each, so a
+    # resample of 16 spends 32 x (8 + 24 X / 16) per step, X ~ Binomial(16, 1/2) the never
+    # solved ones drawn; its 2.5% and 97.5% points are X = 4 and X = 12 (to a resample or so).
+    def predict(rates: list[float]) -> dict[tuple[str, int], dict[str, Any]]:
+        return {(r["algorithm"], r["group_size"]): r
+                for r in preflight.predict(rates, draws=64, **SHAPE)}
+
+    two = predict([0.0, 1.0] * 8)
+    pos = two["ada-pos", 4]
+    assert pos["samples_per_step"] == 32 * 20 and not pos["spend_fixed"]
+    assert 32 * (8 + 24 * 4 / 16) <= pos["samples_per_step_low"] <= 32 * (8 + 24 * 5 / 16)
+    assert 32 * (8 + 24 * 11 / 16) <= pos["samples_per_step_high"] <= 32 * (8 + 24 * 12 / 16)
+    # Seq-balance spends all 4 rounds on both kinds (no negatives, or no positives): exact.
+    assert two["ada-balance", 4]["spend_fixed"]
+    assert predict([0.0, 1.0] * 8) == two  # deterministic
+    # A quarter of the prompts (the same spread of pass rates): wider, for every row whose spend
+    # depends on the prompts. (The rows of 40 prompts: test_predictions_are_the_simulators_...)
+    many, few = predicted_40(), predict(RATES_40[::4])
+    for algorithm in ("ada-pos", "ada-balance", "dapo"):
+        wide, narrow = few[algorithm, 4], many[algorithm, 4]
+        assert (wide["samples_per_step_high"] - wide["samples_per_step_low"]
+                > narrow["samples_per_step_high"] - narrow["samples_per_step_low"]), algorithm

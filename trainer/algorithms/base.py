@@ -1,71 +1,139 @@
-"""The ``Algorithm`` record and the registry every module asks about an algorithm.
+"""The ``Algorithm`` record: everything the rest of the code asks about an algorithm.
 
-An algorithm is one frozen record: its name and label, its exit rule (or none), its advantage
-estimator and std default, whether it down-samples its pools, how a step samples, its extra
-step metrics and what a step can cost. Nothing outside ``trainer/algorithms/`` compares an
-algorithm's name (a test checks the syntax tree); config validation, the sampler, the loop,
-preflight, the simulators, the CLI and the platform read the record instead. Adding an
-algorithm is one module that builds a record and calls ``register_algorithm``
-(docs/architecture.md, "Adding an algorithm").
+An algorithm is one frozen record: its name and label, which prompts a step trains on
+(``select_batch``), how many responses a prompt draws (``draws``, its rounds and exit rule),
+which of them the update keeps and with what loss weight (``keep``), its advantage estimator,
+how a step samples (``sample_step``), what it learns from the update (``after_update``), its own
+config options and metrics, and what a step can cost. Nothing outside ``trainer/algorithms/``
+compares an algorithm's name (a test checks the syntax tree); config validation, the sampler,
+the loop, preflight, the simulators, the CLI and the platform read the record instead, found by
+name in the registry (``trainer.registry``). Adding an algorithm is one module that builds a
+record and calls ``register_algorithm`` (docs/architecture.md, "Adding an algorithm").
 
-Light imports only (numpy and the sampling modules, which import neither torch nor Django):
-``trainer.config`` imports the registry, and the web process imports ``trainer.config``.
+The seams, in the order of a step (``trainer.loop.train``):
+
+1. ``select_batch(ctx, count, taken)``: the next prompts to admit, from the whole prompt set,
+   with the algorithm's persistent state at hand (default: the seeded epoch permutation's
+   batch, ``own_batch``). The loop asks it for the step's B prompts; an algorithm that draws
+   further prompts within the step (DAPO) asks it again with what it has taken; an
+   asynchronous producer may ask it one prompt at a time.
+2. ``draws`` and the exit rule: how many responses each prompt draws, in how many rounds;
+   ``keep``: which of them enter the update, with what weight (``SamplerResult.with_kept``
+   changes what is kept and recomputes everything derived from it).
+3. the per-sample loss weights of the kept responses reach every ``loss_agg_mode``
+   (``trainer.update``) and every record (``SampleRecord.weight``).
+4. ``after_update(feedback)``: the update's per-prompt statistics (each prompt's loss and its
+   share of the loss's gradient), on one process or across ranks.
+5. ``options``: the algorithm's own config keys (``trainer.options.Option``), which the form,
+   the API, validation, docs/config.md and clones take as they take the config's fields.
+
+Light imports only (numpy and the registry): the web process validates configs against these
+records.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator, Mapping, Sequence
+import re
+from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from trainer import seeds
+from trainer.config import CrossCheck, config_fields
+from trainer.options import Option
+from trainer.registry import (
+    ALGORITHM_NAMES,
+    UnknownAlgorithm,
+    algorithms,
+    baseline,
+    get_algorithm,
+    is_algorithm,
+    register_algorithm,
+    step_metric_declarations,
+    unregister_algorithm,
+)
 
 if TYPE_CHECKING:
     from trainer.allocation import Allocation
     from trainer.config import TrainConfig
-    from trainer.sampler import SamplerResult
-    from trainer.schedulers import RoundsOutcome, Scorer
-    from trainer.types import Metric, Prompt, RoundStat
+    from trainer.result import SamplerResult
+    from trainer.types import (
+        Metric,
+        Prompt,
+        PromptUpdateStats,
+        RoundsOutcome,
+        RoundStat,
+        Scorer,
+    )
     from trainer.visits import PromptVisits
+
+__all__ = ["ALGORITHM_NAMES", "MAX_NAME_CHARS", "SAMPLING_KINDS", "Algorithm", "BatchContext",
+           "CrossCheck",
+           "SampledStep", "StepContext", "UnknownAlgorithm", "UpdateFeedback", "algorithms",
+           "balanced_target", "baseline", "choose_batch", "get_algorithm", "is_algorithm",
+           "own_batch", "register_algorithm", "step_metric_declarations",
+           "unregister_algorithm"]
 
 # Per-prompt positive and negative counts and the exit counts (K_pos, K_neg) -> whether each
 # prompt's exit rule is met. Vectorised over prompts.
 ExitRule = Callable[[np.ndarray, np.ndarray, int, int], np.ndarray]
 # (resolved, positives, pool sizes, n) -> how many positives each prompt's update group aims for.
 PositiveTarget = Callable[[np.ndarray, np.ndarray, np.ndarray, int], np.ndarray]
-
-
-@dataclass(frozen=True)
-class CrossCheck:
-    """A check of a relation between config fields (M >= n, mini-batch <= B), as (field,
-    reason) pairs. It runs only when every one of ``inputs`` passed its own checks (type,
-    bounds, choices, and the caller's: a launch form field that did not parse): an error
-    derived from a value already reported wrong only repeats it, as "ppo_mini_batch_size: must
-    be <= batch_size (-5)" did. ``inputs`` must name every field ``check`` reads.
-
-    ``example``: values over the defaults (and the algorithm's name, for an algorithm's check)
-    that fail the check. tests/trainer/test_cross_checks.py makes every check fail with it, then
-    breaks each input in turn and asserts the check, and every other derived error, goes
-    quiet."""
-
-    inputs: tuple[str, ...]
-    check: Callable[[TrainConfig], Iterator[tuple[str, str]]]
-    example: Mapping[str, Any]
-
-    @property
-    def name(self) -> str:
-        return getattr(self.check, "__name__", repr(self.check))
+# (the step's pools with nothing kept, n, the step's down-sample seed) -> which samples the
+# update takes (a bool per sample), or (that, a loss weight per sample).
+KeepRule = Callable[["SamplerResult", int, int], "np.ndarray | tuple[np.ndarray, np.ndarray]"]
 
 # How a step samples (``Algorithm.sampling``):
-#   "group"      one round of n responses per prompt (GRPO);
+#   "group"      one round of ``draws`` (default n) responses per prompt (GRPO);
 #   "rounds"     up to N rounds of M per prompt, until the exit rule holds (Seq);
 #   "batches"    one round of n per prompt of a batch, further batches of prompts while too few
-#                groups carry signal; ``exit_round`` numbers the batch a prompt came in (DAPO);
+#                groups carry signal (DAPO; ``SamplerResult.batch`` says which batch a prompt
+#                came in, and its round is numbered by its batch);
 #   "allocation" one round of a per-prompt number of samples, planned from persistent per-run
 #                state (Est).
 SAMPLING_KINDS = ("group", "rounds", "batches", "allocation")
+# Run.algorithm is a CharField(max_length=16) (platform/experiments/models.py; a platform test
+# checks the two agree). A name is also a sweep value and a URL query value: letters, digits,
+# '-', '_' and '.'.
+MAX_NAME_CHARS = 16
+NAME_PATTERN = re.compile(r"[a-z0-9][a-z0-9._-]*\Z")
+
+
+@dataclass(kw_only=True)
+class BatchContext:
+    """What an algorithm's ``select_batch`` may use: the run's config, the step (1-based), the
+    run's whole training set, the algorithm's persistent state (``Algorithm.make_state``; None
+    without) and how many earlier steps drew each prompt of the set (``trainer.visits``)."""
+
+    config: TrainConfig
+    step: int
+    prompt_set: Sequence[Prompt] = ()
+    state: Any = None
+    visits: PromptVisits | None = None
+
+
+@dataclass(kw_only=True)
+class StepContext(BatchContext):
+    """What an algorithm's ``sample_step`` may use: the step's batch (``batch``; its indices
+    in ``prompt_set`` are ``batch_indices``, None where the batch is not from a set), the
+    generation backend, the scorer, and the loop's hooks. ``select(count, taken)`` asks the
+    algorithm's ``select_batch`` for further prompts of the set; ``more_prompts(k)``, where
+    given, overrides that with further batch k (1-based; an empty list once the prompts run
+    out: the simulator's endless copies of its prompts)."""
+
+    batch: Sequence[Prompt]
+    backend: Any
+    scorer: Scorer
+    batch_indices: Sequence[int] | None = None
+    on_round: Callable[[RoundStat], None] | None = None
+    should_stop: Callable[[], bool] | None = None
+    more_prompts: Callable[[int], Sequence[Prompt]] | None = None
+
+    def select(self, count: int, taken: Collection[int]) -> list[int]:
+        """The next ``count`` prompts of the set the algorithm admits, none of ``taken``."""
+        return get_algorithm(self.config.algorithm).select_batch(self, count, taken)
 
 
 @dataclass
@@ -79,30 +147,44 @@ class SampledStep:
     allocation: Allocation | None = None
     prompts: list[Prompt] = field(default_factory=list)
     # Their indices in the run's training set, where the algorithm drew beyond its batch (DAPO
-    # from ``StepContext.prompt_set``); None: the step's batch alone (the loop knows those).
+    # from ``StepContext.select``); None: the step's batch alone (the loop knows those).
     prompt_indices: list[int] | None = None
 
 
 @dataclass
-class StepContext:
-    """What an algorithm's ``sample_step`` may use. ``state`` is the algorithm's persistent
-    per-run state (``Algorithm.make_state``; Est's pass-rate estimator), None for the others.
-    ``prompt_set`` is the run's whole training set, from which an algorithm that draws further
-    batches of prompts (DAPO) takes them; ``more_prompts(k)``, where given, overrides that
-    choice with further batch k (1-based; an empty list once the prompts run out). ``visits``
-    counts how many earlier steps drew each prompt of ``prompt_set`` (``trainer.visits``)."""
+class UpdateFeedback:
+    """What ``after_update`` receives once a step's update is done: the step, the algorithm's
+    persistent state, the prompts sampled (``prompts``, their indices in the training set
+    ``prompt_indices``), the sampling (``result``), the mask the update took (``kept``), and
+    ``stats``, the learner's per-prompt statistics (None where nothing trains: the simulated
+    backend)."""
 
     config: TrainConfig
-    batch: Sequence[Prompt]
-    backend: Any
-    scorer: Scorer
     step: int
-    state: Any = None
-    on_round: Callable[[RoundStat], None] | None = None
-    should_stop: Callable[[], bool] | None = None
-    more_prompts: Callable[[int], Sequence[Prompt]] | None = None
-    prompt_set: Sequence[Prompt] = ()
-    visits: PromptVisits | None = None
+    state: Any
+    prompts: Sequence[Prompt]
+    prompt_indices: Sequence[int]
+    result: SamplerResult
+    kept: np.ndarray
+    stats: PromptUpdateStats | None
+
+
+def own_batch(ctx: BatchContext, count: int, taken: Collection[int]) -> list[int]:
+    """The step's batch of the seeded epoch permutation (``seeds.batch_indices``: a function of
+    seed and step), in its order, without ``taken``: every algorithm's default."""
+    taken = taken if isinstance(taken, (set, frozenset, dict)) else set(taken)
+    own = seeds.batch_indices(len(ctx.prompt_set), ctx.config.batch_size, ctx.config.seed,
+                              ctx.step)
+    return [i for i in own if i not in taken][:count]
+
+
+def choose_batch(config: TrainConfig, prompt_set: Sequence[Prompt], step: int, *,
+                 state: Any = None, visits: PromptVisits | None = None) -> list[int]:
+    """The B prompts of ``step`` as the config's algorithm selects them (its ``select_batch``):
+    what the loop, the simulators and a rebuild of the visit counts train or simulate."""
+    ctx = BatchContext(config=config, step=step, prompt_set=prompt_set, state=state,
+                       visits=visits)
+    return get_algorithm(config.algorithm).select_batch(ctx, config.batch_size, ())
 
 
 def no_exit_counts(group_size: int) -> tuple[int, int]:
@@ -129,12 +211,13 @@ def no_sampler_options(config: TrainConfig) -> dict[str, Any]:
 class Algorithm:
     """One algorithm, everything the rest of the code asks about it.
 
-    ``sample_step(ctx) -> SampledStep`` samples one training step (``sample_rounds`` below is
-    the common case: the step's batch through the scheduler and the ``AdaptiveSampler``).
-    The sampler reads ``exit_rule``, ``default_exit_counts``, ``sampling``, ``downsample``,
-    ``positive_target``, ``advantage``, ``std_normalize`` and ``sampler_options``."""
+    ``sample_step(ctx) -> SampledStep`` samples one training step (``sample_batch`` is the
+    common case: the step's batch through the scheduler and the ``AdaptiveSampler``).
+    The sampler reads ``exit_rule``, ``default_exit_counts``, ``sampling``, ``draws``,
+    ``keep`` (or ``downsample`` and ``positive_target``), ``advantage``, ``std_normalize`` and
+    ``sampler_options``; config validation ``options`` and ``config_checks``."""
 
-    name: str                       # the config's ``algorithm`` value
+    name: str                       # the config's ``algorithm`` value (MAX_NAME_CHARS)
     label: str                      # how the dashboard names it
     help: str                       # one clause for the config field's help text
     sampling: str                   # SAMPLING_KINDS
@@ -144,11 +227,21 @@ class Algorithm:
     max_samples_per_prompt: Callable[[TrainConfig], int]
     max_samples_per_step: Callable[[TrainConfig], int]
     step_shape: str                 # max_samples_per_step in the config's words
+    # Which prompts a step trains on: (context, how many, the indices already taken this step)
+    # -> the next prompts of ``ctx.prompt_set`` to admit, in order (fewer once none are left).
+    select_batch: Callable[[BatchContext, int, Collection[int]], list[int]] = own_batch
     exit_rule: ExitRule | None = None   # None: no elimination (every prompt takes one round)
     default_exit_counts: Callable[[int], tuple[int, int]] = no_exit_counts
+    # Responses a prompt draws in its one round (an algorithm without an exit rule that does
+    # not allocate); None: n.
+    draws: Callable[[TrainConfig], int] | None = None
     advantage: str = "global"       # a key of trainer.advantages.ADVANTAGE_ESTIMATORS
     std_normalize: bool = False     # default of ``std_normalize`` (empty in the config)
-    downsample: bool = True         # pools are down-sampled to n (False: train on every sample)
+    # Which samples the update keeps, and their loss weights (``KeepRule``); None: each pool
+    # down-sampled to n aiming at ``positive_target`` positives, or with ``downsample=False``
+    # the whole pool.
+    keep: KeepRule | None = None
+    downsample: bool = True
     positive_target: PositiveTarget = balanced_target
     sampler_options: Callable[[TrainConfig], dict[str, Any]] = no_sampler_options
     # Extra keys of its steps' metrics, with their meanings, and the function computing them
@@ -163,7 +256,13 @@ class Algorithm:
     # ``load_state_dict()``).
     make_state: Callable[[TrainConfig], Any] | None = None
     state_key: str = ""
-    # Its own checks across config fields (Seq: M >= n, exit counts that can be met).
+    # Called after every step's update with its per-prompt statistics (``UpdateFeedback``);
+    # None: the learner computes none.
+    after_update: Callable[[UpdateFeedback], None] | None = None
+    # Its own config keys, beside TrainConfig's fields (``trainer.options.Option``).
+    options: tuple[Option, ...] = ()
+    # Its own checks across config keys (Seq: M >= n, exit counts that can be met; Est: an
+    # allocation that can meet its budget; ``trainer.config.CrossCheck``).
     config_checks: tuple[CrossCheck, ...] = ()
     schedulers: tuple[str, ...] | None = None   # None: every scheduler
     schedulers_reason: str = ""     # why only ``schedulers``, for the config error
@@ -175,13 +274,27 @@ class Algorithm:
     baseline: bool = False          # the algorithm others are measured against (GRPO)
 
     def __post_init__(self) -> None:
+        if not isinstance(self.name, str) or len(self.name) > MAX_NAME_CHARS \
+                or not NAME_PATTERN.match(self.name):
+            raise ValueError(f"algorithm name {self.name!r}: 1 to {MAX_NAME_CHARS} characters "
+                             "(the runs' algorithm column), lower-case letters, digits, '-', "
+                             "'_' and '.', starting with a letter or digit")
         if self.sampling not in SAMPLING_KINDS:
             raise ValueError(f"{self.name}: sampling must be one of {', '.join(SAMPLING_KINDS)}, "
                              f"got {self.sampling!r}")
         if (self.sampling == "rounds") != (self.exit_rule is not None):
             raise ValueError(f"{self.name}: an exit rule goes with sampling 'rounds'")
+        if self.draws is not None and self.sampling != "group":
+            raise ValueError(f"{self.name}: a draws rule goes with sampling 'group' (rounds "
+                             "draw M, an allocation plans its own, batches draw n)")
         if self.make_state is not None and not self.state_key:
             raise ValueError(f"{self.name}: persistent state needs a state_key")
+        names = [o.name for o in self.options]
+        clash = sorted(set(names) & config_fields()) or sorted(
+            {n for n in names if names.count(n) > 1})
+        if clash:
+            raise ValueError(f"{self.name}: option {clash[0]!r} is a config field or declared "
+                             "twice")
 
     @property
     def eliminates(self) -> bool:
@@ -209,119 +322,3 @@ class Algorithm:
 
     def new_state(self, config: TrainConfig) -> Any:
         return None if self.make_state is None else self.make_state(config)
-
-
-# --- the registry --------------------------------------------------------------------------
-
-_REGISTRY: dict[str, Algorithm] = {}
-
-
-def register_algorithm(algorithm: Algorithm, *, replace: bool = False) -> Algorithm:
-    """Add ``algorithm`` to the registry (its name must be new unless ``replace``)."""
-    if algorithm.name in _REGISTRY and not replace:
-        raise ValueError(f"algorithm {algorithm.name!r} is registered already")
-    _REGISTRY[algorithm.name] = algorithm
-    return algorithm
-
-
-def unregister_algorithm(name: str) -> None:
-    """Remove an algorithm (tests that register one of their own)."""
-    _REGISTRY.pop(name, None)
-
-
-class UnknownAlgorithm(KeyError):
-    def __str__(self) -> str:
-        return str(self.args[0])
-
-
-def get_algorithm(name: str | Algorithm) -> Algorithm:
-    """The record of ``name`` (a record is returned as it is)."""
-    if isinstance(name, Algorithm):
-        return name
-    try:
-        return _REGISTRY[name]
-    except (KeyError, TypeError):
-        raise UnknownAlgorithm(f"unknown algorithm {name!r}; choose one of "
-                               f"{', '.join(_REGISTRY)}") from None
-
-
-def is_algorithm(name: object) -> bool:
-    return isinstance(name, str) and name in _REGISTRY
-
-
-def algorithms() -> list[Algorithm]:
-    """Every registered algorithm, in registration order (the baseline first)."""
-    return list(_REGISTRY.values())
-
-
-def baseline() -> Algorithm:
-    """The algorithm the others are measured against (GRPO)."""
-    return next(a for a in _REGISTRY.values() if a.baseline)
-
-
-class AlgorithmNames(Sequence[str]):
-    """The registered names, read live: a choice list that also offers an algorithm registered
-    after it was imported (config validation, the launch form's dropdown)."""
-
-    def __getitem__(self, index: Any) -> Any:
-        return list(_REGISTRY)[index]
-
-    def __len__(self) -> int:
-        return len(_REGISTRY)
-
-    def __iter__(self) -> Iterator[str]:
-        return iter(list(_REGISTRY))
-
-    def __contains__(self, name: object) -> bool:
-        return isinstance(name, str) and name in _REGISTRY
-
-    def __repr__(self) -> str:
-        return repr(tuple(_REGISTRY))
-
-
-ALGORITHM_NAMES = AlgorithmNames()
-
-
-def step_metric_declarations() -> dict[str, Metric | str]:
-    """Every step metric key a run may record, with its meaning: the common ones
-    (``trainer.types.STEP_METRICS``), the optional ones, and each algorithm's own."""
-    from trainer.types import OPTIONAL_STEP_METRICS, STEP_METRICS
-
-    out = dict(STEP_METRICS) | dict(OPTIONAL_STEP_METRICS)
-    for algorithm in _REGISTRY.values():
-        out |= dict(algorithm.step_metrics)
-    return out
-
-
-# --- the common way a step samples ---------------------------------------------------------
-
-def sample_rounds(ctx: StepContext, prompts: Sequence[Prompt], *, downsample_seed: int,
-                  generation_seed: int, allocation: Sequence[int] | np.ndarray | None = None,
-                  on_round: Callable[[RoundStat], None] | None = None
-                  ) -> tuple[SamplerResult | None, RoundsOutcome]:
-    """``prompts`` through the run's scheduler and a fresh ``AdaptiveSampler``: the rounds of
-    the config's algorithm, then the down-sample and the advantages. A cancelled step comes
-    back as (None, outcome)."""
-    from trainer.sampler import make_sampler
-    from trainer.schedulers import run_scheduler
-
-    sampler = make_sampler(ctx.config, len(prompts), downsample_seed, allocation=allocation)
-    outcome = run_scheduler(ctx.config.scheduler, sampler, prompts, ctx.backend, ctx.scorer,
-                            seed=generation_seed,
-                            on_round=ctx.on_round if on_round is None else on_round,
-                            should_stop=ctx.should_stop,
-                            early_rounds=ctx.config.early_rounds_mode,
-                            speculative_capacity=ctx.config.speculative_capacity)
-    if outcome.cancelled:
-        return None, outcome
-    return sampler.finalize(), outcome
-
-
-def sample_batch(ctx: StepContext) -> SampledStep:
-    """A step of the algorithms that sample their batch once (GRPO, Seq): its rounds, with the
-    step's generation and down-sampling seeds."""
-    res, outcome = sample_rounds(
-        ctx, ctx.batch, downsample_seed=seeds.derive_seed(ctx.config.seed, ctx.step,
-                                                          seeds.DOWNSAMPLE),
-        generation_seed=seeds.derive_seed(ctx.config.seed, ctx.step, seeds.GENERATION))
-    return SampledStep(res, outcome, None, list(ctx.batch))

@@ -15,32 +15,46 @@ from __future__ import annotations
 
 import dataclasses
 import itertools
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Collection, Iterator, Sequence
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from trainer import seeds
 from trainer.advantages import signal_groups
-from trainer.algorithms.base import (
-    Algorithm,
-    CrossCheck,
-    SampledStep,
-    StepContext,
-    sample_rounds,
-)
-from trainer.types import count
+from trainer.algorithms.base import Algorithm, BatchContext, SampledStep, StepContext, own_batch
+from trainer.algorithms.sampling import sample_rounds
+from trainer.config import CrossCheck
+from trainer.options import Option
+from trainer.result import SamplerResult
+from trainer.sampler import make_sampler
+from trainer.types import RoundsOutcome, count
 from trainer.visits import PromptVisits, own_batches_after
 
 if TYPE_CHECKING:
     from trainer.allocation import Allocation
     from trainer.config import TrainConfig
-    from trainer.sampler import SamplerResult
-    from trainer.schedulers import RoundsOutcome
     from trainer.types import Prompt, RoundStat
 
 
 FURTHER_PROMPTS = ("unseen-first", "any")
+# DAPO's options: keys of every run's config (the names and the stored JSON of the config fields
+# they were before), read by DAPO alone.
+OPTIONS = (
+    Option("max_num_gen_batches", 10, "dapo: batches of B prompts drawn at most per step while "
+           "fewer than B groups carry signal (verl's max_num_gen_batches); the step then trains "
+           "on what it has.", "batches", ge=1, le=100, group="algorithm"),
+    Option("dapo_gen_batch_size", 0, "dapo: G, prompts per generation batch (0: B). Batch 0 is "
+           "the step's own B prompts topped up to G, each further batch G more (verl's "
+           "gen_batch_size; the DAPO recipe: 3B).", "prompts", ge=0, le=65_536,
+           group="algorithm"),
+    # Runs stored before this option drew further prompts from the whole rest of the set.
+    Option("dapo_further_prompts", "unseen-first", "dapo: where further prompts come from: "
+           "unseen-first (prompts no earlier step drew, and no later step's own batch holds, "
+           "first; then the least drawn) or any (the whole rest of the set in a seeded order, "
+           "earlier draws included: runs stored before this option).",
+           choices=FURTHER_PROMPTS, group="algorithm", stored_before="any"),
+)
 
 
 def further_prompt_order(num_prompts: int, batch_size: int, seed: int, step: int, *,
@@ -99,30 +113,38 @@ def gen_batch_size(config: TrainConfig) -> int:
     return config.dapo_gen_batch_size or config.batch_size
 
 
+def select_dapo_prompts(ctx: BatchContext, count: int, taken: Collection[int]) -> list[int]:
+    """DAPO's prompts of a step, in the order it takes them: the step's own batch
+    (``own_batch``: the prompts a GRPO run of the same seed trains on), then the further
+    prompts of ``further_prompt_order``; the next ``count`` of them not in ``taken``."""
+    taken = taken if isinstance(taken, (set, frozenset, dict)) else set(taken)
+    chosen = own_batch(ctx, count, taken)
+    if len(chosen) == count or not ctx.prompt_set:
+        return chosen
+    config = ctx.config
+    order = further_prompt_order(len(ctx.prompt_set), config.batch_size, config.seed, ctx.step,
+                                 visits=ctx.visits, mode=config.dapo_further_prompts,
+                                 last_step=config.total_steps)
+    return chosen + [i for i in order if i not in taken][:count - len(chosen)]
+
+
 def sample_dapo_step(ctx: StepContext) -> SampledStep:
     """Batches of G prompts until B groups carry signal or ``max_num_gen_batches`` were drawn
-    (batch 0: the step's own B prompts, topped up to G); batch k's rounds are numbered round
-    k + 1 (round statistics, ``exit_round``)."""
+    (batch 0: the step's own B prompts, topped up to G; the further prompts from
+    ``select_dapo_prompts`` through ``StepContext.select``); batch k's rounds are numbered
+    round k + 1 (round statistics, ``exit_round``) and its prompts carry ``batch`` k + 1."""
     config = ctx.config
     B, G = config.batch_size, gen_batch_size(config)
-    indices: list[int] | None = None
-    if ctx.more_prompts is not None:
-        stream = _chained(ctx.more_prompts)
-    elif ctx.prompt_set:
-        order = further_prompt_order(
-            len(ctx.prompt_set), B, config.seed, ctx.step, visits=ctx.visits,
-            mode=config.dapo_further_prompts, last_step=config.total_steps)
-        stream = iter([(i, ctx.prompt_set[i]) for i in order])
-        indices = list(seeds.batch_indices(len(ctx.prompt_set), B, config.seed, ctx.step))
-    else:
-        stream = iter(())
+    take = _further_prompts(ctx)
+    indices = None if ctx.more_prompts is not None or ctx.batch_indices is None \
+        else list(ctx.batch_indices)
     results: list[SamplerResult] = []
     outcomes: list[RoundsOutcome] = []
     drawn: list[Prompt] = []
 
     def next_batch(k: int) -> tuple[list[Prompt], list[tuple[int, Prompt]], int, int,
                                     Callable[[RoundStat], None]] | None:
-        more = list(itertools.islice(stream, G - B if k == 0 else G))
+        more = take(G - B if k == 0 else G)
         prompts = [*ctx.batch, *(p for _, p in more)] if k == 0 else [p for _, p in more]
         if not prompts:
             return None  # the prompt set ran out
@@ -161,6 +183,25 @@ def sample_dapo_step(ctx: StepContext) -> SampledStep:
                        drawn, prompt_indices=indices)
 
 
+def _further_prompts(ctx: StepContext) -> Callable[[int], list[tuple[int, Prompt]]]:
+    """``take(count)``: the step's next ``count`` further prompts as (index in the set,
+    prompt), from the caller's ``more_prompts`` (index -1) where given, else from the set
+    through the algorithm's ``select_batch``; fewer once they run out."""
+    if ctx.more_prompts is not None:
+        stream = _chained(ctx.more_prompts)
+        return lambda count: list(itertools.islice(stream, count))
+    taken: set[int] = set(ctx.batch_indices or ())
+
+    def take(count: int) -> list[tuple[int, Prompt]]:
+        if count <= 0 or not ctx.prompt_set:
+            return []
+        chosen = ctx.select(count, taken)
+        taken.update(chosen)
+        return [(i, ctx.prompt_set[i]) for i in chosen]
+
+    return take
+
+
 def group_signal_bounds(rewards: Sequence[float], outstanding: int) -> tuple[bool, bool]:
     """Whether a group whose ``rewards`` are back and ``outstanding`` samples still out carries
     signal (rewards not all equal, ``signal_groups``) for sure, and whether it still may."""
@@ -173,7 +214,6 @@ def _sample_batches_early(ctx: StepContext, next_batch: Callable[[int], Any],
     """DAPO's batches with further batches drawn early (``early_rounds`` certain or
     speculative, ``trainer.schedulers.run_batches``): exactly the batches, samples and kept
     groups of drawing them one after another."""
-    from trainer.sampler import make_sampler
     from trainer.schedulers import Batch, BatchRule, request_engine, run_batches
 
     config = ctx.config
@@ -217,8 +257,6 @@ def _chained(more_prompts: Callable[[int], Sequence[Prompt]]) -> Iterator[tuple[
 
 def merge_outcomes(outcomes: Sequence[RoundsOutcome]) -> RoundsOutcome:
     """The batches' outcomes as one, batch k's round statistics numbered round k + 1."""
-    from trainer.schedulers import RoundsOutcome
-
     return RoundsOutcome(
         generations=[g for o in outcomes for g in o.generations],
         rewards=[r for o in outcomes for r in o.rewards],
@@ -237,60 +275,49 @@ def concat_results(results: Sequence[SamplerResult], keep_groups: int | None = N
                    ) -> SamplerResult:
     """DAPO's step as one ``SamplerResult``: the GRPO results of its batches of prompts, batch k
     (0-based) numbered round k + 1 (so ``sample_round``, ``exit_round`` and the round stats say
-    which batch a prompt came in), prompts in draw order.
+    which batch a prompt came in, and ``batch`` says so plainly), prompts in draw order.
 
     Only groups with signal stay kept, and of those the first ``keep_groups`` in draw order
     (verl's ``filter_groups`` truncates the collected groups to the train batch size the same
     way); every other sample is not kept and its advantage 0. Advantages are each group's own
     (GRPO), so concatenating changes none of them."""
-    from trainer.sampler import SamplerResult
-
     parts = list(results)
     counts = [r.num_prompts for r in parts]
-    offsets = np.concatenate([[0], np.cumsum([int(r.offsets[-1]) for r in parts])]
-                             ).astype(np.int64)
+    sizes = [len(r.rewards) for r in parts]
     first_prompt = np.concatenate([[0], np.cumsum(counts)]).astype(np.int64)
+    first_sample = np.concatenate([[0], np.cumsum(sizes)]).astype(np.int64)
 
-    def cat(name: str) -> np.ndarray:
-        return np.concatenate([getattr(r, name) for r in parts]) if parts else np.zeros(0)
+    def cat(name: str, dtype: Any, shift: np.ndarray | None = None) -> np.ndarray:
+        arrays = [getattr(r, name) + (0 if shift is None else shift[k])
+                  for k, r in enumerate(parts)]
+        return np.concatenate(arrays).astype(dtype) if parts else np.zeros(0, dtype)
 
-    sample_prompt = np.concatenate(
-        [r.sample_prompt + first_prompt[k] for k, r in enumerate(parts)]
-    ).astype(np.int64) if parts else np.zeros(0, np.int64)
-    signal = np.concatenate([signal_groups(r) for r in parts]) if parts \
-        else np.zeros(0, bool)
+    batch_of = np.repeat(np.arange(len(parts)), counts).astype(np.int64) + 1
+    pools = SamplerResult.of_pools(
+        num_prompts=sum(counts), sample_prompt=cat("sample_prompt", np.int64, first_prompt),
+        sample_pool_index=cat("sample_pool_index", np.int64),
+        sample_round=np.repeat(np.arange(len(parts)), sizes).astype(np.int64) + 1,
+        sample_order=cat("sample_order", np.int64, first_sample),
+        rewards=cat("rewards", np.float64), positive=cat("positive", bool),
+        rounds_used=cat("rounds_used", np.int64), exit_round=batch_of,
+        missing=[m for r in parts for m in r.missing],
+        first_round_positives=cat("first_round_positives", np.int64),
+        first_round_samples=cat("first_round_samples", np.int64), batch=batch_of,
+        weights=cat("weights", np.float64), estimator=parts[0].estimator if parts else None)
+    signal = signal_groups(pools)
     chosen = signal.copy()
     if keep_groups is not None:
         chosen &= np.cumsum(signal) <= keep_groups
-    kept = cat("kept").astype(bool) & chosen[sample_prompt]
-    advantages = np.where(kept, cat("advantages"), 0.0)
-    batch_of = np.repeat(np.arange(len(parts)), counts).astype(np.int64)
-    kept_pos = np.where(chosen, cat("kept_positives"), 0).astype(np.int64)
-    kept_neg = np.where(chosen, cat("kept_negatives"), 0).astype(np.int64)
-    return SamplerResult(
-        sample_prompt=sample_prompt,
-        sample_pool_index=cat("sample_pool_index").astype(np.int64),
-        sample_round=np.concatenate([np.full(int(r.offsets[-1]), k + 1, np.int64)
-                                     for k, r in enumerate(parts)]) if parts
-        else np.zeros(0, np.int64),
-        sample_order=np.concatenate([r.sample_order + offsets[k] for k, r in enumerate(parts)]
-                                    ).astype(np.int64) if parts else np.zeros(0, np.int64),
-        rewards=cat("rewards").astype(np.float64), positive=cat("positive").astype(bool),
-        kept=kept, advantages=advantages, samples=cat("samples").astype(np.int64),
-        positives=cat("positives").astype(np.int64), negatives=cat("negatives").astype(np.int64),
-        rounds_used=cat("rounds_used").astype(np.int64), exit_round=batch_of + 1,
-        missing=[m for r in parts for m in r.missing], baseline=cat("baseline"),
-        kept_positives=kept_pos, kept_negatives=kept_neg,
-        first_round_positives=cat("first_round_positives").astype(np.int64),
-        first_round_samples=cat("first_round_samples").astype(np.int64),
-        offsets=np.concatenate([[0], np.cumsum(cat("samples"))]).astype(np.int64))
+    kept = cat("kept", bool) & chosen[pools.sample_prompt]
+    return pools.with_kept(kept, advantages=None if pools.estimator is not None
+                           else np.zeros(len(kept)))
 
 
 def dapo_metrics(config: TrainConfig, res: SamplerResult,
                  allocation: Allocation | None) -> dict[str, float]:
     signal = signal_groups(res)
     P = res.num_prompts
-    return {"gen_batches": float(res.exit_round.max()) if P else 0.0,
+    return {"gen_batches": float(res.batch.max()) if P else 0.0,
             "signal_groups": float(signal.sum()),
             "prompts_drawn": float(P),
             # Every group drawn without signal is dropped, passive filtering or not.
@@ -308,11 +335,12 @@ DAPO = Algorithm(
     name="dapo", label="DAPO",
     help="DAPO dynamic sampling: GRPO groups of n, groups with all-equal rewards dropped, "
          "further batches of prompts drawn until B groups carry signal",
-    sampling="batches", sample_step=sample_dapo_step,
+    sampling="batches", sample_step=sample_dapo_step, select_batch=select_dapo_prompts,
     advantage="group", std_normalize=True,
     max_samples_per_prompt=lambda c: c.group_size,
     max_samples_per_step=lambda c: gen_batch_size(c) * c.group_size * c.max_num_gen_batches,
     step_shape="dapo_gen_batch_size (0: batch_size) x group_size x max_num_gen_batches",
+    options=OPTIONS,
     config_checks=(CrossCheck(("dapo_gen_batch_size", "batch_size"), gen_batch_holds_batch,
                               {"dapo_gen_batch_size": 16}),),
     step_metrics={

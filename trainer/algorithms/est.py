@@ -10,24 +10,52 @@ reinforce-ada-est.md has the derivation and the authors' code it follows."""
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from typing import TYPE_CHECKING, Any
 
 from trainer import seeds
-from trainer.algorithms.base import (
-    Algorithm,
-    SampledStep,
-    StepContext,
-    sample_rounds,
-)
+from trainer.algorithms.base import Algorithm, SampledStep, StepContext
+from trainer.algorithms.sampling import sample_rounds
 from trainer.allocation import Allocation, PassRateEstimator, plan_allocation
+from trainer.config import MAX_SAMPLES_PER_PROMPT, CrossCheck
+from trainer.options import Option
 from trainer.types import count, fraction
 
 if TYPE_CHECKING:
     from trainer.config import TrainConfig
-    from trainer.sampler import SamplerResult
+    from trainer.result import SamplerResult
 
 # trainer_state.json key of the estimator (run state, like the weights).
 ESTIMATOR_STATE = "pass_rate_estimator"
+# The allocation weights w(p) (trainer.allocation.ALLOCATION_WEIGHTS).
+EST_WEIGHTS = ("inv-sqrt", "inv")
+
+# Est's options: keys of every run's config (the names and the stored JSON of the config fields
+# they were before), read by Est alone.
+OPTIONS = (
+    Option("budget_per_prompt", 8, "Est: samples per prompt on average; a step draws exactly "
+           "budget_per_prompt x B (default 8: the budget of GRPO n=8).", "responses",
+           ge=1, le=MAX_SAMPLES_PER_PROMPT, group="est"),
+    Option("est_min_samples", 2, "Est: N_min, fewest samples a prompt gets (2: the smallest "
+           "group with a baseline).", "responses", ge=1, le=MAX_SAMPLES_PER_PROMPT,
+           group="est"),
+    Option("est_max_samples", 32, "Est: N_max, most samples a prompt gets (32: the Seq "
+           "variants' cap M x N at the defaults).", "responses", ge=1,
+           le=MAX_SAMPLES_PER_PROMPT, group="est"),
+    Option("est_weight", "inv-sqrt", "Est: allocation weight w(p), inv-sqrt = 1/sqrt(p + eps) "
+           "(the paper's hybrid for the log objective) or inv = 1/(p + eps) (the paper's "
+           "ablation; the authors' experimental code).", choices=EST_WEIGHTS, group="est"),
+    Option("est_residual_weight", True, "Est: multiply advantages by 1/sqrt(mean reward + "
+           "eps), the hybrid's residual weight (off: plain r - mean).", group="est"),
+    Option("est_alpha", 1.0, "Est: alpha of the Beta(alpha, beta) prior of the pass-rate "
+           "estimate (authors' code: 1).", "pseudo-positives", ge=0, le=1_000_000, group="est"),
+    Option("est_beta", 16.0, "Est: beta of the Beta(alpha, beta) prior (authors' code: 16).",
+           "pseudo-negatives", ge=0, le=1_000_000, group="est"),
+    Option("est_lambda", 0.9, "Est: decay of the estimator's counts before each update "
+           "(authors' code: 0.9; 1: never forget).", ge=0, le=1, group="est"),
+    Option("est_eps", 1e-6, "Est: eps in 1/sqrt(p + eps) and 1/sqrt(mean reward + eps).",
+           gt=0, le=1, group="est"),
+)
 
 
 def sample_est_step(ctx: StepContext) -> SampledStep:
@@ -54,6 +82,38 @@ def est_metrics(config: TrainConfig, res: SamplerResult,
             "alloc_scale": float(allocation.scale)}
 
 
+def est_counts_ordered(c: TrainConfig) -> Iterator[tuple[str, str]]:
+    if c.est_min_samples > c.est_max_samples:
+        yield "est_max_samples", (f"must be >= est_min_samples ({c.est_min_samples}), got "
+                                  f"{c.est_max_samples}")
+
+
+def est_budget_reachable(c: TrainConfig) -> Iterator[tuple[str, str]]:
+    # With N_min > N_max est_counts_ordered says so: an empty interval would say nothing more.
+    if c.est_min_samples <= c.est_max_samples \
+            and not c.est_min_samples <= c.budget_per_prompt <= c.est_max_samples:
+        # Otherwise no allocation within [N_min, N_max] sums to the budget.
+        yield "budget_per_prompt", (f"must be within [est_min_samples, est_max_samples] = "
+                                    f"[{c.est_min_samples}, {c.est_max_samples}], got "
+                                    f"{c.budget_per_prompt}")
+
+
+def est_prior_proper(c: TrainConfig) -> Iterator[tuple[str, str]]:
+    if c.est_alpha + c.est_beta <= 0:
+        # p-hat of a prompt never sampled would be 0/0.
+        yield "est_beta", "est_alpha + est_beta must be > 0"
+
+
+# Est's own checks across its options (they say nothing about another algorithm's run).
+EST_CHECKS = (
+    CrossCheck(("est_min_samples", "est_max_samples"), est_counts_ordered,
+               {"est_min_samples": 40}),
+    CrossCheck(("budget_per_prompt", "est_min_samples", "est_max_samples"),
+               est_budget_reachable, {"budget_per_prompt": 1}),
+    CrossCheck(("est_alpha", "est_beta"), est_prior_proper, {"est_alpha": 0.0, "est_beta": 0.0}),
+)
+
+
 def est_sampler_options(c: TrainConfig) -> dict[str, Any]:
     # Without the residual weight, Est's advantage is the plain global-baseline one.
     return {"eps": c.est_eps, **({} if c.est_residual_weight else {"advantage": "global"})}
@@ -75,7 +135,7 @@ EST = Algorithm(
                              "samples per unit weight", "allocation scale c")},
     extra_metrics=est_metrics,
     make_state=PassRateEstimator.from_config, state_key=ESTIMATOR_STATE,
-    schedulers=("round",),
+    options=OPTIONS, config_checks=EST_CHECKS, schedulers=("round",),
     schedulers_reason="it draws a single round with per-prompt sample counts, so there is no "
                       "later round to start early and no exit rule to stream",
     summary_fields=("group_size", "budget_per_prompt"))

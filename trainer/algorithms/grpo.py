@@ -7,7 +7,8 @@ The paper's baseline, and budget-matched at n = 8, 16, 32 ("GRPO n=16")."""
 
 from __future__ import annotations
 
-from trainer.algorithms.base import Algorithm, sample_batch
+from trainer.algorithms.base import Algorithm
+from trainer.algorithms.sampling import sample_batch
 
 GRPO = Algorithm(
     name="grpo", label="GRPO",

@@ -18,13 +18,12 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from trainer.algorithms.base import Algorithm, CrossCheck, sample_batch
+from trainer.algorithms.base import Algorithm
+from trainer.algorithms.sampling import sample_batch
+from trainer.config import MAX_SAMPLES_PER_PROMPT, CrossCheck
 
 if TYPE_CHECKING:
     from trainer.config import TrainConfig
-
-# Per-prompt counts are PostgreSQL smallint columns: no prompt draws more in a step.
-MAX_SAMPLES_PER_PROMPT = 32_767
 
 
 def exit_counts_rule(pos: np.ndarray, neg: np.ndarray, k_pos: int, k_neg: int) -> np.ndarray:

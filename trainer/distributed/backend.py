@@ -27,9 +27,8 @@ import numpy as np
 from trainer.config import TrainConfig
 from trainer.distributed.launcher import RankGroup
 from trainer.learner import update_batch
-from trainer.sampler import SamplerResult
-from trainer.schedulers import RoundsOutcome
-from trainer.types import Generation, Prompt, RankRecord
+from trainer.result import SamplerResult
+from trainer.types import Generation, Prompt, RankRecord, RoundsOutcome
 
 
 def spread(counts: Sequence[int], engines: int) -> list[list[int]]:
@@ -194,8 +193,11 @@ class DistributedLearner:
 
     def update(self, res: SamplerResult, outcome: RoundsOutcome, batch: Sequence[Prompt],
                kept: np.ndarray, *, step: int, seed: int,
-               should_stop: Callable[[], bool] | None = None) -> dict[str, float]:
-        ub = update_batch(res, outcome, batch, kept, None)
+               should_stop: Callable[[], bool] | None = None,
+               prompt_stats: bool = False) -> dict[str, Any]:
+        # The per-prompt statistics are summed over the ranks inside the update, so rank 0's
+        # result holds them whole.
+        ub = update_batch(res, outcome, batch, kept, None, prompt_stats=prompt_stats)
         self.group.trained = True
         metrics = self.group.call_all("update", ub, seed=seed, should_stop=should_stop)[0]
         if not math.isfinite(metrics["policy_loss"]):

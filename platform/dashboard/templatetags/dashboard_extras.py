@@ -4,6 +4,7 @@ from django import template
 
 from dashboard.selectors import is_eval_fraction, run_shape
 from trainer import formatting
+from trainer.preflight import INTERVAL_LEVEL
 
 register = template.Library()
 
@@ -67,14 +68,28 @@ def count(value: float | int | None, noun: str) -> str:
 
 
 @register.simple_tag
-def mean_ci(row: dict[str, Any], column: str, digits: int = 3) -> str:
-    """``row[column] ± row[column_ci95]`` with ``digits`` decimals ("–" when unknown); the
-    half-width is left out when there is none (a single seed)."""
+def mean_ci(row: dict[str, Any], column: str, digits: int = 3, unit: str = "") -> str:
+    """``row[column] ± row[column_ci95]`` with ``digits`` decimals, then ``unit`` ("–" alone
+    when unknown); the half-width is left out when there is none (a single seed)."""
     mean, half = row.get(column), row.get(f"{column}_ci95")
     if mean is None:
         return "–"
     text = f"{mean:,.{digits}f}"
-    return text + (f" ± {half:,.{digits}f}" if half is not None else "")
+    text += f" ± {half:,.{digits}f}" if half is not None else ""
+    return f"{text} {unit}" if unit else text
+
+
+@register.filter
+def spend_interval(row: dict[str, Any]) -> str:
+    """How sure a preflight row's samples per step is: "95%: 330–444" (its interval over the
+    sampled prompts, ``trainer.preflight.predict``), "exact" (every simulated step spent the
+    algorithm's fixed budget), "" for a row without one."""
+    if row.get("spend_fixed"):
+        return "exact"
+    low, high = row.get("samples_per_step_low"), row.get("samples_per_step_high")
+    if low is None or high is None:
+        return ""
+    return f"{INTERVAL_LEVEL:.0%}: {low:,.0f}–{high:,.0f}"
 
 
 @register.filter

@@ -13,24 +13,57 @@ from django.conf import settings
 from django.core.exceptions import PermissionDenied
 from django.db import IntegrityError, connection, transaction
 
-from experiments import selectors
+from experiments import names, selectors
 from experiments.models import PromptSet
 from experiments.prompt_parser import row_problem
-from experiments.services.common import LaunchError, User, check_fits_columns
+from experiments.services.common import Conflict, LaunchError, User, check_fits_columns, gone
 from trainer import jsonsafe
 from trainer.digest import PromptDigest
+from trainer.visible import visible_problem
+
+
+def _look_alike(name: str, key: str) -> str:
+    # A failed or stalled import's set gives its name up (_free_name deletes it).
+    twin = selectors.prompt_sets_holding_names().select_related("owner").filter(
+        name_key=key).first()
+    if twin is None:
+        return ""
+    owner = twin.owner.username if twin.owner_id else "the platform"
+    same = "is the name of" if twin.name == name else "looks like the name of"
+    return (f"{same} the prompt set “{twin.name}” (id {twin.pk}, {owner}'s): choose a name "
+            "that reads differently")
+
+
+def prompt_set_name_error(name: str, *, platform: bool = False) -> str:
+    """Why ``name`` cannot name a new prompt set ("" when it can): the visible-text rule, a
+    name that looks like a stored set's (``experiments.names``: normalised, invisible
+    characters dropped, confusable characters mapped), or "(built-in)" in any spelling unless
+    ``platform`` (the platform's own sets: ``manage.py demo``, bundles it imports)."""
+    name = name.strip()
+    if not name:
+        return "a prompt set needs a name"
+    problem = visible_problem(name)
+    if problem:
+        return problem
+    if not platform and names.reserved_name(name):
+        return (f"“{names.RESERVED_WORDS}” is reserved for the platform's own prompt sets: "
+                "choose a name without it")
+    return _look_alike(name, names.name_key(name))
 
 
 def import_prompt_set(*, owner: User | None, name: str, prompts: Iterable[Any],
-                      source: str = PromptSet.Source.UPLOAD, description: str = "") -> PromptSet:
+                      source: str = PromptSet.Source.UPLOAD, description: str = "",
+                      platform: bool = False) -> PromptSet:
     """Store ``prompts`` (``trainer.types.Prompt``-like: text, answer, metadata) as a new prompt
     set, whole or not at all: one transaction, rows streamed with ``COPY`` as the iterable yields
     them (never held in memory whole); an error the iterable raises midway rolls back
-    everything. A prompt past ``PROMPT_MAX_CHARS`` is refused with its number."""
+    everything. The name must read unlike every stored set's (``prompt_set_name_error``;
+    ``platform``: the platform's own set, which may say "built-in"). A prompt past
+    ``PROMPT_MAX_CHARS`` is refused with its number."""
     max_chars = settings.PROMPT_MAX_CHARS
     with transaction.atomic():
         prompt_set = _new_prompt_set(owner=owner, name=name, source=source,
-                                     description=description)
+                                     description=description, platform=platform)
         size = 0
         digest = PromptDigest()
         with connection.cursor() as cursor, cursor.copy(
@@ -62,37 +95,44 @@ def import_prompt_set(*, owner: User | None, name: str, prompts: Iterable[Any],
 
 
 def _new_prompt_set(*, owner: User | None, name: str, source: str, description: str,
-                    status: str = PromptSet.Status.READY) -> PromptSet:
-    """A new set's row, its name checked and taken (a failed or stalled import gives its name
-    up to it)."""
-    from experiments.services.prompt_import import stalled
-
+                    platform: bool = False, status: str = PromptSet.Status.READY) -> PromptSet:
+    """A new set's row, its name checked (``prompt_set_name_error``) and taken. A set whose
+    import failed or stalled gives its name up to it."""
     name = name.strip()
-    if not name:
-        raise LaunchError("name", "a prompt set needs a name")
-    if "\x00" in name:
-        raise LaunchError("name", "contains a NUL character")
-    prompt_set = PromptSet(name=name, source=source, description=description, status=status,
+    key = names.name_key(name)
+    _free_name(key)
+    problem = prompt_set_name_error(name, platform=platform)
+    if problem:
+        # A name another set has (or looks like) conflicts with what is stored: 409.
+        raise (Conflict if _look_alike(name, key) == problem else LaunchError)("name", problem)
+    prompt_set = PromptSet(name=name, name_key=key, source=source, description=description,
+                           status=status,
                            owner=owner if owner is not None and owner.is_authenticated else None)
     check_fits_columns(prompt_set)
     try:
         with transaction.atomic():
-            taken = PromptSet.objects.select_for_update().filter(name=name).first()
-            if taken is not None and (taken.status == PromptSet.Status.FAILED
-                                      or stalled(taken)):
-                taken.delete()  # no prompts, no runs: an import that never finished
-                taken = None
-            if taken is not None:
-                raise LaunchError("name", f"a prompt set named {name!r} exists")
             prompt_set.save()
-    except IntegrityError:  # the same name taken a moment ago by another request
-        raise LaunchError("name", f"a prompt set named {name!r} exists") from None
+    except IntegrityError:
+        # Another request stored a set of this name (or a look-alike) since the check.
+        raise Conflict("name", _look_alike(name, key)
+                       or "a prompt set of this name was stored meanwhile") from None
     return prompt_set
+
+
+def _free_name(key: str) -> None:
+    """Delete the sets holding the name ``key`` whose import failed or stalled
+    (``prompt_import.stalled``): they have no prompts and no runs."""
+    from experiments.services.prompt_import import stalled
+
+    for ps in PromptSet.objects.filter(name_key=key).exclude(status=PromptSet.Status.READY):
+        if ps.status == PromptSet.Status.FAILED or stalled(ps):
+            PromptSet.objects.filter(pk=ps.pk, status=ps.status).delete()
 
 
 def find_or_import_prompt_set(prompts: Sequence[Any], *, name: str, source: str,
                               description: str = "", owner: User | None = None,
-                              prefer: str = "") -> tuple[PromptSet, bool]:
+                              prefer: str = "", platform: bool = False
+                              ) -> tuple[PromptSet, bool]:
     """(a stored set holding exactly ``prompts`` in order, False), found by content hash
     (``trainer.digest``) whatever its name, so that runs on the same prompts share one set and
     compare prompt by prompt (among several, the one named ``prefer``, else the oldest); else
@@ -100,18 +140,17 @@ def find_or_import_prompt_set(prompts: Sequence[Any], *, name: str, source: str,
     " (3)"... where another set has it."""
     digest = PromptDigest.of(prompts)
     same = list(PromptSet.objects.filter(content_hash=digest, size=len(prompts),
-                                         status=PromptSet.Status.READY)
-                .order_by("pk"))
+                                         status=PromptSet.Status.READY).order_by("pk"))
     if same:
         return next((ps for ps in same if ps.name == prefer), same[0]), False
     limit = PromptSet._meta.get_field("name").max_length
-    base, unique, n = name[:limit], name[:limit], 1
-    while PromptSet.objects.filter(name=unique).exists():
+    base, unique, n = name[:limit].strip(), name[:limit].strip(), 1
+    while PromptSet.objects.filter(name_key=names.name_key(unique)).exists():
         n += 1
         suffix = f" ({n})"
         unique = base[:limit - len(suffix)] + suffix
     return import_prompt_set(owner=owner, name=unique, prompts=prompts, source=source,
-                             description=description), True
+                             description=description, platform=platform), True
 
 
 def create_prompt_set_from_upload(owner: User, name: str, upload: IO[bytes],
@@ -126,6 +165,9 @@ def create_prompt_set_from_upload(owner: User, name: str, upload: IO[bytes],
     from experiments.services import prompt_import
     from trainer.data import SUFFIXES
 
+    problem = visible_problem(filename)
+    if problem:  # the set's description names the file
+        raise LaunchError("file", f"the file's name {problem}")
     limit = settings.PROMPT_UPLOAD_MAX_BYTES
     size = upload.seek(0, io.SEEK_END)
     upload.seek(0)
@@ -198,14 +240,17 @@ def delete_prompt_set(prompt_set: PromptSet, user: User) -> None:
     if not (user.is_authenticated and (user.is_staff or prompt_set.owner_id == user.pk)):
         raise PermissionDenied("only the prompt set's owner or staff may do this")
     if prompt_set.status == PromptSet.Status.IMPORTING and not stalled(prompt_set):
-        raise LaunchError("prompt_set", "still importing; delete it once the import ends")
+        raise Conflict("prompt_set", "still importing; delete it once the import ends")
     with transaction.atomic():
-        # Locked first: a launch that references the set waits, then fails on the foreign key.
-        list(PromptSet.objects.select_for_update().filter(pk=prompt_set.pk).values_list("pk"))
+        # Locked first: a launch on the set takes the same lock (launch.lock_referenced), so
+        # either its run is committed and seen here, or this delete commits first and the
+        # launch is a 404.
+        if not PromptSet.objects.select_for_update().filter(pk=prompt_set.pk).exists():
+            raise gone("prompt set", prompt_set.pk)
         users = selectors.prompt_set_runs(prompt_set)
         if users:
-            raise LaunchError("prompt_set", f"used by {len(users)} run(s) ("
-                              f"{', '.join(r.name for r in users[:3])}); delete them first")
+            raise Conflict("prompt_set", f"used by {len(users)} run(s) ("
+                           f"{', '.join(r.name for r in users[:3])}); delete them first")
         with connection.cursor() as cursor:
             cursor.execute("DELETE FROM experiments_prompt WHERE prompt_set_id = %s",
                            [prompt_set.pk])

@@ -7,7 +7,7 @@ from django.db import migrations, models
 class Migration(migrations.Migration):
 
     dependencies = [
-        ('experiments', '0014_run_sweep_retry'),
+        ('experiments', '0016_promptset_name_key'),
         migrations.swappable_dependency(settings.AUTH_USER_MODEL),
     ]
 
