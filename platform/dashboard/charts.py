@@ -512,21 +512,24 @@ DAPO_METRICS = ("gen_batches", "signal_groups", "prompts_drawn")
 
 
 def dapo_sampling(run: Run, max_points: int = MAX_POINTS, **_: Any) -> Fig:
-    """DAPO's dynamic sampling, per step: the batches of B prompts it drew (at most
-    max_num_gen_batches), the prompts they held and how many groups came back with signal,
-    against the B groups the update wants."""
+    """DAPO's dynamic sampling, per step: the generation batches of G prompts it drew (at most
+    max_num_gen_batches; 0: no limit), the prompts they held and how many groups came back with
+    signal, against the B groups the update wants."""
     config = run_config(run)
     s = selectors.step_series(run.pk, DAPO_METRICS)
+    G = config.dapo_gen_batch_size or config.batch_size
+    cap = config.max_num_gen_batches
+    references = {1: (f"wanted: B = {fmt.count(config.batch_size, 'group')} with signal",
+                      config.batch_size)}
+    if cap:  # 0: no limit, no line to draw
+        references[0] = (f"at most max_num_gen_batches = {cap}", cap)
     return panels_chart(
         "Dynamic sampling: batches drawn until B groups carry signal",
-        [("batches drawn (batches)", [("gen_batches", "batches of B prompts drawn")]),
+        [("batches drawn (batches)",
+          [("gen_batches", f"batches of G = {fmt.count(G, 'prompt')} drawn")]),
          ("prompts (prompts)", [("prompts_drawn", "prompts drawn"),
                                 ("signal_groups", "groups with signal")])],
-        s, max_points,
-        references={0: (f"at most max_num_gen_batches = {config.max_num_gen_batches}",
-                        config.max_num_gen_batches),
-                    1: (f"wanted: B = {fmt.count(config.batch_size, 'group')} with signal",
-                        config.batch_size)})
+        s, max_points, references=references)
 
 
 def evaluation(run: Run) -> Fig:
