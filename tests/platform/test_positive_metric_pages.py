@@ -7,10 +7,9 @@ and the token count. Checked against the sampler's own counts (``PromptStep``) a
 from __future__ import annotations
 
 import pytest
+from dashboard import selectors
 from django.contrib.auth.models import User
 from experiments.models import Prompt, PromptStep, Step
-
-from dashboard import selectors
 
 from .dashboard_fixtures import make_prompt_set, make_run, record_run
 

@@ -93,9 +93,9 @@ def test_est_counts_positives_by_the_chosen_metric(tmp_path) -> None:
         assert all(p.positives == (p.samples if metric == "acc" else 0) for p in first.values())
         p_hat[metric] = {p.prompt_id: (p.p_hat, first[p.prompt_id])
                          for p in rec.steps[1].prompts}
-    for pid, (est, first) in p_hat["acc"].items():
+    for est, first in p_hat["acc"].values():
         assert est == pytest.approx((first.samples + 1) / (first.samples + 17))
-    for pid, (est, first) in p_hat["seq_reward"].items():
+    for est, first in p_hat["seq_reward"].values():
         assert est == pytest.approx(1 / (first.samples + 17))
 
 
