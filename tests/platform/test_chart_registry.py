@@ -154,6 +154,37 @@ def test_dapo_gets_a_chart_of_its_batches_prompts_and_groups_with_signal(
     assert fig["layout"]["yaxis"]["title"]["text"] == "batches drawn (batches)"
 
 
+def test_entropy_chart_draws_the_token_mean_and_the_modes_aggregate_apart(
+        owner: User, owner_client: Client, mixed_set: PromptSet) -> None:
+    """Issue 34 item 7: two series named so no one confuses them; one axis where they share a
+    unit (token-mean: the aggregate dashed over it), a panel each where they do not; a run
+    older than the aggregate says so."""
+    same = record_run(make_run(owner, mixed_set, name="ent-tm", algorithm="grpo",
+                               total_steps=2))
+    apart = record_run(make_run(owner, mixed_set, name="ent-sum", algorithm="grpo",
+                                total_steps=2, loss_agg_mode="seq-mean-token-sum"))
+    token_mean = "token-mean: every token weighs the same (nats per token)"
+    fig = _chart(owner_client, same, "entropy")
+    agg = _trace(fig, "by loss_agg_mode = token-mean, as the entropy bonus and verl's "
+                      "actor/entropy (nats per token)")
+    assert agg["line"]["dash"] == "dash" and _trace(fig, token_mean)
+    assert "yaxis2" not in fig["layout"]
+    steps = list(Step.objects.filter(run=same).order_by("step"))
+    assert agg["y"] == [st.metrics["entropy_agg"] for st in steps]
+    fig = _chart(owner_client, apart, "entropy")
+    agg = _trace(fig, "by loss_agg_mode = seq-mean-token-sum, as the entropy bonus and verl's "
+                      "actor/entropy (nats per response)")
+    assert agg["yaxis"] == "y2" and _trace(fig, token_mean)["yaxis"] == "y"
+    assert fig["layout"]["yaxis"]["title"]["text"] == "per token (nats)"
+    assert fig["layout"]["yaxis2"]["title"]["text"] == "per response (nats)"
+    for st in Step.objects.filter(run=same):  # recorded before the metric existed
+        st.metrics.pop("entropy_agg")
+        st.save()
+    fig = charts.RUN_CHARTS["entropy"].build(same)
+    assert [t["name"] for t in fig["data"]] == [token_mean]
+    assert "not recorded" in fig["layout"]["annotations"][0]["text"]
+
+
 def test_an_algorithms_declared_metrics_get_a_chart(owner: User, owner_client: Client,
                                                     mixed_set: PromptSet) -> None:
     """Extra step metrics an algorithm registered at run time declares, and no chart draws, are

@@ -73,3 +73,34 @@ def test_each_mode_trains_the_same_with_micro_batches(mode: str) -> None:
     results = [trained_logprobs(config, micro) for micro in (None, 1)]
     assert torch.allclose(results[0], results[1], atol=1e-5)
     assert not torch.allclose(results[0], seq_logprob(tiny_qwen2(), batch()))  # it trained
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("mode", LOSS_AGG_MODES)
+def test_entropy_is_logged_as_token_mean_and_as_the_modes_aggregate(mode: str) -> None:
+    """Issue 34 item 7: ``entropy`` is the token-mean whatever the mode, ``entropy_agg`` the
+    mode's aggregate (verl's actor/entropy), each against its formula written here over the
+    per-token entropies at the sampling weights (one mini-batch: the update's only forward
+    passes are at those weights), with micro-batches of one response."""
+    from tests.trainer.test_update import batch, response_logprobs, tiny_qwen2
+    from trainer.update import make_optimizer, update_policy
+
+    model, b = tiny_qwen2(), batch()
+    with torch.no_grad():
+        _, ent, mask = response_logprobs(model, b.prompt_ids, b.response_ids, 0, 1.0)
+    rows = [[float(h) for h, m in zip(r, mr, strict=True) if m] for r, mr in zip(ent, mask,
+                                                                                  strict=True)]
+    n, tokens, L = len(rows), sum(len(r) for r in rows), 8
+    expected = {"token-mean": sum(map(sum, rows)) / tokens,
+                "seq-mean-token-sum": sum(map(sum, rows)) / n,
+                "seq-mean-token-mean": sum(sum(r) / len(r) for r in rows) / n,
+                "seq-mean-token-sum-norm": sum(map(sum, rows)) / (n * L)}
+    config = TrainConfig(lr=1e-3, batch_size=2, entropy_coef=1e-3, loss_agg_mode=mode,
+                         max_new_tokens=L)
+    opt, sched = make_optimizer(model, config)
+    metrics = update_policy(model, opt, sched, b, config, pad_token_id=0, micro_batch_size=1)
+    assert metrics["entropy"] == pytest.approx(expected["token-mean"], rel=1e-5)
+    assert metrics["entropy_agg"] == pytest.approx(expected[mode], rel=1e-5)
+    if mode != "token-mean":
+        # Not the same figure (a random model's entropies are near uniform: close, not equal).
+        assert metrics["entropy_agg"] != pytest.approx(metrics["entropy"], rel=1e-6)
