@@ -22,7 +22,6 @@ from collections.abc import Iterator, Sequence
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from trainer.charts import ChartSpec
     from trainer.options import Option
     from trainer.types import Metric
 
@@ -144,11 +143,11 @@ def option_specs() -> list[tuple[Any, Option]]:
     return list(out.values())
 
 
-def chart_specs() -> list[tuple[ChartSpec, tuple[str, ...]]]:
-    """(the chart, the algorithms declaring it) for every chart a registered algorithm declares,
-    in registration and declaration order; a chart two algorithms share (the same declaration)
-    once."""
-    out: dict[str, tuple[ChartSpec, tuple[str, ...]]] = {}
+def chart_specs() -> list[tuple[Any, tuple[str, ...]]]:
+    """(the chart, a ``trainer.charts.ChartSpec``; the algorithms declaring it) for every chart a
+    registered algorithm declares, in registration and declaration order; a chart two
+    algorithms share (the same declaration) once."""
+    out: dict[str, tuple[Any, tuple[str, ...]]] = {}
     for algorithm in algorithms():
         for chart in algorithm.charts:
             spec, names = out.get(chart.name, (chart, ()))
