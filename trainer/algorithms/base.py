@@ -45,7 +45,7 @@ import numpy as np
 
 from trainer import seeds
 from trainer.charts import ChartSpec
-from trainer.config import CrossCheck, config_fields
+from trainer.config import config_fields
 from trainer.options import Option
 from trainer.registry import (
     ALGORITHM_NAMES,
@@ -58,6 +58,7 @@ from trainer.registry import (
     step_metric_declarations,
     unregister_algorithm,
 )
+from trainer.validation import CrossCheck
 
 if TYPE_CHECKING:
     from trainer.allocation import Allocation
@@ -270,7 +271,7 @@ class Algorithm:
     # Its own config keys, beside TrainConfig's fields (``trainer.options.Option``).
     options: tuple[Option, ...] = ()
     # Its own checks across config keys (Seq: M >= n, exit counts that can be met; Est: an
-    # allocation that can meet its budget; ``trainer.config.CrossCheck``).
+    # allocation that can meet its budget; ``trainer.validation.CrossCheck``).
     config_checks: tuple[CrossCheck, ...] = ()
     schedulers: tuple[str, ...] | None = None   # None: every scheduler
     schedulers_reason: str = ""     # why only ``schedulers``, for the config error

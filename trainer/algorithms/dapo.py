@@ -26,11 +26,11 @@ from trainer.advantages import signal_groups
 from trainer.algorithms.base import Algorithm, BatchContext, SampledStep, StepContext, own_batch
 from trainer.algorithms.sampling import sample_rounds
 from trainer.charts import ChartSpec, Panel
-from trainer.config import CrossCheck
 from trainer.options import Option
 from trainer.result import SamplerResult
 from trainer.sampler import make_sampler
 from trainer.types import RoundsOutcome, count
+from trainer.validation import CrossCheck
 from trainer.visits import PromptVisits, own_batches_after
 
 if TYPE_CHECKING:
