@@ -15,10 +15,10 @@ filtering and dropping unresolved prompts, DAPO's generation batches and further
 a run over several epochs (the visit counts) and a resume from a checkpoint. The hf cases train
 the tiny model (``--model``: a warm-started model directory; default one of the test suite's
 cache, which holds one per version of the warm start: give both dumps of a comparison the same
-``--model``) with several mini-batches (clipping acts), every ``loss_agg_mode``, micro-batches, the KL
-penalty and an evaluation. ``--compare`` says which dumps of two folders differ, a sample's
-``weight`` of 1 (the key issue 28 added: every built-in's) aside, so that a dump taken before
-it compares with one taken after. It measures nothing and asserts nothing.
+``--model``) with several mini-batches (clipping acts), every ``loss_agg_mode``,
+micro-batches, the KL penalty and an evaluation. ``--compare`` says which dumps of two folders
+differ, a sample's ``weight`` of 1 (the key issue 28 added: every built-in's) aside, so that a
+dump taken before it compares with one taken after. It measures nothing and asserts nothing.
 """
 
 from __future__ import annotations

@@ -47,7 +47,8 @@ from rada.client import (
 # How the user called it, for help and messages: the installed command or the module.
 PROG = "rada" if Path(sys.argv[0]).name == "rada" else "python -m rada"
 
-EXIT_OK, EXIT_RUN_FAILED, EXIT_INPUT, EXIT_AUTH, EXIT_FORBIDDEN, EXIT_SERVER = range(6)
+EXIT_OK, EXIT_RUN_FAILED, EXIT_INPUT, EXIT_AUTH, EXIT_FORBIDDEN, EXIT_SERVER, EXIT_LIMIT = \
+    range(7)
 FINISHED = ("succeeded", "failed", "cancelled")
 POLL_SECONDS = 2.0
 
@@ -59,8 +60,10 @@ class Failure(Exception):
 
 
 def exit_code(error: ApiError) -> int:
-    if error.status in (400, 422):
+    if error.status in (400, 409, 422):  # 409: the object changed under the request
         return EXIT_INPUT
+    if error.status == 429:  # a limit or a throttle: the message names it (and the wait)
+        return EXIT_LIMIT
     if error.status == 401:
         return EXIT_AUTH
     if error.status in (403, 404):

@@ -29,7 +29,7 @@ from typing import Any
 from trainer.builtin_names import BUILTIN_MODEL, BUILTIN_MODEL_LR, BUILTIN_TASK, BUILTIN_TASKS
 from trainer.options import BOUND_KEYS, Option
 from trainer.registry import ALGORITHM_NAMES, algorithms, get_algorithm, option_specs
-from trainer.validation import ConfigError, config_errors, unknown_keys
+from trainer.validation import ConfigError, config_errors, finite_number, unknown_keys
 
 # The registered algorithms' names, read live (trainer.registry: the built-ins of
 # trainer.algorithms and any algorithm registered later).
@@ -68,6 +68,9 @@ STORED_BEFORE: dict[str, Any] = {"early_rounds": "off"}
 MAX_SAMPLES_PER_PROMPT = 32_767
 # Seeds are stored in PostgreSQL integer columns (int32).
 MAX_SEED = 2**31 - 1
+# Sampling floors a run can meet (the fields' comments say why).
+MIN_TEMPERATURE = 1e-2
+MIN_TOP_P = 1e-6
 
 
 def recommended_lr(model: str) -> float:
@@ -170,8 +173,18 @@ class TrainConfig:
                                      "this share of its batch limit (max_num_seqs).", "model",
                                      "fraction", gt=0, le=1)
     device: str = _f("auto", "auto, cpu or cuda.", "model")
-    temperature: float = _f(1.0, "Sampling temperature.", "model", gt=0, le=100)
-    top_p: float = _f(1.0, "Nucleus sampling mass.", "model", gt=0, le=1)
+    # The floors are where a run can still train (docs/reliability.md, "Configs that run"):
+    # vLLM raises any temperature below 0.01 to 0.01 (its sampler's own limit against inf and
+    # nan), so a lower one would sample at 0.01 while the update computes its log-probs at the
+    # value given; transformers' float32 logits / T overflow to inf near 1e-38 ("probability
+    # tensor contains inf, nan"). At top_p <= 1/V nucleus sampling keeps only the most likely
+    # token for any vocabulary of V <= 1M tokens: a smaller value changes nothing, and 5e-324
+    # is 0 in the samplers' float32.
+    temperature: float = _f(1.0, "Sampling temperature (at least 0.01: vLLM's floor).",
+                            "model", ge=MIN_TEMPERATURE, le=100)
+    top_p: float = _f(1.0, "Nucleus sampling mass (1e-6 or less keeps only the most likely "
+                      "token of any vocabulary up to a million tokens).", "model",
+                      ge=MIN_TOP_P, le=1)
     max_new_tokens: int = _f(16, "Longest response.", "model", "tokens", ge=1, le=32_768)
     rollout_dtype: str = _f("auto", "vllm: the engine's copy of the weights (auto: bfloat16 on "
                             "CUDA, float32 on CPU; the trained policy stays float32).", "model")
@@ -290,6 +303,25 @@ class TrainConfig:
         return isinstance(other, TrainConfig) and self.to_dict() == other.to_dict()
 
     __hash__ = None  # type: ignore[assignment]  # mutable, as a dataclass with eq is
+
+    def __post_init__(self) -> None:
+        # JSON and TOML write 2 for 2.0: a float field given an integer holds the float, so a
+        # config that validates is one the trainer runs (transformers' generate refuses an
+        # integer temperature at the first step). An integer past a float's range stays as
+        # given, for ``errors()`` to name.
+        def coerced(annotation: str, value: Any) -> Any:
+            if annotation in ("float", "float | None") and isinstance(value, int) \
+                    and not isinstance(value, bool) and finite_number(value):
+                return float(value)
+            return value
+
+        for f in fields(self):
+            if not f.metadata.get("internal"):
+                object.__setattr__(self, f.name, coerced(str(f.type), getattr(self, f.name)))
+        if isinstance(self.options, dict) and self.options:
+            specs = _options()
+            self.options = {k: coerced(specs[k].type, v) if k in specs else v
+                            for k, v in self.options.items()}
 
     # ------------------------------------------------------------------------------------------
     @property

@@ -29,6 +29,7 @@ from trainer.builtin_names import (
 )
 from trainer.jsonsafe import text_problem
 from trainer.options import BOUND_KEYS
+from trainer.visible import visible_problem
 
 # A ``trainer.config.TrainConfig`` (not imported here: it imports this module).
 Config = Any
@@ -39,6 +40,9 @@ Setting = tuple[str, str, Mapping[str, Any]]
 # path component (NAME_MAX); a longer one is "File name too long" from the operating system.
 MAX_PATH_CHARS = 4095
 MAX_NAME_CHARS = 255
+# The model as the platform stores it (Run.model): a label under the simulated backend, a path
+# otherwise; longer is refused on the field rather than by the column.
+MAX_MODEL_CHARS = 500
 
 
 class ConfigError(ValueError):
@@ -117,7 +121,16 @@ def own_errors(config: Config, settings: Iterable[Setting],
             out_of_bounds.add(name)
             yield error
     for name in ("model", "prompts", "eval_prompts"):
-        yield from _path_errors(name, getattr(config, name))
+        # Shown on every page that lists the run, and stored: one line of visible text.
+        value = getattr(config, name)
+        problem = visible_problem(value)
+        if problem:
+            yield ConfigError(name, problem)
+        elif name == "model" and len(value) > MAX_MODEL_CHARS:
+            yield ConfigError(name, f"{len(value):,} characters; at most "
+                              f"{MAX_MODEL_CHARS:,}")
+        else:
+            yield from _path_errors(name, value)
     for name in ("prompts", "eval_prompts"):
         value = getattr(config, name)
         if value and value not in BUILTIN_TASKS and _path_ok(value) \
@@ -289,7 +302,8 @@ def _type_errors(name: str, value: Any, annotation: str) -> Iterator[ConfigError
     elif annotation == "int":
         ok = isinstance(value, int) and not isinstance(value, bool)
     elif annotation == "float":
-        ok = isinstance(value, (int, float)) and not isinstance(value, bool) and _finite(value)
+        ok = isinstance(value, (int, float)) and not isinstance(value, bool) \
+            and finite_number(value)
     elif annotation == "str":
         ok = isinstance(value, str)
         problem = text_problem(value) if ok else None
@@ -306,7 +320,7 @@ def _type_errors(name: str, value: Any, annotation: str) -> Iterator[ConfigError
         yield ConfigError(name, f"expected {annotation}, got {_shown(value)}")
 
 
-def _finite(value: int | float) -> bool:
+def finite_number(value: int | float) -> bool:
     """A number a float field can hold: finite, and an integer no larger than a float's range
     (``math.isfinite(10**400)`` raises OverflowError)."""
     try:

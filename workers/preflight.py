@@ -11,13 +11,13 @@ estimate with the reason, and the worker goes on.
 from __future__ import annotations
 
 import logging
-import traceback
 from typing import Any
 
 from experiments import preflight as services
 from experiments.models import Estimate
 
 from trainer.config import TrainConfig
+from trainer.errors import plain_traceback, reason
 from trainer.preflight import PassRateSample, choose_prompts, sample_pass_rates
 from workers.execution import (
     how_it_ended,
@@ -68,15 +68,22 @@ def estimate_in_this_process(estimate_id: int, owner: str) -> str:
         chosen = [prompts[i] for i in choose_prompts(len(prompts), estimate.num_prompts,
                                                      estimate.seed)]
         backend = make_backend(config, chosen)
-        sample = sample_pass_rates(backend, chosen, estimate.samples_per_prompt,
-                                   make_scorer(config), seed=estimate.seed,
-                                   on_progress=on_progress,
-                                   should_stop=lambda: state["cancel"] or state["lost"])
+        try:
+            sample = sample_pass_rates(backend, chosen, estimate.samples_per_prompt,
+                                       make_scorer(config), seed=estimate.seed,
+                                       on_progress=on_progress,
+                                       should_stop=lambda: state["cancel"] or state["lost"])
+        finally:
+            # The engine, its temporary weights and a distributed run's Ray: the process ends
+            # without finalization (``run_process.end_now``).
+            close = getattr(backend, "close", None)
+            if close is not None:
+                close()
     except Exception as exc:
         logger.exception("estimate %s failed", estimate_id)
         services.finish_estimate(estimate_id, owner, Estimate.Status.FAILED,
-                                 error=f"{type(exc).__name__}: {exc}"[:2000],
-                                 traceback=traceback.format_exc()[-20_000:])
+                                 error=reason(exc)[:2000],
+                                 traceback=plain_traceback(exc)[-20_000:])
         return "failed"
     if state["lost"]:
         return "lease lost"

@@ -3,15 +3,19 @@ the trainer (torch) is imported inside the task only."""
 
 from __future__ import annotations
 
+from typing import Any
+
 from workers.celery_app import app
 
 
-@app.task(name="workers.execute_run", acks_late=True, ignore_result=True)
-def execute_run(run_id: int) -> str:
-    """Execute run ``run_id`` to its end (or resume it) under a lease; see workers.execution."""
+@app.task(name="workers.execute_run", acks_late=True, ignore_result=True, bind=True)
+def execute_run(self: Any, run_id: int) -> str:
+    """Execute the run next in fair order on this message's queue (run ``run_id``, or another
+    user's who waited longer) to its end, or resume it, under a lease; see workers.execution."""
     from workers.execution import execute
 
-    return execute(run_id)
+    queue = (self.request.delivery_info or {}).get("routing_key") or None
+    return execute(run_id, queue)
 
 
 @app.task(name="workers.estimate_pass_rates", acks_late=True, ignore_result=True)

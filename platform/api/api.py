@@ -19,6 +19,7 @@ from django.http import HttpRequest
 from ninja import NinjaAPI
 from ninja.operation import Operation
 from ninja.security import HttpBearer, session
+from webapp.throttles import FailedTokenThrottle
 
 from api.errors import register_error_handlers
 from api.routes import account, prompt_sets, reports, runs, sweeps
@@ -27,7 +28,14 @@ from api.services import user_for_token
 
 class TokenAuth(HttpBearer):
     def authenticate(self, request: HttpRequest, token: str) -> Any:
-        return user_for_token(token)
+        # Wrong tokens are throttled per address (429 with Retry-After): a token is 256
+        # random bits, but guessing at full speed still costs a database lookup each.
+        throttle = FailedTokenThrottle()
+        throttle.check(request)
+        user = user_for_token(token)
+        if user is None:
+            throttle.failed()
+        return user
 
 
 class SessionAuth(session.SessionAuth):

@@ -10,7 +10,8 @@ from django.core.exceptions import ObjectDoesNotExist, PermissionDenied, Request
 from django.http import HttpRequest, HttpResponse
 from experiments import services
 from ninja import NinjaAPI
-from ninja.errors import AuthenticationError, ValidationError
+from ninja.errors import AuthenticationError, Throttled, ValidationError
+from webapp.throttles import TokensThrottled, retry_after
 
 from trainer.config import ConfigError
 
@@ -69,6 +70,24 @@ def register_error_handlers(api: NinjaAPI) -> None:
     def launch_error(request: HttpRequest, exc: services.LaunchError) -> HttpResponse:
         return error_response(request, 400, exc.pairs)
 
+    def limit_reached(request: HttpRequest, exc: services.LimitReached) -> HttpResponse:
+        # The run is fine; the user's share of the platform is full: 429, like a quota.
+        return error_response(request, 429, exc.pairs)
+
+    def conflict(request: HttpRequest, exc: services.Conflict) -> HttpResponse:
+        return error_response(request, 409, exc.pairs)
+
+    def throttled(request: HttpRequest, exc: Throttled) -> HttpResponse:
+        wait = retry_after(exc.wait)
+        what = (f"too many wrong API tokens from this address (at most "
+                f"{settings.API_AUTH_FAILURE_RATE}, API_AUTH_FAILURE_RATE)"
+                if isinstance(exc, TokensThrottled) else
+                f"too many launches (at most {settings.LAUNCH_RATE} per user, LAUNCH_RATE)")
+        response = error_response(request, 429, [("request", f"{what}: try again in "
+                                                              f"{wait} s")])
+        response["Retry-After"] = str(wait)
+        return response
+
     def config_error(request: HttpRequest, exc: ConfigError) -> HttpResponse:
         return error_response(request, 400, [(exc.field, exc.reason)])
 
@@ -76,7 +95,13 @@ def register_error_handlers(api: NinjaAPI) -> None:
         return api.create_response(request, {"detail": str(exc) or "forbidden"}, status=403)
 
     def not_found(request: HttpRequest, exc: ObjectDoesNotExist) -> HttpResponse:
-        return api.create_response(request, {"detail": str(exc) or "not found"}, status=404)
+        # Django's own text ("Run matching query does not exist.") is no sentence for a user.
+        what = type(exc).__qualname__.removesuffix(".DoesNotExist").lower()
+        return api.create_response(request, {"detail": f"no such {what or 'object'}: it does "
+                                             "not exist, or was deleted meanwhile"}, status=404)
+
+    def gone(request: HttpRequest, exc: services.Gone) -> HttpResponse:
+        return api.create_response(request, {"detail": str(exc)}, status=404)
 
     def unauthorized(request: HttpRequest, exc: AuthenticationError) -> HttpResponse:
         return api.create_response(
@@ -93,7 +118,11 @@ def register_error_handlers(api: NinjaAPI) -> None:
             f"the body is larger than {limit / 2**20:.1f} MiB ({limit:,} bytes), the limit "
             "(DATA_UPLOAD_MAX_MEMORY_SIZE); a prompt file goes to POST /prompt-sets as a file"))])
 
-    for exc_class, handler in ((services.LaunchError, launch_error), (ConfigError, config_error),
+    for exc_class, handler in ((services.LaunchError, launch_error),
+                               (services.LimitReached, limit_reached),
+                               (services.Conflict, conflict), (Throttled, throttled),
+                               (services.Gone, gone),
+                               (ConfigError, config_error),
                                (PermissionDenied, forbidden), (ObjectDoesNotExist, not_found),
                                (AuthenticationError, unauthorized), (ValidationError, invalid),
                                (RequestDataTooBig, too_large)):

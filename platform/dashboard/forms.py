@@ -12,6 +12,7 @@ from typing import Any
 from django import forms
 from django.conf import settings
 from experiments import preflight, services
+from experiments import selectors as experiment_selectors
 from experiments.models import PromptSet, Run
 
 from trainer.algorithms import algorithms
@@ -115,12 +116,26 @@ class NumbersAsTyped(forms.Form):
                 self.add_error(name, self.NOT_A_NUMBER_MESSAGE)
 
 
+class PromptSetChoice(forms.ModelChoiceField):
+    """A prompt set as the drop-down offers it: its name, whose it is and its size, the
+    platform's own sets first, then the user's, then everyone else's (a name alone, listed
+    newest first, put a look-alike upload above the set it imitated)."""
+
+    def label_from_instance(self, obj: PromptSet) -> str:
+        owner = obj.owner.username if obj.owner_id else "the platform"
+        return f"{obj.name} · {owner} · {obj.size:,} prompts"
+
+
+def prompt_set_choices(user: Any = None) -> Any:
+    return experiment_selectors.prompt_set_choices(getattr(user, "pk", None))
+
+
 class LaunchForm(NumbersAsTyped):
     name = forms.CharField(max_length=200, help_text="A name to find the run by.")
-    prompt_set = forms.ModelChoiceField(queryset=PromptSet.objects.all(),
-                                        help_text="Training prompts.")
-    eval_set = forms.ModelChoiceField(queryset=PromptSet.objects.all(), required=False,
-                                      help_text="Held-out prompts for evaluation (optional).")
+    prompt_set = PromptSetChoice(queryset=PromptSet.objects.all(),
+                                 help_text="Training prompts (each with its owner).")
+    eval_set = PromptSetChoice(queryset=PromptSet.objects.all(), required=False,
+                               help_text="Held-out prompts for evaluation (optional).")
     queue = forms.ChoiceField(initial="cpu", help_text="Workers that may take the run.")
     retention = forms.ChoiceField(choices=Run.Retention.choices, initial=Run.Retention.ALL,
                                   help_text="Which response texts are stored.")
@@ -146,8 +161,11 @@ class LaunchForm(NumbersAsTyped):
                   "budget of n=16. At most {max_runs:,} runs. The name above names the sweep; "
                   "its runs are named by their values.")
 
-    def __init__(self, *args: Any, estimate: bool = False, **kwargs: Any) -> None:
+    def __init__(self, *args: Any, estimate: bool = False, user: Any = None,
+                 **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
+        for field in ("prompt_set", "eval_set"):
+            self.fields[field].queryset = prompt_set_choices(user)
         # An estimate launches nothing: it needs no run name.
         self.fields["name"].required = not estimate
         self.fields["sweep"].help_text = self.fields["sweep"].help_text.format(
@@ -167,6 +185,10 @@ class LaunchForm(NumbersAsTyped):
             if "group_title" in spec:
                 self.group_titles.setdefault(spec["group"], spec["group_title"])
         self.fields["model"].widget.attrs["list"] = "model-choices"
+        self.fields["model"].help_text = (
+            f"{BUILTIN_MODEL} (warm-started tiny Qwen2) or a model the operator put under the "
+            "model folders (RADA_MODEL_ROOTS): the list offers them. Under the simulated "
+            "backend, any name: a label.")
         self.fields["model"].required = True
         self.fields["model"].initial = BUILTIN_MODEL
         # The paper's lr default is for 1.5B-7B models; the built-in model wants its own.
@@ -325,8 +347,9 @@ class UploadForm(forms.Form):
 
     def clean_name(self) -> str:
         name = self.cleaned_data["name"].strip()
-        if PromptSet.objects.filter(name=name).exists():
-            raise forms.ValidationError("a prompt set of this name exists")
+        problem = services.prompt_set_name_error(name)
+        if problem:
+            raise forms.ValidationError(problem)
         return name
 
 
@@ -344,8 +367,9 @@ class BuiltinForm(NumbersAsTyped):
 
     def clean_name(self) -> str:
         name = self.cleaned_data["name"].strip()
-        if PromptSet.objects.filter(name=name).exists():
-            raise forms.ValidationError("a prompt set of this name exists")
+        problem = services.prompt_set_name_error(name)
+        if problem:
+            raise forms.ValidationError(problem)
         return name
 
     def clean_task(self) -> str:

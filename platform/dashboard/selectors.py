@@ -13,13 +13,14 @@ import hashlib
 import json
 import os
 import statistics
-from collections import defaultdict
+from collections import Counter, defaultdict
 from dataclasses import dataclass, field
 from typing import Any
 
+from django.conf import settings
 from django.core.cache import cache
 from django.db import connection
-from django.db.models import Count, Exists, F, OuterRef, Q
+from django.db.models import Count, Exists, Max, OuterRef
 from django.utils import timezone
 from experiments.models import (
     Estimate,
@@ -246,22 +247,40 @@ class QueuePlace:
         return text
 
 
+def fair_queue(queue: str) -> list[int]:
+    """The queued runs of ``queue`` in the order the workers take them if nothing else
+    changes: ``services.take_next_run``'s order (``FAIR_PICK``) applied pick after pick, each
+    pick counting as one more run executing for its user and making that user the latest
+    served. One user's many queued runs interleave with the others' instead of going first."""
+    live = timezone.now() - dt.timedelta(seconds=settings.RUN_LEASE_TIMEOUT_SECONDS)
+    runs = Run.objects.filter(queue=queue)
+    executing = Counter(runs.filter(status=Run.Status.RUNNING, heartbeat_at__gte=live)
+                        .exclude(lease_owner="").values_list("owner_id", flat=True))
+    served: dict[int, tuple[int, float]] = {
+        owner: (0, at.timestamp()) for owner, at in runs.values("owner_id").annotate(
+            at=Max("started_at")).values_list("owner_id", "at") if at is not None}
+    waiting: dict[int, list[int]] = {}
+    for pk, owner in runs.filter(status=Run.Status.QUEUED).order_by("pk").values_list(
+            "pk", "owner_id"):
+        waiting.setdefault(owner, []).append(pk)
+    order: list[int] = []
+    for pick in range(sum(len(v) for v in waiting.values())):
+        owner = min((o for o in waiting if waiting[o]), key=lambda o: (
+            executing[o], served.get(o, (-1, 0.0)), waiting[o][0]))
+        order.append(waiting[owner].pop(0))
+        executing[owner] += 1
+        served[owner] = (1, float(pick))
+    return order
+
+
 def queue_place(run: Run) -> QueuePlace | None:
-    """The queued run's place on its queue (None unless queued). The order is the broker's:
-    runs in the order they reached it (``enqueued_at``: a run handed back, or put back on the
-    queue after a broker restart, goes to the back), those that have not reached it yet (the
-    broker was down at launch) last."""
+    """The queued run's place on its queue (None unless queued), in the workers' fair order
+    (``fair_queue``); a run the broker has not taken yet (it was down at launch) is in that
+    order too: a worker takes whichever run is next, whatever message it got."""
     if run.status != Run.Status.QUEUED:
         return None
-    queued = Run.objects.filter(queue=run.queue, status=Run.Status.QUEUED).exclude(pk=run.pk)
-    if run.enqueued_at is None:
-        ahead = queued.filter(Q(enqueued_at__isnull=False) | Q(enqueued_at__isnull=True,
-                                                                  pk__lt=run.pk))
-    else:
-        ahead = queued.filter(Q(enqueued_at__lt=run.enqueued_at)
-                              | Q(enqueued_at=run.enqueued_at, pk__lt=run.pk))
-    ahead_ids = list(ahead.order_by(F("enqueued_at").asc(nulls_last=True), "pk")
-                     .values_list("pk", flat=True))
+    order = fair_queue(run.queue)
+    ahead_ids = order[:order.index(run.pk)] if run.pk in order else order
     busy_runs = list(Run.objects.filter(queue=run.queue, status=Run.Status.RUNNING)
                      .order_by("pk").values_list("pk", flat=True))
     busy_estimates = list(Estimate.objects.filter(queue=run.queue,
@@ -907,7 +926,7 @@ def last_evals(run_ids: list[int]) -> dict[int, tuple[int, dict[str, Any]]]:
 
 
 # The device a run's "auto" resolves to on each queue's workers.
-QUEUE_DEVICES = {"cpu": "cpu", "gpu": "cuda", "ray": "cuda"}
+QUEUE_DEVICES = settings.RUN_QUEUE_DEVICES
 
 
 @dataclass(frozen=True)

@@ -26,10 +26,11 @@ from django.urls import reverse
 from django.utils.html import format_html_join
 from django.utils.http import urlencode
 from django.views.decorators.http import require_POST
-from experiments import bundles, preflight, services
+from experiments import bundles, model_catalogue, preflight, services
 from experiments import selectors as experiment_selectors
 from experiments.models import Estimate, Prompt, PromptSet, Run, Sweep
 from webapp.security import allows_webgl
+from webapp.throttles import launch_wait
 from webapp.uploads import accepts_files, rejected_files
 
 from trainer import formatting as fmt
@@ -113,9 +114,11 @@ def run_launch(request: HttpRequest) -> HttpResponse:
         source = _run_or_404(params.parse_id(clone))
     diff: list[tuple[str, Any]] | None = None
     estimate = None
+    status = 200
     if request.method == "POST":
         action = request.POST.get("action", "launch")
-        form = LaunchForm(request.POST, estimate=action.startswith("estimate"))
+        form = LaunchForm(request.POST, estimate=action.startswith("estimate"),
+                          user=request.user)
         if form.is_valid() and action.startswith("estimate"):
             # The preflight: sample on a worker, shown under the form, which keeps its values.
             estimate = _request_estimate(request, form)
@@ -123,18 +126,24 @@ def run_launch(request: HttpRequest) -> HttpResponse:
             diff = clone_diff(form, source) if source else None
             # A clone is shown with its differences first and launched on confirmation.
             if source is None or request.POST.get("confirm") == "1":
-                try:
-                    return _launch(request, form, source)
-                except services.LaunchError as exc:
-                    form.add_launch_errors(exc.pairs)
+                wait = launch_wait(request)
+                if wait is not None:
+                    form.add_error(None, _too_many(wait))
+                    status = 429
+                else:
+                    try:
+                        return _launch(request, form, source)
+                    except services.LaunchError as exc:
+                        form.add_launch_errors(exc.pairs)
     else:
         initial = initial_from_run(source) if source else {}
         prompt_set = params.get_id(request.GET, "prompt_set")
         if prompt_set:
             initial["prompt_set"] = prompt_set
-        form = LaunchForm(initial=initial)
-    return render(request, "dashboard/run_launch.html", {
+        form = LaunchForm(initial=initial, user=request.user)
+    return render(request, "dashboard/run_launch.html", status=status, context={
         "form": form, "source": source, "diff": diff, "builtin_model": BUILTIN_MODEL,
+        "models": model_catalogue.offered_models(),
         "has_prompt_sets": PromptSet.objects.exists(),
         **(_estimate_context(request, estimate, form.run_shape()) if estimate else {})})
 
@@ -264,12 +273,31 @@ def run_delete(request: HttpRequest, run_id: int) -> HttpResponse:
     return redirect("dashboard:run_list")
 
 
+def _too_many(wait: int) -> str:
+    return (f"Too many launches: try again in {wait} s (at most {settings.LAUNCH_RATE} per "
+            "user, LAUNCH_RATE).")
+
+
+def _throttled(request: HttpRequest, back: str) -> HttpResponse | None:
+    """A relaunch or retry past ``LAUNCH_RATE``: the message, and back where it came from."""
+    wait = launch_wait(request)
+    if wait is None:
+        return None
+    messages.error(request, _too_many(wait))
+    return redirect(back)
+
+
 @login_required
 @require_POST
 def run_relaunch(request: HttpRequest, run_id: int) -> HttpResponse:
     run = _run_or_404(run_id)
+    if (refused := _throttled(request, reverse("dashboard:run_detail", args=[run.pk]))):
+        return refused
     try:
         new = services.relaunch_run(run, request.user)
+    except services.LimitReached as exc:
+        messages.error(request, f"Cannot relaunch {run.name}: {exc.reason}")
+        return redirect("dashboard:run_detail", run_id=run.pk)
     except services.LaunchError as exc:
         # The config no longer validates (bounds changed since, a model directory is gone...):
         # the launch form shows it as a clone, where the field can be fixed.
@@ -283,6 +311,8 @@ def run_relaunch(request: HttpRequest, run_id: int) -> HttpResponse:
 def run_retry(request: HttpRequest, run_id: int) -> HttpResponse:
     """A failed or cancelled run of a sweep, run again in its place (``services.retry_run``)."""
     run = _run_or_404(run_id)
+    if (refused := _throttled(request, reverse("dashboard:run_detail", args=[run.pk]))):
+        return refused
     try:
         new = services.retry_run(run, request.user)
     except services.LaunchError as exc:
@@ -402,7 +432,7 @@ def prompt_sets(request: HttpRequest) -> HttpResponse:
 
 @login_required
 def prompt_set_detail(request: HttpRequest, set_id: int) -> HttpResponse:
-    ps = get_object_or_404(PromptSet, pk=set_id)
+    ps = get_object_or_404(PromptSet.objects.select_related("owner"), pk=set_id)
     return render(request, "dashboard/prompt_set_detail.html",
                   {"set": ps, "prompts": experiment_selectors.prompt_set_preview(ps),
                    "answer_note": selectors.answer_note(ps)})

@@ -173,7 +173,7 @@ def _prompt_set_for(prompts: Sequence[Any], label: str, source: str) -> PromptSe
         [type(p)(id=p.id, text=p.text, answer=p.answer,
                  metadata={**p.metadata, "source_id": p.id}) for p in prompts],
         name=f"{label} [{PromptDigest.of(prompts)[:12]}]", source=source,
-        description=f"imported with a CLI run: {label}")
+        description=f"imported with a CLI run: {label}", platform=True)
     return ps
 
 
@@ -335,7 +335,7 @@ def _bundle_prompt_set(folder: Path, info: dict[str, Any]) -> tuple[PromptSet, d
                                      full.column("metadata").to_pylist(), strict=True)]
     created, _ = find_or_import_prompt_set(
         prompts, name=f"{meta['name'][:180]} [{PromptDigest.of(prompts)[:12]}]",
-        source=meta.get("source") or "upload", prefer=meta["name"],
+        source=meta.get("source") or "upload", prefer=meta["name"], platform=True,
         description=f"imported with run bundle of run {info['run']['id']}")
     new_ids = Prompt.objects.filter(prompt_set=created).order_by("index").values_list(
         "pk", flat=True)

@@ -7,6 +7,8 @@ so a resumed or redelivered run can never record a step twice.
 
 from __future__ import annotations
 
+from typing import Any
+
 from django.conf import settings
 from django.db import models
 
@@ -17,6 +19,9 @@ class PromptSet(models.Model):
         BUILTIN = "builtin", "built-in arithmetic"
 
     name = models.CharField(max_length=200, unique=True)
+    # experiments.names.name_key(name): the hash of the name's confusable skeleton (TR39), so
+    # that no two sets' names look alike in a drop-down ("arithmetic" with a Cyrillic "а").
+    name_key = models.CharField(max_length=64, unique=True)
     source = models.CharField(max_length=16, choices=Source.choices)
     description = models.TextField(blank=True)
     owner = models.ForeignKey(settings.AUTH_USER_MODEL, null=True, blank=True,
@@ -31,6 +36,15 @@ class PromptSet(models.Model):
 
     def __str__(self) -> str:
         return self.name
+
+    def save(self, *args: Any, **kwargs: Any) -> None:
+        # The key follows the name whoever writes it (the services, the admin, a fixture).
+        from experiments.names import name_key
+
+        self.name_key = name_key(self.name)
+        if kwargs.get("update_fields") is not None and "name" in kwargs["update_fields"]:
+            kwargs["update_fields"] = {*kwargs["update_fields"], "name_key"}
+        super().save(*args, **kwargs)
 
 
 class Prompt(models.Model):

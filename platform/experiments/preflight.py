@@ -36,8 +36,8 @@ from trainer.preflight import (
 )
 
 # The settings a sample depends on; the others (algorithm, optimisation) only change predictions.
-SAMPLING_FIELDS = ("model", "backend", "device", "temperature", "top_p", "max_new_tokens",
-                   "verifier", "simulated_pass_rate")
+SAMPLING_FIELDS = ("model", "backend", "device", "rollout_dtype", "temperature", "top_p",
+                   "max_new_tokens", "verifier", "simulated_pass_rate")
 DEFAULT_K = 16
 DEFAULT_PROMPTS = 64
 MAX_K = 256
@@ -47,8 +47,11 @@ MAX_SHAPES = 16
 
 
 def estimate_key(config: TrainConfig, prompt_set: PromptSet, k: int, num_prompts: int,
-                 seed: int) -> str:
-    cfg = config.to_dict()
+                 seed: int, queue: str = "cpu") -> str:
+    """What makes two requests one sample: the sampling settings as they resolve on the
+    queue's workers (``device = "auto"`` and ``"cpu"`` on the cpu queue are one setting, and
+    "auto" on the gpu queue another), the prompts, k and the seed."""
+    cfg = config.resolved(device=settings.RUN_QUEUE_DEVICES.get(queue))
     what = {"prompt_set": prompt_set.pk, "k": k, "num_prompts": num_prompts, "seed": seed,
             **{f: cfg[f] for f in SAMPLING_FIELDS if f in cfg}}
     if cfg.get("backend") != "simulated":
@@ -77,7 +80,7 @@ def request_estimate(owner: User, config_dict: dict[str, Any], prompt_set: Promp
         raise LaunchError(*errors[0], more=errors[1:])
     config = effective_verifier(TrainConfig.from_dict(dict(config_dict)), prompt_set)
     num_prompts = min(num_prompts, prompt_set.size)
-    key = estimate_key(config, prompt_set, samples_per_prompt, num_prompts, seed)
+    key = estimate_key(config, prompt_set, samples_per_prompt, num_prompts, seed, queue)
     if not again:
         reusable = (Estimate.objects.filter(key=key)
                     .filter(Q(status=Estimate.Status.SUCCEEDED) | Q(status=Estimate.Status.QUEUED)

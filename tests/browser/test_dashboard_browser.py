@@ -56,7 +56,9 @@ def _launch(page: Any, base: str, name: str, prompt_set: PromptSet, **fields: st
     # Evaluation (built-in held-out set) only for the documentation's pictures: it costs time.
     page.fill("#id_eval_every", "10" if SAVE_SCREENSHOTS else "0")
     if SAVE_SCREENSHOTS:
-        page.select_option("#id_eval_set", label="sums-48")
+        # Each set is offered as "name · owner · size".
+        held_out = page.locator("#id_eval_set option", has_text="sums-48 · ")
+        page.select_option("#id_eval_set", held_out.get_attribute("value"))
     page.fill("#id_eval_num_prompts", "50")
     page.fill("#id_eval_k", "4")
     for selector, value in fields.items():

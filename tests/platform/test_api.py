@@ -162,7 +162,7 @@ def test_prompt_set_upload_list_and_detail(api: Api) -> None:
     dup = api.client.post("/api/v1/prompt-sets", {
         "name": "five", "file": SimpleUploadedFile("five.jsonl", lines.encode())},
         headers=api.headers)
-    assert dup.status_code == 400 and _fields(dup) == ["name"]
+    assert dup.status_code == 409 and _fields(dup) == ["name"]
     missing = api.client.post("/api/v1/prompt-sets", {"name": "none"}, headers=api.headers)
     assert missing.status_code == 400 and _fields(missing) == ["file"]
 
@@ -345,7 +345,7 @@ def test_sweep_create_list_cancel(api: Api, other_api: Api) -> None:
     assert bad.status_code == 400 and _fields(bad) == ["grid", "grid"]
     assert [e["reason"] for e in bad.json()["errors"]] == [
         "(algorithm, group_size): (dapo) has 1 value; each tuple needs 2, one per field",
-        "seed: range '0..200' is 201 runs; a sweep launches at most 100 (SWEEP_MAX_RUNS)"]
+        "seed: range '0..200' is 201 runs; a sweep launches at most 64 (SWEEP_MAX_RUNS)"]
 
 
 @pytest.mark.django_db
@@ -367,7 +367,7 @@ def test_retry_takes_a_failed_runs_place_in_its_sweep(api: Api, other_api: Api) 
     after = api.get(f"/sweeps/{sweep['id']}").json()
     assert after["runs"] == [first, new["id"]] and after["summary"] == "2 queued"
     again = api.post(f"/runs/{second}/retry")
-    assert again.status_code == 400 and "already retried" in again.json()["detail"]
+    assert again.status_code == 409 and "already retried" in again.json()["detail"]
 
 
 # --- records ------------------------------------------------------------------------------------

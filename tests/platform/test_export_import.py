@@ -427,7 +427,7 @@ def test_a_cli_run_on_the_built_in_task_shares_the_dashboards_sets(cli_run: Path
     from trainer.digest import PromptDigest
 
     config = TrainConfig.from_toml(cli_run.parent / "run.toml")
-    generated = services.create_builtin_prompt_set(user, "arithmetic 40 (built-in)",
+    generated = services.create_builtin_prompt_set(user, "arithmetic 40 (generated)",
                                                    config.task_num_prompts,
                                                    config.task_min_digits,
                                                    config.task_max_digits, 0)

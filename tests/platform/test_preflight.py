@@ -111,6 +111,9 @@ def test_a_queued_estimate_is_cancelled_at_once_and_never_sampled(
     redis.Redis.from_url(os.environ["CELERY_BROKER_URL"]).delete("cpu")
     ps = make_prompt_set("rates-12", 12)
     estimate = preflight.request_estimate(user, SIM, ps)
+    # The same settings spelled as they resolve on the cpu queue are the same sample.
+    assert preflight.request_estimate(user, SIM | {"device": "cpu", "rollout_dtype": "float32"},
+                                      ps).pk == estimate.pk
     messages = queued()
     assert [m["headers"]["task"] for m in messages] == ["workers.estimate_pass_rates"]
     with pytest.raises(PermissionDenied):

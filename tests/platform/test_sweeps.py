@@ -51,9 +51,9 @@ def test_parse_sweep_spec_types_values_by_field() -> None:
     ("seed=1,1", "appears twice"),
     ("seed=1; seed=2", "swept twice"),
     # The limit is named, with the count (issue 27: "empty or too long").
-    ("seed=0..200", "seed: range '0..200' is 201 runs; a sweep launches at most 100"),
+    ("seed=0..200", "seed: range '0..200' is 201 runs; a sweep launches at most 64"),
     ("seed=0..20; lr=1e-4,2e-4,3e-4,4e-4,5e-4",
-     "105 runs (21 x 5); a sweep launches at most 100"),
+     "105 runs (21 x 5); a sweep launches at most 64"),
     # Paired axes.
     ("(algorithm, group_size)=(grpo, 16), (ada-balance)",
      "(algorithm, group_size): (ada-balance) has 1 value; each tuple needs 2, one per field"),
@@ -70,7 +70,7 @@ def test_parse_sweep_spec_types_values_by_field() -> None:
     ("(algorithm, group_size=(grpo, 4)", "paired fields go in parentheses"),
     ("(algorithm, group_size)=(grpo, x)", "group_size: 'x' is not an integer"),
     ("(seed, lr)=(0, 1e-4), (1, 2e-4); batch_size=1..60",
-     "120 runs (2 x 60); a sweep launches at most 100"),
+     "120 runs (2 x 60); a sweep launches at most 64"),
 ])
 def test_bad_sweep_spec_is_an_error_on_the_sweep_field(spec: str, reason: str) -> None:
     with pytest.raises(LaunchError) as info:
@@ -305,7 +305,7 @@ def test_launch_form_launches_a_paired_sweep(db: None, owner_client: Any) -> Non
     ("sed=0,1", "sed: no such config field (did you mean &#x27;seed&#x27;?)"),
     ("group_size=2,16", "the run group_size=16: samples_per_round: must be &gt;= group_size"),
     ("batch_size=4,64", "batch_size=64: larger than the prompt set (12 prompts)"),
-    ("seed=0..200", "seed: range &#x27;0..200&#x27; is 201 runs; a sweep launches at most 100"),
+    ("seed=0..200", "seed: range &#x27;0..200&#x27; is 201 runs; a sweep launches at most 64"),
     # The budget-matched comparison as a cross-product: refused, naming the run at fault.
     ("algorithm=ada-balance,grpo; group_size=4,16",
      "the run algorithm=ada-balance, group_size=16: samples_per_round: must be &gt;= group_size"),

@@ -43,14 +43,16 @@ def wait_step(run: Run, step: int, timeout: float = 120) -> None:
     wait_for(reached, timeout, what=f"run {run.pk} to record step {step}")
 
 
-def replay(run: Run, tmp_path: Path) -> Any:
-    """The same run trained in this process with a list recorder: what the trainer emits."""
+def replay(run: Run, tmp_path: Path, **changes: Any) -> Any:
+    """The same run trained in this process with a list recorder: what the trainer emits.
+    ``changes`` to its config must not change what a step records (``total_steps`` for more
+    steps of the same run, ``save_every``)."""
     import trainer
     from trainer.config import TrainConfig
     from trainer.recorders import ListRecorder
     from workers.execution import make_backend, trainer_prompts
 
-    config = TrainConfig.from_dict(run.config)
+    config = TrainConfig.from_dict(run.config | changes)
     prompts = trainer_prompts(run.prompt_set_id)
     recorder = ListRecorder()
     backend = make_backend(config, prompts)
@@ -64,7 +66,7 @@ def replay(run: Run, tmp_path: Path) -> Any:
 
 
 def replay_as_the_worker(run: Run, tmp_path: Path, model_dir: Path,
-                         monkeypatch: pytest.MonkeyPatch) -> Any:
+                         monkeypatch: pytest.MonkeyPatch, **changes: Any) -> Any:
     """``replay`` under the worker's conditions: the built-in model resolved to ``model_dir`` and
     one torch thread (the workers in these tests run with one; threads change float sums)."""
     import torch
@@ -75,15 +77,18 @@ def replay_as_the_worker(run: Run, tmp_path: Path, model_dir: Path,
     threads = torch.get_num_threads()
     torch.set_num_threads(1)
     try:
-        return replay(run, tmp_path)
+        return replay(run, tmp_path, **changes)
     finally:
         torch.set_num_threads(threads)
 
-def assert_recorded_as_emitted(run: Run, emitted: Any) -> None:
-    """Every step, round, prompt-step and sample row equals what the trainer emitted."""
+def assert_recorded_as_emitted(run: Run, emitted: Any, *, first: int | None = None) -> None:
+    """Every step, round, prompt-step and sample row equals what the trainer emitted (its
+    ``first`` steps only, where the run recorded fewer: a run stopped early)."""
     steps = {s.step: s for s in Step.objects.filter(run=run)}
-    assert sorted(steps) == [r.step for r in emitted.steps]
-    for rec in emitted.steps:
+    expected = emitted.steps if first is None else emitted.steps[:first]
+    assert first is None or len(expected) == first, (first, len(emitted.steps))
+    assert sorted(steps) == [r.step for r in expected]
+    for rec in expected:
         row = steps[rec.step]
         timing = {k for k in rec.metrics if k.startswith("time_")}
         for key, value in rec.metrics.items():
@@ -207,10 +212,22 @@ def test_failure_is_stored_and_worker_stays_up(start_worker: Any, user: Any,
     run = services.launch_run(user, "boom", SIM | {"total_steps": 20}, bad)
     run = wait_status(run)
     assert run.status == Run.Status.FAILED
-    assert "RuntimeError: injected failure at generate call 4" in run.error
+    assert run.error == "RuntimeError: injected failure at generate call 4"
     assert "Traceback (most recent call last)" in run.traceback
     assert "worker_hooks.py" in run.traceback and run.lease_owner == ""
     assert worker.alive()
+    # Issue 27: the same failure in a rank of a distributed run arrives through Ray (its
+    # coloured remote traceback, the reason on its last line, wrapped by the launcher). The
+    # error leads with the reason in plain text; the traceback keeps everything, uncoloured.
+    ranked = prompt_set_factory(12, pass_rate=0.5, metadata={"fail_after_calls": 3,
+                                                             "fail_as_rank": True})
+    run = wait_status(services.launch_run(user, "boom on a rank", SIM | {"total_steps": 20},
+                                          ranked))
+    assert run.status == Run.Status.FAILED
+    assert run.error == ("RuntimeError: injected failure at generate call 4 (rank 1 of 2 "
+                         "failed in generate; every rank was stopped)")
+    assert "\x1b" not in run.traceback and "ray::RankActor.call()" in run.traceback
+    assert "worker_hooks.py" in run.traceback and "RankFailed" in run.traceback
     # The same worker takes the next run.
     ok = services.launch_run(user, "fine", SIM | {"total_steps": 2},
                              prompt_set_factory(12, pass_rate=0.5))

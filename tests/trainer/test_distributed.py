@@ -3,8 +3,8 @@ the tiny model and a real vLLM CPU engine, driven by ``trainer.train`` unchanged
 
 One private Ray for the module (``RAY_ADDRESS`` points the runs at it) and one group of ranks
 for the training tests (a resume reloads the ranks from the checkpoint, so it may reuse them):
-starting Ray, two actors and two engines costs minutes on 2 shared cores. Slow: about 5-8
-minutes in all here.
+starting Ray, two actors and two engines costs minutes on 2 shared cores. The single-process
+comparisons share one engine (``vllm_backend``). Slow: about 1.5-2.5 minutes in all here.
 """
 
 from __future__ import annotations
@@ -12,6 +12,7 @@ from __future__ import annotations
 import dataclasses
 import math
 import os
+import re
 import shutil
 import signal
 import subprocess
@@ -23,7 +24,7 @@ from typing import Any
 
 import pytest
 
-from tests.fixtures.vllm import requires_vllm
+from tests.fixtures.vllm import TEST_KV_CACHE_GIB, requires_vllm
 from tests.trainer.test_vllm_backend import comparable, vllm_config
 from trainer.recorders import ListRecorder
 from trainer.types import STEP_METRICS
@@ -45,7 +46,11 @@ def local_ray() -> Iterator[Any]:
 
 
 def two_rank_config(model_dir: Path, **kw: Any) -> Any:
-    return vllm_config(model_dir, **{"world_size": 2, "device": "cpu", "save_every": 2, **kw})
+    """Two ranks with the device and the engine's dtype left at their defaults ("auto": cpu
+    and float32 here), as a user leaves them: the ranks are built with the resolved values and
+    every run on them must compare as resolved (issue 27: a default-device run failed)."""
+    return vllm_config(model_dir, **{"world_size": 2, "device": "auto", "rollout_dtype": "auto",
+                                     "save_every": 2, **kw})
 
 
 def test_a_stop_while_the_ranks_start_abandons_them_at_once(local_ray: Any,
@@ -81,6 +86,33 @@ def test_a_stop_while_the_ranks_start_abandons_them_at_once(local_ray: Any,
         assert ray.available_resources().get("CPU", 0) == 2, ray.available_resources()
     finally:
         ray.shutdown()
+
+
+def test_a_rank_that_raises_stops_every_rank_and_its_reason_leads_the_error(
+        local_ray: Any, tiny_model_dir: Path, tmp_path: Path) -> None:
+    """A rank's exception reaches the driver through Ray as a coloured remote traceback
+    (``RayTaskError``) with the reason on its last line. The run's error leads with that reason
+    in plain text and says which rank failed in which call; the whole traceback stays below it
+    without colour codes; every rank is stopped (the module's group gets both CPUs next). A
+    model directory without its weights: the ranks fail in their start, before any engine."""
+    from trainer.distributed.launcher import RankFailed, RankGroup
+    from trainer.errors import plain_traceback, reason
+
+    broken = tmp_path / "no-weights"
+    broken.mkdir()
+    for f in tiny_model_dir.glob("*.json"):
+        shutil.copy(f, broken / f.name)
+    with pytest.raises(RankFailed) as failed:
+        RankGroup(two_rank_config(broken))
+    assert "\x1b[" in str(failed.value.__cause__)  # what Ray hands over: colour codes
+    error, trace = reason(failed.value), plain_traceback(failed.value)
+    assert error.startswith(f"OSError: Error no file named model.safetensors, or "
+                            f"pytorch_model.bin, found in directory {broken}")
+    assert re.search(r"\(rank [01] of 2 failed in start; every rank was stopped\)$", error)
+    assert "\x1b" not in error and "\x1b" not in trace and "\n" not in error
+    assert "Traceback (most recent call last)" in trace and "in start" in trace
+    # A traceback's last line (the CLI prints it) says where and why too.
+    assert str(failed.value).startswith("rank ") and "OSError: Error no file" in str(failed.value)
 
 
 @pytest.fixture(scope="module")
@@ -133,6 +165,19 @@ def run(config: Any, group: Any, out: Path, **kw: Any) -> tuple[ListRecorder, An
     result = train(config, prompts, DistributedBackend(config, group=group), rec, out_dir=out,
                    **kw)
     return rec, result
+
+
+def assert_one_engine_like(backend: Any, config: Any) -> None:
+    """The module's single-process engine (``vllm_backend``) is the one ``make_backend``
+    builds for ``config`` (one engine for the module instead of one per comparison: an engine
+    costs seconds to build): the same sampling settings, dtype and engine seed."""
+    from trainer.backends.vllm import vllm_device
+    from trainer.config import resolve_rollout_dtype
+
+    assert (backend.temperature, backend.top_p, backend.max_new_tokens) == (
+        config.temperature, config.top_p, config.max_new_tokens)
+    assert backend.dtype == resolve_rollout_dtype(config.rollout_dtype, vllm_device())
+    assert config.seed % 2**31 == 0 and config.vllm_kv_cache_gib == TEST_KV_CACHE_GIB
 
 
 @pytest.fixture(scope="module")
@@ -204,11 +249,13 @@ def test_per_prompt_and_streaming_schedulers_across_engines(ranks: Any,
 
 
 def test_two_ranks_train_as_one_process(two_rank_run: Any, tiny_model_dir: Path,
-                                        tmp_path: Path, ranks: Any) -> None:
+                                        tmp_path: Path, ranks: Any,
+                                        restore_policy: Any) -> None:
     """Step 1's pools, kept groups and advantages equal the single-process vllm run's
     exactly (same weights at step 1, per-request seeds); every step's records are complete;
-    after the run each engine's log-probs of fixed responses are the gathered policy's."""
-    from trainer.backends import make_backend
+    after the run each engine's log-probs of fixed responses are the gathered policy's. The
+    single process trains on the module's one engine (``vllm_backend``: the same settings as
+    ``make_backend`` gives this config), its policy put back after."""
     from trainer.data import resolve_prompts
     from trainer.loop import train
 
@@ -227,11 +274,8 @@ def test_two_ranks_train_as_one_process(two_rank_run: Any, tiny_model_dir: Path,
     one = dataclasses.replace(config, world_size=1, total_steps=1, save_every=0)
     prompts, _ = resolve_prompts(one)
     single = ListRecorder()
-    backend = make_backend(one, prompts)
-    try:
-        train(one, prompts, backend, single, out_dir=tmp_path)
-    finally:
-        backend.close()
+    assert_one_engine_like(restore_policy, one)
+    train(one, prompts, restore_policy, single, out_dir=tmp_path)
     got, want = comparable(rec.steps[0]), comparable(single.steps[0])
     assert got[1] == want[1]  # every sample, reward, kept flag and advantage
     for key in ("policy_loss", "entropy", "grad_norm", "kept_samples", "samples"):
@@ -276,21 +320,25 @@ def test_resume_from_the_sharded_checkpoint_replays_step_three(two_rank_run: Any
         assert got[0][key] == pytest.approx(want[0][key], rel=1e-5, abs=1e-7), key
 
 
-@pytest.mark.parametrize("algorithm", ["ada-est", "dapo"])
-def test_ada_est_and_dapo_at_two_ranks_match_one_process(algorithm: str, ranks: Any,
-                                                        tiny_model_dir: Path,
-                                                        tmp_path: Path) -> None:
+@pytest.mark.parametrize(("algorithm", "spelled"), [("ada-est", {}),
+                                                    ("dapo", {"device": "cpu",
+                                                              "rollout_dtype": "float32"})])
+def test_ada_est_and_dapo_at_two_ranks_match_one_process(algorithm: str, spelled: dict[str, Any],
+                                                        ranks: Any, tiny_model_dir: Path,
+                                                        tmp_path: Path,
+                                                        restore_policy: Any) -> None:
     """As for ada-balance: step 1 (pools, kept groups, advantages; Est's estimator, DAPO's
     further batches) equals the single-process vllm run's exactly and every step's records are
     complete. The module's ranks were trained by the runs above: a new run puts them back to
     the model's weights and takes its own config (DAPO's clip ranges), which this also proves.
-    Two steps in each (step 1 is the one compared)."""
-    from trainer.backends import make_backend
+    Two steps in each (step 1 is the one compared). DAPO spells the device and dtype out
+    ("cpu", "float32") on ranks a default config built: the same ranks take both spellings."""
     from trainer.data import resolve_prompts
     from trainer.loop import train
 
     assert ranks.trained
-    config = two_rank_config(tiny_model_dir, algorithm=algorithm, total_steps=2, save_every=0)
+    config = two_rank_config(tiny_model_dir, algorithm=algorithm, total_steps=2, save_every=0,
+                             **spelled)
     rec, result = run(config, ranks, tmp_path / "ranks")
     assert result.status == "completed" and [s.step for s in rec.steps] == [1, 2]
     for s in rec.steps:
@@ -302,11 +350,8 @@ def test_ada_est_and_dapo_at_two_ranks_match_one_process(algorithm: str, ranks: 
     one = dataclasses.replace(config, world_size=1)
     prompts, _ = resolve_prompts(one)
     single = ListRecorder()
-    backend = make_backend(one, prompts)
-    try:
-        train(one, prompts, backend, single, out_dir=tmp_path / "one")
-    finally:
-        backend.close()
+    assert_one_engine_like(restore_policy, one)
+    train(one, prompts, restore_policy, single, out_dir=tmp_path / "one")
     got, want = comparable(rec.steps[0]), comparable(single.steps[0])
     assert got[1] == want[1]  # every sample, reward, kept flag and advantage
     for key in ("policy_loss", "entropy", "grad_norm", "kept_samples", "samples"):
@@ -367,22 +412,24 @@ def test_a_cancel_mid_step_reaches_every_rank_and_the_run_ends_cleanly(
 
 
 DRIVER = """
-import sys, time
+import sys
 from trainer.config import TrainConfig
-from trainer.distributed.backend import DistributedBackend
-from trainer.tasks import arithmetic_prompts
-cfg = TrainConfig(model=sys.argv[1], backend="vllm", world_size=2, device="cpu",
-                  vllm_kv_cache_gib=0.125, max_new_tokens=6)
-backend = DistributedBackend(cfg)
+from trainer.distributed.launcher import RankGroup
+cfg = TrainConfig(model=sys.argv[1], backend="vllm", world_size=2, vllm_kv_cache_gib=0.125,
+                  max_new_tokens=6)
+group = RankGroup(cfg, engine=False)
 print("ready", flush=True)
 while True:
-    backend.generate(arithmetic_prompts(8, max_digits=2), [8] * 8, seed=1)
+    group.call_all("full_state_dict")  # a collective on both ranks, over and over
 """
 
 
 def test_a_sigkilled_driver_leaves_no_ray_or_rank_behind(tiny_model_dir: Path) -> None:
-    """A driver with its own private Ray, SIGKILLed while its ranks generate: the reaper takes
-    down the Ray head, its agents and both ranks (checked by process tree and session)."""
+    """A driver with its own private Ray, SIGKILLed while its ranks are in a collective: the
+    reaper takes down the Ray head, its agents and both ranks (checked by process tree and
+    session). Ranks without engines: the reaper is the point, and the worker test
+    (tests/platform/test_worker_distributed.py) SIGKILLs a run's driver whose ranks hold
+    engines; an engine's start costs each rank most of its start."""
     import psutil
 
     env = {k: v for k, v in os.environ.items() if k != "RAY_ADDRESS"}
@@ -392,7 +439,7 @@ def test_a_sigkilled_driver_leaves_no_ray_or_rank_behind(tiny_model_dir: Path) -
     try:
         assert driver.stdout is not None
         assert driver.stdout.readline().strip() == "ready"
-        time.sleep(2)  # mid-generation
+        time.sleep(1)  # mid-collective
         tree = psutil.Process(driver.pid).children(recursive=True)
         heads = [p for p in tree if "--head" in " ".join(p.cmdline())]
         assert heads, "the private Ray head runs under the driver"

@@ -48,7 +48,8 @@ def test_one_rank_on_each_of_two_nodes_completes_a_run(two_nodes: Any, tiny_mode
     from trainer.distributed.backend import DistributedBackend
     from trainer.loop import train
 
-    config = vllm_config(tiny_model_dir, world_size=2, device="cpu", total_steps=1,
+    # The device and dtype at their defaults ("auto": cpu and float32 here), as a user leaves them.
+    config = vllm_config(tiny_model_dir, world_size=2, rollout_dtype="auto", total_steps=1,
                          save_every=0)
     prompts, _ = resolve_prompts(config)
     backend = DistributedBackend(config)

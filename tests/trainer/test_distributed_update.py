@@ -6,6 +6,7 @@ No Ray, no engine: the ranks are the plain class a GPU check runs under torchrun
 
 from __future__ import annotations
 
+import os
 import socket
 from pathlib import Path
 from typing import Any
@@ -84,9 +85,24 @@ def _rank_main(rank: int, cfg: dict, port: int, batch: UpdateBatch, out: str) ->
     gathered = [_gather_packed(shards[:2]), _gather_packed(shards[2:])]
     uneven_exact = all(torch.equal(a, b) for a, b in zip(uneven, gathered[0] + gathered[1],
                                                      strict=True))
+    # A later run on these ranks is compared as it resolves here (issue 27: "auto" was compared
+    # with the "cpu" the ranks were built with): the default device and dtype and the built-in
+    # model's name for this directory are what the ranks hold; another max_new_tokens is not.
+    from trainer.model import MODEL_DIR_ENV
+
+    os.environ[MODEL_DIR_ENV] = cfg["model"]
+    r.begin_run(cfg | {"device": "auto", "rollout_dtype": "auto", "model": "builtin:tiny"},
+                initial_weights=False)
+    refused = {}
+    for change in ({"max_new_tokens": cfg["max_new_tokens"] + 1},
+                   {"rollout_dtype": "bfloat16"}):
+        try:
+            r.begin_run(cfg | change, initial_weights=False)
+        except ValueError as exc:
+            refused[next(iter(change))] = str(exc)
     if rank == 0:
         torch.save({"metrics": metrics, "weights": weights, "packed_exact": packed_exact,
-                    "uneven_exact": uneven_exact}, out)
+                    "uneven_exact": uneven_exact, "refused": refused}, out)
     r.close()
 
 
@@ -116,6 +132,12 @@ def test_two_fsdp_ranks_take_the_single_process_step(tiny_model_dir: Path,
     mp.start_processes(_rank_main, args=(cfg.to_dict(), free_port(), batch, str(out)),
                        nprocs=2, start_method="spawn")
     got = torch.load(out, weights_only=False)
+    n = cfg.max_new_tokens
+    assert got["refused"] == {
+        "max_new_tokens": f"max_new_tokens: these ranks were built with {n}, the run asks for "
+                          f"{n + 1}; start new ranks for it",
+        "rollout_dtype": "rollout_dtype: these ranks were built with 'float32', the run asks "
+                         "for 'bfloat16'; start new ranks for it"}
     assert got["packed_exact"], "the packed bucket gather differs from full_tensor()"
     assert got["uneven_exact"], "the packed gather mis-rebuilt an unevenly sharded tensor"
     moved = max(float((v - before[k]).abs().max()) for k, v in model.state_dict().items())

@@ -11,6 +11,7 @@ from typing import Any
 
 from trainer.config import TrainConfig
 from trainer.distributed.rank_phases import PHASE_POLL_S, current_phases, start_text
+from trainer.errors import Wrapped
 from trainer.types import StopRequested
 
 # A rank that does not finish starting (torch import, model load, engine build) in this long is
@@ -18,8 +19,10 @@ from trainer.types import StopRequested
 START_TIMEOUT_S = 900.0
 
 
-class RankFailed(RuntimeError):
-    """A rank died or raised; every rank has been torn down."""
+class RankFailed(Wrapped):
+    """A rank died or raised; every rank has been torn down. Its text leads with where
+    ("rank 1 of 2 failed in begin_run; every rank was stopped") and ends with the rank's own
+    reason in plain text (``trainer.errors.reason`` puts the reason first)."""
 
 
 def uses_gpu(config: TrainConfig, cluster_gpus: float | None) -> bool:
@@ -83,7 +86,7 @@ class RankGroup:
             t2 = time.perf_counter()
             # A cancel while the ranks start abandons them (stop_wanted): nothing trained yet.
             addr, port = self._get([self.actors[0].address.remote()], timeout=START_TIMEOUT_S,
-                                   abandon_if=stop_wanted)[0]
+                                   abandon_if=stop_wanted, what="address")[0]
             # The ranks run on the device their bundle gave them.
             rank_config = dataclasses.replace(config, device="cuda" if gpu else "cpu")
             said = [""]
@@ -101,8 +104,8 @@ class RankGroup:
             started = self._get([a.start.remote(rank_config.to_dict(), i, n, addr, port,
                                                 self.stop_flag, engine)
                                  for i, a in enumerate(self.actors)], timeout=START_TIMEOUT_S,
-                                abandon_if=stop_wanted, every_poll=(PHASE_POLL_S,
-                                                                    say_rank_phases))
+                                abandon_if=stop_wanted, what="start",
+                                every_poll=(PHASE_POLL_S, say_rank_phases))
             say_rank_phases()
             self.seconds["ranks_start"] = time.perf_counter() - t2
             self.seconds["engine_build"] = max(s.get("engine_build", 0.0) for s in started)
@@ -113,10 +116,11 @@ class RankGroup:
     # --- calls ---------------------------------------------------------------------------------
     def _get(self, refs: Sequence[Any], *, timeout: float | None = None,
              should_stop: Callable[[], bool] | None = None,
-             abandon_if: Callable[[], bool] | None = None,
+             abandon_if: Callable[[], bool] | None = None, what: str = "a call",
              every_poll: tuple[float, Callable[[], None]] | None = None) -> list[Any]:
-        """The results of ``refs``; the driver's ``should_stop`` is relayed to the ranks while
-        they run. A rank that died or raised tears every rank down. ``abandon_if`` (for calls
+        """The results of ``refs`` (one per rank, in rank order; ``what`` names the call for
+        an error); the driver's ``should_stop`` is relayed to the ranks while they run. A rank
+        that died or raised tears every rank down (``RankFailed``). ``abandon_if`` (for calls
         that change no state, like the ranks' start) kills the ranks at once when it fires,
         without waiting for the calls, and raises ``StopRequested``. ``every_poll`` (seconds,
         f) calls f at most that often while calls are pending (the start's phases)."""
@@ -127,13 +131,17 @@ class RankGroup:
         deadline = None if timeout is None else time.monotonic() + timeout
         flagged = False
         pending = list(refs)
+        failed = "a rank"
         polled = time.monotonic()
         try:
             while pending:
                 # One at a time: a rank that failed is seen at once, not after the others
                 # (which may be waiting for it in a collective for ever).
                 done, pending = ray.wait(pending, num_returns=1, timeout=0.2)
-                ray.get(done)
+                if done:
+                    failed = f"rank {refs.index(done[0])} of {len(self.actors)}"
+                    ray.get(done)
+                    failed = "a rank"
                 if pending and abandon_if is not None and abandon_if():
                     self.stop(close=False)
                     raise StopRequested("the ranks' start", clean=True)
@@ -150,7 +158,7 @@ class RankGroup:
             results = ray.get(list(refs))
         except (ray.exceptions.RayError, TimeoutError) as exc:
             self.stop()
-            raise RankFailed(f"a rank failed, every rank was stopped: {exc}") from exc
+            raise RankFailed(f"{failed} failed in {what}; every rank was stopped", exc) from exc
         if flagged:
             self.stop_flag.clear.remote()
         stopped = [r for r in results if isinstance(r, StoppedCall)]
@@ -163,20 +171,21 @@ class RankGroup:
         """``method(*args, **kwargs)`` on every rank at once (the collective calls: update,
         sync, save, load), one result per rank."""
         return self._get([a.call.remote(method, *args, **kwargs) for a in self.actors],
-                         should_stop=should_stop)
+                         should_stop=should_stop, what=method)
 
     def call_each(self, method: str, per_rank: Sequence[tuple[tuple[Any, ...], dict[str, Any]]]
                   ) -> list[Any]:
         """``method`` on rank k with ``per_rank[k]``'s (args, kwargs), all at once."""
         return self._get([a.call.remote(method, *args, **kwargs)
-                          for a, (args, kwargs) in zip(self.actors, per_rank, strict=True)])
+                          for a, (args, kwargs) in zip(self.actors, per_rank, strict=True)],
+                         what=method)
 
     def where(self) -> list[dict[str, Any]]:
         """Each rank's Ray node and PID."""
-        return self._get([a.where.remote() for a in self.actors])
+        return self._get([a.where.remote() for a in self.actors], what="where")
 
     def peak_memory(self) -> list[dict[str, float]]:
-        return self._get([a.peak_memory.remote() for a in self.actors])
+        return self._get([a.peak_memory.remote() for a in self.actors], what="peak_memory")
 
     # --- teardown ------------------------------------------------------------------------------
     def stop(self, *, close: bool = True) -> None:

@@ -19,6 +19,7 @@ What a rank does, asked by the driver (``trainer.distributed.learner``):
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import time
 from collections.abc import Callable, Iterator, Sequence
@@ -380,22 +381,39 @@ class Rank:
                   "max_new_tokens", "vllm_kv_cache_gib", "activation_checkpointing",
                   "vllm_sleep_mode")
 
+    def built_with(self, config: TrainConfig) -> dict[str, Any]:
+        """``config``'s ``BUILT_WITH`` values as they resolve on this rank: "auto" as the
+        device the rank runs on (the launcher builds ranks with the device their bundle gave
+        them, the run's config keeps "auto"), the engine's dtype and sleep mode for that
+        device, and the model as its directory (``builtin:tiny`` and its path are one model)."""
+        from trainer.model import resolve_model_path
+
+        resolved = config.resolved(device=self.device.type)
+        out = {name: resolved[name] for name in self.BUILT_WITH}
+        out["model"] = str(resolve_model_path(config.model).resolve())
+        return out
+
     def begin_run(self, config: dict[str, Any], *, initial_weights: bool) -> None:
         """Take a new run's config for the update; with ``initial_weights`` the policy goes
         back to the model directory's weights (a new run on ranks an earlier run trained) with
-        a fresh optimiser and schedule. The engine is refreshed by the next ``sync_weights``."""
+        a fresh optimiser and schedule. The engine is refreshed by the next ``sync_weights``.
+        The run must ask for what these ranks were built with, compared as both resolve here
+        (``built_with``), never as spelled."""
         from torch.distributed.checkpoint.state_dict import StateDictOptions, set_model_state_dict
 
         from trainer.model import load_model_dir
         from trainer.update import make_optimizer
 
         new = TrainConfig.from_stored(config)
+        built, asked = self.built_with(self.config), self.built_with(new)
         for name in self.BUILT_WITH:
-            if getattr(new, name) != getattr(self.config, name):
-                raise ValueError(f"{name}: these ranks were built with "
-                                 f"{getattr(self.config, name)!r}, the run asks for "
-                                 f"{getattr(new, name)!r}; start new ranks for it")
-        self.config = new
+            if asked[name] != built[name]:
+                spelled = getattr(new, name)
+                how = f" ({spelled!r} here)" if spelled != asked[name] else ""
+                raise ValueError(f"{name}: these ranks were built with {built[name]!r}, the "
+                                 f"run asks for {asked[name]!r}{how}; start new ranks for it")
+        # Kept as the ranks run it: the device they were built on.
+        self.config = dataclasses.replace(new, device=self.device.type)
         if initial_weights:
             initial, _ = load_model_dir(self.model_dir, "cpu")
             set_model_state_dict(self.model, initial.state_dict(),

@@ -1,4 +1,4 @@
-"""``/prompt-sets``: list, upload, one set with its first prompts and its runs."""
+"""``/prompt-sets``: list, upload, one set with its first prompts and its runs, delete."""
 
 from __future__ import annotations
 
@@ -39,3 +39,11 @@ def prompt_set_detail(request: HttpRequest, set_id: int) -> Any:
     return get_prompt_set(set_id)
 
 
+
+
+@router.delete("/{int:set_id}", response={204: None})
+def delete_prompt_set(request: HttpRequest, set_id: int) -> Any:
+    """Delete a set and its prompts: its owner or staff, once no run trains or evaluates on it
+    (409 naming them otherwise)."""
+    services.delete_prompt_set(get_prompt_set(set_id), user_of(request))
+    return Status(204, None)

@@ -9,6 +9,7 @@ from django.http import FileResponse, HttpRequest
 from experiments import bundles, services
 from experiments import selectors as experiment_selectors
 from ninja import Query, Router, Status
+from webapp.throttles import LaunchThrottle
 
 from api import selectors
 from api.common import get_run, launch_body, launch_config, launch_doc, prompt_set_ref, user_of
@@ -38,7 +39,8 @@ def list_runs(request: HttpRequest, filters: Query[RunFilters]) -> Any:
     return qs[filters.offset:filters.offset + filters.limit]
 
 
-@router.post("", response={201: RunDetail}, openapi_extra=launch_doc("LaunchBody"))
+@router.post("", response={201: RunDetail}, openapi_extra=launch_doc("LaunchBody"),
+             throttle=LaunchThrottle())
 def create_run(request: HttpRequest) -> Any:
     """Launch one run from a config (JSON body, or a TOML body; see the request body)."""
     body = launch_body(request, LaunchBody)
@@ -66,13 +68,13 @@ def delete_run(request: HttpRequest, run_id: int) -> Any:
     return Status(204, None)
 
 
-@router.post("/{int:run_id}/relaunch", response={201: RunDetail})
+@router.post("/{int:run_id}/relaunch", response={201: RunDetail}, throttle=LaunchThrottle())
 def relaunch_run(request: HttpRequest, run_id: int) -> Any:
     """A new run with the same settings, outside any sweep."""
     return Status(201, services.relaunch_run(get_run(run_id), user_of(request)))
 
 
-@router.post("/{int:run_id}/retry", response={201: RunDetail})
+@router.post("/{int:run_id}/retry", response={201: RunDetail}, throttle=LaunchThrottle())
 def retry_run(request: HttpRequest, run_id: int) -> Any:
     """A failed or cancelled run of a sweep, run again in its place: a new run of the sweep
     with the same settings; the old one is ``replaced_by`` it and left out of the sweep's

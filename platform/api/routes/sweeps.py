@@ -8,6 +8,7 @@ from django.http import HttpRequest
 from experiments import selectors as experiment_selectors
 from experiments import services
 from ninja import Query, Router, Status
+from webapp.throttles import LaunchThrottle
 
 from api.common import (
     get_sweep,
@@ -28,7 +29,8 @@ def list_sweeps(request: HttpRequest, limit: int = Query(100, ge=1, le=1000)) ->
     return [sweep_out(s) for s in experiment_selectors.sweep_list()[:limit]]
 
 
-@router.post("", response={201: SweepLaunched}, openapi_extra=launch_doc("SweepBody"))
+@router.post("", response={201: SweepLaunched}, openapi_extra=launch_doc("SweepBody"),
+             throttle=LaunchThrottle())
 def create_sweep(request: HttpRequest) -> Any:
     """Launch a grid of runs over one base config, whole or not at all."""
     body = launch_body(request, SweepBody)

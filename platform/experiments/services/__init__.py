@@ -14,7 +14,10 @@ torch), prompt files are parsed by ``trainer.data`` and the built-in task by ``t
 """
 
 from experiments.services.common import (
+    Conflict,
+    Gone,
     LaunchError,
+    LimitReached,
     User,
     can_modify_run,
     check_fits_columns,
@@ -37,10 +40,12 @@ from experiments.services.leases import (
     latest_checkpoint,
     prepare_resume,
     renew_run_lease,
+    requeue_after_environment_error,
     requeue_orphaned_runs,
     run_process_lost,
     run_should_stop,
     set_run_waiting,
+    take_next_run,
 )
 from experiments.services.prompt_sets import (
     create_builtin_prompt_set,
@@ -48,6 +53,7 @@ from experiments.services.prompt_sets import (
     delete_prompt_set,
     find_or_import_prompt_set,
     import_prompt_set,
+    prompt_set_name_error,
 )
 from experiments.services.runs import (
     RUN_RECORD_TABLES,
@@ -75,14 +81,17 @@ from experiments.services.sweeps import (
 )
 
 __all__ = [
-    "Grid", "LaunchError", "RUN_RECORD_TABLES", "UNSWEEPABLE", "User", "acquire_run_lease",
+    "Conflict", "Gone", "Grid", "LaunchError", "LimitReached", "RUN_RECORD_TABLES",
+    "UNSWEEPABLE", "User", "acquire_run_lease",
     "can_modify_run", "can_modify_sweep", "cancel_sweep", "check_fits_columns", "config_errors",
     "create_builtin_prompt_set", "create_prompt_set_from_upload", "delete_prompt_set",
     "delete_run", "delete_run_records", "derived_run_name", "effective_verifier", "expand_sweep",
     "find_or_import_prompt_set", "finish_run", "grid_json", "hand_back_run", "import_prompt_set",
     "latest_checkpoint", "launch_errors", "launch_run", "launch_sweep", "parse_sweep_spec",
+    "prompt_set_name_error",
     "point_label", "prepare_resume", "queue_errors", "relaunch_run", "renew_run_lease",
-    "request_cancel", "requeue_orphaned_runs", "retry_run", "retryable", "run_checkpoint_dir",
-    "run_process_lost", "run_should_stop", "set_run_waiting", "step_work_errors", "sweep_grid",
-    "sweep_points", "sweep_run_name", "validate_run_config", "world_size_errors",
+    "request_cancel", "requeue_after_environment_error", "requeue_orphaned_runs", "retry_run",
+    "retryable", "run_checkpoint_dir", "run_process_lost", "run_should_stop", "set_run_waiting",
+    "step_work_errors", "sweep_grid", "sweep_points", "sweep_run_name", "take_next_run",
+    "validate_run_config", "world_size_errors",
 ]

@@ -6,15 +6,18 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
+from django.conf import settings
+from django.contrib.auth import get_user_model
 from django.contrib.auth.models import AbstractBaseUser, AnonymousUser
 from django.core.exceptions import PermissionDenied, ValidationError
+from django.db.models import CharField
+from django.http import Http404
 
 from experiments.models import Run
 from trainer import jsonsafe
+from trainer.visible import visible_problem
 
 User = AbstractBaseUser | AnonymousUser
-# Unicode's bidirectional embeddings, overrides and isolates (U+202A-U+202E, U+2066-U+2069).
-BIDI_CONTROLS = frozenset("\u202a\u202b\u202c\u202d\u202e\u2066\u2067\u2068\u2069")
 
 
 class LaunchError(ValidationError):
@@ -35,6 +38,47 @@ class LaunchError(ValidationError):
 
     def __str__(self) -> str:
         return f"{self.field}: {self.reason}"
+
+
+class Conflict(LaunchError):
+    """A change the object's present state refuses, typically because another request changed
+    it first (two retries of one failed run, an upload of a name another upload just took, a
+    prompt set a run now uses): the API answers 409, naming the field, with a sentence."""
+
+
+class Gone(Http404):
+    """The object the request names was deleted by another request while this one ran: a 404
+    with a sentence (the dashboard's 404 page and the API both show it), never Django's
+    "Run matching query does not exist." nor a database error."""
+
+
+def gone(what: str, object_id: int | None) -> Gone:
+    return Gone(f"no {what} with id {object_id}: it was deleted (by another request, or "
+                "before this one)")
+
+
+class LimitReached(LaunchError):
+    """A launch past the user's share of the platform (``RUN_MAX_ACTIVE_PER_USER``): nothing
+    is wrong with the run itself; it may be launched once some of the user's runs end. The API
+    answers 429."""
+
+
+def check_active_runs(owner: User, adding: int) -> None:
+    """Refuse ``adding`` more runs when ``owner`` would then have more than
+    ``RUN_MAX_ACTIVE_PER_USER`` queued or running. Call inside the transaction that stores
+    them: the owner's row is locked, so two launches at once cannot both take the last
+    place."""
+    limit = settings.RUN_MAX_ACTIVE_PER_USER
+    if not limit or owner.pk is None:
+        return
+    get_user_model().objects.select_for_update().filter(pk=owner.pk).exists()
+    active = Run.objects.filter(owner_id=owner.pk, status__in=Run.ACTIVE_STATUSES).count()
+    if active + adding > limit:
+        what = "this run" if adding == 1 else f"these {adding:,} runs"
+        raise LimitReached("runs", (
+            f"you have {active:,} runs queued or running; {what} would make "
+            f"{active + adding:,}, and a user may have at most {limit:,} "
+            "(RUN_MAX_ACTIVE_PER_USER): wait for some to finish, or cancel some"))
 
 
 def can_modify_run(run: Run, user: User) -> bool:
@@ -64,14 +108,15 @@ def check_fits_columns(obj: Any) -> None:
             problem = jsonsafe.first_problem(getattr(obj, f.attname), f.name)
             if problem:
                 raise LaunchError(*problem)
-    # A name shown in lists and links must read as what it is: a bidirectional override
-    # ("invoice\u202egnp.exe" displays as "invoiceexe.png") is refused.
-    name = getattr(obj, "name", None)
-    if isinstance(name, str):
-        found = next((c for c in name if c in BIDI_CONTROLS), None)
-        if found:
-            raise LaunchError("name", f"contains the bidirectional control U+{ord(found):04X}, "
-                              "which makes a name display otherwise than it is written")
+    # A name or model shown in lists and links must read as what it is (trainer.visible: no
+    # control characters, no bidirectional controls, no invisible characters, something
+    # visible): one line of text, whichever field and whoever writes it.
+    for f in obj._meta.concrete_fields:
+        value = getattr(obj, f.attname)
+        if isinstance(f, CharField) and f.name not in relations and isinstance(value, str):
+            problem = visible_problem(value)
+            if problem:
+                raise LaunchError(f.name, problem)
     try:
         obj.clean_fields(exclude=relations)
     except ValidationError as exc:

@@ -11,8 +11,15 @@ from typing import Any
 from django.conf import settings
 from django.db import transaction
 
+from experiments.model_catalogue import model_error
 from experiments.models import PromptSet, Run
-from experiments.services.common import User, _raise_all, check_fits_columns
+from experiments.services.common import (
+    User,
+    _raise_all,
+    check_active_runs,
+    check_fits_columns,
+    gone,
+)
 from experiments.services.enqueue import enqueue_on_commit
 from trainer.algorithms import get_algorithm
 from trainer.config import TrainConfig
@@ -24,10 +31,16 @@ def config_errors(config_dict: dict[str, Any], invalid: Collection[str] = ()
     ``invalid``: fields the caller already found wrong (a form input that did not parse); no
     check across fields reads them (``TrainConfig.errors``)."""
     try:
-        return [(e.field, e.reason)
-                for e in TrainConfig.dict_errors(dict(config_dict), invalid)]
+        errors = [(e.field, e.reason)
+                  for e in TrainConfig.dict_errors(dict(config_dict), invalid)]
     except TypeError as exc:  # e.g. a non-dict value where a mapping was expected
         return [("config", str(exc))]
+    # A platform run loads only the models the operator offers, and the refusal says nothing
+    # of the path (the trainer's own check would say whether a folder exists on the server).
+    problem = None if "model" in invalid else model_error(config_dict)
+    if problem:
+        errors = [e for e in errors if e[0] != "model"] + [("model", problem)]
+    return errors
 
 
 def validate_run_config(config_dict: dict[str, Any]) -> TrainConfig:
@@ -154,9 +167,26 @@ def launch_run(owner: User, name: str, config_dict: dict[str, Any], prompt_set: 
                    name=name.strip(), prompt_set=prompt_set, eval_set=eval_set,
                    cloned_from=cloned_from)
     with transaction.atomic():
+        lock_referenced(prompt_set, eval_set, cloned_from)
+        check_active_runs(owner, 1)
         run.save()
         enqueue_on_commit(run)
     return run
+
+
+def lock_referenced(prompt_set: PromptSet, eval_set: PromptSet | None,
+                    cloned_from: Run | None = None) -> None:
+    """Inside the transaction that stores a run: lock the rows it points at, so that a delete
+    of one of them (``delete_run``, ``delete_prompt_set`` take the same locks) either waits
+    for this run and sees it, or commits first and this launch is a 404 saying so, never a
+    foreign-key error at commit."""
+    for ps in (prompt_set, eval_set):
+        if ps is not None and not PromptSet.objects.select_for_update().filter(
+                pk=ps.pk).exists():
+            raise gone("prompt set", ps.pk)
+    if cloned_from is not None and not Run.objects.select_for_update().filter(
+            pk=cloned_from.pk).exists():
+        raise gone("run", cloned_from.pk)
 
 
 def _new_run(config: TrainConfig, queue: str, retention: str, **fields: Any) -> Run:

@@ -61,7 +61,7 @@ def acquire_run_lease(run_id: int, owner: str) -> Run | None:
         cursor.execute(
             "UPDATE experiments_run SET lease_owner = %s, heartbeat_at = now(), "
             "  attempts = attempts + 1, status = 'running', current_round = 0, waiting_for = '', "
-            "  started_at = COALESCE(started_at, now()) "
+            "  started_at = COALESCE(started_at, clock_timestamp()) "
             f"WHERE id = %s AND attempts < %s AND {takeable} RETURNING id",
             [owner, run_id, settings.RUN_MAX_ATTEMPTS, settings.RUN_LEASE_TIMEOUT_SECONDS])
         if cursor.fetchone() is not None:
@@ -80,11 +80,90 @@ def acquire_run_lease(run_id: int, owner: str) -> Run | None:
     return None
 
 
+# The order the workers take queued runs in (``take_next_run``): runs whose worker died first
+# (they were admitted already), then the run of the user with the fewest runs executing on
+# the queue, then of the user served longest ago (their latest run's start on the queue; never
+# served first), then the user's own runs first-launched first. Within one user the order is
+# the order of launch; between users it is max-min fair: one user's 60 queued runs hold a
+# second user's next run back by at most the runs already executing.
+FAIR_PICK = """
+    WITH stats AS (
+        SELECT owner_id,
+               count(*) FILTER (WHERE status = 'running' AND lease_owner <> ''
+                                AND heartbeat_at >= now() - make_interval(secs => %(lease)s))
+                   AS executing,
+               max(started_at) AS served
+        FROM experiments_run WHERE queue = %(queue)s GROUP BY owner_id)
+    SELECT r.id FROM experiments_run r JOIN stats s ON s.owner_id = r.owner_id
+    WHERE r.queue = %(queue)s AND r.status IN ('queued', 'running')
+      AND (r.lease_owner = '' OR r.heartbeat_at IS NULL
+           OR r.heartbeat_at < now() - make_interval(secs => %(lease)s))
+    ORDER BY (r.status = 'running') DESC, s.executing, s.served ASC NULLS FIRST, r.id
+    LIMIT 1"""
+
+
+def take_next_run(message_run_id: int, owner: str, queue: str | None = None) -> Run | None:
+    """The worker's side of a message: take the lease of the run that is next in fair order
+    on the message's queue (``FAIR_PICK``), which need not be the message's own run; None
+    when no run there can be taken (the message's run is finished, leased by a live worker,
+    gone; and so is every other).
+
+    The broker's queue is first-in first-out, so a message is treated as a token ("a worker
+    is free on this queue"), not as an order: every queued run has at least one message (its
+    launch's, or a re-enqueue's), so taking another run for it leaves a message for the run it
+    named. A message that finds nothing to take (a copy Redis redelivered while its run
+    executes, one left over after its run went with another message) does nothing, as it
+    always did. Picks are serialised per queue (a transaction-scoped advisory lock) so two
+    workers never read the same counts, and the lease itself is ``acquire_run_lease``'s
+    conditional update: attempts and poison runs count as before."""
+    # The message's run says its queue; ``queue`` (the message's routing key) stands in
+    # when that run was deleted, so its message still serves the queue it was sent to.
+    queue = Run.objects.filter(pk=message_run_id).values_list(
+        "queue", flat=True).first() or queue
+    if queue is None:
+        return None
+    with transaction.atomic():
+        with connection.cursor() as cursor:
+            cursor.execute("SELECT pg_advisory_xact_lock(hashtext(%s))", [f"rada-take:{queue}"])
+            # A poison run fails in acquire_run_lease instead of being taken: look again.
+            for _ in range(settings.RUN_MAX_ATTEMPTS + 8):
+                cursor.execute(FAIR_PICK, {"queue": queue,
+                                           "lease": settings.RUN_LEASE_TIMEOUT_SECONDS})
+                row = cursor.fetchone()
+                if row is None:
+                    return None
+                run = acquire_run_lease(row[0], owner)
+                if run is not None:
+                    return run
+    return None
+
+
 def run_process_lost(run_id: int, owner: str, how: str) -> str:
     """The worker holding ``owner``'s lease saw the run's process die (``how``). One attempt
     lost: below ``RUN_MAX_ATTEMPTS`` the lease is released and the run enqueued again (it
     resumes from its last checkpoint); at the cap it ends failed with "worker lost N times".
     Returns what was done, for the worker's log."""
+    return _attempt_lost(run_id, owner, lambda attempts: (
+        f"worker lost {attempts} times (RUN_MAX_ATTEMPTS = {settings.RUN_MAX_ATTEMPTS}; "
+        f"last: {how}); not tried again"))
+
+
+def requeue_after_environment_error(run_id: int, owner: str, error: str,
+                                     traceback: str = "") -> str:
+    """The run's process failed on an import or environment error (``error``: its reason
+    first, ``trainer.errors.reason``), not through the run's own fault: retried like a lost
+    worker. Below ``RUN_MAX_ATTEMPTS`` the lease is released and the run enqueued again (it
+    resumes from its last checkpoint; the records past it are replaced); at the cap it ends
+    failed with ``error`` first and the traceback. Returns what was done, for the log."""
+    return _attempt_lost(run_id, owner, lambda attempts: (
+        f"{error} (an import or environment error, retried like a lost worker: {attempts} "
+        f"attempts, RUN_MAX_ATTEMPTS = {settings.RUN_MAX_ATTEMPTS}; not tried again)"),
+        traceback=traceback)
+
+
+def _attempt_lost(run_id: int, owner: str, final_error: Any, traceback: str = "") -> str:
+    """One attempt of the leased run lost: enqueue it again, or at ``RUN_MAX_ATTEMPTS`` fail
+    it with ``final_error(attempts)``."""
     with transaction.atomic():
         run = Run.objects.select_for_update().filter(pk=run_id, lease_owner=owner).first()
         if run is None:
@@ -92,8 +171,7 @@ def run_process_lost(run_id: int, owner: str, how: str) -> str:
         if run.attempts >= settings.RUN_MAX_ATTEMPTS:
             Run.objects.filter(pk=run_id).update(
                 status=Run.Status.FAILED, lease_owner="", current_round=0, finished_at=Now(),
-                error=f"worker lost {run.attempts} times (RUN_MAX_ATTEMPTS = "
-                      f"{settings.RUN_MAX_ATTEMPTS}; last: {how}); not tried again")
+                waiting_for="", error=final_error(run.attempts), traceback=traceback)
             return f"failed after {run.attempts} attempts"
         Run.objects.filter(pk=run_id).update(lease_owner="", heartbeat_at=None,
                                              current_round=0, waiting_for="")

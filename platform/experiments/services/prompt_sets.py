@@ -10,33 +10,69 @@ from typing import IO, Any
 
 from django.conf import settings
 from django.core.exceptions import PermissionDenied
-from django.db import connection, transaction
+from django.db import IntegrityError, connection, transaction
 
-from experiments import selectors
+from experiments import names, selectors
 from experiments.models import PromptSet
-from experiments.services.common import LaunchError, User, check_fits_columns
+from experiments.services.common import Conflict, LaunchError, User, check_fits_columns, gone
 from trainer import jsonsafe
 from trainer.digest import PromptDigest
+from trainer.visible import visible_problem
+
+
+def _look_alike(name: str, key: str) -> str:
+    twin = PromptSet.objects.select_related("owner").filter(name_key=key).first()
+    if twin is None:
+        return ""
+    owner = twin.owner.username if twin.owner_id else "the platform"
+    same = "is the name of" if twin.name == name else "looks like the name of"
+    return (f"{same} the prompt set “{twin.name}” (id {twin.pk}, {owner}'s): choose a name "
+            "that reads differently")
+
+
+def prompt_set_name_error(name: str, *, platform: bool = False) -> str:
+    """Why ``name`` cannot name a new prompt set ("" when it can): the visible-text rule, a
+    name that looks like a stored set's (``experiments.names``: normalised, invisible
+    characters dropped, confusable characters mapped), or "(built-in)" in any spelling unless
+    ``platform`` (the platform's own sets: ``manage.py demo``, bundles it imports)."""
+    name = name.strip()
+    if not name:
+        return "a prompt set needs a name"
+    problem = visible_problem(name)
+    if problem:
+        return problem
+    if not platform and names.reserved_name(name):
+        return (f"“{names.RESERVED_WORDS}” is reserved for the platform's own prompt sets: "
+                "choose a name without it")
+    return _look_alike(name, names.name_key(name))
 
 
 def import_prompt_set(*, owner: User | None, name: str, prompts: Iterable[Any],
-                      source: str = PromptSet.Source.UPLOAD, description: str = "") -> PromptSet:
+                      source: str = PromptSet.Source.UPLOAD, description: str = "",
+                      platform: bool = False) -> PromptSet:
     """Store ``prompts`` (``trainer.types.Prompt``-like: text, answer, metadata) as a new prompt
     set, whole or not at all: one transaction, rows streamed with ``COPY`` as the iterable yields
     them (an upload is never held in memory whole); an error the iterable raises midway rolls
-    back everything."""
+    back everything. The name must read unlike every stored set's (``prompt_set_name_error``;
+    ``platform``: the platform's own set, which may say "built-in")."""
     name = name.strip()
-    if not name:
-        raise LaunchError("name", "a prompt set needs a name")
-    if "\x00" in name:
-        raise LaunchError("name", "contains a NUL character")
-    prompt_set = PromptSet(name=name, source=source, description=description,
+    key = names.name_key(name)
+    problem = prompt_set_name_error(name, platform=platform)
+    if problem:
+        # A name another set has (or looks like) conflicts with what is stored: 409.
+        raise (Conflict if _look_alike(name, key) == problem else LaunchError)("name", problem)
+    prompt_set = PromptSet(name=name, name_key=key, source=source,
+                           description=description,
                            owner=owner if owner is not None and owner.is_authenticated else None)
     check_fits_columns(prompt_set)
     with transaction.atomic():
-        if PromptSet.objects.filter(name=name).exists():
-            raise LaunchError("name", f"a prompt set named {name!r} exists")
-        prompt_set.save()
+        try:
+            with transaction.atomic():
+                prompt_set.save()
+        except IntegrityError:
+            # Another request stored a set of this name (or a look-alike) since the check.
+            raise Conflict("name", _look_alike(name, key)
+                           or "a prompt set of this name was stored meanwhile") from None
         size = 0
         digest = PromptDigest()
         with connection.cursor() as cursor, cursor.copy(
@@ -66,7 +102,8 @@ def import_prompt_set(*, owner: User | None, name: str, prompts: Iterable[Any],
 
 def find_or_import_prompt_set(prompts: Sequence[Any], *, name: str, source: str,
                               description: str = "", owner: User | None = None,
-                              prefer: str = "") -> tuple[PromptSet, bool]:
+                              prefer: str = "", platform: bool = False
+                              ) -> tuple[PromptSet, bool]:
     """(a stored set holding exactly ``prompts`` in order, False), found by content hash
     (``trainer.digest``) whatever its name, so that runs on the same prompts share one set and
     compare prompt by prompt (among several, the one named ``prefer``, else the oldest); else
@@ -78,13 +115,13 @@ def find_or_import_prompt_set(prompts: Sequence[Any], *, name: str, source: str,
     if same:
         return next((ps for ps in same if ps.name == prefer), same[0]), False
     limit = PromptSet._meta.get_field("name").max_length
-    base, unique, n = name[:limit], name[:limit], 1
-    while PromptSet.objects.filter(name=unique).exists():
+    base, unique, n = name[:limit].strip(), name[:limit].strip(), 1
+    while PromptSet.objects.filter(name_key=names.name_key(unique)).exists():
         n += 1
         suffix = f" ({n})"
         unique = base[:limit - len(suffix)] + suffix
     return import_prompt_set(owner=owner, name=unique, prompts=prompts, source=source,
-                             description=description), True
+                             description=description, platform=platform), True
 
 
 def create_prompt_set_from_upload(owner: User, name: str, upload: IO[bytes],
@@ -95,6 +132,9 @@ def create_prompt_set_from_upload(owner: User, name: str, upload: IO[bytes],
     or the limit and the value, and nothing is stored."""
     from trainer.data import DataError, Limits, iter_prompts
 
+    problem = visible_problem(filename)
+    if problem:  # the set's description names the file
+        raise LaunchError("file", f"the file's name {problem}")
     limit = settings.PROMPT_UPLOAD_MAX_BYTES
     size = upload.seek(0, io.SEEK_END)
     upload.seek(0)
@@ -150,12 +190,15 @@ def delete_prompt_set(prompt_set: PromptSet, user: User) -> None:
     if not (user.is_authenticated and (user.is_staff or prompt_set.owner_id == user.pk)):
         raise PermissionDenied("only the prompt set's owner or staff may do this")
     with transaction.atomic():
-        # Locked first: a launch that references the set waits, then fails on the foreign key.
-        list(PromptSet.objects.select_for_update().filter(pk=prompt_set.pk).values_list("pk"))
+        # Locked first: a launch on the set takes the same lock (launch.lock_referenced), so
+        # either its run is committed and seen here, or this delete commits first and the
+        # launch is a 404.
+        if not PromptSet.objects.select_for_update().filter(pk=prompt_set.pk).exists():
+            raise gone("prompt set", prompt_set.pk)
         users = selectors.prompt_set_runs(prompt_set)
         if users:
-            raise LaunchError("prompt_set", f"used by {len(users)} run(s) ("
-                              f"{', '.join(r.name for r in users[:3])}); delete them first")
+            raise Conflict("prompt_set", f"used by {len(users)} run(s) ("
+                           f"{', '.join(r.name for r in users[:3])}); delete them first")
         with connection.cursor() as cursor:
             cursor.execute("DELETE FROM experiments_prompt WHERE prompt_set_id = %s",
                            [prompt_set.pk])

@@ -12,7 +12,7 @@ from django.db import connection, transaction
 from django.utils import timezone
 
 from experiments.models import Run
-from experiments.services.common import User, _check_can_modify, derived_run_name
+from experiments.services.common import User, _check_can_modify, derived_run_name, gone
 from experiments.services.launch import launch_run
 
 # Tables holding a run's per-step records, children first. Deleted with raw SQL: Django's
@@ -31,7 +31,10 @@ def request_cancel(run: Run, user: User) -> Run:
             status=Run.Status.CANCELLED, cancel_requested=True, finished_at=now):
         Run.objects.filter(pk=run.pk).exclude(
             status__in=(Run.Status.SUCCEEDED, Run.Status.FAILED)).update(cancel_requested=True)
-    run.refresh_from_db()
+    try:
+        run.refresh_from_db()
+    except Run.DoesNotExist:  # deleted by a request that won the race
+        raise gone("run", run.pk) from None
     return run
 
 
@@ -44,8 +47,10 @@ def delete_run(run: Run, user: User) -> None:
         # Lock the run row first: a worker's step transaction holds the same lock while it
         # writes, so its rows are either written before this delete (and deleted by it) or
         # refused after it (the row is gone). The record tables have no database-enforced
-        # foreign keys, so this ordering is what prevents orphans.
-        list(Run.objects.select_for_update().filter(pk=run_id).values_list("pk", flat=True))
+        # foreign keys, so this ordering is what prevents orphans. A relaunch or retry of
+        # the run takes the same lock before it stores its clone.
+        if not Run.objects.select_for_update().filter(pk=run_id).exists():
+            raise gone("run", run_id)  # a delete that lost the race: the winner said 204
         delete_run_records(run_id)
         Run.objects.filter(pk=run_id).delete()
     folder = run_checkpoint_dir(run_id)

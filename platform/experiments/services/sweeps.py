@@ -16,14 +16,17 @@ from django.db import transaction
 
 from experiments.models import PromptSet, Run, Sweep
 from experiments.services.common import (
+    Conflict,
+    Gone,
     LaunchError,
     User,
     _check_can_modify,
     _raise_all,
+    check_active_runs,
     check_fits_columns,
 )
 from experiments.services.enqueue import enqueue_on_commit
-from experiments.services.launch import _new_run, launch_errors
+from experiments.services.launch import _new_run, launch_errors, lock_referenced
 from experiments.services.runs import request_cancel
 from trainer.config import TrainConfig, field_specs
 
@@ -402,6 +405,8 @@ def launch_sweep(owner: User, name: str, base_config: dict[str, Any], grid: Any,
     check_fits_columns(sweep)  # first: a bad name is the name's error, not each point's
     runs = expand_sweep(name, base_config, axes, prompt_set, queue, retention)
     with transaction.atomic():
+        lock_referenced(prompt_set, eval_set)
+        check_active_runs(owner, len(runs))
         sweep.save()
         for _, run in runs:
             run.owner, run.eval_set, run.sweep = owner, eval_set, sweep
@@ -423,9 +428,14 @@ def cancel_sweep(sweep: Sweep, user: User) -> int:
         raise PermissionDenied("only the sweep's owner or staff may do this")
     runs = list(Run.objects.filter(sweep=sweep, status__in=Run.ACTIVE_STATUSES,
                                    cancel_requested=False))
+    cancelled = 0
     for run in runs:
-        request_cancel(run, user)
-    return len(runs)
+        try:
+            request_cancel(run, user)
+        except Gone:  # deleted while this cancel-all went through the sweep
+            continue
+        cancelled += 1
+    return cancelled
 
 
 
@@ -469,16 +479,20 @@ def retry_run(run: Run, user: User) -> Run:
                    sweep=run.sweep, sweep_index=run.sweep_index, cloned_from=run,
                    name=sweep_run_name(run.sweep.name, point, f" (attempt {attempt})"))
     with transaction.atomic():
-        # Locked: two retries of the same run at once must not both take its place.
+        # Locked: two retries of the same run at once must not both take its place, and a
+        # delete of it waits (or went first: a 404).
+        lock_referenced(run.prompt_set, run.eval_set, run)
+        check_active_runs(run.owner, 1)
         if not Run.objects.select_for_update().filter(
                 pk=run.pk, status__in=RETRYABLE, replaced_by__isnull=True).exists():
             current = Run.objects.get(pk=run.pk)
             if current.replaced_by_id:
-                raise LaunchError("run", f"already retried, as run {current.replaced_by_id}")
-            raise LaunchError("run", f"the run is {current.status}; only a failed or "
-                              "cancelled run of a sweep can be retried in its place")
+                raise Conflict("run", f"already retried, as run {current.replaced_by_id}")
+            raise Conflict("run", f"the run is {current.status}; only a failed or "
+                           "cancelled run of a sweep can be retried in its place")
         new.save()
         Run.objects.filter(pk=run.pk).update(replaced_by=new)
         enqueue_on_commit(new)
-    run.refresh_from_db()
+    # The old run may be deleted the moment this transaction let go of its lock.
+    run.replaced_by = new
     return new

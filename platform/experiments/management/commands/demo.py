@@ -165,7 +165,7 @@ class Command(BaseCommand):
                                     "held-out set of builtin:arithmetic)")):
             ps, created = services.find_or_import_prompt_set(
                 prompts, name=name, source=PromptSet.Source.BUILTIN, description=what,
-                owner=admin)
+                owner=admin, platform=True)
             if created:
                 self.stdout.write(f"== imported the prompt set {ps.name}")
             sets.append(ps)
