@@ -24,9 +24,12 @@ RUN if [ -n "$EXTRA_REQUIREMENTS" ]; then \
 
 COPY . .
 RUN useradd --create-home --uid 1000 rada \
-    && mkdir -p /data/checkpoints /data/models /app/var \
+    && mkdir -p /data/checkpoints /data/models /app/var/staticfiles \
     && chown -R rada /data /app/var
 USER rada
 
+# gunicorn on the container's network only: docker-compose.yml publishes nginx (the `proxy`
+# service) and never this port, since gunicorn's threads read requests as they arrive and slow
+# clients would hold them.
 EXPOSE 8000
 CMD ["gunicorn", "webapp.wsgi", "--pythonpath", "/app,/app/platform", "--bind", "0.0.0.0:8000", "--workers", "3", "--worker-class", "gthread", "--threads", "4", "--timeout", "120"]

@@ -43,8 +43,10 @@ manage: $(STAMP)
 	$(PY) scripts/services.py exec --instance dev -- $(PY) manage.py $(ARGS)
 
 test: $(STAMP)
-	@# Hook for the browser tests: installs Debian's chromium where missing and possible.
+	@# Hooks for the browser tests and the proxy test: install Debian's chromium and nginx
+	@# where missing and possible (never failing the run; the tests skip, or fail under CI=1).
 	@if [ -f scripts/ensure_chromium.sh ]; then bash scripts/ensure_chromium.sh || true; fi
+	@if [ -f scripts/ensure_nginx.sh ]; then bash scripts/ensure_nginx.sh || true; fi
 	$(PY) scripts/services.py exec --instance test --fast -- $(PY) -m pytest $(PYTEST_ARGS)
 
 # A worker on this host against servers set in the environment (see README "More machines").

@@ -247,8 +247,18 @@ def cmd_prompt_sets_list(args: argparse.Namespace) -> int:
 def cmd_prompt_sets_upload(args: argparse.Namespace) -> int:
     if not args.file.is_file():
         raise Failure(EXIT_INPUT, f"file: no such file: {args.file}")
-    ps = _client(args).upload("/prompt-sets", {"name": args.name or args.file.stem}, "file",
-                              args.file)
+    client = _client(args)
+    ps = client.upload("/prompt-sets", {"name": args.name or args.file.stem}, "file", args.file)
+    # A large file goes on importing after the upload's answer (status "importing").
+    while ps.get("status") == "importing":
+        fraction = ps.get("import_fraction")
+        print(f"importing {ps['name']}: {ps.get('import_rows', 0):,} prompts read"
+              + (f" ({fraction:.0%} of the file)" if fraction is not None else ""),
+              file=sys.stderr)
+        time.sleep(2)
+        ps = client.get(f"/prompt-sets/{ps['id']}")
+    if ps.get("status") == "failed":
+        raise Failure(EXIT_INPUT, f"file: {ps.get('import_error') or 'the import failed'}")
     print(f"prompt set {ps['id']} {ps['name']}: {ps['size']} prompts")
     return EXIT_OK
 

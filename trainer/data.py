@@ -53,6 +53,11 @@ class Limits:
     # Parquet: the uncompressed size the file's metadata declares, checked before decompressing,
     # and the size of the decoded rows, checked as they stream.
     max_uncompressed_bytes: int | None = None
+    # One record: a JSONL line's bytes (read no further than this), a Parquet row's decoded size
+    # (computed before the row is expanded).
+    max_record_bytes: int | None = None
+    # One prompt's text, in characters.
+    max_prompt_chars: int | None = None
 
 
 def load_prompts(path: str | Path, limits: Limits = Limits()) -> list[Prompt]:
@@ -82,7 +87,7 @@ def iter_prompts(stream: BinaryIO, filename: str, source: str | None = None,
     if kind is None:
         raise DataError(source, "", f"unknown file type {Path(filename).suffix!r}; use .jsonl "
                         "or .parquet")
-    records = (_jsonl_records(stream, source) if kind == "jsonl"
+    records = (_jsonl_records(stream, source, limits.max_record_bytes) if kind == "jsonl"
                else _parquet_records(stream, source, limits))
     used_ids: set[str] = set()
     count = 0
@@ -91,15 +96,22 @@ def iter_prompts(stream: BinaryIO, filename: str, source: str | None = None,
         if limits.max_rows is not None and count > limits.max_rows:
             raise DataError(source, location, f"more than {limits.max_rows:,} prompts; the "
                             f"limit is {limits.max_rows:,}")
-        yield _to_prompt(record, source, location, used_ids)
+        yield _to_prompt(record, source, location, used_ids, limits.max_prompt_chars)
     if not count:
         raise DataError(source, "", "no prompts in file")
 
 
-def _jsonl_records(stream: BinaryIO, source: str) -> Iterator[tuple[str, Any]]:
+def _jsonl_records(stream: BinaryIO, source: str, max_line: int | None
+                   ) -> Iterator[tuple[str, Any]]:
     # Split on "\n" only, as JSONL does: str.splitlines() would also split inside a JSON string
-    # holding U+2028.
-    for number, raw in enumerate(stream, start=1):
+    # holding U+2028. A line is read no further than the record limit: a one-line file of 49 MB
+    # is refused after reading a record's worth of it, not held whole.
+    number = 0
+    while raw := (stream.readline(max_line + 1) if max_line is not None else stream.readline()):
+        number += 1
+        if max_line is not None and len(raw.rstrip(b"\r\n")) > max_line:
+            raise DataError(source, f"line {number}", f"longer than {_size(max_line)}, the "
+                            "limit of one record")
         try:
             line = raw.decode("utf-8-sig" if number == 1 else "utf-8")
         except UnicodeDecodeError as exc:
@@ -127,6 +139,16 @@ def _parquet_records(stream: BinaryIO, source: str, limits: Limits
 
     try:
         parquet = pq.ParquetFile(stream)  # reads the footer only
+        # A string column stored with a dictionary is read as one (its values once, indices per
+        # row), not expanded: 300 rows of one 2 MiB string in a 757-byte file decoded to 600 MiB
+        # in a single batch before any limit was checked. Its rows' sizes are computed from the
+        # dictionary below, before any row is expanded.
+        dictionary_columns = _dictionary_columns(parquet)
+        if dictionary_columns:
+            stream.seek(0)
+            parquet = pq.ParquetFile(stream, read_dictionary=dictionary_columns)
+    except MemoryError:  # Arrow's too: the caller's memory bound, not the file's format
+        raise
     except (pa.ArrowException, OSError, ValueError) as exc:
         raise DataError(source, "", f"not a readable Parquet file: {exc}") from exc
     meta = parquet.metadata
@@ -139,6 +161,17 @@ def _parquet_records(stream: BinaryIO, source: str, limits: Limits
     if cap is not None and declared > cap:
         raise DataError(source, "", f"the file's metadata declares {_mib(declared)} of data "
                         f"uncompressed; the limit is {_mib(cap)}")
+    record_cap = limits.max_record_bytes
+    for i in range(meta.num_row_groups):
+        group = meta.row_group(i)
+        # Rows averaging past the limit of one record hold one past it: refused from the
+        # metadata, before a page is decompressed (a file whose metadata lies is bounded by the
+        # process that parses it).
+        if record_cap is not None and group.total_byte_size > record_cap * group.num_rows:
+            raise DataError(source, "", f"the file's metadata declares rows of "
+                            f"{_size(group.total_byte_size // max(group.num_rows, 1))} on average "
+                            f"in row group {i + 1}; the limit of one record is "
+                            f"{_size(record_cap)}")
     # Rows per batch from the declared size of a row, so a batch of wide rows stays near
     # PARQUET_SLICE_BYTES when decoded (a dictionary-encoded column is read as a dictionary: its
     # batch is small whatever the rows expand to).
@@ -147,11 +180,18 @@ def _parquet_records(stream: BinaryIO, source: str, limits: Limits
     decoded = 0
     row = 1  # counted from 1, as JSONL's lines are
     try:
-        for batch in parquet.iter_batches(batch_size=batch_rows):
+        # One thread: a failed allocation in a worker thread of Arrow's pool can hang the read
+        # (the platform parses uploads under a memory cap); in this thread it raises.
+        for batch in parquet.iter_batches(batch_size=batch_rows, use_threads=False):
             # Metadata can lie, and a dictionary column of one long string repeated on every
             # row declares one string: each row's decoded size is computed before any row is
             # turned into Python objects, and the rows are expanded a bounded slice at a time.
             sizes = _row_sizes(batch)
+            if record_cap is not None and batch.num_rows and int(sizes.max()) > record_cap:
+                first = int((sizes > record_cap).argmax())
+                raise DataError(source, f"row {row + first}", f"decodes to "
+                                f"{_size(int(sizes[first]))}, more than {_size(record_cap)}, the "
+                                "limit of one record")
             start = 0
             while start < batch.num_rows:
                 end, slice_bytes = start, 0
@@ -167,12 +207,30 @@ def _parquet_records(stream: BinaryIO, source: str, limits: Limits
                     yield f"row {row}", record
                     row += 1
                 start = end
+    except MemoryError:
+        raise
     except (pa.ArrowException, OSError) as exc:
         raise DataError(source, f"row {row}", f"not a readable Parquet file: {exc}") from exc
 
 
 # Parquet rows are turned into Python objects at most this many decoded bytes at a time.
 PARQUET_SLICE_BYTES = 4 * 2**20
+
+
+def _dictionary_columns(parquet: Any) -> list[str]:
+    """The paths of the byte-array (string) columns some row group stores with a dictionary
+    page."""
+    meta = parquet.metadata
+    schema = parquet.schema
+    found = []
+    for j in range(len(schema)):
+        column = schema.column(j)
+        if column.physical_type != "BYTE_ARRAY":
+            continue
+        if any(meta.row_group(i).column(j).has_dictionary_page
+               for i in range(meta.num_row_groups)):
+            found.append(column.path)
+    return found
 
 
 def _row_sizes(batch: Any) -> Any:
@@ -220,7 +278,13 @@ def _mib(n: int) -> str:
     return f"{n / 2**20:,.1f} MiB"
 
 
-def _to_prompt(record: Any, source: str, location: str, used_ids: set[str]) -> Prompt:
+def _size(n: int) -> str:
+    return f"{n / 2**20:,.1f} MiB" if n >= 2**20 else f"{n / 2**10:,.1f} KiB" if n >= 2**10 \
+        else f"{n:,} bytes"
+
+
+def _to_prompt(record: Any, source: str, location: str, used_ids: set[str],
+               max_prompt_chars: int | None = None) -> Prompt:
     def fail(reason: str) -> DataError:
         return DataError(source, location, reason)
 
@@ -234,6 +298,9 @@ def _to_prompt(record: Any, source: str, location: str, used_ids: set[str]) -> P
     if "prompt" not in record or record["prompt"] is None:
         raise fail("missing field 'prompt'")
     text = _prompt_text(record["prompt"], fail)
+    if max_prompt_chars is not None and len(text) > max_prompt_chars:
+        raise fail(f"the prompt is {len(text):,} characters; the limit is "
+                   f"{max_prompt_chars:,} characters per prompt")
     if not text.strip():
         raise fail("empty prompt")
     answer = _answer(record, fail)

@@ -31,10 +31,29 @@ class PromptSetOut(Schema):
     size: int
     owner: str | None
     created_at: dt.datetime
+    status: str = Field(description="ready; importing (an upload still being parsed: poll "
+                        "until it is ready or failed); failed (import_error says why, nothing "
+                        "was stored)")
+    import_rows: int = Field(description="prompts read so far while importing")
+    import_fraction: float | None = Field(description="how far through the file, 0-1")
+    import_error: str
 
     @staticmethod
     def resolve_owner(obj: PromptSet) -> str | None:
         return obj.owner.username if obj.owner_id else None
+
+    @staticmethod
+    def resolve_status(obj: PromptSet) -> str:
+        from experiments.services.prompt_import import stalled
+
+        return PromptSet.Status.FAILED if stalled(obj) else obj.status
+
+    @staticmethod
+    def resolve_import_error(obj: PromptSet) -> str:
+        from experiments.services.prompt_import import stalled
+
+        return ("the import stopped (the web server restarted while it ran); upload the file "
+                "again") if stalled(obj) else obj.import_error
 
 
 class PromptOut(Schema):
@@ -45,8 +64,38 @@ class PromptOut(Schema):
     metadata: dict[str, Any]
 
 
+def _preview(text: str, chars: int) -> str:
+    return text + (f"… ({chars:,} characters)" if chars > len(text) else "")
+
+
+class PromptPreviewOut(Schema):
+    """A prompt as lists show it: texts past PROMPT_PREVIEW_CHARS characters cut, with
+    "… (N characters)"; the whole prompt at ``/prompt-sets/{id}/prompts/{index}``."""
+
+    id: int
+    index: int
+    text: str
+    text_chars: int
+    answer: str
+    answer_chars: int
+    truncated: bool
+
+    @staticmethod
+    def resolve_text(obj: Any) -> str:
+        return _preview(obj.text_preview, obj.text_chars)
+
+    @staticmethod
+    def resolve_answer(obj: Any) -> str:
+        return _preview(obj.answer_preview, obj.answer_chars)
+
+    @staticmethod
+    def resolve_truncated(obj: Any) -> bool:
+        return bool(obj.text_chars > len(obj.text_preview)
+                    or obj.answer_chars > len(obj.answer_preview))
+
+
 class PromptSetDetail(PromptSetOut):
-    preview: list[PromptOut] = Field(description="the first 20 prompts")
+    preview: list[PromptPreviewOut] = Field(description="the first 20 prompts, as previews")
     runs: list[int] = Field(description="runs that train or evaluate on the set")
 
     @staticmethod

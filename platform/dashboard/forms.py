@@ -132,9 +132,10 @@ def prompt_set_choices(user: Any = None) -> Any:
 
 class LaunchForm(NumbersAsTyped):
     name = forms.CharField(max_length=200, help_text="A name to find the run by.")
-    prompt_set = PromptSetChoice(queryset=PromptSet.objects.all(),
+    # Sets imported whole: one still importing, or whose import failed, cannot train.
+    prompt_set = PromptSetChoice(queryset=PromptSet.objects.filter(status="ready"),
                                  help_text="Training prompts (each with its owner).")
-    eval_set = PromptSetChoice(queryset=PromptSet.objects.all(), required=False,
+    eval_set = PromptSetChoice(queryset=PromptSet.objects.filter(status="ready"), required=False,
                                help_text="Held-out prompts for evaluation (optional).")
     queue = forms.ChoiceField(initial="cpu", help_text="Workers that may take the run.")
     retention = forms.ChoiceField(choices=Run.Retention.choices, initial=Run.Retention.ALL,

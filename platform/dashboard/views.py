@@ -55,8 +55,12 @@ def _max_points(request: HttpRequest) -> int:
 
 
 def _prompt_of_run_or_404(run: Run, prompt_id: int) -> Prompt:
-    """A prompt of the run's own prompt set: an id from another set is not this run's prompt."""
-    return get_object_or_404(Prompt, pk=prompt_id, prompt_set_id=run.prompt_set_id)
+    """A prompt of the run's own prompt set (an id from another set is not this run's
+    prompt), as a preview: its text is not loaded."""
+    try:
+        return experiment_selectors.prompt_preview(run.prompt_set_id, prompt_id)
+    except Prompt.DoesNotExist:
+        raise Http404("no such prompt in this run's set") from None
 
 
 def _heatmap_options(request: HttpRequest) -> dict[str, Any]:
@@ -144,7 +148,7 @@ def run_launch(request: HttpRequest) -> HttpResponse:
     return render(request, "dashboard/run_launch.html", status=status, context={
         "form": form, "source": source, "diff": diff, "builtin_model": BUILTIN_MODEL,
         "models": model_catalogue.offered_models(),
-        "has_prompt_sets": PromptSet.objects.exists(),
+        "has_prompt_sets": experiment_selectors.ready_prompt_sets().exists(),
         **(_estimate_context(request, estimate, form.run_shape()) if estimate else {})})
 
 
@@ -362,6 +366,7 @@ def prompt_history(request: HttpRequest, run_id: int, prompt_id: int) -> HttpRes
     history = selectors.prompt_history(run, prompt, before_step=before)
     return render(request, "dashboard/prompt_history.html",
                   {"run": run, "prompt": prompt, **history,
+                   "preview_chars": experiment_selectors.PROMPT_PREVIEW_CHARS,
                    "answer_note": selectors.answer_note(run.prompt_set, prompt),
                    "summary_rows": _summary_rows(history["all_steps"],
                                                  selectors.outcome_words(run))})
@@ -405,8 +410,13 @@ def prompt_sets(request: HttpRequest) -> HttpResponse:
                     prefix = "" if target == "name" else UploadForm.REJECTED
                     upload.add_error(target, prefix + exc.reason)
                 else:
-                    messages.success(request, f"Imported {fmt.count(ps.size, 'prompt')} "
-                                              f"into {ps.name}.")
+                    if ps.status == PromptSet.Status.READY:
+                        messages.success(request, f"Imported {fmt.count(ps.size, 'prompt')} "
+                                                  f"into {ps.name}.")
+                    else:  # a large file: its page follows the import
+                        messages.info(request, f"Importing {f.name} into {ps.name}: the "
+                                               "whole file is checked before any prompt is "
+                                               "stored.")
                     return redirect("dashboard:prompt_set_detail", set_id=ps.pk)
         else:
             builtin = BuiltinForm(request.POST, prefix="builtin")
@@ -427,15 +437,60 @@ def prompt_sets(request: HttpRequest) -> HttpResponse:
     return render(request, "dashboard/prompt_sets.html", {
         "sets": experiment_selectors.prompt_set_list(), "upload": upload, "builtin": builtin,
         "max_mib": settings.PROMPT_UPLOAD_MAX_BYTES / 2**20,
-        "max_rows": f"{settings.PROMPT_UPLOAD_MAX_ROWS:,}"})
+        "max_rows": f"{settings.PROMPT_UPLOAD_MAX_ROWS:,}",
+        "max_prompt_chars": f"{settings.PROMPT_MAX_CHARS:,}"})
 
 
 @login_required
 def prompt_set_detail(request: HttpRequest, set_id: int) -> HttpResponse:
     ps = get_object_or_404(PromptSet.objects.select_related("owner"), pk=set_id)
-    return render(request, "dashboard/prompt_set_detail.html",
-                  {"set": ps, "prompts": experiment_selectors.prompt_set_preview(ps),
-                   "answer_note": selectors.answer_note(ps)})
+    return render(request, "dashboard/prompt_set_detail.html", {
+        "set": ps, "import": _import_state(ps),
+        "prompts": (experiment_selectors.prompt_set_preview(ps)
+                    if ps.status == PromptSet.Status.READY else []),
+        "preview_chars": experiment_selectors.PROMPT_PREVIEW_CHARS,
+        "answer_note": selectors.answer_note(ps)})
+
+
+@login_required
+def prompt_set_status(request: HttpRequest, set_id: int) -> HttpResponse:
+    """The import's progress card, polled by the set's page while it imports; once the import
+    has ended the page reloads (the prompts, or why the file was refused)."""
+    ps = get_object_or_404(PromptSet, pk=set_id)
+    state = _import_state(ps)
+    response = render(request, "dashboard/_prompt_set_import.html", {"set": ps, "import": state})
+    if state["status"] != PromptSet.Status.IMPORTING:
+        response["HX-Refresh"] = "true"
+    return response
+
+
+def _import_state(ps: PromptSet) -> dict[str, Any]:
+    """How the set's import stands, in words for the page: importing (rows, how far), ready,
+    or failed with the reason (an importer that stopped giving signs of life failed too)."""
+    from experiments.services.prompt_import import stalled
+
+    if stalled(ps):
+        return {"status": PromptSet.Status.FAILED,
+                "error": "the import stopped (the web server restarted while it ran); upload "
+                         "the file again"}
+    percent = None if ps.import_fraction is None else round(100 * ps.import_fraction)
+    return {"status": ps.status, "error": ps.import_error, "rows": ps.import_rows,
+            "percent": percent,
+            "poll_seconds": max(settings.DASHBOARD_POLL_SECONDS, 1.0)}
+
+
+@login_required
+def prompt_detail(request: HttpRequest, set_id: int, index: int) -> HttpResponse:
+    """One prompt of a set, whole: its text, answer and metadata (lists show previews)."""
+    ps = get_object_or_404(PromptSet, pk=set_id)
+    try:
+        prompt = experiment_selectors.prompt_in_set(ps.pk, index)
+    except Prompt.DoesNotExist:
+        raise Http404("no such prompt in this set") from None
+    return render(request, "dashboard/prompt_detail.html", {
+        "set": ps, "prompt": prompt,
+        "metadata": json.dumps(prompt.metadata, indent=2, ensure_ascii=False),
+        "answer_note": selectors.answer_note(ps, prompt)})
 
 
 # --- compare -----------------------------------------------------------------------------------

@@ -22,13 +22,18 @@ from __future__ import annotations
 import hashlib
 import json
 import math
+import os
+import shutil
 import tempfile
 import zipfile
+import zlib
 from collections.abc import Iterable, Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from django.conf import settings
 from django.db import DatabaseError, connection, transaction
 from django.utils import timezone
 
@@ -90,11 +95,105 @@ def _copy(table: str, columns: Sequence[str], rows: Iterable[Sequence[Any]]) -> 
 
 
 def import_run(folder: str | Path, owner: User, *, name: str | None = None) -> ImportResult:
-    """Import ``folder`` (a CLI run, an unzipped bundle, or a bundle's zip) as ``owner``'s."""
-    path = Path(folder)
+    """Import ``folder`` (a CLI run, an unzipped bundle, or a bundle's zip) as ``owner``'s, its
+    memory growth bounded by IMPORT_RUN_MAX_MEMORY_BYTES (``memory_budget``) and a zip's
+    unzipped size by IMPORT_BUNDLE_MAX_BYTES and IMPORT_BUNDLE_MAX_RATIO (``extract_bundle``)."""
+    budget = settings.IMPORT_RUN_MAX_MEMORY_BYTES
+    try:
+        with memory_budget(budget):
+            return _import_run(Path(folder), owner, name)
+    except MemoryError:
+        raise ImportError_("dir", f"{folder}: importing it needed more than "
+                           f"{budget / 2**30:,.1f} GiB of memory, the limit "
+                           "(IMPORT_RUN_MAX_MEMORY_BYTES)") from None
+
+
+@contextmanager
+def memory_budget(extra_bytes: int) -> Iterator[None]:
+    """Cap this process's address space at its present size plus ``extra_bytes`` while the
+    block runs (``RLIMIT_AS``; 0: no cap): a decompression bomb in a bundle's Parquet files ends
+    in ``MemoryError``, not in the machine's memory. The cap before is restored after."""
+    if extra_bytes <= 0:
+        yield
+        return
+    import resource
+
+    soft, hard = resource.getrlimit(resource.RLIMIT_AS)
+    cap = _address_space() + extra_bytes
+    if hard != resource.RLIM_INFINITY:
+        cap = min(cap, hard)
+    if soft != resource.RLIM_INFINITY:
+        cap = min(cap, soft)
+    resource.setrlimit(resource.RLIMIT_AS, (cap, hard))
+    try:
+        yield
+    finally:
+        resource.setrlimit(resource.RLIMIT_AS, (soft, hard))
+
+
+def _address_space() -> int:
+    with open("/proc/self/statm") as fh:
+        pages = int(fh.read().split()[0])
+    return pages * os.sysconf("SC_PAGE_SIZE")
+
+
+def extract_bundle(path: Path, dest: Path) -> None:
+    """Unzip a bundle into ``dest``, bounded: the sizes its entries declare, at most
+    IMPORT_BUNDLE_MAX_BYTES in all and IMPORT_BUNDLE_MAX_RATIO times the zip's own size (a
+    bundle stores Parquet files that are compressed already: its ratio is about 1), within the
+    free space; the bytes each entry actually writes, at most what it declares; flat names only
+    (a bundle has no folders)."""
+    limit, ratio = settings.IMPORT_BUNDLE_MAX_BYTES, settings.IMPORT_BUNDLE_MAX_RATIO
+    size = path.stat().st_size
+    try:
+        zf = zipfile.ZipFile(path)
+    except zipfile.BadZipFile as exc:
+        raise ImportError_("dir", f"{path.name}: not a readable zip: {exc}") from None
+    with zf:
+        entries = [i for i in zf.infolist() if not i.is_dir()]
+        declared = sum(i.file_size for i in entries)
+        if declared > limit:
+            raise ImportError_("dir", f"{path.name}: its entries declare {_gib(declared)} "
+                               f"unzipped; the limit is {_gib(limit)} (IMPORT_BUNDLE_MAX_BYTES)")
+        if declared > max(ratio * size, BUNDLE_RATIO_FLOOR):
+            raise ImportError_("dir", f"{path.name}: its entries declare {_gib(declared)} "
+                               f"unzipped from {size:,} bytes, {declared / max(size, 1):,.0f} "
+                               f"times its size; the limit is {ratio:g} times "
+                               "(IMPORT_BUNDLE_MAX_RATIO)")
+        free = shutil.disk_usage(dest).free
+        if declared > free:
+            raise ImportError_("dir", f"{path.name}: its entries declare {_gib(declared)} "
+                               f"unzipped; {dest} has {_gib(free)} free")
+        for info in entries:
+            name = info.filename
+            if "/" in name or "\\" in name or name in ("", ".", ".."):
+                raise ImportError_("dir", f"{path.name}: entry {name!r} is not a bundle's file")
+            written = 0
+            try:
+                with zf.open(info) as src, open(dest / name, "wb") as out:
+                    while chunk := src.read(2**20):
+                        written += len(chunk)
+                        if written > info.file_size:
+                            raise ImportError_("dir", f"{path.name}: entry {name!r} unzips past "
+                                               f"the {info.file_size:,} bytes it declares")
+                        out.write(chunk)
+            except (zipfile.BadZipFile, zlib.error, EOFError) as exc:
+                raise ImportError_("dir", f"{path.name}: entry {name!r}: {exc}") from None
+
+
+# Past this, a zip's entries may declare at most IMPORT_BUNDLE_MAX_RATIO times its size (a small
+# bundle's JSON files compress well).
+BUNDLE_RATIO_FLOOR = 64 * 2**20
+
+
+def _gib(n: int) -> str:
+    return f"{n / 2**30:,.2f} GiB" if n >= 2**30 else f"{n / 2**20:,.1f} MiB"
+
+
+def _import_run(path: Path, owner: User, name: str | None) -> ImportResult:
     if path.is_file() and zipfile.is_zipfile(path):
-        with tempfile.TemporaryDirectory() as tmp, zipfile.ZipFile(path) as zf:
-            zf.extractall(tmp)
+        with tempfile.TemporaryDirectory() as tmp:
+            extract_bundle(path, Path(tmp))
             return _import_bundle(Path(tmp), owner, name, key=import_key(path, "bundle"))
     if not path.is_dir():
         raise ImportError_("dir", f"{path} is not a folder (nor a bundle's zip)")
@@ -326,7 +425,9 @@ def _bundle_prompt_set(folder: Path, info: dict[str, Any]) -> tuple[PromptSet, d
 
     from trainer.types import Prompt as TrainerPrompt
 
-    full = pq.read_table(folder / "prompts.parquet")
+    # One thread: under the import's memory cap (memory_budget) an allocation that fails in a
+    # worker thread of Arrow's pool hung the read; in this thread it raises MemoryError.
+    full = pq.ParquetFile(folder / "prompts.parquet", pre_buffer=False).read(use_threads=False)
     bundle_ids = full.column("prompt_id").to_pylist()
     meta = info["run"]["prompt_set"]
     prompts = [TrainerPrompt(id=str(i), text=t, answer=a, metadata=json.loads(m or "{}"))
@@ -365,7 +466,8 @@ def _copy_parquet(run_id: int, path: Path, table: str, names: list[str], ids: di
     names = [c for c in names if c in present or c not in bundles.ADDED_COLUMNS]
     out_cols = ["run_id", *names, *(["created_at"] if timestamps else [])]
     now = timezone.now()
-    for batch in source.iter_batches(batch_size=IMPORT_BATCH_ROWS, columns=names):
+    for batch in source.iter_batches(batch_size=IMPORT_BATCH_ROWS, columns=names,
+                                     use_threads=False):  # see _bundle_prompt_set
         cols = [batch.column(c).to_pylist() for c in names]
         if "prompt_id" in names:
             i = names.index("prompt_id")
@@ -399,6 +501,8 @@ def _import_bundle(folder: Path, owner: User, name: str | None, *, key: str) -> 
     with transaction.atomic():
         try:
             prompt_set, ids = _bundle_prompt_set(folder, info)
+        except MemoryError:  # Arrow's too: the import's memory cap (import_run says so)
+            raise
         except (OSError, KeyError, ValueError, TypeError, DatabaseError, pa_errors()) as exc:
             raise ImportError_("prompts.parquet", str(exc).splitlines()[0]) from None
         run, created = _upsert_run(key, owner, {
@@ -413,6 +517,8 @@ def _import_bundle(folder: Path, owner: User, name: str | None, *, key: str) -> 
             try:
                 _copy_parquet(run.pk, folder / f"{name_}.parquet", table, names, ids,
                               timestamps=name_ in ("steps", "evaluations", "checkpoints"))
+            except MemoryError:
+                raise
             except (OSError, KeyError, ValueError, DatabaseError, pa_errors()) as exc:
                 raise ImportError_(f"{name_}.parquet", str(exc).splitlines()[0]) from None
         status = meta["status"]

@@ -26,13 +26,38 @@ class PromptSet(models.Model):
     description = models.TextField(blank=True)
     owner = models.ForeignKey(settings.AUTH_USER_MODEL, null=True, blank=True,
                               on_delete=models.SET_NULL, related_name="prompt_sets")
+    class Status(models.TextChoices):
+        READY = "ready", "ready"
+        IMPORTING = "importing", "importing"
+        FAILED = "failed", "import failed"
+
     size = models.PositiveIntegerField(default=0)
     # trainer.digest.PromptDigest of its prompts: sets with equal contents are found by it.
     content_hash = models.CharField(max_length=64, blank=True, db_index=True)
     created_at = models.DateTimeField(auto_now_add=True)
+    # An upload is parsed off the request thread (experiments.services.prompt_import): the set
+    # exists while it imports, its prompts appear all at once when it is ready, and a failed
+    # import keeps the reason until the set is deleted or its name uploaded again.
+    status = models.CharField(max_length=16, choices=Status.choices, default=Status.READY)
+    import_rows = models.PositiveBigIntegerField(
+        default=0, help_text="Prompts read so far while importing.")
+    import_fraction = models.FloatField(
+        null=True, blank=True, help_text="How far through the file the import is, 0-1.")
+    import_error = models.TextField(blank=True)
+    import_updated_at = models.DateTimeField(
+        null=True, blank=True, help_text="The importer's last sign of life.")
 
     class Meta:
         ordering = ["-created_at"]
+        constraints = [
+            models.CheckConstraint(
+                condition=models.Q(import_fraction__isnull=True)
+                | models.Q(import_fraction__gte=0, import_fraction__lte=1),
+                name="promptset_import_fraction_0_1"),
+            models.CheckConstraint(
+                condition=~models.Q(status="failed") | ~models.Q(import_error=""),
+                name="promptset_failed_has_error"),
+        ]
 
     def __str__(self) -> str:
         return self.name

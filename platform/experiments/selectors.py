@@ -7,6 +7,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from django.db.models import Case, Count, F, Q, QuerySet, Value, When
+from django.db.models.functions import Left, Length
 
 from experiments.models import Prompt, PromptSet, Run, Sweep
 
@@ -57,17 +58,64 @@ def prompt_set_list() -> QuerySet[PromptSet]:
 
 
 def prompt_set_choices(user_id: int | None = None) -> QuerySet[PromptSet]:
-    """Prompt sets as a drop-down offers them: the platform's own (made by a command: no
-    owner; or a staff member's) first, then ``user_id``'s, then everyone else's, each newest
-    first; the owner fetched in the same query (every label names it)."""
+    """Prompt sets as a drop-down offers them, imported whole (``ready``): the platform's own
+    (made by a command: no owner; or a staff member's) first, then ``user_id``'s, then everyone
+    else's, each newest first; the owner fetched in the same query (every label names it)."""
     rank = Case(When(Q(owner__isnull=True) | Q(owner__is_staff=True), then=Value(0)),
                 When(owner_id=user_id, then=Value(1)), default=Value(2))
-    return (PromptSet.objects.select_related("owner").annotate(_rank=rank)
+    return (ready_prompt_sets().select_related("owner").annotate(_rank=rank)
             .order_by("_rank", "-created_at"))
 
 
+# Where prompts are listed (a set's page, a prompt's history in a run, the API's set detail),
+# each text is this many characters at most, cut in the database: a 49 MB prompt once made every
+# view of its set return 51 MB. The whole text is on the prompt's own page (``prompt_in_set``).
+PROMPT_PREVIEW_CHARS = 500
+
+
+def with_previews(prompts: QuerySet[Prompt]) -> QuerySet[Prompt]:
+    """``prompts`` without their texts and metadata, with ``text_preview`` / ``text_chars`` and
+    ``answer_preview`` / ``answer_chars`` (the first PROMPT_PREVIEW_CHARS characters, and how
+    many there are)."""
+    return prompts.defer("text", "answer", "metadata").annotate(
+        text_preview=Left("text", PROMPT_PREVIEW_CHARS), text_chars=Length("text"),
+        answer_preview=Left("answer", PROMPT_PREVIEW_CHARS), answer_chars=Length("answer"))
+
+
 def prompt_set_preview(prompt_set: PromptSet, limit: int = 20) -> QuerySet[Prompt]:
-    return Prompt.objects.filter(prompt_set=prompt_set).order_by("index")[:limit]
+    """The set's first ``limit`` prompts, as previews (``with_previews``)."""
+    return with_previews(Prompt.objects.filter(prompt_set=prompt_set).order_by("index"))[:limit]
+
+
+def prompt_preview(prompt_set_id: int, prompt_id: int) -> Prompt:
+    """One prompt of the set, as a preview; raises Prompt.DoesNotExist."""
+    return with_previews(Prompt.objects.filter(prompt_set_id=prompt_set_id)).get(pk=prompt_id)
+
+
+def prompt_in_set(prompt_set_id: int, index: int) -> Prompt:
+    """The set's prompt at ``index`` (0-based), whole; raises Prompt.DoesNotExist."""
+    return Prompt.objects.get(prompt_set_id=prompt_set_id, index=index)
+
+
+def prompt_sets_holding_names() -> QuerySet[PromptSet]:
+    """The sets whose names are taken: all but a failed import's and one whose importer stopped
+    giving signs of life (``services.prompt_import.stalled``), which give their names up to the
+    next upload."""
+    import datetime as dt
+
+    from django.conf import settings
+    from django.utils import timezone
+
+    cutoff = timezone.now() - dt.timedelta(seconds=settings.PROMPT_IMPORT_STALE_SECONDS)
+    stalled = Q(status=PromptSet.Status.IMPORTING) & (
+        Q(import_updated_at__lt=cutoff)
+        | Q(import_updated_at__isnull=True, created_at__lt=cutoff))
+    return PromptSet.objects.exclude(status=PromptSet.Status.FAILED).exclude(stalled)
+
+
+def ready_prompt_sets() -> QuerySet[PromptSet]:
+    """Sets a run may use: imported whole."""
+    return PromptSet.objects.filter(status=PromptSet.Status.READY)
 
 
 def prompt_set_prompts(prompt_set_id: int) -> QuerySet[Prompt]:

@@ -107,8 +107,8 @@ if not DATABASES["default"]["ENGINE"].endswith("postgresql"):
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
 
 # Login throttling (django-axes): AXES_FAILURE_LIMIT wrong passwords for one username from one
-# address lock that pair out for AXES_COOLOFF_MINUTES. Behind a proxy the address is the proxy's,
-# so the lock then holds per username.
+# address lock that pair out for AXES_COOLOFF_MINUTES. Behind proxies (NUM_PROXIES, 1 in the
+# compose stack's nginx) the address is the client's from X-Forwarded-For, as the API counts it.
 AUTHENTICATION_BACKENDS = [
     "axes.backends.AxesStandaloneBackend",
     "django.contrib.auth.backends.ModelBackend",
@@ -119,6 +119,7 @@ AXES_LOCKOUT_PARAMETERS = [["username", "ip_address"]]
 AXES_RESET_ON_SUCCESS = True
 AXES_DISABLE_ACCESS_LOG = True  # failures are what throttling needs; a row per sign-in is not
 AXES_LOCKOUT_TEMPLATE = "registration/locked_out.html"
+AXES_CLIENT_IP_CALLABLE = "webapp.security.client_address"
 
 AUTH_PASSWORD_VALIDATORS = [
     {"NAME": "django.contrib.auth.password_validation.MinimumLengthValidator"},
@@ -274,6 +275,32 @@ PROMPT_UPLOAD_MAX_BYTES = int(os.environ.get("PROMPT_UPLOAD_MAX_BYTES", 50 * 2**
 PROMPT_UPLOAD_MAX_ROWS = int(os.environ.get("PROMPT_UPLOAD_MAX_ROWS", 1_000_000))
 PROMPT_UPLOAD_MAX_UNCOMPRESSED_BYTES = int(os.environ.get("PROMPT_UPLOAD_MAX_UNCOMPRESSED_BYTES",
                                                           512 * 2**20))
+# One prompt's text, in characters, wherever a set comes from. 64 Ki characters is about 16k
+# tokens: past any prompt an RL recipe feeds a model (verl's max_prompt_length is 512-2,048
+# tokens in the authors' scripts) and over ten times the longest problem of MATH, AIME or
+# OlympiadBench; a 49 MB prompt once made every view of its set return 51 MB.
+PROMPT_MAX_CHARS = int(os.environ.get("PROMPT_MAX_CHARS", 2**16))
+# One record of an uploaded file (a JSONL line, a Parquet row decoded): the prompt, its answer
+# and its metadata; read no further than this.
+PROMPT_UPLOAD_MAX_RECORD_BYTES = int(os.environ.get("PROMPT_UPLOAD_MAX_RECORD_BYTES", 2**20))
+# An upload is parsed in a child process that caps its own address space and CPU time before it
+# opens the file (experiments/prompt_parser.py): whatever the file decompresses to, that
+# process fails with the limit named, not the web worker. The request waits at most
+# PROMPT_UPLOAD_WAIT_SECONDS for the result, then answers "importing" and the page shows the
+# progress. An importing set whose importer gave no sign of life for PROMPT_IMPORT_STALE_SECONDS
+# (its web worker died) reads as failed.
+PROMPT_IMPORT_MAX_MEMORY_BYTES = int(os.environ.get("PROMPT_IMPORT_MAX_MEMORY_BYTES", 2**30))
+PROMPT_IMPORT_MAX_CPU_SECONDS = int(os.environ.get("PROMPT_IMPORT_MAX_CPU_SECONDS", 300))
+PROMPT_IMPORT_MAX_SECONDS = float(os.environ.get("PROMPT_IMPORT_MAX_SECONDS", 900))
+PROMPT_UPLOAD_WAIT_SECONDS = float(os.environ.get("PROMPT_UPLOAD_WAIT_SECONDS", 2))
+PROMPT_IMPORT_STALE_SECONDS = float(os.environ.get("PROMPT_IMPORT_STALE_SECONDS", 60))
+# `manage.py import_run`: a bundle's zip is unzipped no further than IMPORT_BUNDLE_MAX_BYTES in
+# all and IMPORT_BUNDLE_MAX_RATIO times its own size (its Parquet files are compressed already,
+# so a real bundle's ratio is about 1; a 1 MB zip once wrote 1 GiB), and the import's memory may
+# grow by IMPORT_RUN_MAX_MEMORY_BYTES at most (an address-space cap while it runs; 0: none).
+IMPORT_BUNDLE_MAX_BYTES = int(os.environ.get("IMPORT_BUNDLE_MAX_BYTES", 64 * 2**30))
+IMPORT_BUNDLE_MAX_RATIO = float(os.environ.get("IMPORT_BUNDLE_MAX_RATIO", 10))
+IMPORT_RUN_MAX_MEMORY_BYTES = int(os.environ.get("IMPORT_RUN_MAX_MEMORY_BYTES", 4 * 2**30))
 
 # Logs go to stderr (gunicorn's and Celery's log, `docker compose logs`): requests that fail
 # with their traceback (django.request), refused requests (django.security), the platform's own.

@@ -23,5 +23,9 @@ CSRF_COOKIE_SECURE = True
 SECURE_HSTS_SECONDS = int(os.environ.get("SECURE_HSTS_SECONDS", 365 * 24 * 3600))
 SECURE_HSTS_INCLUDE_SUBDOMAINS = os.environ.get("SECURE_HSTS_INCLUDE_SUBDOMAINS", "1") == "1"
 SECURE_HSTS_PRELOAD = os.environ.get("SECURE_HSTS_PRELOAD", "1") == "1"
+# The containers' health checks ask for /healthz with Host: localhost from inside the container;
+# ALLOWED_HOSTS holds the public name, and Django answers any other Host with 400.
+if "localhost" not in ALLOWED_HOSTS:  # noqa: F405
+    ALLOWED_HOSTS = [*ALLOWED_HOSTS, "localhost"]  # noqa: F405
 CSRF_TRUSTED_ORIGINS = [o.strip() for o in os.environ.get("CSRF_TRUSTED_ORIGINS", "").split(",")
                         if o.strip()]

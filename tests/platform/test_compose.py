@@ -27,8 +27,8 @@ def command(service: dict[str, Any]) -> str:
 
 def test_services_and_images(compose: dict[str, Any]) -> None:
     services = compose["services"]
-    assert set(services) == {"db", "redis", "cache", "web", "worker-cpu", "worker-gpu",
-                             "ray-head", "ray-gpu", "worker-ray"}
+    assert set(services) == {"db", "redis", "cache", "web", "proxy", "worker-cpu",
+                             "worker-gpu", "ray-head", "ray-gpu", "worker-ray"}
     assert services["db"]["image"] == "postgres:16"
     assert services["redis"]["image"] == services["cache"]["image"] == "redis:7"
     for name in services:
@@ -54,7 +54,8 @@ def test_web_migrates_and_serves_with_gunicorn(compose: dict[str, Any]) -> None:
     assert "gunicorn webapp.wsgi" in cmd and "--pythonpath /app,/app/platform" in cmd
     # Threaded workers: a long export keeps its worker alive past the 120 s timeout.
     assert "--worker-class gthread" in cmd
-    assert "8000:8000" in web["ports"]
+    # On the compose network only: the proxy is what the world reaches.
+    assert "--bind 0.0.0.0:8000" in cmd and "ports" not in web and web["expose"] == ["8000"]
     assert "/healthz" in " ".join(web["healthcheck"]["test"])
     assert web["depends_on"] == {"db": {"condition": "service_healthy"},
                                  "redis": {"condition": "service_healthy"},
@@ -168,3 +169,62 @@ def test_ray_worker_drives_the_ray_queue_without_a_gpu(compose: dict[str, Any]) 
     assert "deploy" not in worker
     head = _flags(command(compose["services"]["ray-head"]))["port"]
     assert worker["environment"]["RAY_ADDRESS"] == f"ray-head:{head}"
+
+
+def test_nginx_is_the_only_way_in_and_serves_the_static_files(compose: dict[str, Any],
+                                                               settings: Any) -> None:
+    """nginx (official image) publishes the port, forwards to gunicorn, renders the repository's
+    template with values for every variable it uses, and serves collectstatic's output from the
+    volume the web service writes it to. tests/platform/test_proxy.py runs the same template in
+    front of a real gunicorn."""
+    import re
+
+    from tests.fixtures.proxy import TEMPLATE, render
+
+    services = compose["services"]
+    proxy = services["proxy"]
+    assert re.fullmatch(r"nginx:1\.\d+", proxy["image"])
+    assert proxy["ports"] == ["8000:80"]
+    assert [name for name, s in services.items()
+            if any(str(p).split(":")[0] == "8000" for p in s.get("ports", []))] == ["proxy"]
+    env = proxy["environment"]
+    assert env["RADA_LISTEN"] == "80"
+    assert env["RADA_UPSTREAM"] == "web:8000"
+    mounts = dict(v.rsplit(":", 1)[0].split(":", 1) for v in proxy["volumes"])
+    template = mounts[f"./{TEMPLATE.relative_to(ROOT)}"]
+    assert template.startswith("/etc/nginx/templates/") and template.endswith(".conf.template")
+    render({k: str(v) for k, v in env.items()})  # every ${VAR} of the template has a value
+    # The static volume: written by collectstatic at STATIC_ROOT in the web container, read
+    # by nginx at RADA_STATIC_ROOT.
+    web_mounts = dict(v.split(":", 1) for v in services["web"]["volumes"])
+    assert web_mounts["static"] == "/app/" + str(
+        Path(settings.STATIC_ROOT).relative_to(settings.BASE_DIR))
+    assert mounts["static"] == env["RADA_STATIC_ROOT"]
+    assert "static" in compose["volumes"]
+    assert "mkdir -p /data/checkpoints /data/models /app/var/staticfiles" in (
+        ROOT / "Dockerfile").read_text()  # the volume starts owned by the app's user
+    # The largest body the platform accepts, a prompt file plus the form's fields, fits.
+    accepted = settings.PROMPT_UPLOAD_MAX_BYTES + settings.DATA_UPLOAD_MAX_MEMORY_SIZE
+    assert accepted <= int(env["RADA_MAX_BODY_MB"]) * 2**20 < accepted + 2**20
+    assert proxy["depends_on"] == {"web": {"condition": "service_healthy"}}
+    # The throttles read the client's address from the X-Forwarded-For nginx writes.
+    assert services["web"]["environment"]["NUM_PROXIES"] == "1"
+    assert "proxy_set_header X-Forwarded-For $remote_addr;" in TEMPLATE.read_text()
+    assert "/healthz" in " ".join(proxy["healthcheck"]["test"])
+
+
+def test_health_checks_name_a_host_production_allows(compose: dict[str, Any],
+                                                    monkeypatch: pytest.MonkeyPatch) -> None:
+    """ALLOWED_HOSTS holds the public name; the checks from inside the containers send
+    Host: localhost, which webapp.settings_production adds."""
+    import runpy
+
+    import webapp.settings
+
+    for name in ("web", "proxy"):
+        check = " ".join(compose["services"][name]["healthcheck"]["test"])
+        assert "'Host': 'localhost'" in check or "Host: localhost" in check, name
+    # settings_production star-imports the webapp.settings this process imported.
+    monkeypatch.setattr(webapp.settings, "ALLOWED_HOSTS", ["rada.example.org"])
+    module = runpy.run_path(str(ROOT / "platform" / "webapp" / "settings_production.py"))
+    assert module["ALLOWED_HOSTS"] == ["rada.example.org", "localhost"]

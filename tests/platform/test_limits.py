@@ -162,15 +162,12 @@ def _parquet(rows: list[dict[str, Any]]) -> bytes:
 
 
 def test_a_parquet_file_that_expands_past_the_limit_is_rejected_by_its_metadata(
-        client: Client, settings: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+        client: Client, settings: Any) -> None:
+    # The file is parsed in a child process (experiments/prompt_parser.py): the message says
+    # the footer refused it, before any page was read.
     settings.PROMPT_UPLOAD_MAX_UNCOMPRESSED_BYTES = 2**20
     bomb = _parquet([{"prompt": "7" * 5000 + f"+{i}=", "answer": "1"} for i in range(2000)])
     assert len(bomb) < 64 * 2**10  # small on the wire, 10 MB of strings inside
-
-    def no_decompressing(*args: Any, **kwargs: Any) -> Any:
-        raise AssertionError("rows were read: the metadata should have rejected the file")
-
-    monkeypatch.setattr(pq.ParquetFile, "iter_batches", no_decompressing)
     errors = _file_errors(_upload(client, bomb, "bomb.parquet"))
     assert "bomb.parquet: the file's metadata declares " in errors
     assert " MiB of data uncompressed; the limit is 1.0 MiB" in errors

@@ -38,7 +38,7 @@ def rada(args: list[str], env: dict[str, str], stdin: str = "") -> subprocess.Co
 
 
 def test_client_end_to_end(live_server: Any, start_worker: Any, user: Any, other_user: Any,
-                           tmp_path: Path) -> None:
+                           tmp_path: Path, settings: Any) -> None:
     start_worker("cpu")
     env = {k: v for k, v in os.environ.items() if k not in ("RADA_URL", "RADA_TOKEN")}
     env["RADA_CONFIG"] = str(tmp_path / "conf" / "credentials.json")
@@ -64,9 +64,11 @@ def test_client_end_to_end(live_server: Any, start_worker: Any, user: Any, other
     prompts = tmp_path / "sums.jsonl"
     prompts.write_text("".join(json.dumps({"prompt": f"{i}+1=", "answer": str(i + 1)[::-1],
                                            "pass_rate": 0.5}) + "\n" for i in range(12)))
+    # The upload answers before its import ends (202, "importing"): the client waits for it.
+    settings.PROMPT_UPLOAD_WAIT_SECONDS = 0
     up = rada(["prompt-sets", "upload", str(prompts), "--name", "sums"], env)
     assert up.returncode == 0, up.stderr
-    assert "12 prompts" in up.stdout
+    assert "12 prompts" in up.stdout and "importing sums: " in up.stderr
     assert "sums" in rada(["prompt-sets", "list"], env).stdout
 
     config = tmp_path / "sim.toml"

@@ -20,12 +20,17 @@ ROOT = Path(__file__).resolve().parents[2]
 BOUND_MIB = 64  # the peak memory growth a bomb may cause
 
 
-def _bomb(rows: int = 4096, size: int = 1_300_000) -> bytes:
+def _bomb(rows: int = 4096, size: int = 1_300_000, arrow_dictionary: bool = True) -> bytes:
+    """One long string on every row, stored by Parquet as a dictionary of one entry: with the
+    Arrow schema's dictionary type (pandas' categorical), or as a plain string column, which
+    Arrow expands on reading unless asked for the dictionary (issue 32's 757-byte file)."""
     prompt = pa.DictionaryArray.from_arrays(pa.array([0] * rows, pa.int32()),
                                             pa.array(["7" * size]))
     out = io.BytesIO()
+    # Without the Arrow schema the file is what a plain string column makes (written from the
+    # dictionary here: the same bytes, without expanding 600 MB to write them).
     pq.write_table(pa.table({"prompt": prompt, "answer": ["1"] * rows}), out,
-                   compression="zstd", compression_level=22)
+                   compression="zstd", compression_level=22, store_schema=arrow_dictionary)
     return out.getvalue()
 
 
@@ -45,8 +50,11 @@ print((resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - before) / 1024)
 """
 
 
-def test_a_dictionary_bomb_is_refused_in_bounded_memory(tmp_path: Path) -> None:
-    data = _bomb()
+@pytest.mark.parametrize("arrow_dictionary", [True, False])
+def test_a_dictionary_bomb_is_refused_in_bounded_memory(tmp_path: Path,
+                                                        arrow_dictionary: bool) -> None:
+    data = _bomb(arrow_dictionary=arrow_dictionary) if arrow_dictionary else _bomb(
+        rows=300, size=2 * 2**20, arrow_dictionary=False)
     assert len(data) < 1024  # the attack: under a kilobyte on the wire
     meta = pq.ParquetFile(io.BytesIO(data)).metadata
     assert meta.row_group(0).total_byte_size < 64 * 2**20  # it passes the metadata check
@@ -86,3 +94,41 @@ def test_the_decoded_limit_counts_every_row() -> None:
     with pytest.raises(DataError, match=r"row 21: the rows decode to more than 2\.0 MiB"):
         list(iter_prompts(io.BytesIO(out.getvalue()), "x.parquet",
                           limits=Limits(max_uncompressed_bytes=2 * 2**20)))
+
+
+def test_a_record_past_its_limit_is_refused_before_it_is_decoded() -> None:
+    """``Limits.max_record_bytes``: a Parquet row's decoded size (from the dictionary, before the
+    row is expanded), its average from the metadata, and a JSONL line, read no further than the
+    limit."""
+    data = _bomb(rows=300, size=2 * 2**20, arrow_dictionary=False)
+    with pytest.raises(DataError, match=r"row 1: decodes to 2\.0 MiB, more than 1\.0 MiB, the "
+                                        r"limit of one record"):
+        list(iter_prompts(io.BytesIO(data), "b.parquet", limits=Limits(max_record_bytes=2**20)))
+    wide = io.BytesIO()
+    pq.write_table(pa.table({"prompt": ["8" * 300_000], "answer": ["1"]}), wide,
+                   use_dictionary=False)
+    with pytest.raises(DataError, match=r"metadata declares rows of 29\d\.\d KiB on average in "
+                                        r"row group 1; the limit of one record is 64\.0 KiB"):
+        list(iter_prompts(io.BytesIO(wide.getvalue()), "w.parquet",
+                          limits=Limits(max_record_bytes=64 * 2**10)))
+
+    class Counting(io.BytesIO):
+        read_bytes = 0
+
+        def readline(self, size: int | None = -1) -> bytes:
+            line = super().readline(size)
+            Counting.read_bytes += len(line)
+            return line
+
+    line = b'{"prompt": "' + b"9" * (49 * 10**6) + b'", "answer": "1"}\n'
+    with pytest.raises(DataError, match=r"x\.jsonl, line 1: longer than 1\.0 MiB, the limit of "
+                                        r"one record"):
+        list(iter_prompts(Counting(line), "x.jsonl", limits=Limits(max_record_bytes=2**20)))
+    assert Counting.read_bytes == 2**20 + 1  # a record's worth of the 49 MB line, no more
+
+
+def test_a_prompt_past_its_limit_is_refused_naming_it() -> None:
+    data = b'{"prompt": "1+1=", "answer": "2"}\n{"prompt": "' + b"5" * 101 + b'", "answer": 1}\n'
+    with pytest.raises(DataError, match=r"y\.jsonl, line 2: the prompt is 101 characters; the "
+                                        r"limit is 100 characters per prompt"):
+        list(iter_prompts(io.BytesIO(data), "y.jsonl", limits=Limits(max_prompt_chars=100)))

@@ -145,12 +145,21 @@ def launch_errors(config_dict: dict[str, Any], *, name: str, prompt_set: PromptS
                                     f"{', '.join(Run.Retention.values)}"))
     if prompt_set is None:
         errors.append(("prompt_set", "choose a prompt set"))
+    elif prompt_set.status != PromptSet.Status.READY:
+        errors.append(("prompt_set", not_ready(prompt_set)))
     elif "batch_size" not in bad:
         batch = config_dict.get("batch_size", TrainConfig.batch_size)
         if prompt_set.size < batch:
             errors.append(("batch_size",
                            f"larger than the prompt set ({prompt_set.size} prompts)"))
     return errors
+
+
+def not_ready(prompt_set: PromptSet) -> str:
+    """Why a run cannot use a set that is not ``ready``."""
+    if prompt_set.status == PromptSet.Status.IMPORTING:
+        return f"{prompt_set.name} is still importing ({prompt_set.import_rows:,} prompts so far)"
+    return f"{prompt_set.name} failed to import: {prompt_set.import_error}"
 
 
 def launch_run(owner: User, name: str, config_dict: dict[str, Any], prompt_set: PromptSet,
@@ -161,8 +170,11 @@ def launch_run(owner: User, name: str, config_dict: dict[str, Any], prompt_set: 
     ``LaunchError`` naming every field at fault. When the broker is down the run is stored all the
     same and ``run.enqueue_error`` (else "") says so; it starts when the broker is back (see
     ``enqueue_on_commit``)."""
-    _raise_all(launch_errors(config_dict, name=name, prompt_set=prompt_set, queue=queue,
-                             retention=retention))
+    errors = launch_errors(config_dict, name=name, prompt_set=prompt_set, queue=queue,
+                           retention=retention)
+    if eval_set is not None and eval_set.status != PromptSet.Status.READY:
+        errors.append(("eval_set", not_ready(eval_set)))
+    _raise_all(errors)
     run = _new_run(TrainConfig.from_dict(dict(config_dict)), queue, retention, owner=owner,
                    name=name.strip(), prompt_set=prompt_set, eval_set=eval_set,
                    cloned_from=cloned_from)

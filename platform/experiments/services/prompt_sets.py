@@ -6,6 +6,7 @@ from __future__ import annotations
 import io
 import json
 from collections.abc import Iterable, Sequence
+from pathlib import Path
 from typing import IO, Any
 
 from django.conf import settings
@@ -14,6 +15,7 @@ from django.db import IntegrityError, connection, transaction
 
 from experiments import names, selectors
 from experiments.models import PromptSet
+from experiments.prompt_parser import row_problem
 from experiments.services.common import Conflict, LaunchError, User, check_fits_columns, gone
 from trainer import jsonsafe
 from trainer.digest import PromptDigest
@@ -21,7 +23,9 @@ from trainer.visible import visible_problem
 
 
 def _look_alike(name: str, key: str) -> str:
-    twin = PromptSet.objects.select_related("owner").filter(name_key=key).first()
+    # A failed or stalled import's set gives its name up (_free_name deletes it).
+    twin = selectors.prompt_sets_holding_names().select_related("owner").filter(
+        name_key=key).first()
     if twin is None:
         return ""
     owner = twin.owner.username if twin.owner_id else "the platform"
@@ -52,27 +56,14 @@ def import_prompt_set(*, owner: User | None, name: str, prompts: Iterable[Any],
                       platform: bool = False) -> PromptSet:
     """Store ``prompts`` (``trainer.types.Prompt``-like: text, answer, metadata) as a new prompt
     set, whole or not at all: one transaction, rows streamed with ``COPY`` as the iterable yields
-    them (an upload is never held in memory whole); an error the iterable raises midway rolls
-    back everything. The name must read unlike every stored set's (``prompt_set_name_error``;
-    ``platform``: the platform's own set, which may say "built-in")."""
-    name = name.strip()
-    key = names.name_key(name)
-    problem = prompt_set_name_error(name, platform=platform)
-    if problem:
-        # A name another set has (or looks like) conflicts with what is stored: 409.
-        raise (Conflict if _look_alike(name, key) == problem else LaunchError)("name", problem)
-    prompt_set = PromptSet(name=name, name_key=key, source=source,
-                           description=description,
-                           owner=owner if owner is not None and owner.is_authenticated else None)
-    check_fits_columns(prompt_set)
+    them (never held in memory whole); an error the iterable raises midway rolls back
+    everything. The name must read unlike every stored set's (``prompt_set_name_error``;
+    ``platform``: the platform's own set, which may say "built-in"). A prompt past
+    ``PROMPT_MAX_CHARS`` is refused with its number."""
+    max_chars = settings.PROMPT_MAX_CHARS
     with transaction.atomic():
-        try:
-            with transaction.atomic():
-                prompt_set.save()
-        except IntegrityError:
-            # Another request stored a set of this name (or a look-alike) since the check.
-            raise Conflict("name", _look_alike(name, key)
-                           or "a prompt set of this name was stored meanwhile") from None
+        prompt_set = _new_prompt_set(owner=owner, name=name, source=source,
+                                     description=description, platform=platform)
         size = 0
         digest = PromptDigest()
         with connection.cursor() as cursor, cursor.copy(
@@ -86,8 +77,11 @@ def import_prompt_set(*, owner: User | None, name: str, prompts: Iterable[Any],
                     {"text": p.text, "answer": p.answer, "metadata": dict(p.metadata or {})})
                 if problem:
                     raise LaunchError("file", f"prompt {i + 1}: {problem[0]} {problem[1]}")
+                if len(p.text) > max_chars:
+                    raise LaunchError("file", f"prompt {i + 1} is {len(p.text):,} characters; "
+                                      f"the limit is {max_chars:,} (PROMPT_MAX_CHARS)")
                 metadata = json.dumps(dict(p.metadata or {}))
-                if "\x00" in p.text or "\x00" in p.answer or "\\u0000" in metadata:
+                if row_problem(p.text, p.answer, metadata):
                     raise LaunchError("file", f"prompt {i + 1} contains a NUL character")
                 copy.write_row((prompt_set.pk, i, p.text, p.answer, metadata))
                 digest.add(p.text, p.answer)
@@ -100,6 +94,41 @@ def import_prompt_set(*, owner: User | None, name: str, prompts: Iterable[Any],
     return prompt_set
 
 
+def _new_prompt_set(*, owner: User | None, name: str, source: str, description: str,
+                    platform: bool = False, status: str = PromptSet.Status.READY) -> PromptSet:
+    """A new set's row, its name checked (``prompt_set_name_error``) and taken. A set whose
+    import failed or stalled gives its name up to it."""
+    name = name.strip()
+    key = names.name_key(name)
+    _free_name(key)
+    problem = prompt_set_name_error(name, platform=platform)
+    if problem:
+        # A name another set has (or looks like) conflicts with what is stored: 409.
+        raise (Conflict if _look_alike(name, key) == problem else LaunchError)("name", problem)
+    prompt_set = PromptSet(name=name, name_key=key, source=source, description=description,
+                           status=status,
+                           owner=owner if owner is not None and owner.is_authenticated else None)
+    check_fits_columns(prompt_set)
+    try:
+        with transaction.atomic():
+            prompt_set.save()
+    except IntegrityError:
+        # Another request stored a set of this name (or a look-alike) since the check.
+        raise Conflict("name", _look_alike(name, key)
+                       or "a prompt set of this name was stored meanwhile") from None
+    return prompt_set
+
+
+def _free_name(key: str) -> None:
+    """Delete the sets holding the name ``key`` whose import failed or stalled
+    (``prompt_import.stalled``): they have no prompts and no runs."""
+    from experiments.services.prompt_import import stalled
+
+    for ps in PromptSet.objects.filter(name_key=key).exclude(status=PromptSet.Status.READY):
+        if ps.status == PromptSet.Status.FAILED or stalled(ps):
+            PromptSet.objects.filter(pk=ps.pk, status=ps.status).delete()
+
+
 def find_or_import_prompt_set(prompts: Sequence[Any], *, name: str, source: str,
                               description: str = "", owner: User | None = None,
                               prefer: str = "", platform: bool = False
@@ -110,8 +139,8 @@ def find_or_import_prompt_set(prompts: Sequence[Any], *, name: str, source: str,
     (``prompts`` imported as a new set named ``name``, True), the name suffixed with " (2)",
     " (3)"... where another set has it."""
     digest = PromptDigest.of(prompts)
-    same = list(PromptSet.objects.filter(content_hash=digest, size=len(prompts))
-                .order_by("pk"))
+    same = list(PromptSet.objects.filter(content_hash=digest, size=len(prompts),
+                                         status=PromptSet.Status.READY).order_by("pk"))
     if same:
         return next((ps for ps in same if ps.name == prefer), same[0]), False
     limit = PromptSet._meta.get_field("name").max_length
@@ -126,11 +155,15 @@ def find_or_import_prompt_set(prompts: Sequence[Any], *, name: str, source: str,
 
 def create_prompt_set_from_upload(owner: User, name: str, upload: IO[bytes],
                                   filename: str) -> PromptSet:
-    """Parse an uploaded JSONL/Parquet file with the trainer's loader (the CLI's rules) and import
-    it whole, streaming; a malformed file, or one past the upload limits (size, rows, Parquet's
-    declared uncompressed size), raises ``LaunchError("file", ...)`` naming the line and reason
-    or the limit and the value, and nothing is stored."""
-    from trainer.data import DataError, Limits, iter_prompts
+    """Import an uploaded JSONL/Parquet file with the trainer's loader (the CLI's rules), parsed
+    in a child process bounded in memory and CPU time and streamed into the database
+    (``experiments.services.prompt_import``). Returns the set once imported (``ready``), or, when
+    the import outlasts ``PROMPT_UPLOAD_WAIT_SECONDS``, while it goes on (``importing``: its page
+    shows the progress, then the prompts or why the file was refused). A name that is taken, a
+    file past the size limit or of an unknown type, and a file refused within the wait raise
+    ``LaunchError`` naming the field, the line or row, the limit; nothing is stored."""
+    from experiments.services import prompt_import
+    from trainer.data import SUFFIXES
 
     problem = visible_problem(filename)
     if problem:  # the set's description names the file
@@ -141,15 +174,30 @@ def create_prompt_set_from_upload(owner: User, name: str, upload: IO[bytes],
     if size > limit:
         raise LaunchError("file", f"the file is {size / 2**20:.1f} MiB; the limit is "
                           f"{limit / 2**20:.1f} MiB (PROMPT_UPLOAD_MAX_BYTES)")
-    limits = Limits(max_rows=settings.PROMPT_UPLOAD_MAX_ROWS,
-                    max_uncompressed_bytes=settings.PROMPT_UPLOAD_MAX_UNCOMPRESSED_BYTES)
+    suffix = Path(filename).suffix.lower()
+    if suffix not in SUFFIXES:
+        raise LaunchError("file", f"{filename}: unknown file type {suffix!r}; use .jsonl or "
+                          ".parquet (compressed files are not accepted)")
+    fields = {"owner": owner, "name": name, "source": PromptSet.Source.UPLOAD,
+              "description": f"uploaded {filename}", "status": PromptSet.Status.IMPORTING}
+    if connection.in_atomic_block:
+        # Imported here, in a savepoint with the set's row: a refused file leaves nothing.
+        with transaction.atomic():
+            prompt_set = _new_prompt_set(**fields)
+            return prompt_import.start_import(prompt_set, prompt_import.spool(upload, filename),
+                                              filename)
+    prompt_set = _new_prompt_set(**fields)  # committed: the importing thread reads it
     try:
-        return import_prompt_set(owner=owner, name=name,
-                                 prompts=iter_prompts(upload, filename, limits=limits),
-                                 source=PromptSet.Source.UPLOAD,
-                                 description=f"uploaded {filename}")
-    except DataError as exc:
-        raise LaunchError("file", str(exc)) from exc
+        path = prompt_import.spool(upload, filename)
+    except BaseException:
+        prompt_set.delete()
+        raise
+    prompt_set = prompt_import.start_import(prompt_set, path, filename)
+    if prompt_set.status == PromptSet.Status.FAILED:
+        # Refused while the request waited: answered as if nothing had been stored.
+        PromptSet.objects.filter(pk=prompt_set.pk, status=PromptSet.Status.FAILED).delete()
+        raise LaunchError("file", prompt_set.import_error)
+    return prompt_set
 
 
 def create_builtin_prompt_set(owner: User | None, name: str, n: int | None = None,
@@ -187,8 +235,12 @@ def delete_prompt_set(prompt_set: PromptSet, user: User) -> None:
     """Delete a prompt set and its prompts (raw SQL: Django's cascade would load a million
     prompts to delete them one by one). Only its owner or staff may; refused while a run trains
     or evaluates on it (its records point at the set's prompts): delete those runs first."""
+    from experiments.services.prompt_import import stalled
+
     if not (user.is_authenticated and (user.is_staff or prompt_set.owner_id == user.pk)):
         raise PermissionDenied("only the prompt set's owner or staff may do this")
+    if prompt_set.status == PromptSet.Status.IMPORTING and not stalled(prompt_set):
+        raise Conflict("prompt_set", "still importing; delete it once the import ends")
     with transaction.atomic():
         # Locked first: a launch on the set takes the same lock (launch.lock_referenced), so
         # either its run is committed and seen here, or this delete commits first and the
