@@ -145,8 +145,8 @@ def test_dapo_gets_a_chart_of_its_batches_prompts_and_groups_with_signal(
     fig = _chart(owner_client, dapo, "dapo_sampling")
     steps = list(Step.objects.filter(run=dapo).order_by("step"))
     # Generation batches hold G = dapo_gen_batch_size prompts (0: B), not B (issue 34).
-    assert _trace(fig, "batches of G = 4 prompts drawn")["y"] == [s.metrics["gen_batches"]
-                                                                  for s in steps]
+    assert _trace(fig, "batches of G = dapo_gen_batch_size prompts drawn")["y"] == [
+        s.metrics["gen_batches"] for s in steps]
     assert _trace(fig, "prompts drawn")["y"] == [s.metrics["prompts_drawn"] for s in steps]
     assert _trace(fig, "groups with signal")["y"] == [s.metrics["signal_groups"] for s in steps]
     assert _trace(fig, "wanted: B = 4 groups with signal")["y"] == [4] * 3
