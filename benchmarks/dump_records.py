@@ -11,7 +11,8 @@ records, checkpoints, evaluations) with the wall-clock metrics (``time_*``) remo
 run's folder written as ``RUN``, so that two dumps of the same code are equal byte for byte.
 
 The simulated cases cover every scheduler and early-rounds mode an algorithm accepts, passive
-filtering and dropping unresolved prompts, DAPO's generation batches and further-prompt orders,
+filtering and dropping unresolved prompts, overlong reward shaping, DAPO's generation batches and
+further-prompt orders,
 a run over several epochs (the visit counts) and a resume from a checkpoint. The hf cases train
 the tiny model (``--model``: a warm-started model directory; default one of the test suite's
 cache, which holds one per version of the warm start: give both dumps of a comparison the same
@@ -72,6 +73,10 @@ def sim_cases(names: list[str]) -> dict[str, dict[str, Any]]:
             cases[f"{name}-gen-batches-early"] = {**a, "dapo_gen_batch_size": 12,
                                                   "scheduler": "per-prompt",
                                                   "early_rounds": "speculative"}
+        # DAPO's overlong shaping on (every algorithm may use it): long responses lose reward,
+        # so what DAPO filters on and what counts as a positive matter (issue 34 item 4).
+        cases[f"{name}-overlong"] = {**a, "max_new_tokens": 64, "overlong_buffer_len": 48,
+                                     "overlong_penalty_factor": 1.0}
         if record.eliminates:
             cases[f"{name}-counts"] = {**a, "K_pos": 2, "K_neg": 1, "samples_per_round": 4,
                                        "max_rounds": 3}

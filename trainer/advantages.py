@@ -101,14 +101,45 @@ ADVANTAGE_ESTIMATORS: dict[str, AdvantageEstimator] = {
 # Each algorithm names its estimator in its record (``trainer.algorithms``, ``advantage``).
 
 
-def signal_groups(res: Any) -> np.ndarray:
-    """Per prompt of a ``SamplerResult``: whether its rewards are not all equal (DAPO's filter
-    keeps a group whose reward std is > 0; with pass/fail rewards that is "at least one right
-    and one wrong")."""
+def signal_values(rewards: np.ndarray, scores: np.ndarray, metric: str,
+                  threshold: float) -> np.ndarray:
+    """Each response's value of ``metric`` (verl's ``filter_groups.metric``; the choices are
+    ``trainer.config.SIGNAL_METRICS``), from its reward (every shaping applied) and the
+    verifier's own score:
+
+        acc               1 where score > threshold, else 0 (the DAPO recipe's accuracy)
+        score             the verifier's score
+        seq_reward        the reward (overlong shaping included)
+        seq_final_reward  the reward the advantages use: the same here (no KL in the reward)
+    """
+    if metric == "acc":
+        return (np.asarray(scores, dtype=np.float64) > threshold).astype(np.float64)
+    if metric == "score":
+        return np.asarray(scores, dtype=np.float64)
+    if metric in ("seq_reward", "seq_final_reward"):
+        return np.asarray(rewards, dtype=np.float64)
+    raise ValueError(f"unknown signal metric {metric!r}: one of acc, score, seq_reward, "
+                     f"seq_final_reward")
+
+
+def positives_by(rewards: np.ndarray, scores: np.ndarray, metric: str,
+                 threshold: float) -> np.ndarray:
+    """Which responses are positive under ``positive_metric``: the verifier's score exceeds
+    ``threshold`` (acc, score) or the shaped reward does (seq_reward, seq_final_reward)."""
+    values = scores if metric in ("acc", "score") else \
+        signal_values(rewards, scores, metric, threshold)
+    return np.asarray(values, dtype=np.float64) > threshold
+
+
+def signal_groups(res: Any, values: np.ndarray | None = None) -> np.ndarray:
+    """Per prompt of a ``SamplerResult``: whether its ``values`` (one per sample; default its
+    rewards) are not all equal (DAPO's filter keeps a group whose metric's std is > 0; with
+    pass/fail rewards that is "at least one right and one wrong")."""
+    v = res.rewards if values is None else values
     lo = np.full(res.num_prompts, np.inf)
     hi = np.full(res.num_prompts, -np.inf)
-    np.minimum.at(lo, res.sample_prompt, res.rewards)
-    np.maximum.at(hi, res.sample_prompt, res.rewards)
+    np.minimum.at(lo, res.sample_prompt, v)
+    np.maximum.at(hi, res.sample_prompt, v)
     return hi > lo
 
 

@@ -28,8 +28,9 @@ CHART_KINDS = ("lines", "stacked")
 # A chart's name is its endpoint's slug (/runs/<id>/charts/<name>.json) and its element's id.
 CHART_NAME = re.compile(r"[a-z0-9][a-z0-9_]*\Z")
 
-# A reference line across a panel, from the run's config: (legend name, value).
-Reference = Callable[["TrainConfig"], tuple[str, float]]
+# A reference line across a panel, from the run's config: (legend name, value), or None where
+# the run has none (DAPO's max_num_gen_batches = 0: no limit).
+Reference = Callable[["TrainConfig"], "tuple[str, float] | None"]
 
 
 @dataclass(frozen=True)

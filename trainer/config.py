@@ -41,6 +41,12 @@ ROLLOUT_DTYPES = ("auto", "float32", "bfloat16", "float16")
 # verl's loss_agg_mode choices (trainer/loss.py: agg_loss has each formula).
 LOSS_AGG_MODES = ("token-mean", "seq-mean-token-sum", "seq-mean-token-mean",
                   "seq-mean-token-sum-norm")
+# What a group's signal and a response's positivity are read from (verl's
+# ``algorithm.filter_groups.metric``): acc, whether the verifier's score exceeds
+# positive_threshold; score, the verifier's score; seq_reward, the reward with every shaping
+# (overlong); seq_final_reward, the reward the advantages are computed from (verl: seq_reward
+# less use_kl_in_reward's penalty). Equal when no shaping is on (trainer.advantages.signal_values).
+SIGNAL_METRICS = ("acc", "score", "seq_reward", "seq_final_reward")
 # The ``scheduler`` values (trainer.schedulers: how a step's requests reach the engine).
 SCHEDULERS = ("round", "per-prompt", "streaming")
 # The ``early_rounds`` values as a scheduler runs them: when a prompt's next round may go in
@@ -58,12 +64,13 @@ DEFAULT_SPECULATIVE_CAPACITY = 0.5
 FIELD_CHOICES: dict[str, Any] = {
     "algorithm": ALGORITHMS, "backend": BACKENDS, "verifier": VERIFIERS, "device": DEVICES,
     "rollout_dtype": ROLLOUT_DTYPES, "scheduler": SCHEDULERS,
-    "early_rounds": EARLY_ROUNDS_CHOICES, "loss_agg_mode": LOSS_AGG_MODES}
+    "early_rounds": EARLY_ROUNDS_CHOICES, "loss_agg_mode": LOSS_AGG_MODES,
+    "positive_metric": SIGNAL_METRICS}
 # What a stored config lacking a field ran with, where that differs from today's default: the
 # field did not exist yet and the code behaved one way (per-prompt runs waited for each round),
 # so its record and a clone of it stay what it was. An option says it itself
 # (``Option.stored_before``).
-STORED_BEFORE: dict[str, Any] = {"early_rounds": "off"}
+STORED_BEFORE: dict[str, Any] = {"early_rounds": "off", "positive_metric": "seq_reward"}
 # Responses per prompt and step at most: the per-prompt counts are PostgreSQL smallint columns.
 MAX_SAMPLES_PER_PROMPT = 32_767
 # Seeds are stored in PostgreSQL integer columns (int32).
@@ -108,8 +115,14 @@ class TrainConfig:
     K_neg: int | None = _f(None, "Seq exit rule: a prompt also needs at least K_neg negatives to "
                            "stop (empty: 0 for ada-pos, n - n//2 for ada-balance).", "algorithm",
                            "responses", ge=0, le=MAX_SAMPLES_PER_PROMPT)
-    positive_threshold: float = _f(0.5, "A response is positive when its reward exceeds this.",
-                                   "algorithm", ge=0, le=1)
+    positive_threshold: float = _f(0.5, "A response is positive when its positive_metric "
+                                   "exceeds this.", "algorithm", ge=0, le=1)
+    positive_metric: str = _f("acc", "What counts as a positive (Seq's exit rules and "
+                              "down-sample, Est's pass-rate estimate): acc or score (the "
+                              "verifier's score exceeds positive_threshold; the DAPO recipe's "
+                              "accuracy), seq_reward or seq_final_reward (the reward after "
+                              "overlong shaping does). The same unless overlong_buffer_len > 0.",
+                              "algorithm")
     std_normalize: bool | None = _f(None, "Divide advantages by the std (empty: on for GRPO, off "
                                     "for Reinforce-Ada; off for GRPO is Dr.GRPO).", "algorithm")
     passive_filtering: bool = _f(False, "Drop groups whose advantages are all zero from the "

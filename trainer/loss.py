@@ -55,9 +55,10 @@ def agg_loss(x: torch.Tensor, mask: torch.Tensor, agg: Aggregation) -> torch.Ten
                                                                 (``agg.norm_length``)
 
     With micro-batches, N and T are the mini-batch's, so summing the micro-batches' values
-    gives the mini-batch's (verl divides each micro-batch by its own figures and weighs it by its
-    sequence count: docs/paper-fidelity.md). Rows of ``x`` that are all padding (a rank with no
-    work) add 0."""
+    gives the mini-batch's (verl's legacy actor divides each micro-batch by its own figures and
+    weighs it by its share of the responses, its engine workers by the mini-batch's figures; how
+    each mode then compares: docs/paper-fidelity.md, "Loss aggregation"). Rows of ``x`` that are
+    all padding (a rank with no work) add 0."""
     if agg.mode not in LOSS_AGG_MODES:
         raise ValueError(f"loss_agg_mode must be one of {', '.join(LOSS_AGG_MODES)}, "
                          f"got {agg.mode!r}")

@@ -89,8 +89,14 @@ class SamplerResult:
     batch: np.ndarray = field(default=None, repr=False)  # type: ignore[assignment]
     # The advantage estimator of the step, with its options: ``with_kept`` recomputes with it.
     estimator: Estimator | None = field(default=None, repr=False, compare=False)
+    # Per sample: the verifier's own score, before any shaping (overlong): ``rewards`` where
+    # nothing shapes them. Positives and DAPO's filter may read it (``positive_metric``,
+    # ``dapo_filter_metric``).
+    scores: np.ndarray = field(default=None, repr=False)  # type: ignore[assignment]
 
     def __post_init__(self) -> None:
+        if self.scores is None:
+            self.scores = self.rewards
         if self.weights is None:
             self.weights = np.ones(len(self.rewards))
         if self.batch is None:
@@ -104,7 +110,8 @@ class SamplerResult:
                  first_round_positives: np.ndarray, first_round_samples: np.ndarray,
                  kept: np.ndarray | None = None, weights: np.ndarray | None = None,
                  batch: np.ndarray | None = None, estimator: Estimator | None = None,
-                 advantages: np.ndarray | None = None) -> SamplerResult:
+                 advantages: np.ndarray | None = None,
+                 scores: np.ndarray | None = None) -> SamplerResult:
         """A result from what was decided, samples sorted by prompt then pool index: the pool
         counts, offsets and baselines are derived here, and what depends on ``kept`` (nothing
         kept unless given) by ``with_kept``."""
@@ -131,7 +138,8 @@ class SamplerResult:
             kept_negatives=np.zeros(P, dtype=np.int64),
             first_round_positives=np.asarray(first_round_positives, dtype=np.int64),
             first_round_samples=np.asarray(first_round_samples, dtype=np.int64),
-            offsets=offsets, weights=weights, batch=batch, estimator=estimator)
+            offsets=offsets, weights=weights, batch=batch, estimator=estimator,
+            scores=None if scores is None else np.asarray(scores, dtype=np.float64))
         if kept is None:
             return pooled
         return pooled.with_kept(kept, advantages=advantages)

@@ -27,8 +27,9 @@ def overlong_penalty(length: int, max_new_tokens: int, buffer_len: int,
 class RewardScorer:
     """A run's scorer: the verifier's rewards (``score(prompt, texts)``), and, given the
     generations, the same plus the overlong penalty of each response's token count
-    (``score_generations``), which the schedulers call. A plain scorer without
-    ``score_generations`` is called with the texts alone."""
+    (``score_generations``; ``score_and_shape`` also returns the verifier's own scores), which
+    the schedulers call. A plain scorer without ``score_generations`` is called with the texts
+    alone."""
 
     def __init__(self, score: Any, max_new_tokens: int, buffer_len: int = 0,
                  factor: float = 1.0) -> None:
@@ -40,12 +41,21 @@ class RewardScorer:
 
     def score_generations(self, prompt: Any, gens: Sequence[Any]
                           ) -> tuple[list[float], list[str | None]]:
-        rewards, errors = self.score(prompt, [g.text for g in gens])
-        if self.buffer_len > 0:
-            rewards = [r + overlong_penalty(len(g.response_token_ids), self.max_new_tokens,
-                                            self.buffer_len, self.factor)
-                       for r, g in zip(rewards, gens, strict=True)]
+        rewards, _, errors = self.score_and_shape(prompt, gens)
         return rewards, errors
+
+    def score_and_shape(self, prompt: Any, gens: Sequence[Any]
+                        ) -> tuple[list[float], list[float], list[str | None]]:
+        """(rewards, scores, errors): ``scores`` are the verifier's, ``rewards`` the same with
+        the overlong penalty added (equal when shaping is off). What counts as a positive and
+        what DAPO filters on may be either (``positive_metric``, ``dapo_filter_metric``)."""
+        scores, errors = self.score(prompt, [g.text for g in gens])
+        rewards = scores
+        if self.buffer_len > 0:
+            rewards = [s + overlong_penalty(len(g.response_token_ids), self.max_new_tokens,
+                                            self.buffer_len, self.factor)
+                       for s, g in zip(scores, gens, strict=True)]
+        return rewards, scores, errors
 
 
 def score_generations(score: Any, prompt: Any, gens: Sequence[Any]
@@ -56,3 +66,15 @@ def score_generations(score: Any, prompt: Any, gens: Sequence[Any]
     if by_generation is not None:
         return by_generation(prompt, gens)
     return score(prompt, [g.text for g in gens])
+
+
+def score_and_shape(score: Any, prompt: Any, gens: Sequence[Any]
+                    ) -> tuple[list[float], list[float], list[str | None]]:
+    """(rewards, scores, errors) of one prompt's generations: the shaped rewards, the
+    verifier's own scores and the errors (``RewardScorer.score_and_shape``). A scorer that
+    shapes nothing (no ``score_and_shape``) gives scores equal to its rewards."""
+    both = getattr(score, "score_and_shape", None)
+    if both is not None:
+        return both(prompt, gens)
+    rewards, errors = score_generations(score, prompt, gens)
+    return rewards, list(rewards), errors

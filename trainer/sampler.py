@@ -46,7 +46,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from trainer.advantages import ADVANTAGE_ESTIMATORS, EPS
+from trainer.advantages import ADVANTAGE_ESTIMATORS, EPS, positives_by
 from trainer.registry import get_algorithm
 from trainer.result import PromptResult, SamplerResult
 from trainer.types import RoundStat
@@ -95,6 +95,9 @@ class AdaptiveSampler:
     samples per prompt of the single round of an algorithm that allocates (required for it).
     ``keep``: which pool samples the update takes (``Algorithm.keep``; default the
     algorithm's). ``eps``: the estimator's epsilon (``trainer.advantages``).
+    ``positive_metric``: what a positive reads (``trainer.advantages.positives_by``): the
+    verifier's score (acc, score) or the shaped reward (seq_reward, seq_final_reward), each
+    against ``positive_threshold``; ``observe`` takes both (the score defaults to the reward).
     """
 
     def __init__(self, num_prompts: int, *, algorithm: str | Algorithm, group_size: int,
@@ -102,8 +105,8 @@ class AdaptiveSampler:
                  std_normalize: bool | None = None, advantage_estimator: str | None = None,
                  seed: int = 0, k_pos: int | None = None, k_neg: int | None = None,
                  allocation: Sequence[int] | np.ndarray | None = None,
-                 eps: float = EPS, draws: int | None = None, keep: KeepRule | None = None
-                 ) -> None:
+                 eps: float = EPS, draws: int | None = None, keep: KeepRule | None = None,
+                 positive_metric: str = "acc") -> None:
         try:
             algo = get_algorithm(algorithm)
         except KeyError:
@@ -136,6 +139,8 @@ class AdaptiveSampler:
         self.max_rounds = max_rounds
         self.eps = eps
         self.positive_threshold = positive_threshold
+        self.positive_metric = positive_metric
+        positives_by(np.zeros(0), np.zeros(0), positive_metric, 0.0)  # an unknown one raises
         self.std_normalize = algo.std_normalize if std_normalize is None else std_normalize
         self.advantage_estimator = advantage_estimator or algo.advantage
         self.estimator = partial(ADVANTAGE_ESTIMATORS[self.advantage_estimator],
@@ -159,12 +164,13 @@ class AdaptiveSampler:
         self._exit_round = np.zeros(num_prompts, dtype=np.int64)
         self._first_pos = np.zeros(num_prompts, dtype=np.int64)
         self._first_n = np.zeros(num_prompts, dtype=np.int64)
-        # Observations as chunks of (prompt, reward, round) arrays; scalar observations buffer in
-        # python lists and are flushed as one chunk.
-        self._chunks: list[tuple[np.ndarray, np.ndarray, np.ndarray]] = []
+        # Observations as chunks of (prompt, reward, round, score) arrays; scalar observations
+        # buffer in python lists and are flushed as one chunk.
+        self._chunks: list[tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]] = []
         self._buf_p: list[int] = []
         self._buf_r: list[float] = []
         self._buf_t: list[int] = []
+        self._buf_s: list[float] = []
         self._finalized = False
         self._exit_possible: dict[tuple[int, int, int, bool], bool] = {}
         self.round_stats: list[RoundStat] = []
@@ -243,8 +249,16 @@ class AdaptiveSampler:
         met = self.exit_rule(pos + a, neg + outstanding - a, self.k_pos, self.k_neg)
         return float(np.sum(weights * np.broadcast_to(met, a.shape)))
 
-    def observe(self, prompt_idx: int, reward: float) -> None:
-        """Add one reward to an active prompt's pool in the current round."""
+    def is_positive(self, reward: float, score: float | None = None) -> bool:
+        """Whether a response of this ``reward`` (and verifier ``score``; default the reward)
+        counts as a positive (``positive_metric``)."""
+        value = reward if score is None or self.positive_metric not in ("acc", "score") \
+            else score
+        return bool(value > self.positive_threshold)
+
+    def observe(self, prompt_idx: int, reward: float, score: float | None = None) -> None:
+        """Add one reward (and the verifier's ``score`` before shaping; default the reward) to
+        an active prompt's pool in the current round."""
         if self._finalized:
             raise RuntimeError("sampler already finalized")
         if not self._active[prompt_idx]:
@@ -254,7 +268,8 @@ class AdaptiveSampler:
         self._buf_p.append(prompt_idx)
         self._buf_r.append(float(reward))
         self._buf_t.append(int(self._round_of[prompt_idx]) if self._per_prompt else self.round)
-        positive = reward > self.positive_threshold
+        self._buf_s.append(float(reward if score is None else score))
+        positive = self.is_positive(reward, score)
         if positive:
             self._pos[prompt_idx] += 1
             self._round_pos += 1
@@ -266,14 +281,16 @@ class AdaptiveSampler:
         self._cur_pos[prompt_idx] += int(positive)
 
     def observe_many(self, prompt_idx: Sequence[int] | np.ndarray,
-                     rewards: Sequence[float] | np.ndarray) -> None:
+                     rewards: Sequence[float] | np.ndarray,
+                     scores: Sequence[float] | np.ndarray | None = None) -> None:
         """Vectorised ``observe`` (the round scheduler's path)."""
         if self._finalized:
             raise RuntimeError("sampler already finalized")
         p = np.asarray(prompt_idx, dtype=np.int64)
         r = np.asarray(rewards, dtype=np.float64)
-        if p.shape != r.shape or p.ndim != 1:
-            raise ValueError("prompt_idx and rewards must be 1-D and of the same length")
+        sc = r if scores is None else np.asarray(scores, dtype=np.float64)
+        if p.shape != r.shape or p.ndim != 1 or sc.shape != r.shape:
+            raise ValueError("prompt_idx, rewards and scores must be 1-D and of the same length")
         if len(p) == 0:
             return
         if self._per_prompt:
@@ -282,11 +299,11 @@ class AdaptiveSampler:
         if not self._active[p].all():
             raise ValueError(f"prompt {int(p[~self._active[p]][0])} is not active")
         self._flush()
-        pos = r > self.positive_threshold
+        pos = positives_by(r, sc, self.positive_metric, self.positive_threshold)
         self._pos += np.bincount(p, weights=pos, minlength=self.num_prompts).astype(np.int64)
         self._neg += np.bincount(p, weights=~pos, minlength=self.num_prompts).astype(np.int64)
         self._seen_this_round[p] = True
-        self._chunks.append((p, r, np.full(len(p), self.round, dtype=np.int64)))
+        self._chunks.append((p, r, np.full(len(p), self.round, dtype=np.int64), sc))
         self._round_samples += len(p)
         self._round_pos += int(pos.sum())
 
@@ -294,8 +311,9 @@ class AdaptiveSampler:
         if self._buf_p:
             p = np.asarray(self._buf_p, dtype=np.int64)
             self._chunks.append((p, np.asarray(self._buf_r, dtype=np.float64),
-                                 np.asarray(self._buf_t, dtype=np.int64)))
-            self._buf_p, self._buf_r, self._buf_t = [], [], []
+                                 np.asarray(self._buf_t, dtype=np.int64),
+                                 np.asarray(self._buf_s, dtype=np.float64)))
+            self._buf_p, self._buf_r, self._buf_t, self._buf_s = [], [], [], []
 
     def end_round(self, tokens: int = 0) -> RoundStat:
         """Close the current round: retire active prompts whose exit rule is met."""
@@ -400,13 +418,15 @@ class AdaptiveSampler:
             p = np.concatenate([c[0] for c in self._chunks])
             r = np.concatenate([c[1] for c in self._chunks])
             rnd = np.concatenate([c[2] for c in self._chunks])
+            sc = np.concatenate([c[3] for c in self._chunks])
         else:
             p = np.zeros(0, np.int64)
             r = np.zeros(0)
             rnd = np.zeros(0, np.int64)
+            sc = np.zeros(0)
         # Sort samples by (prompt, observation order) to get pool order and pool indices.
         order = np.argsort(p, kind="stable")
-        p, r, rnd = p[order], r[order], rnd[order]
+        p, r, rnd, sc = p[order], r[order], rnd[order], sc[order]
         offsets = np.zeros(self.num_prompts + 1, dtype=np.int64)
         np.cumsum(self._pos + self._neg, out=offsets[1:])
         resolved = self._exit_round > 0
@@ -417,10 +437,11 @@ class AdaptiveSampler:
         pools = SamplerResult.of_pools(
             num_prompts=self.num_prompts, sample_prompt=p,
             sample_pool_index=np.arange(len(p)) - offsets[p], sample_round=rnd,
-            sample_order=order, rewards=r, positive=r > self.positive_threshold,
+            sample_order=order, rewards=r,
+            positive=positives_by(r, sc, self.positive_metric, self.positive_threshold),
             rounds_used=self._rounds_used.copy(), exit_round=self._exit_round.copy(),
             missing=missing, first_round_positives=self._first_pos,
-            first_round_samples=self._first_n, estimator=self.estimator)
+            first_round_samples=self._first_n, estimator=self.estimator, scores=sc)
         kept = self.keep(pools, self.group_size, self.seed)
         kept, weights = kept if isinstance(kept, tuple) else (kept, None)
         return pools.with_kept(kept, weights=weights)
@@ -503,4 +524,4 @@ def make_sampler(config: TrainConfig, num_prompts: int, seed: int,
         max_rounds=c.max_rounds, positive_threshold=c.positive_threshold,
         std_normalize=c.use_std_normalization, advantage_estimator=options.get("advantage"),
         seed=seed, k_pos=k_pos, k_neg=k_neg, allocation=allocation, eps=options["eps"],
-        draws=draws)
+        draws=draws, positive_metric=c.positive_metric)

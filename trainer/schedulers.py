@@ -40,7 +40,7 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from trainer.config import DEFAULT_SPECULATIVE_CAPACITY, EARLY_ROUNDS, SCHEDULERS
-from trainer.rewards import score_generations
+from trainer.rewards import score_and_shape
 from trainer.sampler import AdaptiveSampler
 from trainer.seeds import derive_seed
 from trainer.types import Generation, Prompt, RoundsOutcome, RoundStat, Scorer
@@ -86,19 +86,21 @@ def run_rounds(sampler: AdaptiveSampler, prompts: Sequence[Prompt], backend: obj
         t1 = time.perf_counter()
         idx: list[int] = []
         rew: list[float] = []
+        scores: list[float] = []
         tokens = 0
         for i, g in zip(active, drawn, strict=True):
-            r, e = score_generations(score, prompts[i], g)
+            r, sc, e = score_and_shape(score, prompts[i], g)
             gens[i].extend(g)
             rewards[i].extend(r)
             errors[i].extend(e)
             idx.extend([i] * len(g))
             rew.extend(r)
+            scores.extend(sc)
             tokens += sum(len(x.response_token_ids) for x in g)
         t2 = time.perf_counter()
         out.time_generation += t1 - t0
         out.time_scoring += t2 - t1
-        sampler.observe_many(idx, rew)
+        sampler.observe_many(idx, rew, scores)
         stat = sampler.end_round(tokens=tokens)
         if on_round is not None:
             on_round(stat)
@@ -186,8 +188,8 @@ class _Flight:
 
     submitted: int = 0                    # the highest round submitted
     keys: dict[int, set[Key]] = field(default_factory=dict)           # round -> in flight
-    # round -> sample -> (generation, reward, verifier error), in arrival order
-    arrived: dict[int, dict[int, tuple[Generation, float, str | None]]] = field(
+    # round -> sample -> (generation, reward, verifier error, verifier score), in arrival order
+    arrived: dict[int, dict[int, tuple[Generation, float, str | None, float]]] = field(
         default_factory=dict)
     observed: dict[int, int] = field(default_factory=dict)  # round -> results observed (streaming)
     tokens: dict[int, int] = field(default_factory=dict)    # round -> response tokens back
@@ -265,7 +267,6 @@ class _PerPrompt:
         self.emitted = len(sampler.round_stats)
         self.clock = getattr(engine, "now", None)
         self.early_exit = streaming and sampler.has_exit_rule
-        self.threshold = sampler.positive_threshold
         self.speculate_below = _speculation_threshold(engine, early_rounds,
                                                       speculative_capacity)
         # Prompts whose next round is undecided, by their chance to exit (speculative only).
@@ -307,8 +308,8 @@ class _PerPrompt:
                 continue
             fl.keys[t].discard(key)
             fl.tokens[t] += len(g.response_token_ids)
-            r, e = score_generations(self.score, self.prompts[i], [g])
-            fl.arrived[t][j] = (g, r[0], e[0])
+            r, sc, e = score_and_shape(self.score, self.prompts[i], [g])
+            fl.arrived[t][j] = (g, r[0], e[0], sc[0])
             if not touched or touched[-1] != i:
                 touched.append(i)
         out.time_scoring += time.perf_counter() - t0
@@ -337,9 +338,9 @@ class _PerPrompt:
         for j in range(count):
             self.engine.submit((i, t, j), self.prompts[i], j, derive_seed(self.seed, t))
 
-    def observe(self, i: int, items: list[tuple[Generation, float, str | None]]) -> None:
-        for g, reward, err in items:
-            self.sampler.observe(i, reward)
+    def observe(self, i: int, items: list[tuple[Generation, float, str | None, float]]) -> None:
+        for g, reward, err, score in items:
+            self.sampler.observe(i, reward, score)
             self.out.generations[i].append(g)
             self.out.rewards[i].append(reward)
             self.out.errors[i].append(err)
@@ -362,7 +363,7 @@ class _PerPrompt:
             out.tokens_discarded += self.engine.abort(keys)
         for u, got in fl.arrived.items():
             unpooled = list(got.values())[fl.observed[u]:] if u == t else list(got.values())
-            out.tokens_discarded += sum(len(g.response_token_ids) for g, _, _ in unpooled)
+            out.tokens_discarded += sum(len(g.response_token_ids) for g, *_ in unpooled)
         out.early_rounds_discarded += fl.submitted - t
 
     def close(self, i: int, t: int) -> bool:
@@ -419,8 +420,8 @@ class _PerPrompt:
         fl = self.flights[i]
         pos = neg = outstanding = 0
         for v in range(self.sampler.prompt_round(i), last + 1):
-            for _, reward, _ in list(fl.arrived[v].values())[fl.observed[v]:]:
-                if reward > self.threshold:
+            for _, reward, _, score in list(fl.arrived[v].values())[fl.observed[v]:]:
+                if self.sampler.is_positive(reward, score):
                     pos += 1
                 else:
                     neg += 1
@@ -492,14 +493,16 @@ class Batch:
 @dataclass
 class BatchRule:
     """When a further batch is needed: while fewer than ``target`` groups count over the batches
-    drawn so far, and fewer than ``max_batches`` were drawn. ``counts(rewards, outstanding)``
-    says, of one prompt whose ``rewards`` are back and ``outstanding`` samples are still out,
+    drawn so far, and fewer than ``max_batches`` were drawn. ``counts(values, outstanding)``
+    says, of one prompt whose ``values`` are back and ``outstanding`` samples are still out,
     whether its group counts for sure and whether it still may (the algorithm's rule: DAPO's
-    ``group_signal_bounds``)."""
+    ``group_signal_bounds``); a sample's value is ``value(reward, verifier score)`` (DAPO: its
+    ``dapo_filter_metric``; by default the reward)."""
 
     target: int
     max_batches: int
     counts: Callable[[Sequence[float], int], tuple[bool, bool]]
+    value: Callable[[float, float], float] = field(default=lambda reward, score: reward)
 
 
 @dataclass
@@ -517,7 +520,7 @@ class _Drawn:
     batch: Batch
     out: RoundsOutcome
     keys: dict[int, set[tuple[int, int, int]]]               # prompt -> requests in flight
-    arrived: dict[int, dict[int, tuple[Generation, float, str | None]]]
+    arrived: dict[int, dict[int, tuple[Generation, float, str | None, float]]]
     sure: int = 0
     maybe: int = 0
     open_prompts: int = 0
@@ -592,7 +595,9 @@ class _Batches:
         return float(self.clock(d.batch.prompts[0]))
 
     def bounds(self, d: _Drawn, i: int) -> tuple[bool, bool]:
-        return self.rule.counts([r for _, r, _ in d.arrived[i].values()], len(d.keys[i]))
+        value = self.rule.value
+        return self.rule.counts([value(r, sc) for _, r, _, sc in d.arrived[i].values()],
+                                len(d.keys[i]))
 
     def launch(self) -> bool:
         """Draw the next batch (False: the prompts ran out)."""
@@ -637,7 +642,7 @@ class _Batches:
             if keys:
                 first.tokens_discarded += self.engine.abort(keys)
             first.tokens_discarded += sum(len(g.response_token_ids) for got in d.arrived.values()
-                                          for g, _, _ in got.values())
+                                          for g, *_ in got.values())
             first.early_rounds_discarded += 1
         del self.drawn[m:]
 
@@ -696,8 +701,8 @@ class _Batches:
                 continue
             was = self.bounds(d, i)
             d.keys[i].discard(key)
-            r, e = score_generations(self.score, d.batch.prompts[i], [g])
-            d.arrived[i][j] = (g, r[0], e[0])
+            r, sc, e = score_and_shape(self.score, d.batch.prompts[i], [g])
+            d.arrived[i][j] = (g, r[0], e[0], sc[0])
             sure, maybe = self.bounds(d, i)
             d.sure += sure - was[0]
             d.maybe += maybe - was[1]
@@ -705,13 +710,13 @@ class _Batches:
                 continue
             got = d.arrived[i]
             for jj in sorted(got):
-                gen, reward, err = got[jj]
-                d.batch.sampler.observe(i, reward)
+                gen, reward, err, score = got[jj]
+                d.batch.sampler.observe(i, reward, score)
                 d.out.generations[i].append(gen)
                 d.out.rewards[i].append(reward)
                 d.out.errors[i].append(err)
             d.batch.sampler.end_prompt_round(
-                i, tokens=sum(len(x.response_token_ids) for x, _, _ in got.values()))
+                i, tokens=sum(len(x.response_token_ids) for x, *_ in got.values()))
             d.open_prompts -= 1
         first.time_scoring += time.perf_counter() - t0
 

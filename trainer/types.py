@@ -315,7 +315,12 @@ STEP_METRICS: dict[str, Metric | str] = {
                                "the others)", "prompts"),
     "unresolved_missing_pos": count("unresolved prompts lacking positives", "prompts"),
     "unresolved_missing_neg": count("unresolved prompts lacking negatives", "prompts"),
-    "entropy": count("mean token entropy of kept responses under the policy", "nats"),
+    "entropy": count("token-mean entropy of the kept responses under the policy (every token "
+                     "weighs the same, whatever loss_agg_mode), mean over the optimiser steps",
+                     "nats"),
+    "entropy_agg": count("the same entropy aggregated by loss_agg_mode, as the entropy bonus "
+                         "uses it (verl's actor/entropy): equal to entropy under token-mean; "
+                         "per response under seq-mean-token-sum", "nats"),
     "policy_loss": Metric("PPO-clip loss (aggregated by loss_agg_mode), averaged over the "
                           "optimiser steps taken", "loss"),
     "kl": count("mean KL to the reference policy (0 when off)", "nats"),

@@ -23,6 +23,7 @@ import torch
 
 from trainer.loss import (
     Aggregation,
+    agg_loss,
     agg_rows,
     entropy_bonus,
     kl_penalty,
@@ -31,10 +32,13 @@ from trainer.loss import (
 )
 from trainer.types import PROMPT_STATS, SKIPPED_IN_A_ROW, PromptUpdateStats, StopRequested
 
-UPDATE_METRICS = ("policy_loss", "entropy", "kl", "clip_frac_low", "clip_frac_high",
-                  "dual_clip_frac", "grad_norm", "lr", "optimizer_steps", "skipped_updates")
-_LOSS_METRICS = ("policy_loss", "entropy", "kl", "clip_frac_low", "clip_frac_high",
-                 "dual_clip_frac")
+# ``entropy`` is the token-mean whatever ``loss_agg_mode``; ``entropy_agg`` the mode's aggregate
+# (the entropy bonus's term; what verl logs as ``actor/entropy``): equal under token-mean.
+UPDATE_METRICS = ("policy_loss", "entropy", "entropy_agg", "kl", "clip_frac_low",
+                  "clip_frac_high", "dual_clip_frac", "grad_norm", "lr", "optimizer_steps",
+                  "skipped_updates")
+_LOSS_METRICS = ("policy_loss", "entropy", "entropy_agg", "kl", "clip_frac_low",
+                 "clip_frac_high", "dual_clip_frac")
 
 
 @dataclass
@@ -426,6 +430,9 @@ def _minibatch(model: Any, optimizer: torch.optim.Optimizer, batch: UpdateBatch,
                            mb_stats)
         ent_term, h = entropy_bonus(ent, mask, config.entropy_coef, denominator=n_tokens,
                                     agg=agg)
+        with torch.no_grad():
+            # The mode's aggregate over the whole mini-batch (its micro-batches' parts add up).
+            mb["entropy_agg"] += agg_loss(ent.detach(), mask, agg).item()
         loss = pg + ent_term
         if inputs.ref:
             ref_lp = _pad([inputs.ref[i] for i in part] or [[]], width).to(lp.device)

@@ -79,7 +79,8 @@ SHAPE_WORDS = {
                           "{} samples per prompt on average (Est allocates them by the pass-rate "
                           "estimate, in one round)"),
     "max_num_gen_batches": ("up to {} batches", "≤{} batches",
-                            "up to {} batches of B prompts per step"),
+                            "up to {} generation batches of G = dapo_gen_batch_size prompts "
+                            "per step"),
 }
 
 
@@ -112,6 +113,18 @@ def _fetch(sql: str, params: list[Any]) -> list[tuple[Any, ...]]:
     with connection.cursor() as cur:
         cur.execute(sql, params)
         return cur.fetchall()
+
+
+def positive_sql(cfg: TrainConfig) -> tuple[str, list[Any]]:
+    """A sample row's "positive" as the run counted it (``positive_metric``), as an SQL
+    condition and its parameters. A row stores the shaped reward; where positives read the
+    verifier's score and overlong shaping was on, the score is the reward less the penalty of
+    its ``tokens`` (``trainer.rewards.overlong_penalty``: min(0, -(tokens - (L - B)) / B x f))."""
+    if cfg.overlong_buffer_len > 0 and cfg.positive_metric in ("acc", "score"):
+        L, B = cfg.max_new_tokens, cfg.overlong_buffer_len
+        return ("(reward - LEAST(0.0, -((tokens - %s)::float8 / %s) * %s)) > %s",
+                [L - B, B, cfg.overlong_penalty_factor, cfg.positive_threshold])
+    return "reward > %s", [cfg.positive_threshold]
 
 
 # --- runs --------------------------------------------------------------------------------------
@@ -604,7 +617,13 @@ def prompt_history(run: Run, prompt: Prompt, page_steps: int = 5,
     A prompt of a long run appears in hundreds of steps with thousands of responses; paging the
     responses keeps the page small while the summary and the pass-rate chart cover the whole run.
     """
-    threshold = TrainConfig.from_stored(run.config).positive_threshold
+    cfg = TrainConfig.from_stored(run.config)
+    positive, positive_args = positive_sql(cfg)
+    threshold = cfg.positive_threshold
+    # What a positive read, in words (the reward shown is the shaped one).
+    positive_of = "the verifier's score (before overlong shaping)" \
+        if cfg.overlong_buffer_len > 0 and cfg.positive_metric in ("acc", "score") \
+        else "its reward"
     steps = list(PromptStep.objects.filter(run=run, prompt=prompt).order_by("step").values_list(
         "step", "samples", "positives", "negatives", "rounds", "exit_round", "missing",
         "kept_positives", "kept_negatives", "baseline", "p_hat", "allocated"))
@@ -614,10 +633,10 @@ def prompt_history(run: Run, prompt: Prompt, page_steps: int = 5,
     responses: dict[int, list[Sample]] = defaultdict(list)
     if shown_steps:
         for step, rnd, n, pos in _fetch(
-                f"SELECT step, round, COUNT(*), COUNT(*) FILTER (WHERE reward > %s) "
+                f"SELECT step, round, COUNT(*), COUNT(*) FILTER (WHERE {positive}) "
                 f"FROM {Sample._meta.db_table} WHERE run_id = %s AND step = ANY(%s) "
                 f"AND prompt_id = %s GROUP BY step, round ORDER BY step, round",
-                [threshold, run.pk, shown_steps, prompt.pk]):
+                [*positive_args, run.pk, shown_steps, prompt.pk]):
             rounds[step].append({"round": rnd, "samples": n, "positives": pos,
                                  "negatives": n - pos})
         # step IN (...): one probe of the (run, step, prompt, index) key per shown step.
@@ -634,7 +653,8 @@ def prompt_history(run: Run, prompt: Prompt, page_steps: int = 5,
                for s in reversed(shown)]
     older = shown_steps[0] if shown and steps and steps[0][0] < shown_steps[0] else None
     return {"steps": history, "all_steps": steps, "older_than": older,
-            "total_steps": len(steps), "threshold": threshold, **words}
+            "total_steps": len(steps), "threshold": threshold, "positive_of": positive_of,
+            **words}
 
 
 def prompt_pass_rates(run_id: int, prompt_id: int) -> dict[str, list[Any]]:
@@ -1022,12 +1042,13 @@ def low_pass_rate_fractions(run: Run, thresholds: tuple[float, ...]) -> dict[str
     if run.current_step > state["upto"]:
         filters = "".join(", COUNT(*) FILTER (WHERE pos <= %s * cnt)::float / COUNT(*)"
                           for _ in thresholds)
+        positive, positive_args = positive_sql(cfg)
         rows = _fetch(
             f"SELECT step{filters} FROM ("
-            f"  SELECT step, prompt_id, COUNT(*) AS cnt, COUNT(*) FILTER (WHERE reward > %s) pos"
+            f"  SELECT step, prompt_id, COUNT(*) AS cnt, COUNT(*) FILTER (WHERE {positive}) pos"
             f"  FROM {Sample._meta.db_table} WHERE run_id = %s AND step > %s AND step <= %s"
             f"  AND index < %s GROUP BY step, prompt_id) t GROUP BY step ORDER BY step",
-            [*thresholds, cfg.positive_threshold, run.pk, state["upto"],
+            [*thresholds, *positive_args, run.pk, state["upto"],
              run.current_step, n])
         state["step"] += [r[0] for r in rows]
         for i, column in enumerate(state["fractions"], start=1):

@@ -59,6 +59,27 @@ def test_step_work_past_the_queue_cap_is_refused_naming_the_figure(
                                   queue="cpu", retention="all") == []
 
 
+def test_dapo_step_work_reads_its_options_and_the_prompt_set_bounds_no_limit(
+        owner: User, settings: object) -> None:
+    """DAPO's work is G x n x max_num_gen_batches (its options, not the defaults); with 0 (no
+    limit) a step draws each prompt at most once: the set's size x n bounds it."""
+    settings.RUN_MAX_STEP_TOKENS = {"cpu": 10_000, "gpu": 10**9}
+    ps = make_prompt_set(size=64)
+    dapo = SIM | {"algorithm": "dapo", "batch_size": 8, "group_size": 4, "max_new_tokens": 16}
+    ok = services.launch_errors(dapo | {"max_num_gen_batches": 2}, name="x", prompt_set=ps,
+                                queue="cpu", retention="all")  # 8 x 4 x 2 x 16 = 1,024
+    assert ok == []
+    many = services.launch_errors(dapo | {"max_num_gen_batches": 100}, name="x",
+                                  prompt_set=ps, queue="cpu", retention="all")
+    # 100 batches of 8 would be 51,200 tokens, but 64 prompts x 4 x 16 = 4,096 is the most.
+    assert many == []
+    settings.RUN_MAX_STEP_TOKENS = {"cpu": 4_000, "gpu": 10**9}
+    (field, reason), = services.launch_errors(dapo | {"max_num_gen_batches": 0}, name="x",
+                                              prompt_set=ps, queue="cpu", retention="all")
+    assert field == "max_new_tokens" and "4,096 tokens" in reason
+    assert "64 prompts of the set x 4 = 256 responses" in reason
+
+
 def test_work_cap_error_shows_next_to_the_field_in_the_form(owner_client: Client,
                                                            settings: object) -> None:
     settings.RUN_MAX_STEP_TOKENS = {"cpu": 1000, "gpu": 10**9}

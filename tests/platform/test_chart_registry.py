@@ -144,13 +144,45 @@ def test_dapo_gets_a_chart_of_its_batches_prompts_and_groups_with_signal(
     assert "algorithm_metrics" not in charts.charts_for(dapo)
     fig = _chart(owner_client, dapo, "dapo_sampling")
     steps = list(Step.objects.filter(run=dapo).order_by("step"))
-    assert _trace(fig, "batches of B prompts drawn")["y"] == [s.metrics["gen_batches"]
-                                                               for s in steps]
+    # Generation batches hold G = dapo_gen_batch_size prompts (0: B), not B (issue 34).
+    assert _trace(fig, "batches of G = dapo_gen_batch_size prompts drawn")["y"] == [
+        s.metrics["gen_batches"] for s in steps]
     assert _trace(fig, "prompts drawn")["y"] == [s.metrics["prompts_drawn"] for s in steps]
     assert _trace(fig, "groups with signal")["y"] == [s.metrics["signal_groups"] for s in steps]
     assert _trace(fig, "wanted: B = 4 groups with signal")["y"] == [4] * 3
     assert any(s.metrics["gen_batches"] > 1 for s in steps)
     assert fig["layout"]["yaxis"]["title"]["text"] == "batches drawn (batches)"
+
+
+def test_entropy_chart_draws_the_token_mean_and_the_modes_aggregate_apart(
+        owner: User, owner_client: Client, mixed_set: PromptSet) -> None:
+    """Issue 34 item 7: two series named so no one confuses them; one axis where they share a
+    unit (token-mean: the aggregate dashed over it), a panel each where they do not; a run
+    older than the aggregate says so."""
+    same = record_run(make_run(owner, mixed_set, name="ent-tm", algorithm="grpo",
+                               total_steps=2))
+    apart = record_run(make_run(owner, mixed_set, name="ent-sum", algorithm="grpo",
+                                total_steps=2, loss_agg_mode="seq-mean-token-sum"))
+    token_mean = "token-mean: every token weighs the same (nats per token)"
+    fig = _chart(owner_client, same, "entropy")
+    agg = _trace(fig, "by loss_agg_mode = token-mean, as the entropy bonus and verl's "
+                      "actor/entropy (nats per token)")
+    assert agg["line"]["dash"] == "dash" and _trace(fig, token_mean)
+    assert "yaxis2" not in fig["layout"]
+    steps = list(Step.objects.filter(run=same).order_by("step"))
+    assert agg["y"] == [st.metrics["entropy_agg"] for st in steps]
+    fig = _chart(owner_client, apart, "entropy")
+    agg = _trace(fig, "by loss_agg_mode = seq-mean-token-sum, as the entropy bonus and verl's "
+                      "actor/entropy (nats per response)")
+    assert agg["yaxis"] == "y2" and _trace(fig, token_mean)["yaxis"] == "y"
+    assert fig["layout"]["yaxis"]["title"]["text"] == "per token (nats)"
+    assert fig["layout"]["yaxis2"]["title"]["text"] == "per response (nats)"
+    for st in Step.objects.filter(run=same):  # recorded before the metric existed
+        st.metrics.pop("entropy_agg")
+        st.save()
+    fig = charts.RUN_CHARTS["entropy"].build(same)
+    assert [t["name"] for t in fig["data"]] == [token_mean]
+    assert "not recorded" in fig["layout"]["annotations"][0]["text"]
 
 
 def test_an_algorithms_declared_metrics_get_a_chart(owner: User, owner_client: Client,

@@ -1,6 +1,7 @@
 """A generation backend that replays scripted rewards: each prompt's responses are drawn, in
 order, from its own list of 0/1 outcomes (1: the prompt's answer, 0: a wrong one), so the exact
-verifier scores them as scripted. For hand-computed tests of the loop's sampling paths."""
+verifier scores them as scripted. An outcome may also be (0/1, tokens): a response of that many
+tokens (else 2), for overlong shaping. For hand-computed tests of the loop's sampling paths."""
 
 from __future__ import annotations
 
@@ -30,8 +31,7 @@ class ScriptedBackend:
             if len(outcomes) < count:
                 raise AssertionError(f"script of {prompt.id} ran out after {start} samples")
             self.drawn[prompt.id] = start + count
-            out.append([Generation(prompt.id, prompt.answer if o else wrong_answer(prompt.answer),
-                                   [], [1, 2]) for o in outcomes])
+            out.append([_generation(prompt, o) for o in outcomes])
         return out
 
     def sync_weights(self) -> None:
@@ -39,6 +39,12 @@ class ScriptedBackend:
 
     def close(self) -> None:
         pass
+
+
+def _generation(prompt: Prompt, outcome: int | tuple[int, int]) -> Generation:
+    right, tokens = (outcome, 2) if isinstance(outcome, int) else outcome
+    return Generation(prompt.id, prompt.answer if right else wrong_answer(prompt.answer), [],
+                      [1, 2] if tokens == 2 else list(range(1, tokens + 1)))
 
 
 def scripted_prompts(ids: Sequence[str]) -> list[Prompt]:

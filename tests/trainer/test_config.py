@@ -22,7 +22,10 @@ def test_defaults_are_valid() -> None:
         ({"vllm_kv_cache_gib": -1.0}, "vllm_kv_cache_gib"),
         ({"clip_ratio_c": 1.0}, "clip_ratio_c"),  # must be > 1
         ({"clip_ratio_c": 0.5}, "clip_ratio_c"),
-        ({"max_num_gen_batches": 0}, "max_num_gen_batches"),
+        ({"max_num_gen_batches": -1}, "max_num_gen_batches"),  # 0: no limit (verl)
+        ({"dapo_filter_metric": "reward"}, "dapo_filter_metric"),
+        ({"positive_metric": "accuracy"}, "positive_metric"),
+        ({"dapo_fewer_groups": "skip"}, "dapo_fewer_groups"),
         ({"drop_unresolved": "yes"}, "drop_unresolved"),
     ],
 )

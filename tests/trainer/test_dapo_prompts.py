@@ -146,6 +146,19 @@ def test_gen_batch_size_below_b_is_an_error_naming_the_field() -> None:
     assert err.value.field == "dapo_further_prompts"
 
 
+def test_max_num_gen_batches_help_says_batches_of_g_and_whose_default_is_what() -> None:
+    """Issue 34 item 3: a generation batch holds G = dapo_gen_batch_size prompts (the record's
+    work is G x n x cap), not B; verl's default is 0 (no limit), the recipe's scripts set 10."""
+    from trainer.algorithms.dapo import OPTIONS
+
+    spec = {o.name: o for o in OPTIONS}["max_num_gen_batches"]
+    assert "G = dapo_gen_batch_size" in spec.help and "of B prompts" not in spec.help
+    assert "whose default is 0" in spec.help and "scripts set 10" in spec.help
+    assert spec.default == 10 and spec.ge == 0  # 0 is accepted: no limit
+    c = config(dapo_gen_batch_size=12, max_num_gen_batches=5).validate()
+    assert c.max_samples_per_step == 12 * c.group_size * 5
+
+
 def test_a_run_stored_before_the_option_reads_as_it_ran() -> None:
     stored = TrainConfig(algorithm="dapo").to_dict()
     del stored["dapo_further_prompts"]

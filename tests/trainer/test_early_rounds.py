@@ -160,7 +160,7 @@ def dapo_step(seed: int, **kw):
     """A DAPO step of B = 8 whose further batches of 8 come from a pool of mostly never- and
     always-solved prompts, so it needs several."""
     pool = batch(64, seed)
-    cfg = config(seed=seed, **DAPO, **kw)
+    cfg = config(seed=seed, **{**DAPO, **kw})
     backend = RecordingBackend(cfg)
     s = sample_step(cfg, pool[:8], backend, make_scorer(cfg), 2,
                     more_prompts=lambda k: pool[8 * k:8 * k + 8])
@@ -198,6 +198,19 @@ def test_dapo_further_batches_drawn_early_keep_exactly_the_round_based_groups(se
             # Only requests of batches that turned out not to be needed are aborted.
             assert all(k >= kept_batches for k, _, _ in engine.aborted)
             assert out.early_rounds_started >= out.early_rounds_discarded
+
+
+@pytest.mark.parametrize("early", ["certain", "speculative"])
+def test_dapo_fewer_groups_raise_holds_with_batches_drawn_early(early: str) -> None:
+    """dapo_fewer_groups = raise (verl's) on the early-batches path too: 2 batches of 8
+    never- and always-solved prompts cannot fill B = 8."""
+    from trainer.algorithms.dapo import FewerGroups
+
+    with pytest.raises(FewerGroups, match=r"max_num_gen_batches = 2\)"):
+        dapo_step(0, scheduler="per-prompt", early_rounds=early, max_num_gen_batches=2,
+                  dapo_fewer_groups="raise")
+    s, _ = dapo_step(0, scheduler="per-prompt", early_rounds=early, max_num_gen_batches=2)
+    assert s.result.exit_round.max() == 2  # train: the same step goes on with what it has
 
 
 def test_dapo_batches_start_early_and_speculation_pays_in_discarded_tokens() -> None:

@@ -315,7 +315,8 @@ def _dapo_run(tmp_path, outcomes: list[list[list[int]]], num_prompts: int, **kw)
     ids = [f"q{i}" for i in range(num_prompts)]
     config = sim_config(algorithm="dapo", batch_size=2, group_size=4, total_steps=1, **kw)
     batches = [batch_indices(num_prompts, 2, config.seed, 1)] + [
-        further_batch_indices(num_prompts, 2, config.seed, 1, k) for k in range(1, 10)]
+        further_batch_indices(num_prompts, 2, config.seed, 1, k)
+        for k in range(1, num_prompts // 2)]
     script = {pid: [0] * 4 for pid in ids}
     for k, batch in enumerate(outcomes):
         for i, o in zip(batches[k], batch, strict=True):
@@ -369,6 +370,41 @@ def test_dapo_stops_at_max_num_gen_batches_with_fewer_groups(tmp_path) -> None:
     assert len(backend.calls) == 2 and step.metrics["gen_batches"] == 2
     assert step.metrics["signal_groups"] == 1 and step.metrics["kept_samples"] == 4
     assert step.metrics["samples"] == 16
+
+
+def test_dapo_max_num_gen_batches_0_is_no_limit_but_the_prompt_set(tmp_path) -> None:
+    """verl's default 0: batches until B groups carry signal, past the default cap of 10 (24
+    prompts, B = 2: 12 batches; the only signal comes in batches 11 and 12)."""
+    outcomes = [[ALL0, ALL0]] * 10 + [[MIXED4, ALL1], [ALL0, MIXED4]]
+    rec, backend, _ = _dapo_run(tmp_path / "cap", outcomes, 24)
+    assert rec.steps[0].metrics["gen_batches"] == 10 == len(backend.calls)  # the default cap
+    rec, backend, _ = _dapo_run(tmp_path / "none", outcomes, 24, max_num_gen_batches=0)
+    step = rec.steps[0]
+    assert step.metrics["gen_batches"] == 12 == len(backend.calls)
+    assert step.metrics["signal_groups"] == 2 and step.metrics["kept_samples"] == 8
+    # The launch's bound: a step draws a prompt at most once, so 24 prompts x n = 4 at most.
+    config = sim_config(algorithm="dapo", batch_size=2, max_num_gen_batches=0,
+                        task_num_prompts=24)
+    assert config.max_samples_per_step == 24 * 4
+
+
+@pytest.mark.parametrize("cap", [2, 0])
+def test_dapo_fewer_groups_raise_fails_the_run_naming_the_cap_as_verl(tmp_path, cap) -> None:
+    """dapo_fewer_groups = raise: verl's ValueError once max_num_gen_batches batches did not
+    fill the batch (cap 2), or here once the prompt set ran out (no limit: 8 prompts, 4
+    batches)."""
+    from trainer.algorithms.dapo import FewerGroups
+
+    outcomes = [[ALL0, ALL1], [ALL1, MIXED4], [ALL0, ALL0], [ALL0, ALL0]]
+    with pytest.raises(FewerGroups) as err:
+        _dapo_run(tmp_path, outcomes, 8, max_num_gen_batches=cap, dapo_fewer_groups="raise")
+    message = str(err.value)
+    assert "only 1 of the B = 2 groups carried signal" in message
+    if cap:
+        assert "after 2 generation batches (max_num_gen_batches = 2)" in message
+    else:
+        assert "the prompt set ran out (8 prompts drawn in 4 batches" in message
+    assert "dapo_fewer_groups = train" in message
 
 
 def test_dapo_stops_when_the_prompt_set_runs_out(tmp_path) -> None:

@@ -1,20 +1,24 @@
 """DAPO's dynamic sampling (Yu et al., 2025; verl's ``filter_groups``): one GRPO round of n per
-prompt of a generation batch; groups whose rewards are all equal are dropped; while fewer than B
-groups carry signal and fewer than ``max_num_gen_batches`` batches were drawn, the next batch of
-prompts is drawn. The step trains on the first B groups with signal, with GRPO's advantage.
+prompt of a generation batch; groups whose ``dapo_filter_metric`` values are all equal are
+dropped (verl's ``filter_groups.metric``; the recipe's ``acc`` by default); while fewer than B
+groups carry signal and fewer than ``max_num_gen_batches`` batches were drawn (0: no limit), the
+next batch of prompts is drawn. The step trains on the first B groups with signal, with GRPO's
+advantage.
 
-Deliberate differences from verl (docs/paper-fidelity.md): where verl raises once the batches
-run out, a step here trains on the groups it has (fewer than B; none leaves the update empty)
-and records how many batches it drew; a generation batch holds ``dapo_gen_batch_size`` prompts
-(default B; the recipe's 3B in configs/paper-dapo.toml); and further batches come from the rest
-of the prompt set (``further_prompt_order``: unseen prompts first by default), so every step
-keeps its own batch (the same prompts as a GRPO run of the same seed) and a resumed run draws
-exactly the same ones."""
+When the batches (or the prompt set) run out first, ``dapo_fewer_groups`` says what happens:
+``train`` (the default) trains on the groups it has (fewer than B; none leaves the update empty)
+and records how many batches it drew; ``raise`` fails the run naming the cap, as verl does.
+Deliberate differences from verl (docs/paper-fidelity.md): a generation batch holds
+``dapo_gen_batch_size`` prompts (default B; the recipe's 3B in configs/paper-dapo.toml); and
+further batches come from the rest of the prompt set (``further_prompt_order``: unseen prompts
+first by default), so every step keeps its own batch (the same prompts as a GRPO run of the same
+seed) and a resumed run draws exactly the same ones."""
 
 from __future__ import annotations
 
 import dataclasses
 import itertools
+import math
 from collections.abc import Callable, Collection, Iterator, Sequence
 from typing import TYPE_CHECKING, Any
 
@@ -22,10 +26,11 @@ import numpy as np
 
 from trainer import formatting as fmt
 from trainer import seeds
-from trainer.advantages import signal_groups
+from trainer.advantages import signal_groups, signal_values
 from trainer.algorithms.base import Algorithm, BatchContext, SampledStep, StepContext, own_batch
 from trainer.algorithms.sampling import sample_rounds
 from trainer.charts import ChartSpec, Panel
+from trainer.config import SIGNAL_METRICS
 from trainer.options import Option
 from trainer.result import SamplerResult
 from trainer.sampler import make_sampler
@@ -40,12 +45,31 @@ if TYPE_CHECKING:
 
 
 FURTHER_PROMPTS = ("unseen-first", "any")
+# What a step does when the batches (or the prompt set) run out before B groups carry signal.
+FEWER_GROUPS = ("train", "raise")
+# The bound of an unlimited step (max_num_gen_batches = 0) when the config does not say how many
+# prompts the set holds (a file): the most a built-in set holds (task_num_prompts' bound). The
+# platform's launch bounds it by the prompt set's own size.
+UNKNOWN_SET_PROMPTS = 1_000_000
 # DAPO's options: keys of every run's config (the names and the stored JSON of the config fields
 # they were before), read by DAPO alone.
 OPTIONS = (
-    Option("max_num_gen_batches", 10, "dapo: batches of B prompts drawn at most per step while "
-           "fewer than B groups carry signal (verl's max_num_gen_batches); the step then trains "
-           "on what it has.", "batches", ge=1, le=100, group="algorithm"),
+    Option("max_num_gen_batches", 10, "dapo: generation batches (of G = dapo_gen_batch_size "
+           "prompts each) drawn at most per step while fewer than B groups carry signal; 0: no "
+           "limit but the prompt set (verl's max_num_gen_batches, whose default is 0; the DAPO "
+           "recipe's scripts set 10). dapo_fewer_groups says what happens when they run out.",
+           "batches", ge=0, le=100, group="algorithm"),
+    Option("dapo_fewer_groups", "train", "dapo: when max_num_gen_batches batches (or the prompt "
+           "set) ran out before B groups carried signal: train (on the groups it has, fewer "
+           "than B) or raise (the run fails with an error naming max_num_gen_batches, as "
+           "verl).", choices=FEWER_GROUPS, group="algorithm"),
+    # Runs stored before this option filtered on the shaped reward.
+    Option("dapo_filter_metric", "acc", "dapo: what a group's signal is read from (verl's "
+           "filter_groups.metric): acc (whether the verifier's score exceeds "
+           "positive_threshold: the DAPO recipe's), score (the verifier's score), seq_reward or "
+           "seq_final_reward (the reward after overlong shaping). A group whose values are all "
+           "equal is dropped. The same unless overlong_buffer_len > 0.",
+           choices=SIGNAL_METRICS, group="algorithm", stored_before="seq_reward"),
     Option("dapo_gen_batch_size", 0, "dapo: G, prompts per generation batch (0: B). Batch 0 is "
            "the step's own B prompts topped up to G, each further batch G more (verl's "
            "gen_batch_size; the DAPO recipe: 3B).", "prompts", ge=0, le=65_536,
@@ -115,6 +139,46 @@ def gen_batch_size(config: TrainConfig) -> int:
     return config.dapo_gen_batch_size or config.batch_size
 
 
+def max_gen_batches(config: TrainConfig, prompt_count: int | None = None) -> int:
+    """Generation batches a step draws at most: ``max_num_gen_batches``, or with 0 (no limit)
+    as many as the prompt set fills, ``ceil(P / G)`` (a step never draws a prompt twice), P
+    the set's ``prompt_count`` where known, else the built-in task's ``task_num_prompts``, else
+    ``UNKNOWN_SET_PROMPTS``."""
+    if config.max_num_gen_batches:
+        return config.max_num_gen_batches
+    if prompt_count is None:
+        prompt_count = config.task_num_prompts if config.prompts.startswith("builtin:") \
+            else UNKNOWN_SET_PROMPTS
+    return max(1, math.ceil(prompt_count / gen_batch_size(config)))
+
+
+def filter_values(config: TrainConfig, res: SamplerResult) -> np.ndarray:
+    """Each sample's value of ``dapo_filter_metric`` (``trainer.advantages.signal_values``)."""
+    return signal_values(res.rewards, res.scores, config.dapo_filter_metric,
+                         config.positive_threshold)
+
+
+class FewerGroups(RuntimeError):
+    """``dapo_fewer_groups = raise``: the batches (or the prompt set) ran out before B groups
+    carried signal. The message names the cap, as verl's ValueError does."""
+
+
+def fewer_groups(config: TrainConfig, batches: int, with_signal: int,
+                 prompts_drawn: int) -> None:
+    """Raise ``FewerGroups`` where the step's rule says so (``dapo_fewer_groups``)."""
+    if config.dapo_fewer_groups != "raise" or with_signal >= config.batch_size:
+        return
+    cap = config.max_num_gen_batches
+    why = (f"after {batches} generation batches (max_num_gen_batches = {cap})" if cap
+           and batches >= cap else f"after the prompt set ran out ({prompts_drawn:,} prompts "
+           f"drawn in {batches} batches; max_num_gen_batches = {cap or '0, no limit'})")
+    raise FewerGroups(
+        f"dapo: only {with_signal} of the B = {config.batch_size} groups carried signal "
+        f"(dapo_filter_metric = {config.dapo_filter_metric}) {why}; dapo_fewer_groups = raise "
+        f"fails the run, as verl does. Raise max_num_gen_batches, set it to 0 (no limit), or "
+        f"set dapo_fewer_groups = train to train on the groups there are.")
+
+
 def select_dapo_prompts(ctx: BatchContext, count: int, taken: Collection[int]) -> list[int]:
     """DAPO's prompts of a step, in the order it takes them: the step's own batch
     (``own_batch``: the prompts a GRPO run of the same seed trains on), then the further
@@ -164,7 +228,8 @@ def sample_dapo_step(ctx: StepContext) -> SampledStep:
     if config.early_rounds_mode != "off":
         return _sample_batches_early(ctx, next_batch, indices)
     with_signal = 0
-    for k in range(config.max_num_gen_batches):
+    for k in itertools.count() if not config.max_num_gen_batches \
+            else range(config.max_num_gen_batches):
         got = next_batch(k)
         if got is None:
             break
@@ -178,11 +243,12 @@ def sample_dapo_step(ctx: StepContext) -> SampledStep:
         drawn.extend(prompts)
         if indices is not None:
             indices.extend(i for i, _ in more)
-        with_signal += int(signal_groups(res).sum())
+        with_signal += int(signal_groups(res, filter_values(config, res)).sum())
         if with_signal >= B:
             break
-    return SampledStep(concat_results(results, keep_groups=B), merge_outcomes(outcomes), None,
-                       drawn, prompt_indices=indices)
+    fewer_groups(config, len(results), with_signal, len(drawn))
+    return SampledStep(concat_results(results, keep_groups=B, config=config),
+                       merge_outcomes(outcomes), None, drawn, prompt_indices=indices)
 
 
 def _further_prompts(ctx: StepContext) -> Callable[[int], list[tuple[int, Prompt]]]:
@@ -228,8 +294,8 @@ def _sample_batches_early(ctx: StepContext, next_batch: Callable[[int], Any],
         return Batch(make_sampler(config, len(prompts), downsample_seed), prompts, gen_seed,
                      on_round=renumbered, tag=more)
 
-    rule = BatchRule(target=config.batch_size, max_batches=config.max_num_gen_batches,
-                     counts=group_signal_bounds)
+    rule = BatchRule(target=config.batch_size, max_batches=max_gen_batches(config, 1 << 62),
+                     counts=group_signal_bounds, value=filter_value(config))
     drawn_out = run_batches(make_batch, rule, request_engine(config.scheduler, ctx.backend),
                             ctx.scorer, early_rounds=config.early_rounds_mode,
                             speculative_capacity=config.speculative_capacity,
@@ -244,8 +310,19 @@ def _sample_batches_early(ctx: StepContext, next_batch: Callable[[int], Any],
     if indices is not None:
         for b, _ in drawn_out.batches:
             indices.extend(i for i, _ in b.tag)  # type: ignore[attr-defined]
-    return SampledStep(concat_results(results, keep_groups=config.batch_size),
+    fewer_groups(config, len(results),
+                 sum(int(signal_groups(r, filter_values(config, r)).sum()) for r in results),
+                 len(drawn))
+    return SampledStep(concat_results(results, keep_groups=config.batch_size, config=config),
                        merge_outcomes(outcomes), None, drawn, prompt_indices=indices)
+
+
+def filter_value(config: TrainConfig) -> Callable[[float, float], float]:
+    """One sample's ``dapo_filter_metric`` value from its reward and verifier score (the early
+    batches' scheduler decides on arrival)."""
+    metric, threshold = config.dapo_filter_metric, config.positive_threshold
+    return lambda reward, score: float(signal_values(np.array([reward]), np.array([score]),
+                                                     metric, threshold)[0])
 
 
 def _chained(more_prompts: Callable[[int], Sequence[Prompt]]) -> Iterator[tuple[int, Prompt]]:
@@ -273,8 +350,8 @@ def merge_outcomes(outcomes: Sequence[RoundsOutcome]) -> RoundsOutcome:
         early_rounds_saved_s=sum(o.early_rounds_saved_s for o in outcomes))
 
 
-def concat_results(results: Sequence[SamplerResult], keep_groups: int | None = None
-                   ) -> SamplerResult:
+def concat_results(results: Sequence[SamplerResult], keep_groups: int | None = None,
+                   config: TrainConfig | None = None) -> SamplerResult:
     """DAPO's step as one ``SamplerResult``: the GRPO results of its batches of prompts, batch k
     (0-based) numbered round k + 1 (so ``sample_round``, ``exit_round`` and the round stats say
     which batch a prompt came in, and ``batch`` says so plainly), prompts in draw order.
@@ -282,7 +359,8 @@ def concat_results(results: Sequence[SamplerResult], keep_groups: int | None = N
     Only groups with signal stay kept, and of those the first ``keep_groups`` in draw order
     (verl's ``filter_groups`` truncates the collected groups to the train batch size the same
     way); every other sample is not kept and its advantage 0. Advantages are each group's own
-    (GRPO), so concatenating changes none of them."""
+    (GRPO), so concatenating changes none of them. Signal is read from ``config``'s
+    ``dapo_filter_metric`` (without a config: the rewards)."""
     parts = list(results)
     counts = [r.num_prompts for r in parts]
     sizes = [len(r.rewards) for r in parts]
@@ -305,8 +383,9 @@ def concat_results(results: Sequence[SamplerResult], keep_groups: int | None = N
         missing=[m for r in parts for m in r.missing],
         first_round_positives=cat("first_round_positives", np.int64),
         first_round_samples=cat("first_round_samples", np.int64), batch=batch_of,
-        weights=cat("weights", np.float64), estimator=parts[0].estimator if parts else None)
-    signal = signal_groups(pools)
+        weights=cat("weights", np.float64), estimator=parts[0].estimator if parts else None,
+        scores=cat("scores", np.float64))
+    signal = signal_groups(pools, None if config is None else filter_values(config, pools))
     chosen = signal.copy()
     if keep_groups is not None:
         chosen &= np.cumsum(signal) <= keep_groups
@@ -317,7 +396,7 @@ def concat_results(results: Sequence[SamplerResult], keep_groups: int | None = N
 
 def dapo_metrics(config: TrainConfig, res: SamplerResult,
                  allocation: Allocation | None) -> dict[str, float]:
-    signal = signal_groups(res)
+    signal = signal_groups(res, filter_values(config, res))
     P = res.num_prompts
     return {"gen_batches": float(res.batch.max()) if P else 0.0,
             "signal_groups": float(signal.sum()),
@@ -337,9 +416,11 @@ def gen_batch_holds_batch(c: TrainConfig) -> Iterator[tuple[str, str]]:
 # back with signal, against the B groups the update wants.
 SAMPLING_CHART = ChartSpec(
     "dapo_sampling", "Dynamic sampling: batches drawn until B groups carry signal",
-    (Panel("batches drawn (batches)", (("gen_batches", "batches of B prompts drawn"),),
+    (Panel("batches drawn (batches)",
+           (("gen_batches", "batches of G = dapo_gen_batch_size prompts drawn"),),
+           # max_num_gen_batches = 0: no limit, no line.
            reference=lambda c: (f"at most max_num_gen_batches = {c.max_num_gen_batches}",
-                                c.max_num_gen_batches)),
+                                c.max_num_gen_batches) if c.max_num_gen_batches else None),
      Panel("prompts (prompts)", (("prompts_drawn", "prompts drawn"),
                                  ("signal_groups", "groups with signal")),
            reference=lambda c: (f"wanted: B = {fmt.count(c.batch_size, 'group')} with signal",
@@ -349,21 +430,23 @@ SAMPLING_CHART = ChartSpec(
 
 DAPO = Algorithm(
     name="dapo", label="DAPO",
-    help="DAPO dynamic sampling: GRPO groups of n, groups with all-equal rewards dropped, "
+    help="DAPO dynamic sampling: GRPO groups of n, groups with all-equal accuracy (or "
+         "dapo_filter_metric) dropped, "
          "further batches of prompts drawn until B groups carry signal",
     sampling="batches", sample_step=sample_dapo_step, select_batch=select_dapo_prompts,
     advantage="group", std_normalize=True,
     max_samples_per_prompt=lambda c: c.group_size,
-    max_samples_per_step=lambda c: gen_batch_size(c) * c.group_size * c.max_num_gen_batches,
-    step_shape="dapo_gen_batch_size (0: batch_size) x group_size x max_num_gen_batches",
+    max_samples_per_step=lambda c: gen_batch_size(c) * c.group_size * max_gen_batches(c),
+    step_shape="dapo_gen_batch_size (0: batch_size) x group_size x max_num_gen_batches (0: "
+               "the prompt set's size / dapo_gen_batch_size)",
     options=OPTIONS,
     config_checks=(CrossCheck(("dapo_gen_batch_size", "batch_size"), gen_batch_holds_batch,
                               {"dapo_gen_batch_size": 16}),),
     step_metrics={
         "gen_batches": count("generation batches of G prompts drawn this step (1 + further "
                              "batches)", "batches"),
-        "signal_groups": count("groups with signal (rewards not all equal) among every batch "
-                               "drawn; the update takes the first B", "groups"),
+        "signal_groups": count("groups with signal (dapo_filter_metric not all equal) among "
+                               "every batch drawn; the update takes the first B", "groups"),
         "prompts_drawn": count("prompts sampled this step over every batch", "prompts")},
     extra_metrics=dapo_metrics, charts=(SAMPLING_CHART,),
     summary_fields=("group_size", "max_num_gen_batches"))

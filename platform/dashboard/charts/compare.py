@@ -29,7 +29,8 @@ X_AXES = {"step": ("step", STEP_TITLE),
           "wall": ("wall_seconds", "wall time (s)")}
 COMPARE_METRICS = {"real_reward": "real reward (0-1)", "kept_reward": "kept-batch reward (0-1)",
                    "zero_adv_frac": "zero-advantage group fraction (0-1)",
-                   "samples": "samples per step", "entropy": "entropy (nats)",
+                   "samples": "samples per step",
+                   "entropy": "token-mean entropy (nats per token)",
                    "response_length": "response length (tokens)"}
 
 

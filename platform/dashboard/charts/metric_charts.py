@@ -108,14 +108,16 @@ def panels_chart(title: str, panels: list[tuple[str, list[tuple[str, str]]]],
 def spec_chart(run: Run, spec: ChartSpec, max_points: int = MAX_POINTS) -> Fig:
     """An algorithm's chart as its record declares it: one panel without a reference line is a
     ``MetricChart`` (lines, or stacked areas); several, or a reference line, panels over one
-    step axis, each reference drawn from the run's config."""
+    step axis, each reference drawn from the run's config (where it gives one)."""
     (first, *rest) = spec.panels
     if not rest and first.reference is None:
         return metric_chart(run, MetricChart(spec.title, first.title, first.series,
                                              stacked=spec.kind == "stacked"), max_points)
     config = run_config(run)
-    references = {i: p.reference(config) for i, p in enumerate(spec.panels)
-                  if p.reference is not None}
+    drawn = {i: p.reference(config) for i, p in enumerate(spec.panels)
+             if p.reference is not None}
+    # A reference may say there is no line for this run (DAPO's cap of 0: no limit).
+    references = {i: ref for i, ref in drawn.items() if ref is not None}
     return panels_chart(spec.title, [(p.title, list(p.series)) for p in spec.panels],
                         selectors.step_series(run.pk, spec.keys), max_points,
                         references=references)

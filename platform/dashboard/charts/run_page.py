@@ -317,6 +317,48 @@ def _discards(ctx: ChartRun) -> bool:
     return _streaming(ctx) or (ctx.eliminates and ctx.config.early_rounds_mode == "speculative")
 
 
+# The unit of the entropy aggregated by each loss_agg_mode (trainer.loss.agg_loss): a mean over
+# tokens, a mean over responses of their token sums, or that over max_new_tokens.
+ENTROPY_AGG_UNITS = {"token-mean": "nats per token", "seq-mean-token-mean": "nats per token",
+                     "seq-mean-token-sum": "nats per response",
+                     "seq-mean-token-sum-norm": "nats per response / max_new_tokens"}
+ENTROPY_METRICS = ("entropy", "entropy_agg")
+
+
+def entropy(run: Run, max_points: int = MAX_POINTS, **_: Any) -> Fig:
+    """The policy's entropy over the kept responses, two ways: the token-mean (every token
+    weighs the same whatever the run's loss_agg_mode) and the mode's own aggregate (what the
+    entropy bonus uses, and what verl logs as actor/entropy). Where the two share a unit they
+    share an axis (the aggregate dashed: under token-mean the lines coincide); else each gets
+    a panel with its unit. A run older than the aggregate shows the token-mean alone, saying
+    so."""
+    mode = run_config(run).loss_agg_mode
+    s = selectors.step_series(run.pk, ENTROPY_METRICS)
+    unit = ENTROPY_AGG_UNITS.get(mode, "nats")
+    token_mean = ("entropy", "token-mean: every token weighs the same (nats per token)")
+    agg = ("entropy_agg", f"by loss_agg_mode = {mode}, as the entropy bonus and verl's "
+                          f"actor/entropy ({unit})")
+    recorded = any(v is not None for v in s["entropy_agg"])
+    if not recorded:
+        panels = [("entropy (nats per token)", [token_mean])]
+    elif unit == "nats per token":
+        panels = [("entropy (nats per token)", [token_mean, agg])]
+    else:
+        # A panel's title fits its height (PANEL_PX): the legend says which figure is which.
+        panels = [("per token (nats)", [token_mean]),
+                  (f"{unit.removeprefix('nats ')} (nats)", [agg])]
+    fig = panels_chart("Policy entropy: token-mean and by loss_agg_mode", panels, s,
+                       max_points)
+    for trace in fig["data"]:
+        if trace["name"] == agg[1] and len(panels) == 1:
+            trace["line"] = {**trace["line"], "dash": "dash", "width": 2.5}
+    if s["step"] and not recorded:
+        fig["layout"]["annotations"] = [{
+            "text": "by loss_agg_mode: not recorded (the run is older than that metric)",
+            "showarrow": False, "xref": "paper", "yref": "paper", "x": 0.5, "y": 0.95}]
+    return fig
+
+
 def _early_rounds(ctx: ChartRun) -> bool:
     # A prompt's next round can only go in early where there is a next round.
     return ctx.eliminates and ctx.config.early_rounds_mode != "off"
@@ -338,8 +380,7 @@ for _chart in (
     metric_chart_entry("revisits", MetricChart(
         "Prompts revisited (drawn by an earlier step too)", "prompts per step (prompts)",
         (("prompts_revisited", "prompts an earlier step drew"),), note=_revisits_note)),
-    metric_chart_entry("entropy", MetricChart("Policy entropy", "mean token entropy (nats)",
-                                              (("entropy", "entropy"),))),
+    Chart("entropy", entropy, metrics=ENTROPY_METRICS),
     metric_chart_entry("clip", MetricChart("PPO clip fractions", "fraction of tokens (0-1)", (
         ("clip_frac_low", "clipped at 1 - eps_low"),
         ("clip_frac_high", "clipped at 1 + eps_high"),

@@ -22,7 +22,7 @@ from experiments.services.common import (
 )
 from experiments.services.enqueue import enqueue_on_commit
 from trainer.algorithms import get_algorithm
-from trainer.config import TrainConfig
+from trainer.config import TrainConfig, config_keys
 
 
 def config_errors(config_dict: dict[str, Any], invalid: Collection[str] = ()
@@ -50,10 +50,12 @@ def validate_run_config(config_dict: dict[str, Any]) -> TrainConfig:
 
 
 def queue_errors(config_dict: dict[str, Any], queue: str,
-                 invalid: Collection[str] | None = None) -> list[tuple[str, str]]:
+                 invalid: Collection[str] | None = None,
+                 prompt_count: int | None = None) -> list[tuple[str, str]]:
     """Whether ``queue`` exists and has what the config needs. Like the config's own checks
     across fields, each check here is made only where the fields it reads are valid
-    (``invalid``: the fields found wrong; None: the config's errors decide)."""
+    (``invalid``: the fields found wrong; None: the config's errors decide).
+    ``prompt_count``: the prompt set's size, where known (it bounds a step's work)."""
     if queue not in settings.RUN_QUEUES:
         return [("queue", f"unknown queue {queue!r}; choose one of "
                           f"{', '.join(settings.RUN_QUEUES)}")]
@@ -64,12 +66,13 @@ def queue_errors(config_dict: dict[str, Any], queue: str,
     if config_dict.get("device") == "cuda" and queue == "cpu":
         return [("queue", "device 'cuda' needs a GPU: choose the gpu or ray queue")]
     return (world_size_errors(config_dict, queue, invalid)
-            + step_work_errors(config_dict, queue, invalid))
+            + step_work_errors(config_dict, queue, invalid, prompt_count))
 
 
 def _unchecked(config_dict: dict[str, Any]) -> TrainConfig:
-    """The config's known fields as given, not validated: for checks whose inputs are valid."""
-    known = {f.name for f in dataclasses.fields(TrainConfig)}
+    """The config's known keys (fields and the algorithms' options) as given, not validated:
+    for checks whose inputs are valid."""
+    known = set(config_keys())
     return TrainConfig(**{k: v for k, v in config_dict.items() if k in known})
 
 
@@ -100,16 +103,20 @@ def step_work_inputs(algorithm: str) -> set[str]:
     """The fields a step's work cap reads for ``algorithm``: those its record's ``step_shape``
     names (``max_samples_per_step`` in the config's words), ``max_new_tokens`` and the
     algorithm itself."""
-    known = {f.name for f in dataclasses.fields(TrainConfig)}
+    known = set(config_keys())
     shape = get_algorithm(algorithm).step_shape
     return {w for w in re.findall(r"\w+", shape) if w in known} | {"max_new_tokens",
                                                                     "algorithm"}
 
 
 def step_work_errors(config_dict: dict[str, Any], queue: str,
-                     invalid: Collection[str] | None = None) -> list[tuple[str, str]]:
+                     invalid: Collection[str] | None = None,
+                     prompt_count: int | None = None) -> list[tuple[str, str]]:
     """A step's generation work against the queue's cap (``RUN_MAX_STEP_TOKENS``); nothing to
-    say where a field the work is computed from is invalid (its own error names it)."""
+    say where a field the work is computed from is invalid (its own error names it). With the
+    prompt set's size (``prompt_count``) the responses are bounded by it too: a step draws a
+    prompt at most once, so at most ``prompt_count x max_samples_per_prompt`` (DAPO with
+    max_num_gen_batches = 0 has no other bound)."""
     if invalid is None:
         invalid = {name for name, _ in config_errors(config_dict)}
     if "algorithm" in invalid:
@@ -118,12 +125,16 @@ def step_work_errors(config_dict: dict[str, Any], queue: str,
     if not step_work_inputs(config.algorithm).isdisjoint(invalid):
         return []
     cap = settings.RUN_MAX_STEP_TOKENS.get(queue)
-    work = config.max_step_tokens
+    responses = config.max_samples_per_step
+    shape = get_algorithm(config.algorithm).step_shape
+    if prompt_count and prompt_count * config.max_samples_per_prompt < responses:
+        responses = prompt_count * config.max_samples_per_prompt
+        shape = f"{prompt_count:,} prompts of the set x {config.max_samples_per_prompt:,}"
+    work = responses * config.max_new_tokens
     if cap is None or work <= cap:
         return []
-    shape = get_algorithm(config.algorithm).step_shape
     return [("max_new_tokens", f"a step may generate {work:,} tokens ({shape} = "
-             f"{config.max_samples_per_step:,} responses x max_new_tokens "
+             f"{responses:,} responses x max_new_tokens "
              f"{config.max_new_tokens}); the {queue} queue allows at most {cap:,} per step "
              f"(RUN_MAX_STEP_TOKENS)")]
 
@@ -139,7 +150,8 @@ def launch_errors(config_dict: dict[str, Any], *, name: str, prompt_set: PromptS
     bad = set(invalid) | {field for field, _ in errors}
     if not (name or "").strip():
         errors.append(("name", "a run needs a name"))
-    errors += queue_errors(config_dict, queue, bad)
+    ready = prompt_set is not None and prompt_set.status == PromptSet.Status.READY
+    errors += queue_errors(config_dict, queue, bad, prompt_set.size if ready else None)
     if retention not in Run.Retention.values:
         errors.append(("retention", f"unknown retention {retention!r}; choose one of "
                                     f"{', '.join(Run.Retention.values)}"))
