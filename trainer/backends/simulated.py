@@ -108,6 +108,11 @@ class SimulatedBackend:
         self.engine_time = engine_time or EngineTimeModel()
         self.sim_seconds = 0.0  # simulated engine time of every generation so far
         self.engines = engines
+        # Samples of each generate call, and of requests through request_engine(): what a
+        # pipeline model charges per call (trainer.pipelinetime); KV-cache preemptions.
+        self.generate_samples: list[int] = []
+        self.request_samples = 0
+        self.preemptions = 0
         self._engine_of: dict[str, int] = {}
         self.model = None
         self.tokenizer = None
@@ -153,6 +158,8 @@ class SimulatedBackend:
         for engine in engines:
             engine.run_to_completion()
         self.sim_seconds += max(engine.clock for engine in engines)
+        self.generate_samples.append(sum(int(c) for c in counts))
+        self.preemptions += sum(engine.preemptions for engine in engines)
         return out
 
     def request_engine(self, count_partial: bool = True) -> SimulatedRequestEngine:
@@ -190,13 +197,16 @@ class SimulatedRequestEngine:
         engine = self.engines[self.backend.engine_of(prompt)]
         self._engine_of[key] = engine
         engine.submit(key, int(lengths[-1]), prompt.id)
+        self.backend.request_samples += 1
 
     def step(self) -> list[tuple[Hashable, Generation]]:
         busy = [e for e in self.engines if e.pending()]
         if not busy:
             return []
         engine = min(busy, key=lambda e: e.clock)
+        before = engine.preemptions
         done = engine.step()
+        self.backend.preemptions += engine.preemptions - before
         elapsed = max(e.clock for e in self.engines)
         self.backend.sim_seconds += elapsed - self._elapsed
         self._elapsed = elapsed
