@@ -114,6 +114,7 @@ class EventEngine:
     _prefilled: set[Hashable] = field(default_factory=set)
     _resident: dict[Hashable, int] = field(default_factory=dict)   # group -> requests holding KV
     _kv_used: int = 0
+    _running_done: int = 0  # tokens the running sequences have generated (their context)
     _held: bool = False    # no admission after a preemption until a request frees its KV
 
     def submit(self, key: Hashable, length: int, group: Hashable) -> None:
@@ -174,6 +175,7 @@ class EventEngine:
                     self.clock += dt
                     self.prefill_seconds += dt
                 self._running.append(r)
+                self._running_done += r.done
 
     def _preempt(self) -> None:
         """Free KV cache for the next step: the most recently admitted sequences go back to
@@ -184,6 +186,7 @@ class EventEngine:
         self._held = True
         while len(self._running) > 1 and self._kv_used + len(self._running) > cap:
             r = self._running.pop()
+            self._running_done -= r.done
             self._release(r)
             r.recompute = r.done
             self.recomputed_tokens += r.done
@@ -209,7 +212,7 @@ class EventEngine:
     def _seconds(self, k: int) -> tuple[float, int]:
         """Time of ``k`` steps from now and the prefill tokens they process."""
         b = len(self._running)
-        context = float(b * self.model.prompt_tokens + sum(r.done for r in self._running))
+        context = float(b * self.model.prompt_tokens + self._running_done)
         chunk = max(1, self.model.max_num_batched_tokens - b)
         prefill = min(self._prefill_left, k * chunk) if self._prefilling else 0
         return self.model.decode_seconds(b, context, k) + self.model.prefill_token_s * prefill, \
@@ -238,14 +241,17 @@ class EventEngine:
             r.remaining -= k
             r.done += k
         self._kv_used += k * len(self._running)
+        self._running_done += k * len(self._running)
         if self._prefilling:
             self._prefill_left -= prefill
             if self._prefill_left <= 0:
                 self._prefill_left = 0
                 self._running.extend(self._prefilling)
+                self._running_done += sum(r.done for r in self._prefilling)
                 self._prefilling = []
         out = [r for r in self._running if r.remaining <= 0]
         for r in out:
+            self._running_done -= r.done
             self._release(r)
             self._held = False
         self._running = [r for r in self._running if r.remaining > 0]
@@ -285,6 +291,8 @@ class EventEngine:
         for queue in (self._running, self._prefilling):
             for r in [r for r in queue if r.key in drop]:
                 tokens += r.done
+                if queue is self._running:
+                    self._running_done -= r.done
                 self._release(r)
                 queue.remove(r)
                 self._held = False

@@ -30,6 +30,14 @@ import numpy as np
 
 from trainer import seeds
 from trainer.algorithms import baseline, get_algorithm
+from trainer.asynctime import (
+    LAG_ALGORITHMS,
+    default_splits,
+    lag_study,
+    lag_table,
+    parse_lags,
+    parse_splits,
+)
 from trainer.clustertime import (
     MODELS,
     ClusterModel,
@@ -62,6 +70,7 @@ from trainer.schedulers import DEFAULT_SPECULATIVE_CAPACITY
 # The algorithms the paper times in its Table 2 (the baseline, GRPO, first).
 ALGORITHMS = ("grpo", "ada-pos", "ada-balance", "ada-est")
 PRESETS = ("bare", "paper")
+DAPO_POOL = 10   # prompts DAPO may draw further batches from, in B
 
 
 @dataclass(frozen=True)
@@ -106,6 +115,8 @@ class StepTime:
     generate_calls: float = 0.0
     preemptions: float = 0.0
     kept_tokens: float = 0.0     # prompt + response tokens the update trains on
+    kept_samples: float = 0.0    # responses the update trains on
+    engine_busy_s: float = 0.0   # engine-seconds decoding or prefilling, summed over the engines
 
     @property
     def exact_bound_step_s(self) -> float:
@@ -224,14 +235,15 @@ def simulate_step_time(algorithm: str, scheduler: str, pass_rates: Sequence[floa
         if on_step is not None:
             on_step()
     means = np.asarray(rows, dtype=np.float64).mean(axis=0).tolist()
-    started, discarded, saved, bound, pipe, scoring, calls, preempted, kept_tokens = \
-        np.asarray(early, dtype=np.float64).mean(axis=0).tolist()
+    (started, discarded, saved, bound, pipe, scoring, calls, preempted, kept_tokens,
+     kept_samples, busy) = np.asarray(early, dtype=np.float64).mean(axis=0).tolist()
     return StepTime(algorithm, scheduler, *means, gpus=run.cluster.gpus,
                     early_rounds=config.early_rounds_mode,
                     early_rounds_started=started, early_rounds_discarded=discarded,
                     early_rounds_saved_s=saved, exact_bound_generation_s=bound,
                     pipeline_s=pipe, scoring_s=scoring, generate_calls=calls,
-                    preemptions=preempted, kept_tokens=kept_tokens)
+                    preemptions=preempted, kept_tokens=kept_tokens, kept_samples=kept_samples,
+                    engine_busy_s=busy)
 
 
 def _new_run(config: TrainConfig, pass_rates: Sequence[float], lengths: LengthModel,
@@ -244,8 +256,13 @@ def _new_run(config: TrainConfig, pass_rates: Sequence[float], lengths: LengthMo
     from trainer.types import Prompt
 
     engine = engine_time_for(model, engine)
+    # DAPO draws further batches from prompts the step has not seen: a pool of DAPO_POOL x B,
+    # the pass rates repeated (each prompt id its own draws).
+    size = len(pass_rates) * (DAPO_POOL if get_algorithm(config.algorithm).sampling == "batches"
+                              else 1)
     prompts = [Prompt(id=str(i), text=f"simulated prompt {i}", answer="1",
-                      metadata={"pass_rate": float(r)}) for i, r in enumerate(pass_rates)]
+                      metadata={"pass_rate": float(pass_rates[i % len(pass_rates)])})
+               for i in range(size)]
     backend = SimulatedBackend(
         config, lengths=dataclasses.replace(lengths, max_tokens=config.max_new_tokens),
         engine_time=engine, engines=cluster.gpus)
@@ -261,14 +278,15 @@ def _new_run(config: TrainConfig, pass_rates: Sequence[float], lengths: LengthMo
 
 def _simulate_one_step(run: _Run, step: int) -> tuple[tuple[float, ...], tuple[float, ...]]:
     """One step: (the StepTime row's leading fields, the extra means: early rounds, the exact
-    bound, the pipeline's seconds and its scoring, generate calls, preemptions, kept tokens)."""
+    bound, the pipeline's seconds and its scoring, generate calls, preemptions, kept tokens and
+    samples, engine-seconds busy)."""
     from trainer.algorithms import choose_batch
     from trainer.loop import sample_step
 
     backend, config = run.backend, run.config
     before = backend.sim_seconds
     calls_before, requests_before = len(backend.generate_samples), backend.request_samples
-    preempted_before = backend.preemptions
+    preempted_before, busy_before = backend.preemptions, backend.engine_busy_s
     # The batch the algorithm selects (every prompt unless it selects fewer than B of them), in
     # the pass rates' order.
     chosen = sorted(choose_batch(config, run.prompts, step, state=run.state))
@@ -293,7 +311,8 @@ def _simulate_one_step(run: _Run, step: int) -> tuple[tuple[float, ...], tuple[f
              outcome.early_rounds_saved_s,
              all_at_once_seconds(backend, sampled.prompts, outcome.generations),
              pipe.total_s if pipe else 0.0, pipe.scoring_s if pipe else 0.0, len(calls),
-             backend.preemptions - preempted_before, tokens)
+             backend.preemptions - preempted_before, tokens, len(kept),
+             backend.engine_busy_s - busy_before)
     return row, extra
 
 
@@ -396,12 +415,25 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="pass rates drawn from Beta(A, B) (default 0.5,0.5)")
     parser.add_argument("--pass-rates", metavar="FILE",
                         help="one pass rate per line instead of --beta (B = the line count)")
-    parser.add_argument("--steps", type=int, default=2,
-                        help="simulated steps per algorithm and scheduler (default 2)")
-    parser.add_argument("--algorithms", default=",".join(ALGORITHMS),
+    parser.add_argument("--steps", type=int, default=None,
+                        help="simulated steps per algorithm and scheduler (default 2); with "
+                        "--max-policy-lag the updates measured after the pipeline fills "
+                        "(default 6)")
+    parser.add_argument("--algorithms", default=None,
                         help="comma-separated, of the registered algorithms "
                         f"({', '.join(REGISTERED_NAMES)}; default the paper's Table 2: "
-                        f"{','.join(ALGORITHMS)})")
+                        f"{','.join(ALGORITHMS)}; with --max-policy-lag "
+                        f"{','.join(LAG_ALGORITHMS)})")
+    parser.add_argument("--max-policy-lag", default=None, metavar="K[,K...]",
+                        help="asynchronous training: generation runs ahead of the update by at "
+                        "most K policy versions on --split's GPUs (e.g. 0,1,2; "
+                        "trainer/asynctime.py, docs/schedulers.md); reports step time, "
+                        "throughput, idle shares and lag per algorithm, split and K")
+    parser.add_argument("--split", default=None, metavar="SPLIT[,SPLIT...]",
+                        help="with --max-policy-lag: colocated (every GPU generates, then "
+                        "trains: synchronous, K = 0 only) or R+T (R GPUs generate, T train, "
+                        "R + T = --gpus); default colocated plus 3/4 and 1/2 of the GPUs "
+                        "generating (8 GPUs: colocated,6+2,4+4)")
     parser.add_argument("--schedulers", default=",".join(SCHEDULERS),
                         help=f"comma-separated (default {','.join(SCHEDULERS)})")
     parser.add_argument("--early-rounds", default="auto",
@@ -518,10 +550,13 @@ class _Inputs:
 def run_cli(args: argparse.Namespace) -> int:
     try:
         inputs = _inputs(args)
+        lag = _lag_inputs(args) if args.max_policy_lag is not None else None
     except ConfigError as exc:
         flag = exc.field.replace("_", "-")
         print(f"error: {flag}: {exc.reason}", file=sys.stderr)
         return 2
+    if lag is not None:
+        return _run_lag(args, inputs, *lag)
     results = study(inputs.rates, algorithms=inputs.algorithms, schedulers=inputs.schedulers,
                     early_rounds=inputs.early_rounds,
                     speculative_capacity=args.speculative_capacity,
@@ -539,10 +574,52 @@ def run_cli(args: argparse.Namespace) -> int:
     return 0
 
 
+def _lag_inputs(args: argparse.Namespace) -> tuple[list[int], list[Any]]:
+    """``--max-policy-lag`` and ``--split``, checked; the platform's own loop only (verl's
+    driver of ``--preset paper`` is not what the asynchronous trainer runs)."""
+    lags = parse_lags(args.max_policy_lag)
+    if args.preset != "bare" or args.pipeline:
+        raise ConfigError("max-policy-lag", "models the platform's own loop: use it with "
+                          "--preset bare and no --pipeline")
+    splits = parse_splits(args.split or default_splits(args.gpus), args.gpus)
+    if args.nodes != 1:
+        raise ConfigError("max-policy-lag", "splits GPUs of one machine: use --nodes 1")
+    return lags, splits
+
+
+def _run_lag(args: argparse.Namespace, inputs: _Inputs, lags: list[int],
+             splits: list[Any]) -> int:
+    kwargs = _simulation_kwargs(args, inputs)
+    del kwargs["steps"], kwargs["pipeline"]
+    results = lag_study(inputs.rates, algorithms=inputs.algorithms, lags=lags, splits=splits,
+                        steps=_steps(args), progress=not args.no_progress, **kwargs)
+    if args.json:
+        print(json.dumps({
+            "batch_size": len(inputs.rates), "gpus": args.gpus, "model": args.model,
+            "max_policy_lag": lags, "splits": [s.label for s in splits],
+            "measured_updates": _steps(args),
+            "results": [{**dataclasses.asdict(r), "ratio_to_own_sync": r.ratio_to_own_sync,
+                         "ratio_to_grpo_sync": r.ratio_to_grpo_sync} for r in results]}))
+        return 0
+    print(f"{MODELS[args.model].name} on {args.gpus} GPUs; B = {len(inputs.rates)}, "
+          f"n = {args.group_size}, M = {args.samples_per_round}, N = {args.max_rounds}, "
+          f"responses up to {args.max_tokens} tokens; max_policy_lag "
+          f"{','.join(map(str, lags))}; steady state over {_steps(args)} updates after the "
+          "pipeline fills (colocated: the synchronous simulator, round scheduler)\n")
+    print(lag_table(results))
+    return 0
+
+
+def _steps(args: argparse.Namespace) -> int:
+    if args.steps is not None:
+        return args.steps
+    return 6 if args.max_policy_lag is not None else 2
+
+
 def _simulation_kwargs(args: argparse.Namespace, inputs: _Inputs) -> dict[str, Any]:
     """``simulate_step_time``'s keyword arguments from the flags."""
     return dict(group_size=args.group_size, samples_per_round=args.samples_per_round,
-                max_rounds=args.max_rounds, max_tokens=args.max_tokens, steps=args.steps,
+                max_rounds=args.max_rounds, max_tokens=args.max_tokens, steps=_steps(args),
                 seed=args.seed, lengths=inputs.lengths, engine=inputs.engine,
                 update=UpdateTimeModel(token_s=inputs.update_token_s), cluster=inputs.cluster,
                 model=MODELS[args.model], mini_batches=args.mini_batches,
@@ -574,12 +651,16 @@ def _inputs(args: argparse.Namespace) -> _Inputs:
     if solved_filter < 0:
         raise ConfigError("solved-filter", f"must be >= 0, got {solved_filter}")
     rates = _rates(args, solved_filter)
-    if args.steps < 1:
-        raise ConfigError("steps", f"must be >= 1, got {args.steps}")
+    if _steps(args) < 1:
+        raise ConfigError("steps", f"must be >= 1, got {_steps(args)}")
+    if args.split is not None and args.max_policy_lag is None:
+        raise ConfigError("split", "goes with --max-policy-lag")
     if args.max_tokens < 1:
         raise ConfigError("max-tokens", f"must be >= 1, got {args.max_tokens}")
-    # Any registered algorithm; the paper's by default.
-    algorithms = _names(args.algorithms, list(REGISTERED_NAMES), "algorithms")
+    # Any registered algorithm; the paper's by default (issue 29's with --max-policy-lag).
+    default = LAG_ALGORITHMS if args.max_policy_lag is not None else ALGORITHMS
+    algorithms = _names(args.algorithms or ",".join(default), list(REGISTERED_NAMES),
+                        "algorithms")
     if baseline().name not in algorithms:
         algorithms.insert(0, baseline().name)  # the ratios' baseline
     schedulers = _names(args.schedulers, SCHEDULERS, "schedulers")
@@ -710,7 +791,7 @@ def _print_report(args: argparse.Namespace, inputs: _Inputs, results: Sequence[S
              + (f" on {args.nodes} machines" if args.nodes > 1 else ""))
     print(f"{MODELS[args.model].name} on {where}; B = {len(inputs.rates)}, "
           f"n = {args.group_size}, M = {args.samples_per_round}, N = {args.max_rounds}, "
-          f"responses up to {args.max_tokens} tokens; means over {args.steps} simulated "
+          f"responses up to {args.max_tokens} tokens; means over {_steps(args)} simulated "
           "steps")
     print("preset paper: verl's driver as the paper ran it, vLLM's KV-cache limit "
           f"({inputs.engine.kv_capacity_tokens:,} tokens an engine) and chunked prefill, "

@@ -113,6 +113,7 @@ class SimulatedBackend:
         self.generate_samples: list[int] = []
         self.request_samples = 0
         self.preemptions = 0
+        self.engine_busy_s = 0.0   # engine-seconds spent decoding or prefilling, all engines
         self._engine_of: dict[str, int] = {}
         self.model = None
         self.tokenizer = None
@@ -160,6 +161,7 @@ class SimulatedBackend:
         self.sim_seconds += max(engine.clock for engine in engines)
         self.generate_samples.append(sum(int(c) for c in counts))
         self.preemptions += sum(engine.preemptions for engine in engines)
+        self.engine_busy_s += sum(e.busy_seconds + e.prefill_seconds for e in engines)
         return out
 
     def request_engine(self, count_partial: bool = True) -> SimulatedRequestEngine:
@@ -204,9 +206,10 @@ class SimulatedRequestEngine:
         if not busy:
             return []
         engine = min(busy, key=lambda e: e.clock)
-        before = engine.preemptions
+        before = engine.preemptions, engine.busy_seconds + engine.prefill_seconds
         done = engine.step()
-        self.backend.preemptions += engine.preemptions - before
+        self.backend.preemptions += engine.preemptions - before[0]
+        self.backend.engine_busy_s += engine.busy_seconds + engine.prefill_seconds - before[1]
         elapsed = max(e.clock for e in self.engines)
         self.backend.sim_seconds += elapsed - self._elapsed
         self._elapsed = elapsed
