@@ -444,6 +444,15 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         default=DEFAULT_SPECULATIVE_CAPACITY,
                         help="early rounds speculate while the engine runs fewer requests than "
                         f"this share of max_num_seqs (default {DEFAULT_SPECULATIVE_CAPACITY:g})")
+    _add_model_arguments(parser)
+    _add_cluster_arguments(parser)
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--json", action="store_true", help="print JSON instead of a table")
+    parser.add_argument("--no-progress", action="store_true", help="no progress bar")
+
+
+def _add_model_arguments(parser: argparse.ArgumentParser) -> None:
+    """The time models' flags: engine, lengths, update, preset and pipeline."""
     parser.add_argument("--engine", action="append", default=[], metavar="FIELD=VALUE",
                         help="an EngineTimeModel constant, e.g. --engine max_num_seqs=256 "
                         "(repeatable): " + ", ".join(f.name for f in
@@ -470,6 +479,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="a PipelineModel constant, e.g. --pipeline score_processes=16 "
                         "(repeatable; adds the pipeline to --preset bare): " + ", ".join(
                             f.name for f in dataclasses.fields(PipelineModel)))
+
+
+def _add_cluster_arguments(parser: argparse.ArgumentParser) -> None:
+    """Where the step runs: GPUs, machines, the model, the update's shape, lags and splits."""
     parser.add_argument("--gpus", type=int, default=1,
                         help="GPUs the run spans (world_size; default 1): one engine each, the "
                         "update sharded over them")
@@ -492,9 +505,6 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                             ClusterModel) if f.name not in ("gpus", "nodes")))
     parser.add_argument("--no-activation-checkpointing", action="store_true",
                         help="per-rank memory without activation checkpointing")
-    parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--json", action="store_true", help="print JSON instead of a table")
-    parser.add_argument("--no-progress", action="store_true", help="no progress bar")
 
 
 def _constants(items: Sequence[str], cls: type, flag: str) -> dict[str, Any]:
