@@ -13,11 +13,12 @@ run's folder written as ``RUN``, so that two dumps of the same code are equal by
 The simulated cases cover every scheduler and early-rounds mode an algorithm accepts, passive
 filtering and dropping unresolved prompts, DAPO's generation batches and further-prompt orders,
 a run over several epochs (the visit counts) and a resume from a checkpoint. The hf cases train
-the tiny model (``--model``: a warm-started model directory; default the test suite's cache)
-with several mini-batches (clipping acts), every ``loss_agg_mode``, micro-batches, the KL
-penalty and an evaluation. ``--compare`` says which dumps of two folders differ, a sample's
-``weight`` of 1 (the key issue 28 added: every built-in's) aside, so that a dump taken before
-it compares with one taken after. It measures nothing and asserts nothing.
+the tiny model (``--model``: a warm-started model directory; default one of the test suite's
+cache, which holds one per version of the warm start: give both dumps of a comparison the same
+``--model``) with several mini-batches (clipping acts), every ``loss_agg_mode``,
+micro-batches, the KL penalty and an evaluation. ``--compare`` says which dumps of two folders
+differ, a sample's ``weight`` of 1 (the key issue 28 added: every built-in's) aside, so that a
+dump taken before it compares with one taken after. It measures nothing and asserts nothing.
 """
 
 from __future__ import annotations
@@ -149,20 +150,29 @@ def run_case(config: dict[str, Any], prompts: list[Any] | None, out: Path, work:
     out.write_text("\n".join(lines) + "\n")
 
 
+def _without_unit_weights(path: Path) -> str | None:
+    """A dump's text with every sample's ``weight`` of 1 left out; None where there is none."""
+    if not path.exists():
+        return None
+    lines = []
+    for line in path.read_text().splitlines():
+        event = json.loads(line)
+        for sample in event["samples"] if event["type"] == "step" else []:
+            if sample.get("weight") == 1.0:
+                del sample["weight"]
+        lines.append(json.dumps(event, sort_keys=True))
+    return "\n".join(lines) + "\n"
+
+
 def compare(before: Path, after: Path) -> int:
-    """Print each dump of ``before`` that ``after`` lacks or holds otherwise; 1 if any."""
+    """Print each dump of ``before`` that ``after`` lacks or holds otherwise (both read without
+    the weights of 1, so that a dump from before the key existed compares with one from after,
+    and two from after with each other); 1 if any."""
     differ = files = 0
     for old in sorted(before.rglob("*.jsonl")):
         new = after / old.relative_to(before)
         files += 1
-        lines = []
-        for line in (new.read_text().splitlines() if new.exists() else []):
-            event = json.loads(line)
-            for sample in event["samples"] if event["type"] == "step" else []:
-                if sample.get("weight") == 1.0:
-                    del sample["weight"]
-            lines.append(json.dumps(event, sort_keys=True))
-        if not new.exists() or old.read_text() != "\n".join(lines) + "\n":
+        if not new.exists() or _without_unit_weights(old) != _without_unit_weights(new):
             print(f"differs: {old.relative_to(before)}")
             differ += 1
     print(f"{files} dumps compared, {differ} differ")

@@ -38,6 +38,8 @@ As hard as a default deployment (issue 19): ``--backend hf`` trains the built-in
         --only kills,redis,postgres,poison,load --backend hf --default-lease --kills 5 --seconds 60
 
 (the built-in model from ``TRAINER_BUILTIN_MODEL_DIR``; figures in docs/reliability.md).
+``--proxied`` puts the production path's nginx (Debian's, with deploy/nginx/rada.conf.template)
+in front of gunicorn, so the postgres, load, outage and restarts drills read through it.
 """
 
 from __future__ import annotations
@@ -443,8 +445,10 @@ def drill_load(user: Any, ps: Any, base: str, readers: int, seconds: float,
             "ingest_ratio": busy_rate_window / max(ingest_rate(idle), 1e-9)}
 
 
-def gunicorn(port: int, workers: int) -> subprocess.Popen[bytes]:
+def gunicorn(port: int, workers: int, proxied: bool = False) -> subprocess.Popen[bytes]:
     env = {**os.environ, "DEBUG": "0", "PYTHONPATH": f"{ROOT}:{ROOT / 'platform'}"}
+    if proxied:  # as docker-compose.yml sets it for the web container behind its nginx
+        env["NUM_PROXIES"] = "1"
     subprocess.run([sys.executable, "manage.py", "collectstatic", "--noinput", "-v0"], cwd=ROOT,
                    env=env, check=True)
     LOG_DIR.mkdir(parents=True, exist_ok=True)
@@ -591,6 +595,10 @@ def main() -> None:
                         help="how long the outage drill keeps the database down (default: "
                              "RUN_RECONNECT_SECONDS + 30, past the recorder's retry window)")
     parser.add_argument("--restarts", type=int, default=5)
+    parser.add_argument("--proxied", action="store_true",
+                        help="put Debian's nginx with the repository's config "
+                             "(deploy/nginx/rada.conf.template) in front of gunicorn, as "
+                             "docker-compose.yml does; the web drills then go through it")
     args = parser.parse_args()
     if args.backend == "hf":
         BACKEND.update(HF)
@@ -616,10 +624,18 @@ def main() -> None:
           f" s", flush=True)
     rng = random.Random(args.seed)
     base = f"http://127.0.0.1:{args.port}"
-    web = gunicorn(args.port, args.web_workers)
+    web = gunicorn(args.port, args.web_workers, proxied=args.proxied)
+    proxy = None
     results: dict[str, Any] = {}
     try:
         wait_until(lambda: Reader(base).status("/healthz") == 200, 60, "gunicorn")
+        if args.proxied:
+            from tests.fixtures.proxy import start_nginx
+
+            proxy = start_nginx(args.port, LOG_DIR, settings.STATIC_ROOT)
+            base = f"http://127.0.0.1:{proxy.port}"
+            wait_until(lambda: Reader(base).status("/healthz") == 200, 60, "nginx")
+            print(f"proxied: nginx on {base} in front of gunicorn", flush=True)
         print(f"load average at start: {os.getloadavg()}", flush=True)
         for name, call in (("kills", lambda: drill_kills(user, ps, args.kills, rng)),
                            ("redis", lambda: drill_redis(user, ps)),
@@ -640,6 +656,8 @@ def main() -> None:
             log(f"{name}: {results[name]}")
             print(f"load average: {os.getloadavg()}", flush=True)
     finally:
+        if proxy is not None:
+            proxy.stop()
         os.killpg(web.pid, signal.SIGTERM)
         web.wait(timeout=30)
         for proc in _STARTED:

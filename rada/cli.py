@@ -86,7 +86,15 @@ def build_parser() -> argparse.ArgumentParser:
         target.add_argument("--token", default=default, help="an API token (default: "
                             "$RADA_TOKEN, else the one `login` stored)")
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    # The commands, in the order `rada --help` lists them.
+    for add in (_add_login, _add_prompt_sets, _add_launch, _add_runs, _add_wait, _add_cancel,
+                _add_retry, _add_export):
+        add(sub, common)
+    return parser
 
+
+def _add_login(sub: Any, common: argparse.ArgumentParser) -> None:
+    """``login``: check a token and store it."""
     login = sub.add_parser("login", parents=[common],
                            help="check a token and store it (mode 0600)",
                            description="Check an API token (create one on the platform's "
@@ -95,6 +103,9 @@ def build_parser() -> argparse.ArgumentParser:
                            "is read from --token, $RADA_TOKEN, or asked for without echo.")
     login.set_defaults(func=cmd_login)
 
+
+def _add_prompt_sets(sub: Any, common: argparse.ArgumentParser) -> None:
+    """``prompt-sets list`` and ``prompt-sets upload``."""
     ps = sub.add_parser("prompt-sets", parents=[common], help="list or upload prompt sets",
                         description="List prompt sets, or upload a JSONL/Parquet file of "
                         "prompts (prompt, answer; verl's layout too).")
@@ -108,6 +119,9 @@ def build_parser() -> argparse.ArgumentParser:
     up.add_argument("--name", help="the set's name (default: the file's name without suffix)")
     up.set_defaults(func=cmd_prompt_sets_upload)
 
+
+def _add_launch(sub: Any, common: argparse.ArgumentParser) -> None:
+    """``launch``: a run, or a sweep, from a TOML config."""
     launch = sub.add_parser("launch", parents=[common],
                             help="launch a run (or a sweep) from a TOML config",
                             description="Launch a run from the TOML config of `python -m "
@@ -128,6 +142,9 @@ def build_parser() -> argparse.ArgumentParser:
                         help="wait for the runs to finish, with a progress bar per run")
     launch.set_defaults(func=cmd_launch)
 
+
+def _add_runs(sub: Any, common: argparse.ArgumentParser) -> None:
+    """``runs``: list runs."""
     runs = sub.add_parser("runs", parents=[common], help="list runs",
                           description="Runs, newest first.")
     runs.add_argument("--status", choices=("queued", "running", "succeeded", "failed",
@@ -140,6 +157,9 @@ def build_parser() -> argparse.ArgumentParser:
                       "line (for scripts)")
     runs.set_defaults(func=cmd_runs)
 
+
+def _add_wait(sub: Any, common: argparse.ArgumentParser) -> None:
+    """``wait``: for runs or a sweep."""
     wait = sub.add_parser("wait", parents=[common], help="wait for runs or a sweep to finish",
                           description="Wait, with a progress bar per run, until the runs (or "
                           "every run of the sweep) have finished; exit 1 when one did not "
@@ -148,6 +168,9 @@ def build_parser() -> argparse.ArgumentParser:
     wait.add_argument("--sweep", type=int, metavar="ID", help="wait for a sweep's runs")
     wait.set_defaults(func=cmd_wait)
 
+
+def _add_cancel(sub: Any, common: argparse.ArgumentParser) -> None:
+    """``cancel``: runs or a sweep."""
     cancel = sub.add_parser("cancel", parents=[common], help="cancel runs or a sweep",
                             description="Cancel runs (queued ones stop at once, running ones "
                             "after their current round), or every unfinished run of a sweep.")
@@ -155,6 +178,9 @@ def build_parser() -> argparse.ArgumentParser:
     cancel.add_argument("--sweep", type=int, metavar="ID", help="cancel a sweep's runs")
     cancel.set_defaults(func=cmd_cancel)
 
+
+def _add_retry(sub: Any, common: argparse.ArgumentParser) -> None:
+    """``retry``: failed or cancelled runs of a sweep, in their place."""
     retry = sub.add_parser("retry", parents=[common],
                            help="retry failed or cancelled runs of a sweep, in their place",
                            description="Run a failed or cancelled run of a sweep again, in its "
@@ -166,6 +192,9 @@ def build_parser() -> argparse.ArgumentParser:
                        help="wait for the retries to finish, with a progress bar per run")
     retry.set_defaults(func=cmd_retry)
 
+
+def _add_export(sub: Any, common: argparse.ArgumentParser) -> None:
+    """``export``: a run's Parquet bundle."""
     export = sub.add_parser("export", parents=[common],
                             help="download a run as a Parquet bundle",
                             description="Download a run's Parquet bundle (steps, rounds, "
@@ -176,7 +205,6 @@ def build_parser() -> argparse.ArgumentParser:
                         "zip file (default run-ID-bundle.zip)")
     export.add_argument("--zip", action="store_true", help="keep the zip as it is")
     export.set_defaults(func=cmd_export)
-    return parser
 
 
 # --- commands -----------------------------------------------------------------------------------

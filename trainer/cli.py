@@ -115,7 +115,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.command == "config-docs":
         import importlib
 
-        from trainer.config import config_reference
+        from trainer.config_docs import config_reference
 
         for module in args.modules:
             importlib.import_module(module)

@@ -242,78 +242,111 @@ def predict(rates: Sequence[float], *, batch_size: int, group_size: int,
     instead. The expectation is over ``draws`` simulated prompt draws, fewer when M x N is large
     (at most ``SIMULATED_RESPONSES`` responses).
     """
-    from trainer.cli import simulate
-    from trainer.seeds import derive_seed
-
     if not rates:
         return []
-    # Whole passes over the prompts while the response budget allows; past it, one pass over a
-    # seeded random subset (still an unbiased estimate of the per-prompt mean, just noisier).
-    draws = max(1, min(draws, SIMULATED_RESPONSES // max(samples_per_round * max_rounds, 16)))
+    passes = _passes(rates, draws, samples_per_round * max_rounds, seed)
+    rows: list[dict[str, Any]] = []
+    for algorithm, n in variants(group_size):
+        row: dict[str, Any] = {"algorithm": algorithm, "group_size": n, "error": None}
+        try:
+            runs, results, steps = _simulate(algorithm, n, passes, max(samples_per_round, n),
+                                             max_rounds, seed)
+        except (ConfigError, ValueError) as exc:  # e.g. an algorithm without simulator support
+            row["error"] = str(exc)
+        else:
+            row.update(_figures(algorithm, n, runs, results, steps, batch_size=batch_size,
+                                group_size=group_size,
+                                samples_per_round=max(samples_per_round, n),
+                                max_rounds=max_rounds, seconds_per_sample=seconds_per_sample,
+                                seed=seed))
+        rows.append(row)
+    return rows
+
+
+def _passes(rates: Sequence[float], draws: int, responses_per_prompt: int,
+            seed: int) -> list[list[float]]:
+    """The prompts' pass rates the simulations draw: whole passes over the prompts while the
+    response budget allows; past it, one pass over a seeded random subset (still an unbiased
+    estimate of the per-prompt mean, just noisier)."""
+    draws = max(1, min(draws, SIMULATED_RESPONSES // max(responses_per_prompt, 16)))
     passes = [list(rates)] * max(1, -(-draws // len(rates)))
     if draws < len(rates):
         rng = np.random.default_rng([seed, seeds.TOOLS, seeds.PREFLIGHT_SUBSET])
         passes = [[rates[i] for i in rng.choice(len(rates), size=draws, replace=False)]]
-    rows: list[dict[str, Any]] = []
-    for algorithm, n in variants(group_size):
-        row: dict[str, Any] = {"algorithm": algorithm, "group_size": n, "error": None}
-        record = get_algorithm(algorithm)
-        steps = STATEFUL_SIMULATED_STEPS if record.make_state is not None else 1
-        # Counted steps each draw every prompt once: fewer passes give as many draws.
-        runs = passes[:max(1, len(passes) // (steps - steps // 2))]
-        try:
-            results = [simulate(algorithm, chosen, group_size=n,
-                                samples_per_round=max(samples_per_round, n),
-                                max_rounds=max_rounds,
-                                # A config seed is an int32 (MAX_SEED).
-                                seed=derive_seed(seed, r) % (MAX_SEED + 1), steps=steps)
-                       for r, chosen in enumerate(runs)]
-        except (ConfigError, ValueError) as exc:  # e.g. an algorithm without simulator support
-            row["error"] = str(exc)
-            rows.append(row)
-            continue
-        counted = [(step, len(chosen)) for res, chosen in zip(results, runs, strict=True)
-                   for step in (res["steps"][steps // 2:] if steps > 1 else [res])]
-        drawn = [p for step, _ in counted for p in step["prompts"]]
-        samples = float(np.mean([p["samples"] for p in drawn]))
-        if record.draws_batches:
-            # Per prompt of the step's batch: the further batches' samples count too (DAPO).
-            samples = sum(r["total_samples"] for r in results) / sum(len(c) for c in runs)
-        kept = [p for p in drawn if p["advantages"]]
-        # The most a step can spend per prompt of its batch, at the run's shape (not validated
-        # again: the simulation above has checked it).
-        most = record.max_samples_per_step(TrainConfig(
-            algorithm=algorithm, group_size=n, samples_per_round=max(samples_per_round, n),
-            max_rounds=max_rounds, batch_size=batch_size)) / batch_size
-        fixed = all(step["total_samples"] == most * size for step, size in counted)
-        spent = np.zeros(max(len(c) for c in runs))
-        groups = np.zeros_like(spent)
-        for p in drawn:  # by measured prompt (its position in the simulated list)
-            spent[p["index"]] += p["samples"]
-            groups[p["index"]] += bool(p["advantages"])
-        drawn_ones = np.flatnonzero(spent)
-        interval = None if fixed else spend_interval(spent[drawn_ones], groups[drawn_ones],
-                                                     seed=seed)
-        # The resampled cost per kept group, relative to the simulation's own, scales the figure.
-        per_kept = spent.sum() / groups.sum() if groups.sum() else None
-        low = high = samples
-        if interval is not None and per_kept:
-            low, high = (min(most, samples * r / per_kept) for r in interval)
-        row.update(
-            samples_per_prompt=samples,
-            samples_per_step=batch_size * samples,
-            samples_per_step_low=batch_size * low,
-            samples_per_step_high=batch_size * high,
-            spend_fixed=fixed,
-            multiple_of_grpo=samples / group_size,
-            # Over the groups kept for the update, for every algorithm alike (None: none kept).
-            zero_adv_frac=(sum(all(abs(a) <= 1e-12 for a in p["advantages"]) for p in kept)
-                           / len(kept)) if kept else None,
-            discarded_frac=1 - len(kept) / len(drawn),
-            unresolved_frac=sum(not p["resolved"] for p in drawn) / len(drawn),
-            missing_pos_frac=sum(p["missing"] == "positives" for p in drawn) / len(drawn),
-            missing_neg_frac=sum(p["missing"] == "negatives" for p in drawn) / len(drawn),
-            step_seconds=(batch_size * samples * seconds_per_sample
-                          if seconds_per_sample is not None else None))
-        rows.append(row)
-    return rows
+    return passes
+
+
+def _simulate(algorithm: str, n: int, passes: list[list[float]], samples_per_round: int,
+              max_rounds: int, seed: int) -> tuple[list[list[float]], list[dict[str, Any]], int]:
+    """(the passes simulated, their results, steps per simulation) of ``algorithm`` at n: one
+    step each, or ``STATEFUL_SIMULATED_STEPS`` for an algorithm with persistent state."""
+    from trainer.cli import simulate
+    from trainer.seeds import derive_seed
+
+    steps = STATEFUL_SIMULATED_STEPS if get_algorithm(algorithm).make_state is not None else 1
+    # Counted steps each draw every prompt once: fewer passes give as many draws.
+    runs = passes[:max(1, len(passes) // (steps - steps // 2))]
+    results = [simulate(algorithm, chosen, group_size=n, samples_per_round=samples_per_round,
+                        max_rounds=max_rounds,
+                        # A config seed is an int32 (MAX_SEED).
+                        seed=derive_seed(seed, r) % (MAX_SEED + 1), steps=steps)
+               for r, chosen in enumerate(runs)]
+    return runs, results, steps
+
+
+def _figures(algorithm: str, n: int, runs: list[list[float]], results: list[dict[str, Any]],
+             steps: int, *, batch_size: int, group_size: int, samples_per_round: int,
+             max_rounds: int, seconds_per_sample: float | None, seed: int) -> dict[str, Any]:
+    """A variant's row of figures (``PREDICTION_COLUMNS`` and how sure) from its simulations:
+    the steps past the first half of a stateful simulation count, every step of the others."""
+    record = get_algorithm(algorithm)
+    counted = [(step, len(chosen)) for res, chosen in zip(results, runs, strict=True)
+               for step in (res["steps"][steps // 2:] if steps > 1 else [res])]
+    drawn = [p for step, _ in counted for p in step["prompts"]]
+    samples = float(np.mean([p["samples"] for p in drawn]))
+    if record.draws_batches:
+        # Per prompt of the step's batch: the further batches' samples count too (DAPO).
+        samples = sum(r["total_samples"] for r in results) / sum(len(c) for c in runs)
+    kept = [p for p in drawn if p["advantages"]]
+    # The most a step can spend per prompt of its batch, at the run's shape (not validated
+    # again: the simulation has checked it).
+    most = record.max_samples_per_step(TrainConfig(
+        algorithm=algorithm, group_size=n, samples_per_round=samples_per_round,
+        max_rounds=max_rounds, batch_size=batch_size)) / batch_size
+    fixed = all(step["total_samples"] == most * size for step, size in counted)
+    low, high = (samples, samples) if fixed else _spend_bounds(runs, drawn, samples, most, seed)
+    return dict(
+        samples_per_prompt=samples,
+        samples_per_step=batch_size * samples,
+        samples_per_step_low=batch_size * low,
+        samples_per_step_high=batch_size * high,
+        spend_fixed=fixed,
+        multiple_of_grpo=samples / group_size,
+        # Over the groups kept for the update, for every algorithm alike (None: none kept).
+        zero_adv_frac=(sum(all(abs(a) <= 1e-12 for a in p["advantages"]) for p in kept)
+                       / len(kept)) if kept else None,
+        discarded_frac=1 - len(kept) / len(drawn),
+        unresolved_frac=sum(not p["resolved"] for p in drawn) / len(drawn),
+        missing_pos_frac=sum(p["missing"] == "positives" for p in drawn) / len(drawn),
+        missing_neg_frac=sum(p["missing"] == "negatives" for p in drawn) / len(drawn),
+        step_seconds=(batch_size * samples * seconds_per_sample
+                      if seconds_per_sample is not None else None))
+
+
+def _spend_bounds(runs: list[list[float]], drawn: list[dict[str, Any]], samples: float,
+                  most: float, seed: int) -> tuple[float, float]:
+    """Samples per prompt at the ends of the interval of ``spend_interval`` over the measured
+    prompts, at most ``most``: the resampled cost per kept group, relative to the simulation's
+    own, scales the figure."""
+    spent = np.zeros(max(len(c) for c in runs))
+    groups = np.zeros_like(spent)
+    for p in drawn:  # by measured prompt (its position in the simulated list)
+        spent[p["index"]] += p["samples"]
+        groups[p["index"]] += bool(p["advantages"])
+    drawn_ones = np.flatnonzero(spent)
+    interval = spend_interval(spent[drawn_ones], groups[drawn_ones], seed=seed)
+    per_kept = spent.sum() / groups.sum() if groups.sum() else None
+    if interval is None or not per_kept:
+        return samples, samples
+    low, high = (min(most, samples * r / per_kept) for r in interval)
+    return low, high

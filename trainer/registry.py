@@ -41,7 +41,8 @@ def load_plugins() -> None:
 
 def register_algorithm(algorithm: Any, *, replace: bool = False) -> Any:
     """Add ``algorithm`` (a ``trainer.algorithms.Algorithm``) to the registry; its name must be
-    new unless ``replace``, and its options must not be declared otherwise by another one."""
+    new unless ``replace``, and its options and charts must not be declared otherwise by another
+    one."""
     if algorithm.name in _REGISTRY and not replace:
         raise ValueError(f"algorithm {algorithm.name!r} is registered already")
     for option in algorithm.options:
@@ -49,6 +50,12 @@ def register_algorithm(algorithm: Any, *, replace: bool = False) -> Any:
         if other is not None and other[1] != option:
             raise ValueError(f"{algorithm.name}: option {option.name!r} is declared otherwise "
                              f"by {other[0]}")
+    for chart in algorithm.charts:
+        owner = next((a.name for a in _REGISTRY.values() if a.name != algorithm.name
+                      for c in a.charts if c.name == chart.name and c != chart), None)
+        if owner is not None:
+            raise ValueError(f"{algorithm.name}: chart {chart.name!r} is declared otherwise "
+                             f"by {owner}")
     _REGISTRY[algorithm.name] = algorithm
     return algorithm
 
@@ -133,6 +140,18 @@ def option_specs() -> list[tuple[Any, Option]]:
     for algorithm in algorithms():
         for option in algorithm.options:
             out.setdefault(option.name, (algorithm, option))
+    return list(out.values())
+
+
+def chart_specs() -> list[tuple[Any, tuple[str, ...]]]:
+    """(the chart, a ``trainer.charts.ChartSpec``; the algorithms declaring it) for every chart a
+    registered algorithm declares, in registration and declaration order; a chart two
+    algorithms share (the same declaration) once."""
+    out: dict[str, tuple[Any, tuple[str, ...]]] = {}
+    for algorithm in algorithms():
+        for chart in algorithm.charts:
+            spec, names = out.get(chart.name, (chart, ()))
+            out[chart.name] = (spec, (*names, algorithm.name))
     return list(out.values())
 
 

@@ -17,7 +17,7 @@ import random
 import shutil
 import sys
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -70,113 +70,21 @@ def warmstart(out: str | Path, *, steps: int = DEFAULT_STEPS, batch_size: int = 
     built-in warm start) instead of random weights.
     """
     # trainer.model before torch: it sets OMP_WAIT_POLICY, which torch reads when it loads.
-    from trainer.model import (build_tiny_model, configure_threads, load_model_dir,  # isort: skip
-                               save_checkpoint)
+    from trainer.model import configure_threads, save_checkpoint  # isort: skip
     import torch
-    from tqdm import tqdm
 
-    from trainer import tasks
-    from trainer.policy import response_logprobs
     from trainer.tokenizer import build_tokenizer
 
     if task not in TASKS:
         raise ValueError(f"unknown task {task!r}; choose one of {', '.join(TASKS)}")
     configure_threads(threads)
     tokenizer = build_tokenizer()
-    if init is not None:
-        # The warm start trains on the built-in tokenizer's ids; a checkpoint to continue from
-        # must share its vocabulary (checked here).
-        model, _ = load_model_dir(Path(init), "cpu")
-        if model.config.vocab_size != len(tokenizer):
-            raise ValueError(f"--init {init}: vocabulary of {model.config.vocab_size} tokens, "
-                             f"not the built-in tokenizer's {len(tokenizer)}")
-    else:
-        model = build_tiny_model(tokenizer, seed=seed)
-    model.train()
-    optimizer = torch.optim.AdamW(model.parameters(), lr=lr, weight_decay=0.01,
-                                  betas=(0.9, 0.95))
-    warmup = max(1, min(50, steps // 10))
-    scheduler = torch.optim.lr_scheduler.LambdaLR(
-        optimizer, lambda step: min(1.0, (step + 1) / warmup))
-    if task == "arithmetic":
-        stop_prompts = tasks.arithmetic_prompts(32, seed=_STOP_CHECK_SEED, exact_digits=2)
-
-        def problem(rng: random.Random) -> tuple[str, str]:
-            a, b = tasks.sample_operands(rng, min_digits, max_digits)
-            return tasks.format_prompt(a, b), tasks.reversed_sum(a, b)
-    else:
-        stop_prompts = tasks.arithmetic_long_prompts(32, min_digits, max_digits,
-                                                     seed=_STOP_CHECK_SEED)
-
-        def problem(rng: random.Random) -> tuple[str, str]:
-            operands = tasks.sample_long_operands(rng, min_digits, max_digits)
-            return tasks.format_long_prompt(operands), tasks.running_sums_answer(operands)
-    check_tokens = _CHECK_TOKENS[task]
-    rng = random.Random(seed)
-    eos = tokenizer.eos_token_id
+    model = _initial_model(tokenizer, init, seed)
     started = time.perf_counter()
-    loss_value = float("nan")
-    checks: list[dict[str, float]] = []
-    stop_reason = "max steps"
-    done = 0
-    # The warm start usually stops long before ``steps``: at the target (a user read "0/1500"
-    # with an ETA of 14-22 min, and it stopped at step 600 after 3.5 min) or at the time
-    # limit. So the bar names the target and the latest check, and gives a bound, not a
-    # forecast: "at most 5:20 more", the sooner of the steps left and the time limit.
-    what = "2-digit pass rate" if task == "arithmetic" else "pass rate"
-    bar = tqdm(range(steps), disable=not progress, file=sys.stderr,
-               desc=f"warm start until the {what} reaches {target_pass_rate:.2f}"
-               if target_pass_rate > 0 else "warm start",
-               bar_format="{desc}: step {n_fmt} of at most {total_fmt} [{elapsed}{postfix}]")
-    latest = (f"{what} not checked yet (every {check_every} steps)"
-              if target_pass_rate > 0 else "")
-
-    def show() -> None:
-        elapsed = time.perf_counter() - started
-        left = min(elapsed / done * (steps - done), max(max_seconds - elapsed, 0.0))
-        bar.set_postfix_str(", ".join(p for p in (f"loss {loss_value:.3f}", latest,
-                                                  f"at most {tqdm.format_interval(left)} more")
-                                      if p))
-
-    for step in bar:
-        problems = [problem(rng) for _ in range(batch_size)]
-        prompt_ids = [tokenizer(text)["input_ids"] for text, _ in problems]
-        # Answer digits come from the tokenizer's vocabulary, one token per character.
-        answer_ids = [tokenizer(answer, add_special_tokens=False)["input_ids"] + [eos]
-                      for _, answer in problems]
-        logprobs, _, mask = response_logprobs(model, prompt_ids, answer_ids,
-                                              tokenizer.pad_token_id)
-        loss = -(logprobs * mask).sum() / mask.sum()
-        optimizer.zero_grad(set_to_none=True)
-        loss.backward()
-        optimizer.step()
-        scheduler.step()
-        loss_value = loss.item()
-        done = step + 1
-        if target_pass_rate > 0 and done % check_every == 0:
-            model.eval()
-            rate = _mean_pass_rate(model, tokenizer, stop_prompts, samples=8, seed=seed + done,
-                                   max_new_tokens=check_tokens)
-            model.train()
-            checks.append({"step": done, ("pass_rate_2_digit" if task == "arithmetic"
-                                          else "pass_rate"): round(rate, 4)})
-            latest = f"{what} {rate:.2f} -> target {target_pass_rate:.2f}"
-            if rate >= target_pass_rate:
-                stop_reason = "target reached"
-                bar.set_postfix_str(f"loss {loss_value:.3f}, {what} {rate:.2f}: target "
-                                    f"{target_pass_rate:.2f} reached")
-                break
-            show()
-        elif done % 10 == 0 or done == 1:
-            show()
-        if time.perf_counter() - started > max_seconds:
-            stop_reason = "time limit"
-            break
-    bar.close()
-    if progress:
-        from trainer.formatting import count
-
-        print(f"warm start stopped after {count(done, 'step')}: {stop_reason}", file=sys.stderr)
+    done, loss_value, checks, stop_reason = _train(
+        model, tokenizer, task=task, steps=steps, batch_size=batch_size, lr=lr, seed=seed,
+        digits=(min_digits, max_digits), target_pass_rate=target_pass_rate,
+        check_every=check_every, max_seconds=max_seconds, progress=progress)
     train_seconds = time.perf_counter() - started
     model.eval()
     out = save_checkpoint(model, tokenizer, out)
@@ -197,6 +105,158 @@ def warmstart(out: str | Path, *, steps: int = DEFAULT_STEPS, batch_size: int = 
     # Last, so that a directory with the report is a finished one.
     (out / REPORT_NAME).write_text(json.dumps(report, indent=2) + "\n")
     return report
+
+
+def _initial_model(tokenizer: Any, init: str | Path | None, seed: int) -> Any:
+    """The model to train: the checkpoint ``init``, else a new tiny model of ``seed``."""
+    from trainer.model import build_tiny_model, load_model_dir
+
+    if init is None:
+        return build_tiny_model(tokenizer, seed=seed)
+    # The warm start trains on the built-in tokenizer's ids; a checkpoint to continue from
+    # must share its vocabulary (checked here).
+    model, _ = load_model_dir(Path(init), "cpu")
+    if model.config.vocab_size != len(tokenizer):
+        raise ValueError(f"--init {init}: vocabulary of {model.config.vocab_size} tokens, "
+                         f"not the built-in tokenizer's {len(tokenizer)}")
+    return model
+
+
+Problem = Callable[[random.Random], tuple[str, str]]
+
+
+def _task_problems(task: str, min_digits: int, max_digits: int) -> tuple[list[Any], Problem]:
+    """The held-out prompts of the stop check, and how a training problem (prompt, answer) is
+    drawn, for ``task``."""
+    from trainer import tasks
+
+    if task == "arithmetic":
+        def problem(rng: random.Random) -> tuple[str, str]:
+            a, b = tasks.sample_operands(rng, min_digits, max_digits)
+            return tasks.format_prompt(a, b), tasks.reversed_sum(a, b)
+
+        return tasks.arithmetic_prompts(32, seed=_STOP_CHECK_SEED, exact_digits=2), problem
+
+    def long_problem(rng: random.Random) -> tuple[str, str]:
+        operands = tasks.sample_long_operands(rng, min_digits, max_digits)
+        return tasks.format_long_prompt(operands), tasks.running_sums_answer(operands)
+
+    return tasks.arithmetic_long_prompts(32, min_digits, max_digits,
+                                         seed=_STOP_CHECK_SEED), long_problem
+
+
+def _train(model: Any, tokenizer: Any, *, task: str, steps: int, batch_size: int, lr: float,
+           seed: int, digits: tuple[int, int], target_pass_rate: float, check_every: int,
+           max_seconds: float, progress: bool) -> tuple[int, float, list[dict[str, float]], str]:
+    """Teacher-force ``model`` on the task's problems until the stop check's pass rate reaches
+    ``target_pass_rate`` (0: never checked), ``steps`` or ``max_seconds``; return (steps done,
+    the last loss, the checks, why it stopped)."""
+    import torch
+
+    model.train()
+    optimizer = torch.optim.AdamW(model.parameters(), lr=lr, weight_decay=0.01,
+                                  betas=(0.9, 0.95))
+    warmup = max(1, min(50, steps // 10))
+    scheduler = torch.optim.lr_scheduler.LambdaLR(
+        optimizer, lambda step: min(1.0, (step + 1) / warmup))
+    stop_prompts, problem = _task_problems(task, *digits)
+    rng = random.Random(seed)
+    bar = _Progress(task, steps, target_pass_rate, check_every, max_seconds, progress)
+    loss_value = float("nan")
+    checks: list[dict[str, float]] = []
+    stop_reason = "max steps"
+    done = 0
+    for step in bar.steps:
+        loss_value = _supervised_step(model, tokenizer, optimizer,
+                                      [problem(rng) for _ in range(batch_size)])
+        scheduler.step()
+        done = step + 1
+        if target_pass_rate > 0 and done % check_every == 0:
+            model.eval()
+            rate = _mean_pass_rate(model, tokenizer, stop_prompts, samples=8, seed=seed + done,
+                                   max_new_tokens=_CHECK_TOKENS[task])
+            model.train()
+            checks.append({"step": done, ("pass_rate_2_digit" if task == "arithmetic"
+                                          else "pass_rate"): round(rate, 4)})
+            if rate >= target_pass_rate:
+                stop_reason = "target reached"
+                bar.reached(loss_value, rate)
+                break
+            bar.checked(rate)
+            bar.show(done, loss_value)
+        elif done % 10 == 0 or done == 1:
+            bar.show(done, loss_value)
+        if bar.elapsed() > max_seconds:
+            stop_reason = "time limit"
+            break
+    bar.close(done, stop_reason)
+    return done, loss_value, checks, stop_reason
+
+
+def _supervised_step(model: Any, tokenizer: Any, optimizer: Any,
+                     problems: list[tuple[str, str]]) -> float:
+    """One optimiser step of cross entropy on the answers' tokens and EOS; the loss."""
+    from trainer.policy import response_logprobs
+
+    prompt_ids = [tokenizer(text)["input_ids"] for text, _ in problems]
+    # Answer digits come from the tokenizer's vocabulary, one token per character.
+    answer_ids = [tokenizer(answer, add_special_tokens=False)["input_ids"]
+                  + [tokenizer.eos_token_id] for _, answer in problems]
+    logprobs, _, mask = response_logprobs(model, prompt_ids, answer_ids, tokenizer.pad_token_id)
+    loss = -(logprobs * mask).sum() / mask.sum()
+    optimizer.zero_grad(set_to_none=True)
+    loss.backward()
+    optimizer.step()
+    return loss.item()
+
+
+class _Progress:
+    """The warm start's bar. It usually stops long before ``steps``: at the target (a user read
+    "0/1500" with an ETA of 14-22 min, and it stopped at step 600 after 3.5 min) or at the time
+    limit. So the bar names the target and the latest check, and gives a bound, not a
+    forecast: "at most 5:20 more", the sooner of the steps left and the time limit."""
+
+    def __init__(self, task: str, steps: int, target: float, check_every: int,
+                 max_seconds: float, enabled: bool) -> None:
+        from tqdm import tqdm
+
+        self.format_interval = tqdm.format_interval
+        self.started = time.perf_counter()
+        self.total, self.target, self.max_seconds, self.enabled = (steps, target, max_seconds,
+                                                                   enabled)
+        self.what = "2-digit pass rate" if task == "arithmetic" else "pass rate"
+        self.steps = tqdm(range(steps), disable=not enabled, file=sys.stderr,
+                          desc=f"warm start until the {self.what} reaches {target:.2f}"
+                          if target > 0 else "warm start",
+                          bar_format="{desc}: step {n_fmt} of at most {total_fmt} "
+                                     "[{elapsed}{postfix}]")
+        self.latest = (f"{self.what} not checked yet (every {check_every} steps)"
+                       if target > 0 else "")
+
+    def elapsed(self) -> float:
+        return time.perf_counter() - self.started
+
+    def show(self, done: int, loss: float) -> None:
+        elapsed = self.elapsed()
+        left = min(elapsed / done * (self.total - done), max(self.max_seconds - elapsed, 0.0))
+        self.steps.set_postfix_str(", ".join(
+            p for p in (f"loss {loss:.3f}", self.latest,
+                        f"at most {self.format_interval(left)} more") if p))
+
+    def checked(self, rate: float) -> None:
+        self.latest = f"{self.what} {rate:.2f} -> target {self.target:.2f}"
+
+    def reached(self, loss: float, rate: float) -> None:
+        self.steps.set_postfix_str(f"loss {loss:.3f}, {self.what} {rate:.2f}: target "
+                                   f"{self.target:.2f} reached")
+
+    def close(self, done: int, stop_reason: str) -> None:
+        self.steps.close()
+        if self.enabled:
+            from trainer.formatting import count
+
+            print(f"warm start stopped after {count(done, 'step')}: {stop_reason}",
+                  file=sys.stderr)
 
 
 def _mean_pass_rate(model: Any, tokenizer: Any, prompts: Sequence[Any], samples: int,

@@ -30,7 +30,7 @@ from trainer.algorithms import baseline
 from trainer.types import PASS_RATE_METRICS, PASS_RATE_THRESHOLDS
 
 from . import selectors
-from .charts import MAX_POINTS, PALETTE, Fig, _layout, band_traces
+from .charts.drawing import MAX_POINTS, PALETTE, Fig, band_traces, base_layout
 from .downsample import bucket_mean
 
 # Fig. 4 (entropy against reward) draws at most this many points per group: per-step values are
@@ -335,7 +335,7 @@ def figure(report: Report, name: str, max_points: int = MAX_POINTS) -> Fig:
         ytitle = ("real reward (0-1)" if name == "reward"
                   else "samples per step above B x n (samples)")
         data = _bands(by_group, "step", max_points)
-        layout = _layout(f"{title} (mean over seeds, band: min-max)", "training step", ytitle)
+        layout = base_layout(f"{title} (mean over seeds, band: min-max)", "training step", ytitle)
     elif name == "entropy-reward":
         for i, label, g in by_group:
             if g:
@@ -350,11 +350,11 @@ def figure(report: Report, name: str, max_points: int = MAX_POINTS) -> Fig:
                                               "<extra></extra>",
                              "line": {"color": _color(i), "width": 1.5},
                              "marker": {"size": sizes}})
-        layout = _layout(f"{title} (mean over seeds, in step order)",
-                         "real reward (0-1)", "mean token entropy (nats)", hovermode="closest")
+        layout = base_layout(f"{title} (mean over seeds, in step order)",
+                             "real reward (0-1)", "mean token entropy (nats)", hovermode="closest")
     elif name == "pass-at-k":
-        layout = _layout(f"{title} (last evaluation; mean over seeds, band: min-max)", "", "",
-                         hovermode="closest")
+        layout = base_layout(f"{title} (last evaluation; mean over seeds, band: min-max)", "", "",
+                             hovermode="closest")
         metrics = ("pass@k", "all-correct ratio")
         _panels(layout, 2, "k (samples per prompt)", "fraction of eval prompts (0-1)",
                 ["held-out pass@k", "all-correct ratio"])
@@ -362,7 +362,7 @@ def figure(report: Report, name: str, max_points: int = MAX_POINTS) -> Fig:
         for axis in ("xaxis", "xaxis2"):
             layout[axis].update(type="log", tickvals=[1, 2, 4, 8, 16, 32, 64, 128])
     elif name == "hard-prompts":
-        layout = _layout(f"{title} (mean over seeds, band: min-max)", "", "")
+        layout = base_layout(f"{title} (mean over seeds, band: min-max)", "", "")
         subtitles = ["pass rate = 0" if t == 0 else f"pass rate ≤ {t:g}"
                      for t in PASS_RATE_THRESHOLDS]
         _panels(layout, len(PASS_RATE_THRESHOLDS), "training step",

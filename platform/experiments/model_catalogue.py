@@ -16,7 +16,7 @@ from pathlib import Path
 
 from django.conf import settings
 
-from trainer.config import BUILTIN_MODEL
+from trainer.config import BUILTIN_MODEL, TrainConfig
 
 BUILTIN_MODELS = (BUILTIN_MODEL,)
 # Backends that load the model (simulated takes any name as a label).
@@ -83,8 +83,8 @@ def not_offered(model: str) -> str:
 def model_error(config_dict: dict[str, object]) -> str | None:
     """Why a platform run may not load the config's model (None: it may, or its backend
     loads none)."""
-    backend = config_dict.get("backend", "hf")
-    model = config_dict.get("model", BUILTIN_MODEL)
+    backend = config_dict.get("backend", TrainConfig.backend)
+    model = config_dict.get("model", TrainConfig.model)
     if backend not in LOADING_BACKENDS or not isinstance(model, str):
         return None
     return None if model_offered(model) else not_offered(model)

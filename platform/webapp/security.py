@@ -47,3 +47,18 @@ class ContentSecurityPolicyMiddleware:
         # A view that sets its own (``allows_webgl``) keeps it.
         response.headers.setdefault("Content-Security-Policy", self.policy)
         return response
+
+
+def client_address(request: HttpRequest) -> str | None:
+    """The address of the client behind ``NUM_PROXIES`` trusted proxies, as the API's throttles
+    (django-ninja) count it: the entry that many places from the right of X-Forwarded-For (the
+    production nginx overwrites the header with the address it saw), else ``REMOTE_ADDR``. The
+    sign-in lock (django-axes, ``AXES_CLIENT_IP_CALLABLE``) uses it too: without it the lock
+    behind the proxy would be per user name only, since every request comes from nginx."""
+    remote = request.META.get("REMOTE_ADDR")
+    proxies = int(getattr(settings, "NINJA_NUM_PROXIES", 0) or 0)
+    forwarded = request.META.get("HTTP_X_FORWARDED_FOR")
+    if proxies <= 0 or not forwarded:
+        return remote
+    hops = [h.strip() for h in forwarded.split(",") if h.strip()]
+    return hops[-min(proxies, len(hops))] if hops else remote

@@ -107,8 +107,8 @@ if not DATABASES["default"]["ENGINE"].endswith("postgresql"):
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
 
 # Login throttling (django-axes): AXES_FAILURE_LIMIT wrong passwords for one username from one
-# address lock that pair out for AXES_COOLOFF_MINUTES. Behind a proxy the address is the proxy's,
-# so the lock then holds per username.
+# address lock that pair out for AXES_COOLOFF_MINUTES. Behind proxies (NUM_PROXIES, 1 in the
+# compose stack's nginx) the address is the client's from X-Forwarded-For, as the API counts it.
 AUTHENTICATION_BACKENDS = [
     "axes.backends.AxesStandaloneBackend",
     "django.contrib.auth.backends.ModelBackend",
@@ -119,6 +119,7 @@ AXES_LOCKOUT_PARAMETERS = [["username", "ip_address"]]
 AXES_RESET_ON_SUCCESS = True
 AXES_DISABLE_ACCESS_LOG = True  # failures are what throttling needs; a row per sign-in is not
 AXES_LOCKOUT_TEMPLATE = "registration/locked_out.html"
+AXES_CLIENT_IP_CALLABLE = "webapp.security.client_address"
 
 AUTH_PASSWORD_VALIDATORS = [
     {"NAME": "django.contrib.auth.password_validation.MinimumLengthValidator"},

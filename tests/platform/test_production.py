@@ -158,6 +158,33 @@ def test_sign_in_is_throttled_after_repeated_failures(settings: Any) -> None:
     assert other.status_code == 302
 
 
+
+@pytest.mark.django_db
+def test_behind_the_proxy_the_sign_in_lock_counts_the_clients_address(settings: Any) -> None:
+    # nginx overwrites X-Forwarded-For with the address it saw; every request reaches gunicorn
+    # from nginx's own address. The lock must hold per client, as the API's throttles do.
+    User.objects.create_user("bea", password="pw-bea-12345")
+    settings.AXES_FAILURE_LIMIT = 2
+    settings.NINJA_NUM_PROXIES = 1
+    nginx = {"REMOTE_ADDR": "10.0.0.2"}
+    mallory = Client(HTTP_X_FORWARDED_FOR="203.0.113.7", **nginx)
+    for guess in ("guess", "guess again"):
+        mallory.post("/login/", {"username": "bea", "password": guess})
+    assert mallory.post("/login/", {"username": "bea", "password": "x"}).status_code == 429
+    # bea from her own address is not locked out by mallory's guesses through the same proxy.
+    bea = Client(HTTP_X_FORWARDED_FOR="198.51.100.4", **nginx)
+    assert bea.post("/login/", {"username": "bea", "password": "pw-bea-12345"}).status_code == 302
+    # Without a trusted proxy the header is the client's own words and is ignored: a forged
+    # X-Forwarded-For does not escape the lock on the connection's address.
+    settings.NINJA_NUM_PROXIES = 0
+    direct = {"REMOTE_ADDR": "203.0.113.9"}
+    for guess in ("guess", "guess again"):
+        Client(**direct).post("/login/", {"username": "bea", "password": guess})
+    forged = Client(HTTP_X_FORWARDED_FOR="192.0.2.1", **direct)
+    right = {"username": "bea", "password": "pw-bea-12345"}
+    assert forged.post("/login/", right).status_code == 429
+
+
 @pytest.fixture
 def staff_client(django_user_model: Any) -> Client:
     admin = django_user_model.objects.create_superuser("root", "", "pw-root-12345")

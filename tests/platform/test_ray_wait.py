@@ -75,7 +75,7 @@ def test_the_starts_phases_reach_the_runs_report_while_the_backend_is_built() ->
 
 
 def test_the_ranks_start_in_words() -> None:
-    from trainer.distributed.launcher import READY, current_phases, start_text
+    from trainer.distributed.rank_phases import READY, current_phases, start_text
 
     assert start_text(current_phases(2, [])) == (
         "starting 2 ranks (0 of 2 ready): starting up")

@@ -32,7 +32,8 @@ from trainer.algorithms import (
 )
 from trainer.backends.simulated import SimulatedBackend
 from trainer.cli import simulate
-from trainer.config import TrainConfig, config_reference
+from trainer.config import TrainConfig
+from trainer.config_docs import config_reference
 from trainer.recorders import ListRecorder
 from trainer.result import SamplerResult
 from trainer.types import Prompt

@@ -9,15 +9,9 @@ from pathlib import Path
 
 import pytest
 
-from trainer.config import (
-    MAX_PATH_CHARS,
-    MAX_SAMPLES_PER_PROMPT,
-    MAX_SEED,
-    ConfigError,
-    TrainConfig,
-    config_reference,
-    field_specs,
-)
+from trainer.config import MAX_SAMPLES_PER_PROMPT, MAX_SEED, ConfigError, TrainConfig, field_specs
+from trainer.config_docs import config_reference
+from trainer.validation import MAX_PATH_CHARS
 
 ROOT = Path(__file__).resolve().parents[2]
 NUMERIC = [spec for spec in field_specs()

@@ -14,7 +14,8 @@ from typing import Any
 import pytest
 
 from trainer.algorithms import CrossCheck, algorithms
-from trainer.config import CHOICE_FIELDS, CROSS_CHECKS, TrainConfig, config_keys, field_specs
+from trainer.config import CHOICE_FIELDS, TrainConfig, config_keys, field_specs
+from trainer.validation import CROSS_CHECKS
 
 SPECS = {spec["name"]: spec for spec in field_specs()}
 # The config's fields and the registered algorithms' options: a check may read either.

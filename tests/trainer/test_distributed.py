@@ -131,7 +131,7 @@ def ranks(local_ray: Any, tiny_model_dir: Path) -> Iterator[Any]:
 def test_the_ranks_start_says_its_phases_in_order(ranks: Any) -> None:
     """The 25-45 s start of a 2-rank run read "step 0 of N" only; each phase is said as it
     begins, in the order the start goes through them."""
-    from trainer.distributed.launcher import RANK_PHASES, READY
+    from trainer.distributed.rank_phases import RANK_PHASES, READY
 
     # Every rank logged every phase of its start, in order (engines included).
     for rank in range(2):

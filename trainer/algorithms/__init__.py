@@ -34,6 +34,7 @@ from trainer.algorithms.est import EST
 from trainer.algorithms.grpo import GRPO
 from trainer.algorithms.sampling import sample_batch, sample_rounds
 from trainer.algorithms.seq import SEQ_BALANCE, SEQ_POS
+from trainer.charts import ChartSpec, Panel
 from trainer.options import Option
 from trainer.registry import load_plugins
 
@@ -45,7 +46,8 @@ for _record in (GRPO, DAPO, SEQ_POS, SEQ_BALANCE, EST):
 load_plugins()
 
 __all__ = ["ALGORITHM_NAMES", "DAPO", "EST", "GRPO", "SAMPLING_KINDS", "SEQ_BALANCE", "SEQ_POS",
-           "Algorithm", "BatchContext", "CrossCheck", "Option", "SampledStep", "StepContext",
+           "Algorithm", "BatchContext", "ChartSpec", "CrossCheck", "Option", "Panel",
+           "SampledStep", "StepContext",
            "UnknownAlgorithm", "UpdateFeedback", "algorithms", "balanced_target", "baseline",
            "choose_batch", "get_algorithm", "is_algorithm", "own_batch", "register_algorithm",
            "sample_batch", "sample_rounds", "step_metric_declarations", "unregister_algorithm"]

@@ -27,6 +27,9 @@ The seams, in the order of a step (``trainer.loop.train``):
 5. ``options``: the algorithm's own config keys (``trainer.options.Option``), which the form,
    the API, validation, docs/config.md and clones take as they take the config's fields.
 
+Its own run-page charts are declared here too, as data (``charts``: ``trainer.charts.ChartSpec``,
+drawn by the dashboard's generic builder).
+
 Light imports only (numpy and the registry): the web process validates configs against these
 records.
 """
@@ -41,7 +44,8 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from trainer import seeds
-from trainer.config import CrossCheck, config_fields
+from trainer.charts import ChartSpec
+from trainer.config import config_fields
 from trainer.options import Option
 from trainer.registry import (
     ALGORITHM_NAMES,
@@ -54,6 +58,7 @@ from trainer.registry import (
     step_metric_declarations,
     unregister_algorithm,
 )
+from trainer.validation import CrossCheck
 
 if TYPE_CHECKING:
     from trainer.allocation import Allocation
@@ -251,6 +256,10 @@ class Algorithm:
     step_metrics: Mapping[str, Metric | str] = field(default_factory=dict)
     extra_metrics: Callable[[TrainConfig, SamplerResult, Allocation | None],
                             dict[str, float]] = no_extra_metrics
+    # Its own run-page charts of step metrics, as data (``trainer.charts.ChartSpec``): the
+    # dashboard draws them on its runs' pages. Metrics no chart draws get the generic chart of
+    # an algorithm's metrics anyway.
+    charts: tuple[ChartSpec, ...] = ()
     # Persistent per-run state (Est's estimator): made once per run, passed to every step in
     # ``StepContext.state``, saved in every checkpoint under ``state_key`` (``state_dict()`` /
     # ``load_state_dict()``).
@@ -262,7 +271,7 @@ class Algorithm:
     # Its own config keys, beside TrainConfig's fields (``trainer.options.Option``).
     options: tuple[Option, ...] = ()
     # Its own checks across config keys (Seq: M >= n, exit counts that can be met; Est: an
-    # allocation that can meet its budget; ``trainer.config.CrossCheck``).
+    # allocation that can meet its budget; ``trainer.validation.CrossCheck``).
     config_checks: tuple[CrossCheck, ...] = ()
     schedulers: tuple[str, ...] | None = None   # None: every scheduler
     schedulers_reason: str = ""     # why only ``schedulers``, for the config error
@@ -295,6 +304,21 @@ class Algorithm:
         if clash:
             raise ValueError(f"{self.name}: option {clash[0]!r} is a config field or declared "
                              "twice")
+        self._check_charts()
+
+    def _check_charts(self) -> None:
+        from trainer.types import OPTIONAL_STEP_METRICS, STEP_METRICS
+
+        names = [c.name for c in self.charts]
+        twice = sorted({n for n in names if names.count(n) > 1})
+        if twice:
+            raise ValueError(f"{self.name}: chart {twice[0]!r} declared twice")
+        declared = {*STEP_METRICS, *OPTIONAL_STEP_METRICS, *self.step_metrics}
+        for chart in self.charts:
+            unknown = [k for k in chart.keys if k not in declared]
+            if unknown:
+                raise ValueError(f"{self.name}: chart {chart.name!r} draws {unknown[0]!r}, "
+                                 "which is no step metric (declare it in step_metrics)")
 
     @property
     def eliminates(self) -> bool:

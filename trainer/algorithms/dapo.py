@@ -20,15 +20,17 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from trainer import formatting as fmt
 from trainer import seeds
 from trainer.advantages import signal_groups
 from trainer.algorithms.base import Algorithm, BatchContext, SampledStep, StepContext, own_batch
 from trainer.algorithms.sampling import sample_rounds
-from trainer.config import CrossCheck
+from trainer.charts import ChartSpec, Panel
 from trainer.options import Option
 from trainer.result import SamplerResult
 from trainer.sampler import make_sampler
 from trainer.types import RoundsOutcome, count
+from trainer.validation import CrossCheck
 from trainer.visits import PromptVisits, own_batches_after
 
 if TYPE_CHECKING:
@@ -331,6 +333,20 @@ def gen_batch_holds_batch(c: TrainConfig) -> Iterator[tuple[str, str]]:
                                       f"the step's own B prompts; got {c.dapo_gen_batch_size:,}")
 
 
+# Its run page's own chart: the batches it drew, the prompts they held and how many groups came
+# back with signal, against the B groups the update wants.
+SAMPLING_CHART = ChartSpec(
+    "dapo_sampling", "Dynamic sampling: batches drawn until B groups carry signal",
+    (Panel("batches drawn (batches)", (("gen_batches", "batches of B prompts drawn"),),
+           reference=lambda c: (f"at most max_num_gen_batches = {c.max_num_gen_batches}",
+                                c.max_num_gen_batches)),
+     Panel("prompts (prompts)", (("prompts_drawn", "prompts drawn"),
+                                 ("signal_groups", "groups with signal")),
+           reference=lambda c: (f"wanted: B = {fmt.count(c.batch_size, 'group')} with signal",
+                                c.batch_size))),
+    after="signal", tall=True)
+
+
 DAPO = Algorithm(
     name="dapo", label="DAPO",
     help="DAPO dynamic sampling: GRPO groups of n, groups with all-equal rewards dropped, "
@@ -349,5 +365,5 @@ DAPO = Algorithm(
         "signal_groups": count("groups with signal (rewards not all equal) among every batch "
                                "drawn; the update takes the first B", "groups"),
         "prompts_drawn": count("prompts sampled this step over every batch", "prompts")},
-    extra_metrics=dapo_metrics,
+    extra_metrics=dapo_metrics, charts=(SAMPLING_CHART,),
     summary_fields=("group_size", "max_num_gen_batches"))

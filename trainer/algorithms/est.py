@@ -17,9 +17,10 @@ from trainer import seeds
 from trainer.algorithms.base import Algorithm, SampledStep, StepContext
 from trainer.algorithms.sampling import sample_rounds
 from trainer.allocation import Allocation, PassRateEstimator, plan_allocation
-from trainer.config import MAX_SAMPLES_PER_PROMPT, CrossCheck
+from trainer.config import MAX_SAMPLES_PER_PROMPT
 from trainer.options import Option
 from trainer.types import count, fraction
+from trainer.validation import CrossCheck
 
 if TYPE_CHECKING:
     from trainer.config import TrainConfig

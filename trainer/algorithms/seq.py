@@ -20,7 +20,8 @@ import numpy as np
 
 from trainer.algorithms.base import Algorithm
 from trainer.algorithms.sampling import sample_batch
-from trainer.config import MAX_SAMPLES_PER_PROMPT, CrossCheck
+from trainer.config import MAX_SAMPLES_PER_PROMPT
+from trainer.validation import CrossCheck
 
 if TYPE_CHECKING:
     from trainer.config import TrainConfig

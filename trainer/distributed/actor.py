@@ -12,7 +12,7 @@ from typing import Any
 
 import ray
 
-from trainer.distributed.launcher import READY
+from trainer.distributed.rank_phases import READY
 
 
 @ray.remote(num_cpus=0)
