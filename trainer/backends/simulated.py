@@ -108,6 +108,12 @@ class SimulatedBackend:
         self.engine_time = engine_time or EngineTimeModel()
         self.sim_seconds = 0.0  # simulated engine time of every generation so far
         self.engines = engines
+        # Samples of each generate call, and of requests through request_engine(): what a
+        # pipeline model charges per call (trainer.pipelinetime); KV-cache preemptions.
+        self.generate_samples: list[int] = []
+        self.request_samples = 0
+        self.preemptions = 0
+        self.engine_busy_s = 0.0   # engine-seconds spent decoding or prefilling, all engines
         self._engine_of: dict[str, int] = {}
         self.model = None
         self.tokenizer = None
@@ -153,6 +159,9 @@ class SimulatedBackend:
         for engine in engines:
             engine.run_to_completion()
         self.sim_seconds += max(engine.clock for engine in engines)
+        self.generate_samples.append(sum(int(c) for c in counts))
+        self.preemptions += sum(engine.preemptions for engine in engines)
+        self.engine_busy_s += sum(e.busy_seconds + e.prefill_seconds for e in engines)
         return out
 
     def request_engine(self, count_partial: bool = True) -> SimulatedRequestEngine:
@@ -190,13 +199,17 @@ class SimulatedRequestEngine:
         engine = self.engines[self.backend.engine_of(prompt)]
         self._engine_of[key] = engine
         engine.submit(key, int(lengths[-1]), prompt.id)
+        self.backend.request_samples += 1
 
     def step(self) -> list[tuple[Hashable, Generation]]:
         busy = [e for e in self.engines if e.pending()]
         if not busy:
             return []
         engine = min(busy, key=lambda e: e.clock)
+        before = engine.preemptions, engine.busy_seconds + engine.prefill_seconds
         done = engine.step()
+        self.backend.preemptions += engine.preemptions - before[0]
+        self.backend.engine_busy_s += engine.busy_seconds + engine.prefill_seconds - before[1]
         elapsed = max(e.clock for e in self.engines)
         self.backend.sim_seconds += elapsed - self._elapsed
         self._elapsed = elapsed
