@@ -8,6 +8,10 @@ from __future__ import annotations
 
 import io
 import json
+import os
+import re
+import subprocess
+import sys
 import tempfile
 import zipfile
 from pathlib import Path
@@ -15,11 +19,10 @@ from typing import Any
 
 import pytest
 from django.contrib.auth.models import User
-from django.core.management import CommandError, call_command
 from experiments.imports import ImportError_, import_run, memory_budget
 from experiments.models import PromptSet, Run
 
-from tests.fixtures.services import ROOT
+from tests.fixtures.services import ROOT, worker_database_url
 
 pytestmark = pytest.mark.django_db
 
@@ -81,9 +84,12 @@ def test_an_entry_that_unzips_past_what_it_declares_is_refused(tmp_path: Path,
     assert written(temp_root) <= 10
 
 
-def test_the_imports_memory_is_capped_while_it_runs(tmp_path: Path, settings: Any) -> None:
+def test_the_imports_memory_is_capped_while_it_runs(transactional_db: None, tmp_path: Path) -> None:
     """A bundle whose prompts.parquet decompresses one 256 MiB value (a 9 KB file) with a
-    budget of 128 MiB: refused naming the limit; the cap is lifted afterwards."""
+    budget of 128 MiB: refused naming the limit, nothing stored. ``manage.py import_run`` runs
+    in a fresh interpreter, as an operator runs it: the cap bounds growth of the address space,
+    and a long-lived process (this suite's) may already hold enough freed arena space for the
+    value, which then decodes without growing it."""
     folder = tmp_path / "bundle"
     folder.mkdir()
     (folder / "manifest.json").write_text(json.dumps({
@@ -93,13 +99,19 @@ def test_the_imports_memory_is_capped_while_it_runs(tmp_path: Path, settings: An
             "prompt_set": {"id": 1, "name": "p", "source": "upload"}}}))
     (folder / "config.json").write_text("{}")
     (folder / "prompts.parquet").write_bytes(PAGE_BOMB.read_bytes())
-    settings.IMPORT_RUN_MAX_MEMORY_BYTES = 128 * 2**20
     User.objects.create_superuser("root")
-    with pytest.raises(CommandError, match=r"dir: .*bundle: importing it needed more than 0\.1 "
-                                           r"GiB of memory, the limit "
-                                           r"\(IMPORT_RUN_MAX_MEMORY_BYTES\)"):
-        call_command("import_run", str(folder))
+    env = {**os.environ, "DATABASE_URL": worker_database_url(),
+           "IMPORT_RUN_MAX_MEMORY_BYTES": str(128 * 2**20),
+           "PYTHONPATH": f"{ROOT}:{ROOT / 'platform'}"}
+    out = subprocess.run([sys.executable, "manage.py", "import_run", str(folder)], cwd=ROOT,
+                         env=env, capture_output=True, text=True, timeout=300)
+    assert out.returncode != 0
+    assert re.search(r"dir: .*bundle: importing it needed more than 0\.1 GiB of memory, the "
+                     r"limit \(IMPORT_RUN_MAX_MEMORY_BYTES\)", out.stderr), out.stderr[-2000:]
     assert not Run.objects.exists() and not PromptSet.objects.exists()
-    assert len(bytearray(256 * 2**20)) == 256 * 2**20  # the cap is gone
+
+
+def test_the_memory_budget_is_lifted_after_its_block() -> None:
     with memory_budget(64 * 2**20), pytest.raises(MemoryError):
-        bytearray(256 * 2**20)
+        bytearray(1024 * 2**20)  # more than any freed arena this process may hold
+    assert len(bytearray(256 * 2**20)) == 256 * 2**20  # the cap is gone
