@@ -28,6 +28,7 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from trainer.algorithms import GRPO
 from trainer.clustertime import MODELS, ClusterModel
 from trainer.enginetime import EngineTimeModel
 from trainer.pipelinetime import (
@@ -86,12 +87,12 @@ def table(steps: int, mfu: float, pipeline) -> str:
              "| --- | --- | --- | ---: | ---: | ---: |"]
     for a in PAPER_ANCHORS:
         r = runs[(a.model, a.algorithm)]
-        grpo = runs[(a.model, "grpo")].step_s
+        grpo = runs[(a.model, GRPO.name)].step_s
         use = "calibration" if a.calibrated else "held out"
         if a.step_s is not None:
             lines.append(f"| {a.model} | {a.algorithm} | {use} | {a.step_s:.0f} s | "
                          f"{r.step_s:.1f} s | {r.step_s / a.step_s - 1:+.1%} |")
-        if a.ratio is not None and a.algorithm != "grpo":
+        if a.ratio is not None and a.algorithm != GRPO.name:
             lines.append(f"| {a.model} | {a.algorithm} / grpo | {use} | {a.ratio:.2f}x | "
                          f"{r.step_s / grpo:.2f}x | {r.step_s / grpo / a.ratio - 1:+.1%} |")
     return "\n".join(lines)

@@ -48,7 +48,7 @@ from typing import Any
 
 import numpy as np
 
-from trainer.algorithms import get_algorithm
+from trainer.algorithms import GRPO, get_algorithm
 from trainer.clustertime import (
     MODELS,
     ClusterModel,
@@ -547,7 +547,7 @@ def lag_study(rates: Sequence[float], *, algorithms: Sequence[str], lags: Sequen
                     algorithm, rates, lag=lag, split=split, steps=steps,
                     update_token_s=(update.token_s if update else 3e-5), **kwargs))
             bar.update(1)
-    grpo = syncs["grpo"].step_s if "grpo" in syncs else math.nan
+    grpo = syncs[GRPO.name].step_s if GRPO.name in syncs else math.nan
     for r in results:
         r.sync_step_s, r.grpo_sync_step_s = syncs[r.algorithm].step_s, grpo
     return results

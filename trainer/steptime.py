@@ -29,7 +29,7 @@ from typing import Any
 import numpy as np
 
 from trainer import seeds
-from trainer.algorithms import baseline, get_algorithm
+from trainer.algorithms import GRPO, baseline, get_algorithm
 from trainer.asynctime import (
     LAG_ALGORITHMS,
     default_splits,
@@ -787,8 +787,9 @@ def _anchor_rows(args: argparse.Namespace, inputs: _Inputs,
             rows.append({"algorithm": a.algorithm, "what": "step", "source": a.source,
                          "use": use, "published": a.step_s, "simulated": steps[a.algorithm],
                          "error": steps[a.algorithm] / a.step_s - 1})
-        if a.ratio is not None and a.algorithm != "grpo" and "grpo" in steps:
-            ratio = steps[a.algorithm] / steps["grpo"]
+        # The paper states its ratios relative to GRPO's step.
+        if a.ratio is not None and a.algorithm != GRPO.name and GRPO.name in steps:
+            ratio = steps[a.algorithm] / steps[GRPO.name]
             rows.append({"algorithm": a.algorithm, "what": "ratio", "source": a.source,
                          "use": use, "published": a.ratio, "simulated": ratio,
                          "error": ratio / a.ratio - 1})
