@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 import random
 import shutil
+import sys
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -28,27 +29,33 @@ def checkpoint_dir(out_dir: str | Path, step: int) -> Path:
 
 
 def rng_state() -> dict[str, Any]:
-    """Python, numpy (legacy global) and torch RNG states as JSON-able values."""
-    import torch
-
+    """Python, numpy (legacy global) and torch RNG states as JSON-able values. torch's only
+    where torch is loaded: a run with a model has loaded it before its first checkpoint, and
+    one without (the simulated backend) never draws from it, and need not pay a second for
+    importing it in every run's process."""
     py = random.getstate()
     np_state = np.random.get_state()
-    return {
+    state = {
         "python": [py[0], list(py[1]), py[2]],
         "numpy": [np_state[0], np_state[1].tolist(), *[int(x) if isinstance(x, (int, np.integer))
                                                         else float(x) for x in np_state[2:]]],
-        "torch": torch.get_rng_state().tolist(),
     }
+    torch = sys.modules.get("torch")
+    if torch is not None:
+        state["torch"] = torch.get_rng_state().tolist()
+    return state
 
 
 def set_rng_state(state: dict[str, Any]) -> None:
-    import torch
-
+    """Restore ``rng_state()``'s states; torch's where it was saved and torch is loaded (a
+    process that never loaded torch has no torch draws to make reproducible)."""
     py = state["python"]
     random.setstate((py[0], tuple(py[1]), py[2]))
     npy = state["numpy"]
     np.random.set_state((npy[0], np.asarray(npy[1], dtype=np.uint32), *npy[2:]))
-    torch.set_rng_state(torch.tensor(state["torch"], dtype=torch.uint8))
+    torch = sys.modules.get("torch")
+    if "torch" in state and torch is not None:
+        torch.set_rng_state(torch.tensor(state["torch"], dtype=torch.uint8))
 
 
 def save_checkpoint(path: str | Path, *, step: int, config: dict[str, Any], model: Any = None,
@@ -58,8 +65,6 @@ def save_checkpoint(path: str | Path, *, step: int, config: dict[str, Any], mode
     """Write a checkpoint of the state after ``step`` and return its directory. ``write``
     adds files of its own (a distributed run's shards) to the directory before it is renamed
     into place."""
-    import torch
-
     path = Path(path)
     tmp = path.with_name(path.name + ".tmp")
     if tmp.exists():
@@ -69,10 +74,13 @@ def save_checkpoint(path: str | Path, *, step: int, config: dict[str, Any], mode
         model.save_pretrained(tmp, safe_serialization=True)
     if tokenizer is not None:
         tokenizer.save_pretrained(tmp)
-    if optimizer is not None:
-        torch.save(optimizer.state_dict(), tmp / OPTIMIZER_FILE)
-    if scheduler is not None:
-        torch.save(scheduler.state_dict(), tmp / SCHEDULER_FILE)
+    if optimizer is not None or scheduler is not None:
+        import torch
+
+        if optimizer is not None:
+            torch.save(optimizer.state_dict(), tmp / OPTIMIZER_FILE)
+        if scheduler is not None:
+            torch.save(scheduler.state_dict(), tmp / SCHEDULER_FILE)
     if write is not None:
         write(tmp)
     state = {"step": step, "config": config, "rng": rng_state(), **(extra or {})}
@@ -90,8 +98,6 @@ def read_state(path: str | Path) -> dict[str, Any]:
 def load_checkpoint(path: str | Path, *, model: Any = None, optimizer: Any = None,
                     scheduler: Any = None, restore_rng: bool = True) -> dict[str, Any]:
     """Restore weights, optimiser, scheduler and RNG states in place; return trainer_state."""
-    import torch
-
     path = Path(path)
     state = read_state(path)
     if model is not None:
@@ -110,8 +116,12 @@ def load_checkpoint(path: str | Path, *, model: Any = None, optimizer: Any = Non
             raise RuntimeError(f"checkpoint {path} does not fit the model: missing "
                                f"{sorted(set(missing) - tied)}, unexpected {sorted(unexpected)}")
     if optimizer is not None and (path / OPTIMIZER_FILE).exists():
+        import torch
+
         optimizer.load_state_dict(torch.load(path / OPTIMIZER_FILE, weights_only=True))
     if scheduler is not None and (path / SCHEDULER_FILE).exists():
+        import torch
+
         scheduler.load_state_dict(torch.load(path / SCHEDULER_FILE, weights_only=True))
     if restore_rng:
         set_rng_state(state["rng"])

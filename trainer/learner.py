@@ -84,7 +84,8 @@ class SamplingOnly:
                kept: np.ndarray, *, step: int, seed: int,
                should_stop: Callable[[], bool] | None = None,
                prompt_stats: bool = False) -> dict[str, Any]:
-        from trainer.update import UPDATE_METRICS, warmup_factor
+        from trainer.schedule import warmup_factor
+        from trainer.types import UPDATE_METRICS
 
         upd = dict.fromkeys(UPDATE_METRICS, 0.0)
         upd["lr"] = self.config.lr * warmup_factor(step - 1, self.config.warmup_steps)

@@ -8,6 +8,7 @@ exactly as an uninterrupted run would have drawn it, given the same weights and 
 from __future__ import annotations
 
 import random
+import sys
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -123,15 +124,16 @@ def sample_step(config: TrainConfig, batch: Sequence[Prompt], backend: Any, scor
         on_round=on_round, should_stop=should_stop, more_prompts=more_prompts))
 
 
-def _seed_all(seed: int) -> None:
+def _seed_all(seed: int, with_torch: bool = True) -> None:
+    """Seed Python's, numpy's and (``with_torch``) torch's global generators. A backend
+    without a model (``uses_torch = False``: the simulated one) never draws from torch, and
+    importing it cost each such run's process a second or more."""
     random.seed(seed)
     np.random.seed(seed % 2**32)
-    try:
+    if with_torch or "torch" in sys.modules:
         import torch
 
         torch.manual_seed(seed)
-    except ImportError:  # pragma: no cover - torch is a hard dependency of the CPU install
-        pass
 
 
 def train(config: TrainConfig, prompts: Sequence[Prompt], backend: Any, recorder: Recorder,
@@ -210,7 +212,7 @@ class _Training:
             self._restore(state, resume_from)
             self.last_ckpt = str(resume_from)
         else:
-            _seed_all(self.config.seed)
+            _seed_all(self.config.seed, getattr(self.backend, "uses_torch", True))
         self.stop = StopPolicy(should_stop, self.config.max_wall_seconds, elapsed)
 
     def _restore(self, state: dict[str, Any], resume_from: str | Path | None) -> None:

@@ -296,6 +296,12 @@ PASS_RATE_THRESHOLDS = (0.0, 0.25, 0.5)
 PASS_RATE_METRICS = tuple(f"pass_rate_le_{t:g}" for t in PASS_RATE_THRESHOLDS)
 
 # Keys of StepRecord.metrics that every step carries (the dashboard and the benchmarks read them).
+# ``entropy`` is the token-mean whatever ``loss_agg_mode``; ``entropy_agg`` the mode's aggregate
+# (the entropy bonus's term; what verl logs as ``actor/entropy``): equal under token-mean.
+UPDATE_METRICS = ("policy_loss", "entropy", "entropy_agg", "kl", "clip_frac_low",
+                  "clip_frac_high", "dual_clip_frac", "grad_norm", "lr", "optimizer_steps",
+                  "skipped_updates")
+
 STEP_METRICS: dict[str, Metric | str] = {
     "reward_all": fraction("mean reward of every sample drawn this step"),
     "real_reward": fraction("mean over prompts of the mean reward of each prompt's first n "

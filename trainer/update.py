@@ -30,13 +30,15 @@ from trainer.loss import (
     ppo_clip_loss,
     truncated_is_weights,
 )
-from trainer.types import PROMPT_STATS, SKIPPED_IN_A_ROW, PromptUpdateStats, StopRequested
+from trainer.schedule import warmup_factor
+from trainer.types import (
+    PROMPT_STATS,
+    SKIPPED_IN_A_ROW,
+    UPDATE_METRICS,
+    PromptUpdateStats,
+    StopRequested,
+)
 
-# ``entropy`` is the token-mean whatever ``loss_agg_mode``; ``entropy_agg`` the mode's aggregate
-# (the entropy bonus's term; what verl logs as ``actor/entropy``): equal under token-mean.
-UPDATE_METRICS = ("policy_loss", "entropy", "entropy_agg", "kl", "clip_frac_low",
-                  "clip_frac_high", "dual_clip_frac", "grad_norm", "lr", "optimizer_steps",
-                  "skipped_updates")
 _LOSS_METRICS = ("policy_loss", "entropy", "entropy_agg", "kl", "clip_frac_low",
                  "clip_frac_high", "dual_clip_frac")
 
@@ -71,18 +73,6 @@ class UpdateBatch:
         """Whether any response's loss weight is not 1 (else the loss is the unweighted one,
         computed exactly as it is without weights)."""
         return any(w != 1.0 for w in self.weights)
-
-
-def warmup_factor(step_index: int, warmup_steps: int) -> float:
-    """verl's constant-with-warm-up schedule (transformers' get_constant_schedule_with_warmup):
-    the lr multiplier at scheduler step k = ``step_index`` (0-based) is ``k / W`` while k < W,
-    then 1. The first step trains at lr 0 (AdamW's moments still take its gradient).
-
-    verl steps the scheduler once per training step (after all of its mini-batches, in
-    ``update_actor``), so every optimiser step of one training step shares its lr; so here."""
-    if warmup_steps <= 0:
-        return 1.0
-    return min(1.0, step_index / warmup_steps)
 
 
 def make_optimizer(model: torch.nn.Module, config: Any

@@ -29,7 +29,7 @@ from tests.fixtures.proxy import (
     start_gunicorn,
     start_nginx,
 )
-from tests.fixtures.services import ROOT, worker_database_url
+from tests.fixtures.services import ROOT, wait_for, worker_database_url
 
 # Shorter than compose's 10 s, so that the header timeout cuts the slow headers within the test.
 HEADER_TIMEOUT = 2
@@ -169,7 +169,9 @@ def test_bodies_past_the_upload_limit_are_refused_by_the_proxy(
         n = 3 * 2**20
         s.sendall(head.format(path="/api/v1/prompt-sets", n=n).encode() + b"-" * n)
         assert s.recv(100).startswith(b"HTTP/1.1 401")
-    assert gunicorn_saw(web, "POST /api/v1/prompt-sets")
+    # gunicorn writes its access line after it has answered.
+    wait_for(lambda: gunicorn_saw(web, "POST /api/v1/prompt-sets"), 30,
+             what="gunicorn's access line of the request nginx handed on")
 
 
 def test_static_files_come_from_nginx(stack: tuple[Server, Server]) -> None:

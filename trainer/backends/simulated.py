@@ -95,6 +95,8 @@ class SimulatedBackend:
 
     model: Any = None
     tokenizer: Any = None
+    # No model: the loop leaves torch's generator (and the import of torch) alone.
+    uses_torch = False
 
     def __init__(self, config: Any = None, prompts: Sequence[Prompt] | None = None, *,
                  default_pass_rate: float | None = None, lengths: LengthModel | None = None,
