@@ -437,7 +437,8 @@ def _minibatch(model: Any, optimizer: torch.optim.Optimizer, batch: UpdateBatch,
         if inputs.ref:
             ref_lp = _pad([inputs.ref[i] for i in part] or [[]], width).to(lp.device)
             kl_term, kl = kl_penalty(lp, ref_lp, mask, config.kl_coef, denominator=n_tokens,
-                                     agg=agg)
+                                     agg=agg, kind=getattr(config, "kl_loss_type",
+                                                           "low_var_kl"))
             loss = loss + kl_term
             mb["kl"] += kl.item()
         loss.backward()
