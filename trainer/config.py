@@ -402,6 +402,12 @@ class TrainConfig:
         return "off" if self.scheduler == "round" else "certain"
 
     @property
+    def uses_reference(self) -> bool:
+        """Whether the run needs the frozen initial policy: a KL in the loss (``kl_coef``) or in
+        the reward (``use_kl_in_reward``)."""
+        return self.kl_coef > 0 or self.use_kl_in_reward
+
+    @property
     def optimizer_steps(self) -> int:
         """Optimiser steps per training step: ppo_epochs x the number of mini-batches of B
         prompts (dapo and passive filtering may train on fewer prompts, hence fewer steps)."""

@@ -228,12 +228,6 @@ def ranks_need_vllm(c: Config) -> Iterator[tuple[str, str]]:
                              f"got backend {c.backend!r}")
 
 
-def ranks_without_kl(c: Config) -> Iterator[tuple[str, str]]:
-    if c.world_size > 1 and c.kl_coef > 0:
-        yield "kl_coef", ("the KL penalty needs a reference policy, which the distributed path "
-                          "does not shard yet: 0 with world_size > 1")
-
-
 def kl_in_reward_needs_policy(c: Config) -> Iterator[tuple[str, str]]:
     if c.use_kl_in_reward and c.backend == "simulated":
         yield "use_kl_in_reward", ("the KL in the reward needs the policy's and the reference's "
@@ -265,8 +259,6 @@ CROSS_CHECKS: list[CrossCheck] = [
                {"prompts": BUILTIN_LONG_TASK, "task_max_digits": 5}),
     CrossCheck(("model", "backend"), model_directory, {"model": "/no/such/model"}),
     CrossCheck(("world_size", "backend"), ranks_need_vllm, {"world_size": 2}),
-    CrossCheck(("world_size", "kl_coef"), ranks_without_kl,
-               {"world_size": 2, "backend": "vllm", "kl_coef": 0.1}),
     CrossCheck(("use_kl_in_reward", "backend"), kl_in_reward_needs_policy,
                {"use_kl_in_reward": True, "backend": "simulated"}),
     CrossCheck(("use_kl_in_reward", "positive_metric"), kl_in_reward_after_positives,

@@ -155,7 +155,7 @@ def max_gen_batches(config: TrainConfig, prompt_count: int | None = None) -> int
 def filter_values(config: TrainConfig, res: SamplerResult) -> np.ndarray:
     """Each sample's value of ``dapo_filter_metric`` (``trainer.advantages.signal_values``)."""
     return signal_values(res.rewards, res.scores, config.dapo_filter_metric,
-                         config.positive_threshold)
+                         config.positive_threshold, res.final_rewards)
 
 
 class FewerGroups(RuntimeError):
