@@ -219,7 +219,8 @@ def kl_estimate(logprobs: torch.Tensor, ref_logprobs: torch.Tensor,
     gradient (straight through: ``k2 - k2.detach() + value.detach()``), because k1's and k3's
     expected gradients are not KL's while k2's is. ``k2+`` / ``mse+`` are k2. verl's own code
     forwarded the suffix to ``kl_penalty_forward`` unstripped, so every ``+`` name raised
-    NotImplementedError until verl PR #6058 (April 2026); this is what that fix computes."""
+    NotImplementedError until verl PR #6058 (opened April 2026, merged) stripped it; this is
+    what that fix computes."""
     base = kind.removesuffix("+")
     if base not in KL_ESTIMATORS:
         raise ValueError(f"unknown KL estimator {kind!r}; one of {', '.join(KL_TYPES)}")

@@ -176,6 +176,28 @@ def _logprobs_no_grad(model: Any, batch: UpdateBatch, idx: list[int], pad_token_
     return out
 
 
+def _old_logprobs(model: Any, batch: UpdateBatch, idx: list[int], pad_token_id: int,
+                  temperature: float, micro: int | None, shard: UpdateShard
+                  ) -> dict[int, list[float]]:
+    """The sampling policy's log-probs of the responses ``idx``: recorded at sampling time
+    where the backend gave them (one per token), else computed with ``model`` (the weights
+    that sampled, before the update moves them)."""
+    old: dict[int, list[float]] = {}
+    missing = []
+    for i in idx:
+        rec = batch.old_logprobs[i] if i < len(batch.old_logprobs) else None
+        if rec is not None and len(rec) == len(batch.response_ids[i]):
+            old[i] = list(rec)
+        else:
+            missing.append(i)
+    # A sharded model's forward is a collective: every rank runs the pass, with or without
+    # work.
+    if shard.most(float(len(missing))) > 0:
+        old.update(_logprobs_no_grad(model, batch, missing, pad_token_id, temperature, micro,
+                                     shard))
+    return old
+
+
 def sequence_kl(model: Any, ref_model: Any, batch: UpdateBatch, kind: str, *,
                 pad_token_id: int, temperature: float, micro_batch_size: int | None = None,
                 shard: UpdateShard = LOCAL) -> tuple[np.ndarray, np.ndarray]:
@@ -194,18 +216,8 @@ def sequence_kl(model: Any, ref_model: Any, batch: UpdateBatch, kind: str, *,
     n = len(batch)
     lengths = [len(r) for r in batch.response_ids]
     mine = shard.take(list(range(n)), lengths)
-    old: dict[int, list[float]] = {}
-    missing = []
-    for i in mine:
-        rec = batch.old_logprobs[i] if i < len(batch.old_logprobs) else None
-        if rec is not None and len(rec) == lengths[i]:
-            old[i] = list(rec)
-        else:
-            missing.append(i)
     model.eval()
-    if shard.most(float(len(missing))) > 0:
-        old.update(_logprobs_no_grad(model, batch, missing, pad_token_id, temperature,
-                                     micro_batch_size, shard))
+    old = _old_logprobs(model, batch, mine, pad_token_id, temperature, micro_batch_size, shard)
     ref = _logprobs_no_grad(ref_model, batch, mine, pad_token_id, temperature,
                             micro_batch_size, shard)
     sums, means = np.zeros(n), np.zeros(n)
@@ -325,21 +337,8 @@ class _Inputs:
                 ref_model: Any) -> _Inputs:
         temperature = float(config.temperature)
         mine = sorted({i for part in plan for i in part})
-        # Old log-probs: recorded at sampling time where the backend gave them (one per token).
-        old: dict[int, list[float]] = {}
-        missing = []
-        for i in mine:
-            rec = batch.old_logprobs[i] if i < len(batch.old_logprobs) else None
-            if rec is not None and len(rec) == len(batch.response_ids[i]):
-                old[i] = list(rec)
-            else:
-                missing.append(i)
         model.eval()  # no dropout in the reference forward passes
-        # A sharded model's forward is a collective: every rank runs the pass, with or without
-        # work.
-        if shard.most(float(len(missing))) > 0:
-            old.update(_logprobs_no_grad(model, batch, missing, pad_token_id, temperature,
-                                         micro, shard))
+        old = _old_logprobs(model, batch, mine, pad_token_id, temperature, micro, shard)
         rollout = _rollout_logprobs(batch)
         gap: dict[str, float] = {}
         if rollout is not None:
