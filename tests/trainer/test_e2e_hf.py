@@ -98,12 +98,18 @@ def test_hf_training_steps_and_checkpoint(tiny_model_dir: Path, tmp_path: Path) 
 
 # ada-est: 8 prompts in batches of 4, so step 3 revisits prompts of step 1 and allocates from the
 # estimator that steps 1 and 2 left: the estimator must travel in the checkpoint with the weights.
-@pytest.mark.parametrize("algorithm", ["ada-balance", "ada-est"])
+# ada-balance with the KL in the reward (adaptive) and in the loss: the reference and the
+# coefficient steps 1 and 2 left must travel too.
+KL = {"use_kl_in_reward": True, "kl_ctrl_type": "adaptive", "kl_ctrl_coef": 0.2,
+      "kl_ctrl_target": 1e-3, "kl_ctrl_horizon": 50, "kl_coef": 0.02}
+
+
+@pytest.mark.parametrize(("algorithm", "kl"), [("ada-balance", KL), ("ada-est", {})])
 def test_resume_replays_step_k_plus_one(tiny_model_dir: Path, tmp_path: Path,
-                                        algorithm: str) -> None:
+                                        algorithm: str, kl: dict) -> None:
     config = hf_config(tiny_model_dir, total_steps=3, save_every=0, ppo_mini_batch_size=2,
                        warmup_steps=2, algorithm=algorithm, task_num_prompts=8,
-                       budget_per_prompt=4, est_max_samples=8)
+                       budget_per_prompt=4, est_max_samples=8, **kl)
     full, _ = run(config, tmp_path / "full")
     # Stop cleanly after step k=2 (the cancel comes between rounds of step 3), then resume with a
     # fresh backend loaded from the original weights, as a new worker process would.
@@ -117,6 +123,8 @@ def test_resume_replays_step_k_plus_one(tiny_model_dir: Path, tmp_path: Path,
     assert result.status == "completed"
     assert [s.step for s in resumed.steps] == [3]
     assert comparable(resumed.steps[0]) == comparable(full.steps[2])
+    if kl:  # the coefficient moved, and step 3 went on from where it was
+        assert full.steps[2].metrics["reward_kl_coef"] != kl["kl_ctrl_coef"]
     if algorithm == "ada-est":
         assert resumed.steps[0].metrics["samples"] == 4 * 4
         assert all(p.p_hat != 1 / 17 for p in resumed.steps[0].prompts)  # not the prior
