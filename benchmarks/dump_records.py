@@ -17,9 +17,10 @@ a run over several epochs (the visit counts) and a resume from a checkpoint. The
 the tiny model (``--model``: a warm-started model directory; default one of the test suite's
 cache, which holds one per version of the warm start: give both dumps of a comparison the same
 ``--model``) with several mini-batches (clipping acts), every ``loss_agg_mode``,
-micro-batches, the KL penalty and an evaluation. ``--compare`` says which dumps of two folders
-differ, a sample's ``weight`` of 1 (the key issue 28 added: every built-in's) aside, so that a
-dump taken before it compares with one taken after. It measures nothing and asserts nothing.
+micro-batches, the KL penalty, the KL in the reward and an evaluation. ``--compare`` says which
+dumps of two folders differ, a sample's ``weight`` of 1 (the key issue 28 added: every
+built-in's) aside, so that a dump taken before it compares with one taken after. It measures
+nothing and asserts nothing.
 """
 
 from __future__ import annotations
@@ -103,6 +104,12 @@ def hf_cases(names: list[str]) -> dict[str, dict[str, Any]]:
     cases[f"{first}-micro-kl-epochs"] = {**base, "algorithm": first, "ppo_micro_batch_size": 3,
                                          "kl_coef": 0.1, "ppo_epochs": 2, "eval_every": 2,
                                          "eval_num_prompts": 4, "eval_k": 2}
+    # Every KL option (issue 34 item 6): the KL in the reward with the adaptive controller, k1
+    # with k2's gradient in the loss.
+    cases[f"{first}-kl-reward"] = {**base, "algorithm": first, "use_kl_in_reward": True,
+                                   "kl_ctrl_type": "adaptive", "kl_ctrl_coef": 0.1,
+                                   "kl_ctrl_target": 0.01, "kl_ctrl_horizon": 100,
+                                   "kl_coef": 0.05, "kl_loss_type": "k1+"}
     return cases
 
 

@@ -102,20 +102,24 @@ ADVANTAGE_ESTIMATORS: dict[str, AdvantageEstimator] = {
 
 
 def signal_values(rewards: np.ndarray, scores: np.ndarray, metric: str,
-                  threshold: float) -> np.ndarray:
+                  threshold: float, final_rewards: np.ndarray | None = None) -> np.ndarray:
     """Each response's value of ``metric`` (verl's ``filter_groups.metric``; the choices are
-    ``trainer.config.SIGNAL_METRICS``), from its reward (every shaping applied) and the
-    verifier's own score:
+    ``trainer.config.SIGNAL_METRICS``), from its reward (every shaping applied), the
+    verifier's own score and the reward the advantages use (``final_rewards``: the reward less
+    ``use_kl_in_reward``'s penalty, ``SamplerResult.final_rewards``; without it, the reward):
 
         acc               1 where score > threshold, else 0 (the DAPO recipe's accuracy)
         score             the verifier's score
         seq_reward        the reward (overlong shaping included)
-        seq_final_reward  the reward the advantages use: the same here (no KL in the reward)
+        seq_final_reward  the reward the advantages use (with the KL in the reward, less its
+                          penalty, as verl's token_level_rewards summed)
     """
     if metric == "acc":
         return (np.asarray(scores, dtype=np.float64) > threshold).astype(np.float64)
     if metric == "score":
         return np.asarray(scores, dtype=np.float64)
+    if metric == "seq_final_reward" and final_rewards is not None:
+        return np.asarray(final_rewards, dtype=np.float64)
     if metric in ("seq_reward", "seq_final_reward"):
         return np.asarray(rewards, dtype=np.float64)
     raise ValueError(f"unknown signal metric {metric!r}: one of acc, score, seq_reward, "

@@ -41,6 +41,13 @@ ROLLOUT_DTYPES = ("auto", "float32", "bfloat16", "float16")
 # verl's loss_agg_mode choices (trainer/loss.py: agg_loss has each formula).
 LOSS_AGG_MODES = ("token-mean", "seq-mean-token-sum", "seq-mean-token-mean",
                   "seq-mean-token-sum-norm")
+# verl's KL estimators by its names (core_algos.kl_penalty_forward): k1 (alias kl), abs, k2 (alias
+# mse), k3 (alias low_var_kl); each also with a "+" suffix: the named value, k2's gradient
+# (trainer/loss.py: kl_estimate). The actor's kl_loss_type and the reward's kl_penalty take them.
+KL_ESTIMATORS = ("k1", "kl", "abs", "k2", "mse", "k3", "low_var_kl")
+KL_TYPES = (*KL_ESTIMATORS, *(f"{k}+" for k in KL_ESTIMATORS))
+# verl's algorithm.kl_ctrl.type: how the coefficient of the KL in the reward moves.
+KL_CONTROLLERS = ("fixed", "adaptive")
 # What a group's signal and a response's positivity are read from (verl's
 # ``algorithm.filter_groups.metric``): acc, whether the verifier's score exceeds
 # positive_threshold; score, the verifier's score; seq_reward, the reward with every shaping
@@ -65,7 +72,8 @@ FIELD_CHOICES: dict[str, Any] = {
     "algorithm": ALGORITHMS, "backend": BACKENDS, "verifier": VERIFIERS, "device": DEVICES,
     "rollout_dtype": ROLLOUT_DTYPES, "scheduler": SCHEDULERS,
     "early_rounds": EARLY_ROUNDS_CHOICES, "loss_agg_mode": LOSS_AGG_MODES,
-    "positive_metric": SIGNAL_METRICS}
+    "positive_metric": SIGNAL_METRICS, "kl_loss_type": KL_TYPES, "kl_penalty": KL_TYPES,
+    "kl_ctrl_type": KL_CONTROLLERS}
 # What a stored config lacking a field ran with, where that differs from today's default: the
 # field did not exist yet and the code behaved one way (per-prompt runs waited for each round),
 # so its record and a clone of it stay what it was. An option says it itself
@@ -259,8 +267,34 @@ class TrainConfig:
                              "10).", "optimisation", gt=1, le=1_000_000)
     entropy_coef: float = _f(1e-4, "Entropy bonus coefficient (0: off).", "optimisation",
                              ge=0, le=10)
-    kl_coef: float = _f(0.0, "KL penalty to the frozen initial policy (0: off).", "optimisation",
+    kl_coef: float = _f(0.0, "KL penalty to the frozen initial policy in the loss (0: off; "
+                        "verl's actor.kl_loss_coef with use_kl_loss).", "optimisation",
                         ge=0, le=100)
+    kl_loss_type: str = _f("low_var_kl", "kl_coef > 0: the KL estimator of the loss (verl's "
+                           "actor.kl_loss_type): k1/kl (log-ratio), abs, k2/mse (half the "
+                           "squared log-ratio), k3/low_var_kl (Schulman's k3, clamped at 10: "
+                           "the default, verl's); a + suffix (k3+...) keeps the value and takes "
+                           "k2's gradient.", "optimisation")
+    use_kl_in_reward: bool = _f(False, "Subtract kl_ctrl_coef x the KL to the frozen initial "
+                                "policy, summed over each response's tokens, from its reward "
+                                "before the advantages (verl's algorithm.use_kl_in_reward).",
+                                "optimisation")
+    kl_penalty: str = _f("kl", "use_kl_in_reward: the KL estimator of the reward (verl's "
+                         "algorithm.kl_penalty; the same names as kl_loss_type; default k1, "
+                         "verl's).", "optimisation")
+    kl_ctrl_type: str = _f("fixed", "use_kl_in_reward: the coefficient stays kl_ctrl_coef "
+                           "(fixed) or moves toward kl_ctrl_target (adaptive, Ziegler et al.; "
+                           "verl's algorithm.kl_ctrl.type).", "optimisation")
+    kl_ctrl_coef: float = _f(0.001, "use_kl_in_reward: the coefficient of the KL in the reward "
+                             "(the adaptive controller's start; verl's kl_ctrl.kl_coef).",
+                             "optimisation", ge=0, le=100)
+    kl_ctrl_target: float = _f(0.1, "use_kl_in_reward, adaptive: the per-token KL the "
+                               "coefficient steers to (verl's kl_ctrl.target_kl).",
+                               "optimisation", "nats", gt=0, le=100)
+    kl_ctrl_horizon: int = _f(10_000, "use_kl_in_reward, adaptive: each step multiplies the "
+                              "coefficient by 1 + clip(KL / target - 1, -0.2, 0.2) x responses "
+                              "/ horizon (verl's kl_ctrl.horizon).",
+                              "optimisation", "responses", ge=1, le=1_000_000_000)
     tis_cap: float = _f(0.0, "Truncated importance sampling against the rollout/policy "
                         "mismatch (vllm): weight each token's loss by min(exp(policy_old - "
                         "rollout), C); C here (0: off; 2 is common).", "optimisation",
@@ -366,6 +400,12 @@ class TrainConfig:
         if self.early_rounds != "auto":
             return self.early_rounds
         return "off" if self.scheduler == "round" else "certain"
+
+    @property
+    def uses_reference(self) -> bool:
+        """Whether the run needs the frozen initial policy: a KL in the loss (``kl_coef``) or in
+        the reward (``use_kl_in_reward``)."""
+        return self.kl_coef > 0 or self.use_kl_in_reward
 
     @property
     def optimizer_steps(self) -> int:

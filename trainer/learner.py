@@ -47,6 +47,13 @@ class Learner(Protocol):
         mini-batches."""
         ...
 
+    def sequence_kl(self, res: SamplerResult, outcome: RoundsOutcome,
+                    batch: Sequence[Prompt]) -> tuple[np.ndarray, np.ndarray]:
+        """``use_kl_in_reward``: every sample's KL (``kl_penalty``) between the weights that
+        sampled it and the frozen reference, summed over its tokens and its token mean, in
+        sample order (``trainer.update.sequence_kl``)."""
+        ...
+
     def sync_weights(self) -> None:
         """Put the weights the last update produced into the generation engine(s)."""
         ...
@@ -91,6 +98,11 @@ class SamplingOnly:
         upd["lr"] = self.config.lr * warmup_factor(step - 1, self.config.warmup_steps)
         return upd
 
+    def sequence_kl(self, res: SamplerResult, outcome: RoundsOutcome,
+                    batch: Sequence[Prompt]) -> tuple[np.ndarray, np.ndarray]:
+        # validate() refuses use_kl_in_reward on the simulated backend.
+        raise ValueError("use_kl_in_reward needs a policy: backend hf or vllm")
+
     def sync_weights(self) -> None:
         pass
 
@@ -102,7 +114,8 @@ class SamplingOnly:
 
 
 class LocalLearner:
-    """The policy, its optimiser and (with ``kl_coef``) its reference in this process."""
+    """The policy, its optimiser and (with ``kl_coef`` or ``use_kl_in_reward``) its frozen
+    reference in this process."""
 
     def __init__(self, config: TrainConfig, backend: Any) -> None:
         from trainer.update import make_optimizer
@@ -122,10 +135,10 @@ class LocalLearner:
                                          optimizer=self.optimizer, scheduler=self.scheduler)
             self.backend.sync_weights()
             ref_dir = Path(resume_from) / "reference"
-            if self.config.kl_coef > 0 and ref_dir.is_dir():
+            if self.config.uses_reference and ref_dir.is_dir():
                 self.ref_model = copy.deepcopy(self.model)
                 ckpt.load_checkpoint(ref_dir, model=self.ref_model, restore_rng=False)
-        if self.config.kl_coef > 0 and self.ref_model is None:
+        if self.config.uses_reference and self.ref_model is None:
             self.ref_model = copy.deepcopy(self.model)
         if self.ref_model is not None:
             self.ref_model.eval().requires_grad_(False)
@@ -145,6 +158,18 @@ class LocalLearner:
         if not math.isfinite(metrics["policy_loss"]):
             raise FloatingPointError(f"non-finite policy loss {metrics['policy_loss']}")
         return metrics
+
+    def sequence_kl(self, res: SamplerResult, outcome: RoundsOutcome,
+                    batch: Sequence[Prompt]) -> tuple[np.ndarray, np.ndarray]:
+        """Every sample's KL to the reference, summed over its tokens and its token mean
+        (``trainer.update.sequence_kl`` with ``kl_penalty``), in sample order."""
+        from trainer.update import sequence_kl
+
+        every = np.ones(len(res.rewards), dtype=bool)
+        ub = update_batch(res, outcome, batch, every, self.tokenizer)
+        return sequence_kl(self.model, self.ref_model, ub, self.config.kl_penalty,
+                           pad_token_id=self.pad_id, temperature=float(self.config.temperature),
+                           micro_batch_size=self.config.ppo_micro_batch_size or None)
 
     def sync_weights(self) -> None:
         self.backend.sync_weights()

@@ -27,6 +27,7 @@ from trainer.algorithms import (
     get_algorithm,
 )
 from trainer.config import TrainConfig
+from trainer.kl import current_kl, next_kl_coef
 from trainer.metrics import step_metrics, step_records
 from trainer.types import (
     PROMPT_STATS,
@@ -47,6 +48,8 @@ from trainer.visits import VISITS_STATE, PromptVisits
 # trainer_state.json key of the seconds trained up to the checkpoint: a resumed run's wall-time
 # limit counts them.
 ELAPSED_STATE = "elapsed_seconds"
+# The coefficient of the KL in the reward the next step uses (the adaptive controller's state).
+KL_COEF_STATE = "kl_in_reward_coef"
 
 
 @dataclass
@@ -200,6 +203,8 @@ class _Training:
         self.last_metrics: dict[str, float] = {}
         self.skip_streak = 0
         self.stop = StopPolicy(None, 0.0)
+        # use_kl_in_reward: the coefficient of the next step (run state, checkpointed).
+        self.kl_coef = config.kl_ctrl_coef
 
     def start(self, should_stop: Callable[[], bool] | None,
               resume_from: str | Path | None) -> None:
@@ -222,6 +227,9 @@ class _Training:
                 raise ValueError(f"checkpoint {resume_from} has no {key}: it was not written "
                                  f"by an {self.algorithm.name} run")
             self.algo_state.load_state_dict(state[key])
+        if self.config.use_kl_in_reward:
+            # A checkpoint of a run without the KL in the reward: its start.
+            self.kl_coef = float(state.get(KL_COEF_STATE, self.config.kl_ctrl_coef))
         if VISITS_STATE in state:
             self.visits.load_state_dict(state[VISITS_STATE])
         else:  # a checkpoint older than the counts: the batches it selected are all it knows
@@ -239,6 +247,8 @@ class _Training:
                                  VISITS_STATE: self.visits.state_dict()}
         if self.algo_state is not None:
             extra[self.algorithm.state_key] = self.algo_state.state_dict()
+        if self.config.use_kl_in_reward:
+            extra[KL_COEF_STATE] = self.kl_coef
         path = self.learner.save(ckpt.checkpoint_dir(self.out, step), step=step,
                                  config=self.config.to_dict(), extra=extra)
         self.recorder.on_checkpoint(CheckpointRecord(step=step, path=str(path)))
@@ -284,12 +294,15 @@ class _Training:
         batch = sampled.prompts  # DAPO: every batch of prompts it drew
         if res is None:
             return self.stopped(step - 1, clean=True)
+        kl_metrics: dict[str, float] = {}
+        if config.use_kl_in_reward:
+            res, kl_metrics = self._kl_in_reward(res, outcome, batch)
         kept = res.kept
         if config.passive_filtering:
             kept = passive_filter(res.advantages, res.sample_prompt, res.kept, res.num_prompts)
         if config.drop_unresolved:
             kept = drop_unresolved(kept, res.sample_prompt, res.exit_round > 0)
-        metrics = step_metrics(config, res, outcome, kept, allocation)
+        metrics = step_metrics(config, res, outcome, kept, allocation) | kl_metrics
         drawn = own if sampled.prompt_indices is None else sampled.prompt_indices
         metrics["prompts_revisited"] = float(self.visits.revisited(drawn))
         try:
@@ -312,6 +325,19 @@ class _Training:
         if (config.save_every and step % config.save_every == 0) or step == config.total_steps:
             self.last_ckpt = self.save(step)
         return None
+
+    def _kl_in_reward(self, res: Any, outcome: Any, batch: Sequence[Prompt]
+                      ) -> tuple[Any, dict[str, float]]:
+        """``use_kl_in_reward`` (verl's ``apply_kl_penalty``): every sample of the step's pools
+        loses the coefficient times its KL summed over its tokens from the reward its
+        advantage uses (the baseline reads the whole pool), then the controller moves the
+        coefficient on the step's KL over that many responses. Returns the result and the
+        step's KL and the coefficient it used."""
+        sums, means = self.learner.sequence_kl(res, outcome, batch)
+        coef = self.kl_coef
+        kl = current_kl(means)
+        self.kl_coef = next_kl_coef(self.config, coef, kl, len(sums))
+        return res.with_kl_penalty(coef * sums), {"reward_kl": kl, "reward_kl_coef": coef}
 
     def _update(self, step: int, res: Any, outcome: Any, batch: Sequence[Prompt],
                 kept: np.ndarray, metrics: dict[str, float], t_step: float

@@ -19,7 +19,7 @@ from dataclasses import dataclass
 
 import torch
 
-from trainer.config import LOSS_AGG_MODES
+from trainer.config import KL_ESTIMATORS, KL_TYPES, LOSS_AGG_MODES
 
 
 def token_mean(x: torch.Tensor, mask: torch.Tensor, denominator: float | None = None
@@ -204,11 +204,47 @@ def kl_k3(logprobs: torch.Tensor, ref_logprobs: torch.Tensor) -> torch.Tensor:
     return torch.clamp(torch.exp(d) - d - 1.0, -KL_BOUND, KL_BOUND)
 
 
+def kl_estimate(logprobs: torch.Tensor, ref_logprobs: torch.Tensor,
+                kind: str = "low_var_kl") -> torch.Tensor:
+    """Per-token estimate of KL(pi || pi_ref) from the log-probs of the sampled tokens, by
+    verl's ``kl_penalty`` names (``verl/trainer/ppo/core_algos.py``: ``kl_penalty``,
+    ``kl_penalty_forward``; Schulman, "Approximating KL divergence"), with r = logp - logp_ref:
+
+        k1, kl            r                          unbiased, any sign
+        abs               |r|
+        k2, mse           r^2 / 2                    its gradient is KL's in expectation
+        k3, low_var_kl    e^-r + r - 1, clamped      ``kl_k3``: unbiased, >= 0, low variance
+
+    A ``+`` suffix (``k1+``, ``k3+``...) keeps the named estimate's value and takes k2's
+    gradient (straight through: ``k2 - k2.detach() + value.detach()``), because k1's and k3's
+    expected gradients are not KL's while k2's is. ``k2+`` / ``mse+`` are k2. verl's own code
+    forwarded the suffix to ``kl_penalty_forward`` unstripped, so every ``+`` name raised
+    NotImplementedError until verl PR #6058 (opened April 2026, merged) stripped it; this is
+    what that fix computes."""
+    base = kind.removesuffix("+")
+    if base not in KL_ESTIMATORS:
+        raise ValueError(f"unknown KL estimator {kind!r}; one of {', '.join(KL_TYPES)}")
+    r = logprobs - ref_logprobs
+    if base in ("k1", "kl"):
+        value = r
+    elif base == "abs":
+        value = r.abs()
+    elif base in ("k2", "mse"):
+        value = 0.5 * r.square()
+    else:
+        value = kl_k3(logprobs, ref_logprobs)
+    if not kind.endswith("+") or base in ("k2", "mse"):
+        return value
+    k2 = 0.5 * r.square()
+    return k2 - k2.detach() + value.detach()
+
+
 def kl_penalty(logprobs: torch.Tensor, ref_logprobs: torch.Tensor, mask: torch.Tensor,
-               coef: float, denominator: float | None = None, agg: Aggregation | None = None
-               ) -> tuple[torch.Tensor, torch.Tensor]:
-    """Loss term ``coef * token_mean(k3)`` (``agg_loss(k3, agg)`` where given, as verl's kl
-    loss) and the token-mean KL itself."""
-    k3 = kl_k3(logprobs, ref_logprobs)
-    kl = token_mean(k3, mask, denominator)
-    return coef * (kl if agg is None else agg_loss(k3, mask, agg)), kl
+               coef: float, denominator: float | None = None, agg: Aggregation | None = None,
+               kind: str = "low_var_kl") -> tuple[torch.Tensor, torch.Tensor]:
+    """Loss term ``coef * token_mean(kl)`` (``agg_loss(kl, agg)`` where given, as verl's kl
+    loss) and the token-mean KL itself, ``kl`` the per-token ``kl_estimate`` of ``kind``
+    (verl's ``actor.kl_loss_type``)."""
+    k = kl_estimate(logprobs, ref_logprobs, kind)
+    kl = token_mean(k, mask, denominator)
+    return coef * (kl if agg is None else agg_loss(k, mask, agg)), kl

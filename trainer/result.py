@@ -93,6 +93,9 @@ class SamplerResult:
     # nothing shapes them. Positives and DAPO's filter may read it (``positive_metric``,
     # ``dapo_filter_metric``).
     scores: np.ndarray = field(default=None, repr=False)  # type: ignore[assignment]
+    # Per sample: what the KL in the reward takes off its reward (``use_kl_in_reward``: the
+    # coefficient times its KL summed over its tokens, ``trainer.kl``); None: nothing.
+    kl_penalty: np.ndarray | None = field(default=None, repr=False)
 
     def __post_init__(self) -> None:
         if self.scores is None:
@@ -158,7 +161,7 @@ class SamplerResult:
         if advantages is None:
             if self.estimator is None:
                 raise ValueError("this result has no advantage estimator: give advantages")
-            advantages = self.estimator(self.rewards, p, kept, P)
+            advantages = self.estimator(self.final_rewards, p, kept, P)
         advantages = np.where(kept, np.asarray(advantages, dtype=np.float64), 0.0)
         w = self.weights if weights is None else np.asarray(weights, dtype=np.float64)
         if w.shape != self.rewards.shape:
@@ -168,6 +171,21 @@ class SamplerResult:
             self, kept=kept, advantages=advantages, weights=w,
             kept_positives=np.bincount(p[kept & self.positive], minlength=P).astype(np.int64),
             kept_negatives=np.bincount(p[kept & ~self.positive], minlength=P).astype(np.int64))
+
+    @property
+    def final_rewards(self) -> np.ndarray:
+        """The rewards the advantages use: ``rewards`` less the KL in the reward where there is
+        one (verl's ``token_level_rewards`` summed over the response)."""
+        return self.rewards if self.kl_penalty is None else self.rewards - self.kl_penalty
+
+    def with_kl_penalty(self, penalty: np.ndarray) -> SamplerResult:
+        """A copy whose rewards lose ``penalty`` (one per sample) in the advantages, which are
+        recomputed over the same kept samples (the result's estimator)."""
+        penalty = np.asarray(penalty, dtype=np.float64)
+        if penalty.shape != self.rewards.shape:
+            raise ValueError(f"penalty must have one entry per sample ({len(self.rewards)}), "
+                             f"got shape {penalty.shape}")
+        return replace(self, kl_penalty=penalty).with_kept(self.kept)
 
     @property
     def num_prompts(self) -> int:

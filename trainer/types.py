@@ -287,6 +287,12 @@ OPTIONAL_STEP_METRICS: dict[str, Metric | str] = {
                                       "tokens", "nats"),
     "tis_weight_mean": count("mean truncated importance weight over kept tokens", "weight"),
     "tis_truncated_frac": fraction("fraction of kept tokens whose importance weight hit the cap"),
+    # use_kl_in_reward (verl's actor/reward_kl_penalty and actor/reward_kl_penalty_coeff).
+    # k1's estimate may be negative: no lower bound.
+    "reward_kl": Metric("KL to the reference in the reward (kl_penalty's estimator): the mean "
+                        "over every response drawn of its token-mean KL", "nats"),
+    "reward_kl_coef": count("coefficient of the KL in the reward this step used (adaptive: "
+                            "moved after each step toward kl_ctrl_target)", "coefficient"),
 }
 
 # Pass-rate thresholds of the step metrics pass_rate_le_<t> (the paper's Fig. 5 type: the share of
@@ -329,7 +335,8 @@ STEP_METRICS: dict[str, Metric | str] = {
                          "per response under seq-mean-token-sum", "nats"),
     "policy_loss": Metric("PPO-clip loss (aggregated by loss_agg_mode), averaged over the "
                           "optimiser steps taken", "loss"),
-    "kl": count("mean KL to the reference policy (0 when off)", "nats"),
+    "kl": Metric("mean KL to the reference policy in the loss (kl_loss_type's estimator; 0 "
+                 "when off)", "nats"),
     "clip_frac_low": fraction("fraction of tokens clipped at 1 - eps_low"),
     "clip_frac_high": fraction("fraction of tokens clipped at 1 + eps_high"),
     "dual_clip_frac": fraction("fraction of tokens with a negative advantage capped at "

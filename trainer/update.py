@@ -166,6 +166,61 @@ def _logprobs_no_grad(model: Any, batch: UpdateBatch, idx: list[int], pad_token_
     return out
 
 
+def _old_logprobs(model: Any, batch: UpdateBatch, idx: list[int], pad_token_id: int,
+                  temperature: float, micro: int | None, shard: UpdateShard
+                  ) -> dict[int, list[float]]:
+    """The sampling policy's log-probs of the responses ``idx``: recorded at sampling time
+    where the backend gave them (one per token), else computed with ``model`` (the weights
+    that sampled, before the update moves them)."""
+    old: dict[int, list[float]] = {}
+    missing = []
+    for i in idx:
+        rec = batch.old_logprobs[i] if i < len(batch.old_logprobs) else None
+        if rec is not None and len(rec) == len(batch.response_ids[i]):
+            old[i] = list(rec)
+        else:
+            missing.append(i)
+    # A sharded model's forward is a collective: every rank runs the pass, with or without
+    # work.
+    if shard.most(float(len(missing))) > 0:
+        old.update(_logprobs_no_grad(model, batch, missing, pad_token_id, temperature, micro,
+                                     shard))
+    return old
+
+
+def sequence_kl(model: Any, ref_model: Any, batch: UpdateBatch, kind: str, *,
+                pad_token_id: int, temperature: float, micro_batch_size: int | None = None,
+                shard: UpdateShard = LOCAL) -> tuple[np.ndarray, np.ndarray]:
+    """Each response's KL to the reference for the KL in the reward (``trainer.kl``): the
+    per-token ``kl_estimate`` of ``kind`` between the sampling policy (the old log-probs:
+    recorded at sampling time where the backend gave them, else ``model``'s, the weights that
+    sampled) and ``ref_model``, summed over the response and its token mean (0 for an empty
+    response). verl measures it between its recomputed old log-probs and the reference's
+    (``apply_kl_penalty``).
+
+    With several ranks each computes its token-balanced part of the responses (both models'
+    forward passes are collectives) and the sums are all-reduced: every rank gets every
+    response's figures."""
+    from trainer.loss import kl_estimate
+
+    n = len(batch)
+    lengths = [len(r) for r in batch.response_ids]
+    mine = shard.take(list(range(n)), lengths)
+    model.eval()
+    old = _old_logprobs(model, batch, mine, pad_token_id, temperature, micro_batch_size, shard)
+    ref = _logprobs_no_grad(ref_model, batch, mine, pad_token_id, temperature,
+                            micro_batch_size, shard)
+    sums, means = np.zeros(n), np.zeros(n)
+    with torch.no_grad():
+        for i in mine:
+            if lengths[i]:
+                k = kl_estimate(torch.tensor(old[i], dtype=torch.float64),
+                                torch.tensor(ref[i], dtype=torch.float64), kind)
+                sums[i], means[i] = float(k.sum()), float(k.mean())
+    total = np.asarray(shard.total([*sums.tolist(), *means.tolist()]), dtype=np.float64)
+    return total[:n], total[n:]
+
+
 def update_policy(model: Any, optimizer: torch.optim.Optimizer, scheduler: Any,
                   batch: UpdateBatch, config: Any, *, pad_token_id: int,
                   ref_model: Any = None, seed: int = 0, micro_batch_size: int | None = None,
@@ -272,21 +327,8 @@ class _Inputs:
                 ref_model: Any) -> _Inputs:
         temperature = float(config.temperature)
         mine = sorted({i for part in plan for i in part})
-        # Old log-probs: recorded at sampling time where the backend gave them (one per token).
-        old: dict[int, list[float]] = {}
-        missing = []
-        for i in mine:
-            rec = batch.old_logprobs[i] if i < len(batch.old_logprobs) else None
-            if rec is not None and len(rec) == len(batch.response_ids[i]):
-                old[i] = list(rec)
-            else:
-                missing.append(i)
         model.eval()  # no dropout in the reference forward passes
-        # A sharded model's forward is a collective: every rank runs the pass, with or without
-        # work.
-        if shard.most(float(len(missing))) > 0:
-            old.update(_logprobs_no_grad(model, batch, missing, pad_token_id, temperature,
-                                         micro, shard))
+        old = _old_logprobs(model, batch, mine, pad_token_id, temperature, micro, shard)
         rollout = _rollout_logprobs(batch)
         gap: dict[str, float] = {}
         if rollout is not None:
@@ -427,7 +469,8 @@ def _minibatch(model: Any, optimizer: torch.optim.Optimizer, batch: UpdateBatch,
         if inputs.ref:
             ref_lp = _pad([inputs.ref[i] for i in part] or [[]], width).to(lp.device)
             kl_term, kl = kl_penalty(lp, ref_lp, mask, config.kl_coef, denominator=n_tokens,
-                                     agg=agg)
+                                     agg=agg, kind=getattr(config, "kl_loss_type",
+                                                           "low_var_kl"))
             loss = loss + kl_term
             mb["kl"] += kl.item()
         loss.backward()

@@ -228,10 +228,19 @@ def ranks_need_vllm(c: Config) -> Iterator[tuple[str, str]]:
                              f"got backend {c.backend!r}")
 
 
-def ranks_without_kl(c: Config) -> Iterator[tuple[str, str]]:
-    if c.world_size > 1 and c.kl_coef > 0:
-        yield "kl_coef", ("the KL penalty needs a reference policy, which the distributed path "
-                          "does not shard yet: 0 with world_size > 1")
+def kl_in_reward_needs_policy(c: Config) -> Iterator[tuple[str, str]]:
+    if c.use_kl_in_reward and c.backend == "simulated":
+        yield "use_kl_in_reward", ("the KL in the reward needs the policy's and the reference's "
+                                   "log-probs: backend 'hf' or 'vllm', got 'simulated'")
+
+
+def kl_in_reward_after_positives(c: Config) -> Iterator[tuple[str, str]]:
+    # A positive is decided as each round comes back; the KL is measured on the step's whole
+    # pools after sampling, so the penalised reward does not exist yet when positives count.
+    if c.use_kl_in_reward and c.positive_metric == "seq_final_reward":
+        yield "positive_metric", ("seq_final_reward with use_kl_in_reward: positives are decided "
+                                  "while sampling, before the KL in the reward is measured; use "
+                                  "seq_reward (the same reward without the KL)")
 
 
 CROSS_CHECKS: list[CrossCheck] = [
@@ -250,8 +259,10 @@ CROSS_CHECKS: list[CrossCheck] = [
                {"prompts": BUILTIN_LONG_TASK, "task_max_digits": 5}),
     CrossCheck(("model", "backend"), model_directory, {"model": "/no/such/model"}),
     CrossCheck(("world_size", "backend"), ranks_need_vllm, {"world_size": 2}),
-    CrossCheck(("world_size", "kl_coef"), ranks_without_kl,
-               {"world_size": 2, "backend": "vllm", "kl_coef": 0.1}),
+    CrossCheck(("use_kl_in_reward", "backend"), kl_in_reward_needs_policy,
+               {"use_kl_in_reward": True, "backend": "simulated"}),
+    CrossCheck(("use_kl_in_reward", "positive_metric"), kl_in_reward_after_positives,
+               {"use_kl_in_reward": True, "backend": "hf", "positive_metric": "seq_final_reward"}),
 ]
 
 

@@ -349,3 +349,25 @@ def test_step_ticks_are_whole_on_short_runs_and_automatic_on_long_ones() -> None
     assert "dtick" not in charts.whole_steps(fig([1.5, 2.5]))["layout"]["xaxis"]
     assert "dtick" not in charts.whole_steps(fig([1, 2], "rank"))["layout"]["xaxis"]
     assert "dtick" not in charts.whole_steps(fig(["rank 0", "rank 1"]))["layout"]["xaxis"]
+
+
+def test_kl_in_reward_charts_draw_the_kl_and_its_coefficient(owner: User,
+                                                             owner_client: Client) -> None:
+    """A run with the KL in the reward gets its two charts, drawn from its steps' reward_kl,
+    kl and reward_kl_coef (issue 34 item 6); a run without it gets neither."""
+    ps = make_prompt_set("kl-set", size=4)
+    config = TrainConfig(backend="hf", algorithm="grpo", use_kl_in_reward=True,
+                         kl_ctrl_type="adaptive", total_steps=2).validate()
+    run = Run.objects.create(owner=owner, name="kl", algorithm="grpo", config=config.to_dict(),
+                             prompt_set=ps, model=config.model, seed=0, total_steps=2)
+    for step, (kl, coef) in enumerate([(0.0, 0.001), (0.25, 0.0012)], start=1):
+        Step.objects.create(run=run, step=step, metrics={"reward_kl": kl, "reward_kl_coef": coef,
+                                                         "kl": 0.0})
+    assert {"kl_reward", "kl_reward_coef"} <= set(charts.charts_for(run))
+    fig = _chart(owner_client, run, "kl_reward")
+    assert _trace(fig, "mean over responses of their token-mean KL (kl_penalty)")["y"] == \
+        [0.0, 0.25]
+    fig = _chart(owner_client, run, "kl_reward_coef")
+    assert _trace(fig, "the coefficient each step used")["y"] == [0.001, 0.0012]
+    plain = make_run(owner, ps, name="plain", algorithm="grpo")
+    assert not {"kl_reward", "kl_reward_coef"} & set(charts.charts_for(plain))

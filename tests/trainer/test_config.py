@@ -115,15 +115,16 @@ def test_dual_clip_default_and_optimizer_steps() -> None:
     assert TrainConfig(batch_size=32, ppo_mini_batch_size=7, ppo_epochs=2).optimizer_steps == 10
 
 
-def test_world_size_needs_the_vllm_backend_and_no_kl() -> None:
+def test_world_size_needs_the_vllm_backend() -> None:
     assert TrainConfig().world_size == 1  # one process unless asked
     TrainConfig(world_size=2, backend="vllm").validate()
     for backend in ("hf", "simulated"):
         with pytest.raises(ConfigError) as exc:
             TrainConfig(world_size=2, backend=backend).validate()
         assert exc.value.field == "world_size" and backend in exc.value.reason
-    errors = TrainConfig(world_size=2, backend="vllm", kl_coef=0.1).errors()
-    assert [e.field for e in errors] == ["kl_coef"]
+    # The ranks shard a frozen reference (issue 34 item 6): every KL option is allowed.
+    TrainConfig(world_size=2, backend="vllm", kl_coef=0.1, kl_loss_type="k3+",
+                use_kl_in_reward=True, kl_ctrl_type="adaptive").validate()
     assert {e.field for e in TrainConfig(world_size=0).errors()} == {"world_size"}
     assert {e.field for e in TrainConfig(fsdp_bucket_mb=0).errors()} == {"fsdp_bucket_mb"}
     # One process: hf and a KL penalty stay as they were.

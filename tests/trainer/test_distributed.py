@@ -320,25 +320,35 @@ def test_resume_from_the_sharded_checkpoint_replays_step_three(two_rank_run: Any
         assert got[0][key] == pytest.approx(want[0][key], rel=1e-5, abs=1e-7), key
 
 
-@pytest.mark.parametrize(("algorithm", "spelled"), [("ada-est", {}),
-                                                    ("dapo", {"device": "cpu",
-                                                              "rollout_dtype": "float32"})])
+# Every KL option on the ranks' sharded frozen reference (issue 34 item 6), in the reward with
+# the adaptive controller (a target that moves it) and k2 in the loss.
+KL = {"use_kl_in_reward": True, "kl_penalty": "k3", "kl_ctrl_type": "adaptive",
+      "kl_ctrl_coef": 0.5, "kl_ctrl_target": 1e-4, "kl_ctrl_horizon": 100, "kl_coef": 0.05,
+      "kl_loss_type": "k2"}
+
+
+@pytest.mark.parametrize(("algorithm", "spelled", "kl"),
+                         [("ada-est", {}, KL),
+                          ("dapo", {"device": "cpu", "rollout_dtype": "float32"}, {})])
 def test_ada_est_and_dapo_at_two_ranks_match_one_process(algorithm: str, spelled: dict[str, Any],
-                                                        ranks: Any, tiny_model_dir: Path,
-                                                        tmp_path: Path,
+                                                        kl: dict[str, Any], ranks: Any,
+                                                        tiny_model_dir: Path, tmp_path: Path,
                                                         restore_policy: Any) -> None:
     """As for ada-balance: step 1 (pools, kept groups, advantages; Est's estimator, DAPO's
     further batches) equals the single-process vllm run's exactly and every step's records are
     complete. The module's ranks were trained by the runs above: a new run puts them back to
     the model's weights and takes its own config (DAPO's clip ranges), which this also proves.
     Two steps in each (step 1 is the one compared). DAPO spells the device and dtype out
-    ("cpu", "float32") on ranks a default config built: the same ranks take both spellings."""
+    ("cpu", "float32") on ranks a default config built: the same ranks take both spellings.
+    Est runs with every KL option: the ranks build their reference when a run first asks for
+    one; step 1 samples with the reference's weights (no KL), step 2 has some, and the
+    coefficient follows the adaptive rule."""
     from trainer.data import resolve_prompts
     from trainer.loop import train
 
     assert ranks.trained
     config = two_rank_config(tiny_model_dir, algorithm=algorithm, total_steps=2, save_every=0,
-                             **spelled)
+                             **spelled, **kl)
     rec, result = run(config, ranks, tmp_path / "ranks")
     assert result.status == "completed" and [s.step for s in rec.steps] == [1, 2]
     for s in rec.steps:
@@ -356,6 +366,16 @@ def test_ada_est_and_dapo_at_two_ranks_match_one_process(algorithm: str, spelled
     assert got[1] == want[1]  # every sample, reward, kept flag and advantage
     for key in ("policy_loss", "entropy", "grad_norm", "kept_samples", "samples"):
         assert got[0][key] == pytest.approx(want[0][key], rel=1e-4, abs=1e-6), key
+    if kl:
+        from trainer.kl import adaptive_kl_coef
+
+        first, second = (s.metrics for s in rec.steps)
+        assert first["reward_kl"] == want[0]["reward_kl"] == 0.0
+        assert first["kl"] == pytest.approx(want[0]["kl"], abs=1e-7)
+        assert second["reward_kl"] > 1e-6 and second["kl"] > 0
+        assert second["reward_kl_coef"] == pytest.approx(
+            adaptive_kl_coef(kl["kl_ctrl_coef"], 0.0, kl["kl_ctrl_target"],
+                             kl["kl_ctrl_horizon"], int(first["samples"])))
 
 
 def test_a_cancel_mid_step_reaches_every_rank_and_the_run_ends_cleanly(

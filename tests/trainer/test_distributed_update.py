@@ -1,7 +1,9 @@
 """The FSDP2 update of ``trainer.distributed.rank`` on two real gloo ranks (two processes on this
 CPU, rendezvous through ``env://``) equals the single-process update on the same kept batch:
 unequal tokens per rank, two mini-batches, grad-norm clipping engaged, the algorithm's
-per-sample loss weights, and the per-prompt statistics an algorithm's ``after_update`` reads.
+per-sample loss weights, and the per-prompt statistics an algorithm's ``after_update`` reads;
+then a second step with a KL in the loss and in the reward against the ranks' sharded frozen
+reference.
 No Ray, no engine: the ranks are the plain class a GPU check runs under torchrun."""
 
 from __future__ import annotations
@@ -61,6 +63,11 @@ def config(model_dir: Path) -> TrainConfig:
                        entropy_coef=1e-3)
 
 
+# A second step on the same ranks with every kind of KL (issue 34 item 6): k3 with k2's gradient
+# in the loss against the ranks' sharded frozen reference, and k2 in the reward.
+KL = {"kl_coef": 0.05, "kl_loss_type": "k3+", "use_kl_in_reward": True, "kl_penalty": "k2"}
+
+
 def _rank_main(rank: int, cfg: dict, port: int, batch: UpdateBatch, out: str) -> None:
     torch.set_num_threads(1)
     from trainer.distributed.rank import Rank, _gather_packed, full_weights
@@ -100,16 +107,22 @@ def _rank_main(rank: int, cfg: dict, port: int, batch: UpdateBatch, out: str) ->
             r.begin_run(cfg | change, initial_weights=False)
         except ValueError as exc:
             refused[next(iter(change))] = str(exc)
+    # The KL step: the reference is the model directory's weights, the policy has moved.
+    r.begin_run(cfg | KL, initial_weights=False)
+    reward_kl = r.sequence_kl(batch)
+    kl_metrics = r.update(batch, seed=8)
+    kl_weights = r.full_state_dict()
     if rank == 0:
         torch.save({"metrics": metrics, "weights": weights, "packed_exact": packed_exact,
-                    "uneven_exact": uneven_exact, "refused": refused}, out)
+                    "uneven_exact": uneven_exact, "refused": refused, "reward_kl": reward_kl,
+                    "kl_metrics": kl_metrics, "kl_weights": kl_weights}, out)
     r.close()
 
 
 def test_two_fsdp_ranks_take_the_single_process_step(tiny_model_dir: Path,
                                                      tmp_path: Path) -> None:
     from trainer.model import load_model_dir
-    from trainer.update import make_optimizer, update_policy
+    from trainer.update import make_optimizer, sequence_kl, update_policy
 
     cfg = config(tiny_model_dir)
     model, tokenizer = load_model_dir(tiny_model_dir, "cpu")
@@ -127,6 +140,17 @@ def test_two_fsdp_ranks_take_the_single_process_step(tiny_model_dir: Path,
                              seed=7)
     assert expected["optimizer_steps"] == 2.0
     assert expected["grad_norm"] > cfg.max_grad_norm  # clipping acted
+    after_first = {k: v.clone() for k, v in model.state_dict().items()}
+    # The KL step in one process: the reference loaded afresh, a fresh optimiser (begin_run's).
+    kl_cfg = TrainConfig.from_dict(cfg.to_dict() | KL)
+    ref, _ = load_model_dir(tiny_model_dir, "cpu")
+    ref.requires_grad_(False)
+    expected_reward_kl = sequence_kl(model, ref, batch, "k2", pad_token_id=tokenizer.pad_token_id,
+                                     temperature=kl_cfg.temperature)
+    opt, sched = make_optimizer(model, kl_cfg)
+    expected_kl = update_policy(model, opt, sched, batch, kl_cfg, ref_model=ref,
+                                pad_token_id=tokenizer.pad_token_id, seed=8)
+    assert expected_kl["kl"] > 1e-6 and (expected_reward_kl[0] > 1e-6).any()
 
     out = tmp_path / "rank0.pt"
     mp.start_processes(_rank_main, args=(cfg.to_dict(), free_port(), batch, str(out)),
@@ -140,8 +164,8 @@ def test_two_fsdp_ranks_take_the_single_process_step(tiny_model_dir: Path,
                          "for 'bfloat16'; start new ranks for it"}
     assert got["packed_exact"], "the packed bucket gather differs from full_tensor()"
     assert got["uneven_exact"], "the packed gather mis-rebuilt an unevenly sharded tensor"
-    moved = max(float((v - before[k]).abs().max()) for k, v in model.state_dict().items())
-    gap = max(float((got["weights"][k] - v).abs().max()) for k, v in model.state_dict().items())
+    moved = max(float((v - before[k]).abs().max()) for k, v in after_first.items())
+    gap = max(float((got["weights"][k] - v).abs().max()) for k, v in after_first.items())
     assert moved > 1e-4  # the step did something
     assert gap < 1e-5, f"sharded step differs by {gap} (the step moved weights by {moved})"
     for key in ("policy_loss", "entropy", "grad_norm", "clip_frac_low", "clip_frac_high",
@@ -155,3 +179,14 @@ def test_two_fsdp_ranks_take_the_single_process_step(tiny_model_dir: Path,
     assert (one.grad_mass > 0).all()
     # Each mini-batch's prompts share its gradient: two prompts each, shares summing to 1.
     assert sum(one.grad_share) == pytest.approx(2.0)
+    # The KL step: every response's KL in the reward and the update against the sharded
+    # reference equal the single process's.
+    for one, sharded in zip(expected_reward_kl, got["reward_kl"], strict=True):
+        assert sharded == pytest.approx(one, rel=1e-4, abs=1e-7)
+    kl_moved = max(float((v - after_first[k]).abs().max()) for k, v in model.state_dict().items())
+    kl_gap = max(float((got["kl_weights"][k] - v).abs().max())
+                 for k, v in model.state_dict().items())
+    assert kl_moved > 1e-4
+    assert kl_gap < 1e-5, f"sharded KL step differs by {kl_gap} (it moved weights {kl_moved})"
+    for key in ("policy_loss", "kl", "grad_norm", "optimizer_steps"):
+        assert got["kl_metrics"][key] == pytest.approx(expected_kl[key], rel=1e-4, abs=1e-6), key

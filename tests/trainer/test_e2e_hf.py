@@ -50,8 +50,15 @@ def comparable(step) -> tuple:
 def test_hf_training_steps_and_checkpoint(tiny_model_dir: Path, tmp_path: Path) -> None:
     from transformers import AutoModelForCausalLM
 
-    rec, result = run(hf_config(tiny_model_dir, total_steps=2, algorithm="ada-pos",
-                                kl_coef=0.01), tmp_path)
+    from trainer.kl import adaptive_kl_coef
+
+    # Every KL option on at once (issue 34 item 6): k1 with k2's gradient in the loss, k3 in
+    # the reward with the adaptive controller (a target and horizon that move it visibly).
+    config = hf_config(tiny_model_dir, total_steps=2, algorithm="ada-pos", kl_coef=0.01,
+                       kl_loss_type="k1+", use_kl_in_reward=True, kl_penalty="k3",
+                       kl_ctrl_type="adaptive", kl_ctrl_coef=0.5, kl_ctrl_target=1e-4,
+                       kl_ctrl_horizon=100)
+    rec, result = run(config, tmp_path)
     assert result.status == "completed"
     steps = rec.steps
     assert [s.step for s in steps] == [1, 2]
@@ -61,20 +68,48 @@ def test_hf_training_steps_and_checkpoint(tiny_model_dir: Path, tmp_path: Path) 
         assert s.metrics["tokens"] > 0 and s.metrics["response_length"] > 0
         assert all(x.tokens > 0 for x in s.samples)
     assert any(s.metrics["grad_norm"] > 0 for s in steps)
+    # Step 1 samples with the reference's own weights: no KL; step 2 after an update: some,
+    # and the coefficient each step used is the controller's answer to the step before.
+    first, second = (s.metrics for s in steps)
+    assert first["reward_kl"] == pytest.approx(0.0, abs=1e-5)
+    assert second["reward_kl"] > 1e-6
+    assert first["reward_kl_coef"] == 0.5
+    assert second["reward_kl_coef"] == pytest.approx(
+        adaptive_kl_coef(0.5, first["reward_kl"], 1e-4, 100, int(first["samples"])))
+    # The global baseline is the pool's mean final reward: with the KL in it, the kept
+    # advantages no longer sum to (r - pool mean) of the rewards alone.
+    pools: dict[str, list[float]] = {}
+    for x in steps[1].samples:
+        pools.setdefault(x.prompt_id, []).append(x.reward)
+    reward_only = [x.reward - sum(pools[x.prompt_id]) / len(pools[x.prompt_id])
+                   for x in steps[1].samples if x.kept]
+    assert [x.advantage for x in steps[1].samples if x.kept] != pytest.approx(reward_only,
+                                                                             abs=1e-9)
     ckpt = Path(result.checkpoint)
     assert (ckpt / "model.safetensors").is_file() and (ckpt / "optimizer.pt").is_file()
+    # The controller's state travels with the checkpoint: the coefficient step 3 would use.
+    state = json.loads((ckpt / "trainer_state.json").read_text())
+    assert state["kl_in_reward_coef"] == pytest.approx(
+        adaptive_kl_coef(second["reward_kl_coef"], second["reward_kl"], 1e-4, 100,
+                         int(second["samples"])))
     model = AutoModelForCausalLM.from_pretrained(ckpt, local_files_only=True)
     assert model.config.model_type == "qwen2"
 
 
 # ada-est: 8 prompts in batches of 4, so step 3 revisits prompts of step 1 and allocates from the
 # estimator that steps 1 and 2 left: the estimator must travel in the checkpoint with the weights.
-@pytest.mark.parametrize("algorithm", ["ada-balance", "ada-est"])
+# ada-balance with the KL in the reward (adaptive) and in the loss: the reference and the
+# coefficient steps 1 and 2 left must travel too.
+KL = {"use_kl_in_reward": True, "kl_ctrl_type": "adaptive", "kl_ctrl_coef": 0.2,
+      "kl_ctrl_target": 1e-3, "kl_ctrl_horizon": 50, "kl_coef": 0.02}
+
+
+@pytest.mark.parametrize(("algorithm", "kl"), [("ada-balance", KL), ("ada-est", {})])
 def test_resume_replays_step_k_plus_one(tiny_model_dir: Path, tmp_path: Path,
-                                        algorithm: str) -> None:
+                                        algorithm: str, kl: dict) -> None:
     config = hf_config(tiny_model_dir, total_steps=3, save_every=0, ppo_mini_batch_size=2,
                        warmup_steps=2, algorithm=algorithm, task_num_prompts=8,
-                       budget_per_prompt=4, est_max_samples=8)
+                       budget_per_prompt=4, est_max_samples=8, **kl)
     full, _ = run(config, tmp_path / "full")
     # Stop cleanly after step k=2 (the cancel comes between rounds of step 3), then resume with a
     # fresh backend loaded from the original weights, as a new worker process would.
@@ -88,6 +123,8 @@ def test_resume_replays_step_k_plus_one(tiny_model_dir: Path, tmp_path: Path,
     assert result.status == "completed"
     assert [s.step for s in resumed.steps] == [3]
     assert comparable(resumed.steps[0]) == comparable(full.steps[2])
+    if kl:  # the coefficient moved, and step 3 went on from where it was
+        assert full.steps[2].metrics["reward_kl_coef"] != kl["kl_ctrl_coef"]
     if algorithm == "ada-est":
         assert resumed.steps[0].metrics["samples"] == 4 * 4
         assert all(p.p_hat != 1 / 17 for p in resumed.steps[0].prompts)  # not the prior

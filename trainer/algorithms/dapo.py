@@ -155,7 +155,7 @@ def max_gen_batches(config: TrainConfig, prompt_count: int | None = None) -> int
 def filter_values(config: TrainConfig, res: SamplerResult) -> np.ndarray:
     """Each sample's value of ``dapo_filter_metric`` (``trainer.advantages.signal_values``)."""
     return signal_values(res.rewards, res.scores, config.dapo_filter_metric,
-                         config.positive_threshold)
+                         config.positive_threshold, res.final_rewards)
 
 
 class FewerGroups(RuntimeError):
@@ -412,6 +412,16 @@ def gen_batch_holds_batch(c: TrainConfig) -> Iterator[tuple[str, str]]:
                                       f"the step's own B prompts; got {c.dapo_gen_batch_size:,}")
 
 
+def kl_in_reward_after_filter(c: TrainConfig) -> Iterator[tuple[str, str]]:
+    # The filter reads each generation batch as it comes back; the KL in the reward is measured
+    # on the step's whole pools after sampling.
+    if c.use_kl_in_reward and c.dapo_filter_metric == "seq_final_reward":
+        yield "dapo_filter_metric", ("seq_final_reward with use_kl_in_reward: the batches are "
+                                     "filtered while sampling, before the KL in the reward is "
+                                     "measured; use seq_reward (the same reward without the "
+                                     "KL)")
+
+
 # Its run page's own chart: the batches it drew, the prompts they held and how many groups came
 # back with signal, against the B groups the update wants.
 SAMPLING_CHART = ChartSpec(
@@ -441,7 +451,11 @@ DAPO = Algorithm(
                "the prompt set's size / dapo_gen_batch_size)",
     options=OPTIONS,
     config_checks=(CrossCheck(("dapo_gen_batch_size", "batch_size"), gen_batch_holds_batch,
-                              {"dapo_gen_batch_size": 16}),),
+                              {"dapo_gen_batch_size": 16}),
+                   CrossCheck(("use_kl_in_reward", "dapo_filter_metric"),
+                              kl_in_reward_after_filter,
+                              {"use_kl_in_reward": True, "backend": "hf",
+                               "dapo_filter_metric": "seq_final_reward"})),
     step_metrics={
         "gen_batches": count("generation batches of G prompts drawn this step (1 + further "
                              "batches)", "batches"),

@@ -204,6 +204,15 @@ class DistributedLearner:
             raise FloatingPointError(f"non-finite policy loss {metrics['policy_loss']}")
         return metrics
 
+    def sequence_kl(self, res: SamplerResult, outcome: RoundsOutcome,
+                    batch: Sequence[Prompt]) -> tuple[np.ndarray, np.ndarray]:
+        """Every sample's KL to the reference (``LocalLearner.sequence_kl``), each rank
+        computing its part against its shard of the frozen reference; the sums are every
+        rank's, so rank 0's answer is whole."""
+        every = np.ones(len(res.rewards), dtype=bool)
+        ub = update_batch(res, outcome, batch, every, None)
+        return self.group.call_all("sequence_kl", ub)[0]
+
     def sync_weights(self) -> None:
         t0 = time.perf_counter()
         self.group.call_all("sync_weights")

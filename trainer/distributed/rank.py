@@ -255,9 +255,26 @@ class Rank:
                 gradient_checkpointing_kwargs={"use_reentrant": False})
         shard_policy(model, self.mesh, cuda=self.cuda)
         self.model = model
+        self.ref_model: Any = None
+        self._ensure_reference()
         self.optimizer, self.scheduler = make_optimizer(model, self.config)
         self.shard = ProcessGroupShard(self.rank, self.world_size, self.device)
         self._requests: Any = None
+
+    def _ensure_reference(self) -> None:
+        """With a KL in the loss or the reward: the frozen reference, the model directory's
+        weights (the run's initial policy, on every start and resume alike), sharded as the
+        policy is, so that each rank holds 1/world of it and its forward passes are collectives
+        every rank joins (``ProcessGroupShard.chunks``). Built once, on the first run that
+        needs it."""
+        if self.ref_model is not None or not self.config.uses_reference:
+            return
+        from trainer.model import load_model_dir
+
+        ref, _ = load_model_dir(self.model_dir, self.device.type)
+        ref.requires_grad_(False)
+        shard_policy(ref, self.mesh, cuda=self.cuda)
+        self.ref_model = ref.eval()
 
     def _build_engine(self, model: Any, tokenizer: Any) -> Any:
         from trainer.backends.vllm import VLLMBackend
@@ -331,12 +348,27 @@ class Rank:
             self.engine.llm.sleep(level=1)
         t0 = time.perf_counter()
         metrics = update_policy(self.model, self.optimizer, self.scheduler, batch, self.config,
-                                pad_token_id=self.pad_id, seed=seed,
+                                pad_token_id=self.pad_id, ref_model=self.ref_model, seed=seed,
                                 micro_batch_size=self.config.ppo_micro_batch_size or None,
                                 should_stop=self._agreed_stop, shard=self.shard)
         self.seconds["update"] = time.perf_counter() - t0
         self._spent("update", t0)
         return metrics
+
+    def sequence_kl(self, batch: UpdateBatch) -> tuple[Any, Any]:
+        """This rank's part of every response's KL to the reference (``use_kl_in_reward``;
+        ``trainer.update.sequence_kl``), summed over the ranks: the same on every rank."""
+        from trainer.update import sequence_kl
+
+        t0 = time.perf_counter()
+        try:
+            return sequence_kl(self.model, self.ref_model, batch, self.config.kl_penalty,
+                               pad_token_id=self.pad_id,
+                               temperature=float(self.config.temperature),
+                               micro_batch_size=self.config.ppo_micro_batch_size or None,
+                               shard=self.shard)
+        finally:
+            self._spent("update", t0)
 
     def sync_weights(self) -> dict[str, float]:
         """Gather the updated policy into this rank's engine: ``reload_weights`` fed by the
@@ -414,6 +446,7 @@ class Rank:
                                  f"run asks for {asked[name]!r}{how}; start new ranks for it")
         # Kept as the ranks run it: the device they were built on.
         self.config = dataclasses.replace(new, device=self.device.type)
+        self._ensure_reference()
         if initial_weights:
             initial, _ = load_model_dir(self.model_dir, "cpu")
             set_model_state_dict(self.model, initial.state_dict(),

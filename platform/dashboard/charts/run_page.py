@@ -359,6 +359,11 @@ def entropy(run: Run, max_points: int = MAX_POINTS, **_: Any) -> Fig:
     return fig
 
 
+def _kl_in_reward(ctx: ChartRun) -> bool:
+    # reward_kl and reward_kl_coef exist on the steps of runs with the KL in the reward only.
+    return bool(ctx.config.use_kl_in_reward)
+
+
 def _early_rounds(ctx: ChartRun) -> bool:
     # A prompt's next round can only go in early where there is a next round.
     return ctx.eliminates and ctx.config.early_rounds_mode != "off"
@@ -385,6 +390,15 @@ for _chart in (
         ("clip_frac_low", "clipped at 1 - eps_low"),
         ("clip_frac_high", "clipped at 1 + eps_high"),
         ("dual_clip_frac", "capped at -A x c (dual-clip)")), note=_clip_note)),
+    metric_chart_entry("kl_reward", MetricChart(
+        "KL to the reference in the reward (use_kl_in_reward)", "per token (nats)",
+        (("reward_kl", "mean over responses of their token-mean KL (kl_penalty)"),
+         ("kl", "KL in the loss (kl_loss_type; 0 without kl_coef)"))),
+        applies_to=_kl_in_reward),
+    metric_chart_entry("kl_reward_coef", MetricChart(
+        "Coefficient of the KL in the reward (kl_ctrl_type)", "coefficient",
+        (("reward_kl_coef", "the coefficient each step used"),), exponent_axis=True),
+        applies_to=_kl_in_reward),
     metric_chart_entry("length", MetricChart("Response length", "mean response length (tokens)",
                                              (("response_length", "every response drawn"),
                                               ("kept_response_length",
