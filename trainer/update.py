@@ -28,7 +28,12 @@ from trainer.loss import (
     entropy_bonus,
     kl_penalty,
     ppo_clip_loss,
-    truncated_is_weights,
+)
+from trainer.offpolicy import (
+    decoupled_weights,
+    ess_lr_scale,
+    sequence_ratios,
+    tis_weights,
 )
 from trainer.types import PROMPT_STATS, SKIPPED_IN_A_ROW, PromptUpdateStats, StopRequested
 
@@ -275,6 +280,9 @@ class _Inputs:
     ref: dict[int, list[float]]
     rollout: dict[int, list[float]] | None
     gap: dict[str, float]
+    # Each response's sequence importance ratio pi_prox / pi_behav (trainer.offpolicy), where
+    # the behaviour log-probs are known and the step reports or uses them (ESS).
+    seq_ratio: dict[int, float] = field(default_factory=dict)
 
     @classmethod
     def prepare(cls, model: Any, batch: UpdateBatch, config: Any, plan: list[list[int]],
@@ -304,12 +312,37 @@ class _Inputs:
             # mini-batches.
             first = sorted({i for part in plan[:len(plan) // config.ppo_epochs] for i in part})
             gap = rollout_gap(old, rollout, first, shard)
+        seq_ratio: dict[int, float] = {}
+        if rollout is not None and reports_off_policy(config):
+            seq_ratio = {i: float(sequence_ratios(torch.tensor([old[i]]),
+                                                  torch.tensor([rollout[i]]),
+                                                  torch.ones(1, len(old[i])))[0])
+                         for i in mine}
+            first = sorted({i for part in plan[:len(plan) // config.ppo_epochs] for i in part})
+            gap["ess"] = _ess(seq_ratio, first, shard)
         ref: dict[int, list[float]] = {}
         if ref_model is not None and config.kl_coef > 0:
             ref = _logprobs_no_grad(ref_model, batch, mine, pad_token_id, temperature, micro,
                                     shard)
         model.train()
-        return cls(old, ref, rollout, gap)
+        return cls(old, ref, rollout, gap, seq_ratio)
+
+
+def reports_off_policy(config: Any) -> bool:
+    """Whether the step measures and reports the off-policy figures (ESS, truncated share,
+    lr applied): asynchronous runs and the corrections other than today's ``tis``. A
+    synchronous ``tis`` run's records stay what they were."""
+    return int(getattr(config, "max_policy_lag", 0) or 0) > 0 \
+        or getattr(config, "off_policy_correction", "tis") != "tis"
+
+
+def _ess(seq_ratio: dict[int, float], keys: Sequence[int], shard: UpdateShard) -> float:
+    """The normalised ESS of ``keys``' sequence ratios, over every process's part."""
+    w = np.asarray([seq_ratio[i] for i in keys if i in seq_ratio], dtype=np.float64)
+    total, sq, n = shard.total([float(w.sum()), float((w * w).sum()), float(w.size)])
+    if n == 0 or sq <= 0:
+        return 1.0
+    return min(1.0, total * total / (n * sq))
 
 
 class _Stats:
@@ -381,6 +414,9 @@ class _Pass:
         self.tis = [0.0, 0.0, 0.0]  # weight sum, tokens at the cap, tokens
         self.stats = _Stats(batch, epochs) if batch.prompt_stats else None
         self.tis_on = False
+        self.correction = str(getattr(config, "off_policy_correction", "tis"))
+        self.report = reports_off_policy(config)
+        self.lr_applied = 0.0  # summed over the optimiser steps taken
 
     def metrics(self, metrics: dict[str, Any], shard: UpdateShard,
                 mb_prompts: list[list[int]]) -> dict[str, Any]:
@@ -393,6 +429,12 @@ class _Pass:
             tis_sum, tis_hit, tis_tokens = shard.total(self.tis)
             metrics["tis_weight_mean"] = tis_sum / max(tis_tokens, 1.0)
             metrics["tis_truncated_frac"] = tis_hit / max(tis_tokens, 1.0)
+        if self.report:
+            tis_sum, tis_hit, tis_tokens = shard.total(self.tis)
+            metrics["is_truncated_frac"] = tis_hit / max(tis_tokens, 1.0)
+            metrics["lr_applied"] = self.lr_applied / self.n_updates if self.n_updates \
+                else metrics["lr"]
+            metrics.setdefault("ess", 1.0)
         if self.stats is not None:
             metrics[PROMPT_STATS] = self.stats.result(shard, mb_prompts)
         return metrics
@@ -459,7 +501,7 @@ def _minibatch(model: Any, optimizer: torch.optim.Optimizer, batch: UpdateBatch,
         done.in_a_row += 1
         return
     done.in_a_row = 0
-    optimizer.step()
+    _step_optimizer(optimizer, done, inputs, idx, shard)
     for k, v in zip(mb, shard.total(list(mb.values())), strict=True):
         done.totals[k] += v
     done.totals["grad_norm"] += float(grad_norm)
@@ -468,18 +510,37 @@ def _minibatch(model: Any, optimizer: torch.optim.Optimizer, batch: UpdateBatch,
         done.stats.commit(where[0], mb_stats)  # type: ignore[union-attr]
 
 
+def _step_optimizer(optimizer: torch.optim.Optimizer, done: _Pass, inputs: _Inputs,
+                    idx: list[int], shard: UpdateShard) -> None:
+    """The optimiser step; under vcpo at the lr scaled by sqrt of the mini-batch's ESS
+    (``trainer.offpolicy.ess_lr_scale``), restored afterwards so the schedule is unchanged."""
+    lrs = [g["lr"] for g in optimizer.param_groups]
+    scale = 1.0
+    if done.correction == "vcpo" and inputs.seq_ratio:
+        scale = ess_lr_scale(_ess(inputs.seq_ratio, idx, shard))
+        for g in optimizer.param_groups:
+            g["lr"] = g["lr"] * scale
+    optimizer.step()
+    if scale != 1.0:
+        for g, lr in zip(optimizer.param_groups, lrs, strict=True):
+            g["lr"] = lr
+    done.lr_applied += float(lrs[0]) * scale
+
+
 def _token_weights(batch: UpdateBatch, part: list[int], inputs: _Inputs, old_lp: torch.Tensor,
                    mask: torch.Tensor, done: _Pass, lp: torch.Tensor) -> torch.Tensor | None:
     """Each token's weight in the policy loss: truncated importance sampling's (``tis_cap``,
     where the engine's log-probs are known) times its response's weight (the algorithm's);
     None where both are 1 everywhere."""
     weights = None
-    if done.tis_cap > 0 and inputs.rollout is not None:
+    decoupled = done.correction == "decoupled"
+    if (done.tis_cap > 0 or decoupled) and inputs.rollout is not None:
         done.tis_on = True
         roll_lp = _pad([inputs.rollout[i] for i in part] or [[]], lp.shape[1]).to(lp.device)
-        weights = truncated_is_weights(old_lp, roll_lp, done.tis_cap)
+        weights, cut = decoupled_weights(old_lp, roll_lp, done.tis_cap) if decoupled \
+            else tis_weights(old_lp, roll_lp, done.tis_cap)
         done.tis[0] += float((weights * mask).sum())
-        done.tis[1] += float(((weights >= done.tis_cap) * mask).sum())
+        done.tis[1] += float((cut * mask).sum())
         done.tis[2] += float(mask.sum())
     if batch.weighted:
         rows = torch.tensor([batch.weight(i) for i in part] or [1.0], dtype=lp.dtype,

@@ -234,6 +234,31 @@ def ranks_without_kl(c: Config) -> Iterator[tuple[str, str]]:
                           "does not shard yet: 0 with world_size > 1")
 
 
+def async_backends(c: Config) -> Iterator[tuple[str, str]]:
+    # The producer of trainer.asyncloop runs rounds through one process's backend; vLLM's
+    # async engine thread and the rollout/train split across ranks come later (issue 29).
+    if c.max_policy_lag > 0 and (c.backend not in ("hf", "simulated") or c.world_size > 1):
+        yield "max_policy_lag", (f"asynchronous training (max_policy_lag > 0) runs on backend "
+                                 f"'hf' or 'simulated' in one process for now, got backend "
+                                 f"{c.backend!r} with world_size {c.world_size}")
+
+
+def async_round_scheduler(c: Config) -> Iterator[tuple[str, str]]:
+    if c.max_policy_lag > 0 and c.scheduler != "round":
+        yield "scheduler", (f"asynchronous training drives the rounds itself (its producer), "
+                            f"so scheduler must be 'round', got {c.scheduler!r}")
+
+
+def async_needs_a_cap(c: Config) -> Iterator[tuple[str, str]]:
+    # Without the cap, tis and vcpo would train stale samples as if the proximal policy had
+    # drawn them (no correction at all).
+    if c.max_policy_lag > 0 and c.backend != "simulated" and not c.tis_cap \
+            and c.off_policy_correction in ("tis", "vcpo"):
+        yield "tis_cap", (f"off_policy_correction {c.off_policy_correction!r} with "
+                          f"max_policy_lag > 0 weighs each token by min(pi_prox / pi_behav, "
+                          f"tis_cap): give tis_cap (2 is common), or use 'decoupled'")
+
+
 CROSS_CHECKS: list[CrossCheck] = [
     CrossCheck(("scheduler", "early_rounds", "backend"), early_rounds_need_per_prompt,
                {"early_rounds": "certain"}),
@@ -252,6 +277,12 @@ CROSS_CHECKS: list[CrossCheck] = [
     CrossCheck(("world_size", "backend"), ranks_need_vllm, {"world_size": 2}),
     CrossCheck(("world_size", "kl_coef"), ranks_without_kl,
                {"world_size": 2, "backend": "vllm", "kl_coef": 0.1}),
+    CrossCheck(("max_policy_lag", "backend", "world_size"), async_backends,
+               {"max_policy_lag": 1, "backend": "vllm"}),
+    CrossCheck(("max_policy_lag", "scheduler"), async_round_scheduler,
+               {"max_policy_lag": 1, "backend": "simulated", "scheduler": "per-prompt"}),
+    CrossCheck(("max_policy_lag", "backend", "tis_cap", "off_policy_correction"),
+               async_needs_a_cap, {"max_policy_lag": 1, "backend": "hf"}),
 ]
 
 
