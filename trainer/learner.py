@@ -190,4 +190,5 @@ def update_batch(res: SamplerResult, outcome: RoundsOutcome, batch: Sequence[Pro
             ub.old_logprobs.append(g.logprobs)
             ub.rollout_logprobs.append(g.rollout_logprobs)
         ub.weights.append(float(res.weights[k]))
+        ub.rewards.append(float(res.rewards[k]))
     return ub

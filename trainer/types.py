@@ -307,6 +307,8 @@ OPTIONAL_STEP_METRICS: dict[str, Metric | str] = {
                     "responses' sequence importance ratios pi_prox / pi_behav, in (0, 1]"),
     "is_truncated_frac": fraction("fraction of kept tokens whose importance weight the "
                                   "correction truncated (tis, vcpo) or left out (decoupled)"),
+    "baseline_shift": count("vcpo: mean |minimum-variance baseline - the algorithm's baseline| "
+                            "over the groups whose kept rewards differ", "reward"),
     "lr_applied": count("learning rate the optimiser steps applied, mean over them (vcpo "
                         "scales it by sqrt(ESS))", "lr"),
 }

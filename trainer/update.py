@@ -13,6 +13,7 @@ sampling weights, as it does here).
 
 from __future__ import annotations
 
+import dataclasses
 import warnings
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -60,6 +61,8 @@ class UpdateBatch:
     rollout_logprobs: list[list[float] | None] = field(default_factory=list)
     # Each response's weight in the policy loss, set by the algorithm (empty: all 1).
     weights: list[float] = field(default_factory=list)
+    # Each response's reward (empty where unknown; VCPO's baseline needs them).
+    rewards: list[float] = field(default_factory=list)
     # Whether to measure the per-prompt statistics (``PromptUpdateStats``) of the step's
     # ``num_prompts`` prompts (the algorithm's ``after_update`` reads them).
     prompt_stats: bool = False
@@ -227,6 +230,10 @@ def update_policy(model: Any, optimizer: torch.optim.Optimizer, scheduler: Any,
     inputs = _Inputs.prepare(model, batch, config, plan, pad_token_id, micro_batch_size, shard,
                              ref_model)
     metrics.update(inputs.gap)
+    if getattr(config, "off_policy_correction", "tis") == "vcpo" and inputs.seq_ratio \
+            and len(batch.rewards) == len(batch):
+        batch, metrics["baseline_shift"] = vcpo_batch(model, batch, inputs.seq_ratio,
+                                                      pad_token_id, float(config.temperature))
     done = _Pass(batch, config, epochs)
     for idx, (epoch, mb) in zip(plan, _plan_positions(plan, epochs), strict=True):
         if should_stop is not None and should_stop():
@@ -508,6 +515,63 @@ def _minibatch(model: Any, optimizer: torch.optim.Optimizer, batch: UpdateBatch,
     done.n_updates += 1
     if mb_stats is not None:
         done.stats.commit(where[0], mb_stats)  # type: ignore[union-attr]
+
+
+def score_grad_sq_norms(model: Any, batch: UpdateBatch, pad_token_id: int,
+                        temperature: float) -> list[float]:
+    """``||grad_theta log pi(y_i | x_i)||^2`` of every response at the current (proximal)
+    weights, one backward pass per response (VCPO measures each trajectory's gradient norm the
+    same way; its cost is one extra forward and backward per response)."""
+    params = [p for p in model.parameters() if p.requires_grad]
+    out = []
+    for i in range(len(batch)):
+        lp, _, mask = response_logprobs(model, [batch.prompt_ids[i]], [batch.response_ids[i]],
+                                        pad_token_id, temperature)
+        grads = torch.autograd.grad((lp * mask).sum(), params, allow_unused=True)
+        out.append(float(sum((g.double() ** 2).sum() for g in grads if g is not None)))
+    return out
+
+
+def vcpo_batch(model: Any, batch: UpdateBatch, seq_ratio: dict[int, float],
+               pad_token_id: int, temperature: float) -> tuple[UpdateBatch, float]:
+    """The batch with VCPO's minimum-variance off-policy baseline in place of the algorithm's
+    (``trainer.offpolicy.min_variance_baseline``, per prompt group), and the mean
+    ``|b_vcpo - b_algorithm|`` over the groups it changed.
+
+    Every built-in advantage is affine in the reward within a group, ``A_i = s_g (R_i - c_g)``
+    (GRPO: s = 1/(std + eps), c the group mean; Seq: s = 1, c the pool mean; Est: s =
+    1/sqrt(rbar + eps)); the algorithm's scale s_g stays and its baseline c_g becomes b_g:
+    ``A_i' = s_g (R_i - b_g)``. A group whose kept rewards are all equal has ``A' = 0`` (b_g is
+    their reward)."""
+    from trainer.offpolicy import min_variance_baseline
+
+    was_training = model.training
+    model.eval()
+    sq = score_grad_sq_norms(model, batch, pad_token_id, temperature)
+    model.train(was_training)
+    rewards = torch.tensor(batch.rewards, dtype=torch.float64)
+    groups = torch.tensor(batch.groups, dtype=torch.long)
+    b = min_variance_baseline(rewards, torch.tensor([seq_ratio[i] for i in range(len(batch))],
+                                                    dtype=torch.float64),
+                              torch.tensor(sq, dtype=torch.float64), groups).tolist()
+    advantages = list(batch.advantages)
+    shifts = []
+    for g in sorted(set(batch.groups)):
+        members = [i for i, x in enumerate(batch.groups) if x == g]
+        R = [batch.rewards[i] for i in members]
+        lo, hi = members[int(np.argmin(R))], members[int(np.argmax(R))]
+        if batch.rewards[hi] == batch.rewards[lo]:
+            for i in members:
+                advantages[i] = 0.0
+            continue
+        scale = (batch.advantages[hi] - batch.advantages[lo]) / (batch.rewards[hi]
+                                                                 - batch.rewards[lo])
+        baseline = batch.rewards[hi] - batch.advantages[hi] / scale if scale else b[hi]
+        shifts.append(abs(b[hi] - baseline))
+        for i in members:
+            advantages[i] = scale * (batch.rewards[i] - b[i])
+    return dataclasses.replace(batch, advantages=advantages), \
+        float(np.mean(shifts)) if shifts else 0.0
 
 
 def _step_optimizer(optimizer: torch.optim.Optimizer, done: _Pass, inputs: _Inputs,

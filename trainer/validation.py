@@ -259,6 +259,14 @@ def async_needs_a_cap(c: Config) -> Iterator[tuple[str, str]]:
                           f"tis_cap): give tis_cap (2 is common), or use 'decoupled'")
 
 
+def vcpo_in_one_process(c: Config) -> Iterator[tuple[str, str]]:
+    # VCPO's baseline weighs each response by its own gradient norm, measured by a backward
+    # pass per response through the whole model: the sharded update does not do that yet.
+    if c.off_policy_correction == "vcpo" and c.world_size > 1:
+        yield "off_policy_correction", ("vcpo measures each response's gradient norm in one "
+                                        "process: use tis or decoupled with world_size > 1")
+
+
 CROSS_CHECKS: list[CrossCheck] = [
     CrossCheck(("scheduler", "early_rounds", "backend"), early_rounds_need_per_prompt,
                {"early_rounds": "certain"}),
@@ -283,6 +291,8 @@ CROSS_CHECKS: list[CrossCheck] = [
                {"max_policy_lag": 1, "backend": "simulated", "scheduler": "per-prompt"}),
     CrossCheck(("max_policy_lag", "backend", "tis_cap", "off_policy_correction"),
                async_needs_a_cap, {"max_policy_lag": 1, "backend": "hf"}),
+    CrossCheck(("off_policy_correction", "world_size"), vcpo_in_one_process,
+               {"off_policy_correction": "vcpo", "world_size": 2, "backend": "vllm"}),
 ]
 
 

@@ -241,6 +241,39 @@ def test_min_variance_baseline_minimises_the_estimators_variance() -> None:
     assert second_moment(b_star) <= min(second_moment(b_star + d) for d in (-0.1, 0.1, 0.3))
 
 
+@pytest.mark.slow
+def test_vcpo_batch_swaps_each_groups_baseline_for_the_minimum_variance_one() -> None:
+    from transformers import Qwen2Config, Qwen2ForCausalLM
+
+    from trainer.update import UpdateBatch, score_grad_sq_norms, vcpo_batch
+
+    torch.manual_seed(0)
+    model = Qwen2ForCausalLM(Qwen2Config(
+        vocab_size=16, hidden_size=32, intermediate_size=64, num_hidden_layers=2,
+        num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=64,
+        tie_word_embeddings=True, pad_token_id=0)).eval()
+    rewards = [1.0, 0.0, 0.0, 1.0, 1.0, 1.0]
+    groups = [0, 0, 0, 1, 1, 1]
+    # GRPO's advantages for group 0 (scale 1/(std + eps)); group 1 has no signal.
+    mean0, std0 = 1 / 3, float(np.std([1.0, 0.0, 0.0]))
+    adv = [(r - mean0) / (std0 + 1e-6) for r in rewards[:3]] + [0.0] * 3
+    batch = UpdateBatch(prompt_ids=[[3, 4]] * 3 + [[5, 6, 7]] * 3,
+                        response_ids=[[8, 9], [10], [11, 12, 2], [13, 2], [14], [9, 9, 2]],
+                        advantages=adv, groups=groups, old_logprobs=[None] * 6,
+                        rewards=rewards)
+    ratios = {0: 0.5, 1: 1.5, 2: 1.0, 3: 1.0, 4: 2.0, 5: 0.7}
+    out, shift = vcpo_batch(model, batch, ratios, 0, 1.0)
+    sq = score_grad_sq_norms(model, batch, 0, 1.0)
+    assert out.advantages[3:] == [0.0, 0.0, 0.0]
+    # The algorithm's scale stays: differences of advantages within a group are unchanged.
+    assert out.advantages[0] - out.advantages[1] == pytest.approx(adv[0] - adv[1])
+    assert out.advantages[1] == pytest.approx(out.advantages[2])
+    # The baseline zeroes the W-weighted advantages, W_i = ||grad log pi(y_i)||^2 w_i^2.
+    W = [sq[i] * ratios[i] ** 2 for i in range(3)]
+    assert sum(W[i] * out.advantages[i] for i in range(3)) == pytest.approx(0.0, abs=1e-6)
+    assert shift > 0
+
+
 # --- the tiny model ----------------------------------------------------------------------------
 
 @pytest.mark.slow
@@ -270,6 +303,7 @@ def test_tiny_model_trains_with_lag_one(builtin_model: Path, tmp_path: Path,
     for s in steps:
         assert 0 < s.metrics["ess"] <= 1 and 0 <= s.metrics["is_truncated_frac"] <= 1
         assert math.isfinite(s.metrics["policy_loss"]) and s.metrics["optimizer_steps"] >= 1
+        assert ("baseline_shift" in s.metrics) == (correction == "vcpo")
         if correction == "tis":
             assert s.metrics["lr_applied"] == pytest.approx(s.metrics["lr"])
         else:
