@@ -9,7 +9,8 @@ configured (``trainer.loss.ppo_clip_loss``); the corrections differ in the weigh
 loss carries and in the learning rate:
 
 - ``tis``: truncated importance sampling, today's ``tis_cap``;
-- ``decoupled``: AReaL's decoupled PPO (Fu et al., 2025, "AReaL"; areal/utils/functional.py,
+- ``decoupled``: AReaL's decoupled PPO (Fu et al., 2025, "AReaL"; inclusionAI/AReaL,
+  areal/utils/functional.py
   ``ppo_actor_loss_fn`` with ``proximal_logprobs`` and ``behav_imp_weight_cap``);
 - ``vcpo``: VCPO (arXiv 2602.17616; mit-han-lab/vcpo, recipe/fully_async_policy/
   staleness_utils.py ``compute_ess_info`` and ``compute_opob_baseline``, and the ESS scaling of
