@@ -179,14 +179,17 @@ class Producer:
             self.filtered += 1
             self.filtered_samples += len(f.rewards)
 
-    def take(self) -> list[Flight]:
+    def take(self, should_stop: Any = None) -> list[Flight] | None:
         """The next update's B prompts (fewer only when none come for long), the stale ones
-        dropped and counted; the update counts as started."""
+        dropped and counted; the update counts as started. ``should_stop`` is polled before
+        every tick: None when it says stop (nothing taken, nothing started)."""
         floor = self.version - self.k  # the oldest version this update may train
         waited = 0
         limit = MAX_WAIT_TICKS_PER_ROUND * max(int(self.config.max_rounds), 1)
         while (len(self.ready) < self.B or any(f.versions and f.oldest <= floor
                                                 for f in self.sampling)) and waited < limit:
+            if should_stop is not None and should_stop():
+                return None
             before = (self.ticks, len(self.sampling), len(self.ready))
             self.tick()
             waited += 1
@@ -282,7 +285,9 @@ class AsyncTraining(_Training):
 
     def sample(self, step: int) -> tuple[SampledStep, list[int]]:
         p = self.producer
-        flights = p.take()
+        flights = p.take(self.stop)
+        if flights is None:  # cancelled or out of time while the producer sampled
+            return SampledStep(None, RoundsOutcome([], [], [], [], cancelled=True)), []
         res, outcome, versions = assemble(flights)
         p.overlap()
         outcome.time_generation, outcome.time_scoring = p.time_generation, p.time_scoring

@@ -170,6 +170,43 @@ def test_async_est_allocates_at_admission_and_learns_when_trained(tmp_path) -> N
     assert any(abs(p.p_hat - prior) > 1e-6 for s in rec.steps[5:] for p in s.prompts)
 
 
+def test_a_cancel_while_the_producer_samples_stops_at_the_last_completed_step(tmp_path) -> None:
+    calls = {"n": 0}
+
+    def should_stop() -> bool:  # polled before every tick the producer waits for
+        calls["n"] += 1
+        return calls["n"] > 4
+
+    config = TrainConfig(backend="simulated", algorithm="ada-balance", batch_size=4,
+                         total_steps=8, save_every=0, eval_every=0, seed=1, verifier="exact",
+                         max_policy_lag=1)
+    rec = ListRecorder()
+    result = train(config, prompts(), SimulatedBackend(), rec, should_stop, out_dir=tmp_path)
+    assert result.status == "cancelled"
+    done = [s.step for s in rec.steps]
+    assert done == list(range(1, result.last_step + 1)) and 0 < result.last_step < 8
+    assert result.checkpoint is not None and result.checkpoint.endswith(
+        f"{result.last_step:06d}")
+
+
+def test_a_resumed_run_keeps_the_bound_from_the_checkpoints_version(tmp_path) -> None:
+    from trainer.checkpoint import latest_checkpoint
+
+    base = dict(backend="simulated", algorithm="ada-pos", batch_size=4, save_every=3,
+                eval_every=0, seed=4, verifier="exact", max_policy_lag=2)
+    train(TrainConfig(**base, total_steps=3), prompts(), SimulatedBackend(), ListRecorder(),
+          out_dir=tmp_path)
+    rec = ListRecorder()
+    result = train(TrainConfig(**base, total_steps=7), prompts(), SimulatedBackend(), rec,
+                   out_dir=tmp_path, resume_from=latest_checkpoint(tmp_path))
+    assert result.status == "completed" and [s.step for s in rec.steps] == [4, 5, 6, 7]
+    # The producer starts empty at version 3: nothing generated before the checkpoint is
+    # trained after it, and the bound holds from there.
+    for s in rec.steps:
+        assert all(3 <= x.policy_version <= s.step - 1 for x in s.samples)
+        assert all(s.step - 1 - x.policy_version <= 2 for x in s.samples if x.kept)
+
+
 # --- the corrections, each against its formula written out independently ------------------------
 
 def _random_logprobs(seed: int, shape: tuple[int, int] = (5, 7)
