@@ -207,6 +207,52 @@ def test_a_resumed_run_keeps_the_bound_from_the_checkpoints_version(tmp_path) ->
         assert all(s.step - 1 - x.policy_version <= 2 for x in s.samples if x.kept)
 
 
+class TrainedLog:
+    """A toy's persistent state: the prompts its updates trained, in order."""
+
+    def __init__(self, config: TrainConfig) -> None:
+        self.trained: list[str] = []
+
+    def state_dict(self) -> dict:
+        return {"trained": list(self.trained)}
+
+    def load_state_dict(self, state: dict) -> None:
+        self.trained = list(state["trained"])
+
+
+def test_the_async_hooks_are_the_algorithms_only_part(tmp_path) -> None:
+    """A toy defined here alone: ready only when its group's mean reward is at least 1/2, and
+    it logs what each update trained. The machinery consults its record's hooks, nothing else."""
+    from trainer.algorithms import Algorithm, register_algorithm, unregister_algorithm
+    from trainer.algorithms.sampling import sample_batch
+
+    def mostly_right(config: TrainConfig, result) -> bool:
+        return bool(result.rewards.mean() >= 0.5)
+
+    def log(config: TrainConfig, state: TrainedLog, trained, result) -> None:
+        state.trained.extend(p.id for p in trained)
+
+    toy = Algorithm(name="toy-async", label="Toy: async hooks", help="toy", sampling="group",
+                    sample_step=sample_batch, advantage="group",
+                    max_samples_per_prompt=lambda c: c.group_size,
+                    max_samples_per_step=lambda c: c.batch_size * c.group_size,
+                    step_shape="batch_size x group_size", make_state=TrainedLog,
+                    state_key="toy_trained", async_ready=mostly_right, async_trained=log)
+    register_algorithm(toy)
+    try:
+        rec = sim_run(tmp_path, algorithm="toy-async", max_policy_lag=1, total_steps=4)
+        from trainer.checkpoint import latest_checkpoint, read_state
+
+        state = read_state(latest_checkpoint(tmp_path))["toy_trained"]
+    finally:
+        unregister_algorithm(toy.name)
+    assert state["trained"] == [p.prompt_id for s in rec.steps for p in s.prompts]
+    for s in rec.steps:
+        assert len(s.prompts) == 4
+        assert all(p.positives >= p.negatives for p in s.prompts)  # mean reward >= 1/2
+    assert sum(s.metrics["prompts_filtered"] for s in rec.steps) > 0
+
+
 # --- the corrections, each against its formula written out independently ------------------------
 
 def _random_logprobs(seed: int, shape: tuple[int, int] = (5, 7)
