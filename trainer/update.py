@@ -9,6 +9,12 @@ The "old" log-probabilities of PPO are the sampling policy's, recorded by the ba
 time (``Generation.logprobs``); where a backend did not record them they are computed once with the
 current weights before the first mini-batch (the same thing when the update starts from the
 sampling weights, as it does here).
+
+Asynchronous training (``max_policy_lag`` > 0) hands the recorded log-probs in as the rollout's
+(the behaviour policy's, older than the weights the update starts from), so the old ones are
+recomputed: they are the proximal policy's. ``off_policy_correction`` then weighs each token
+(``tis``, ``decoupled``), and ``vcpo`` also scales each optimiser step's lr by sqrt(ESS) and
+replaces the algorithm's baseline by its minimum-variance one (``trainer.offpolicy``).
 """
 
 from __future__ import annotations
