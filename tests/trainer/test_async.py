@@ -92,6 +92,22 @@ def test_no_kept_sample_is_ever_past_the_bound(tmp_path, algorithm) -> None:
         assert max(lags) >= 1  # generation did run ahead
 
 
+def test_a_ready_prompt_past_the_bound_is_dropped_and_counted_never_taken() -> None:
+    config = TrainConfig(backend="simulated", algorithm="ada-balance", batch_size=2, seed=3,
+                         verifier="exact", max_policy_lag=1)
+    producer = Producer(config, prompts(), SimulatedBackend(), make_scorer(config),
+                        version=5)
+    while len(producer.ready) < 3:
+        producer.tick()
+    # As if the first ready prompt had waited through two updates (version 3 < 5 - 1).
+    stale = producer.ready[0]
+    stale.versions = [3] * len(stale.versions)
+    taken = producer.take()
+    assert stale not in taken and stale not in producer.ready
+    assert producer.stale_dropped == len(stale.rewards) > 0
+    assert all(f.oldest >= 4 for f in taken) and len(taken) == 2
+
+
 def test_lag_one_grpo_is_one_step_off_policy(tmp_path) -> None:
     rec = sim_run(tmp_path, algorithm="grpo", max_policy_lag=1, total_steps=4)
     assert [s.metrics["policy_lag_max"] for s in rec.steps] == [0, 1, 1, 1]
