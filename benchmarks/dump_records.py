@@ -12,15 +12,15 @@ run's folder written as ``RUN``, so that two dumps of the same code are equal by
 
 The simulated cases cover every scheduler and early-rounds mode an algorithm accepts, passive
 filtering and dropping unresolved prompts, overlong reward shaping, DAPO's generation batches and
-further-prompt orders,
+further-prompt orders, asynchronous training (``max_policy_lag`` 2, every algorithm),
 a run over several epochs (the visit counts) and a resume from a checkpoint. The hf cases train
 the tiny model (``--model``: a warm-started model directory; default one of the test suite's
 cache, which holds one per version of the warm start: give both dumps of a comparison the same
 ``--model``) with several mini-batches (clipping acts), every ``loss_agg_mode``,
-micro-batches, the KL penalty, the KL in the reward and an evaluation. ``--compare`` says which
-dumps of two folders differ, a sample's ``weight`` of 1 (the key issue 28 added: every
-built-in's) aside, so that a dump taken before it compares with one taken after. It measures
-nothing and asserts nothing.
+micro-batches, the KL penalty, the KL in the reward, an evaluation and asynchronous training one
+step behind with each ``off_policy_correction``. ``--compare`` says which dumps of two folders
+differ, a sample's ``weight`` of 1 (the key issue 28 added: every built-in's) aside, so that a
+dump taken before it compares with one taken after. It measures nothing and asserts nothing.
 """
 
 from __future__ import annotations
@@ -84,6 +84,8 @@ def sim_cases(names: list[str]) -> dict[str, dict[str, Any]]:
         if record.allocates:
             cases[f"{name}-options"] = {**a, "budget_per_prompt": 6, "est_weight": "inv",
                                         "est_residual_weight": False, "est_lambda": 0.5}
+        # Asynchronous training (issue 29): the producer's admissions, ticks and versions.
+        cases[f"{name}-async"] = {**a, "max_policy_lag": 2}
     return cases
 
 
@@ -110,6 +112,11 @@ def hf_cases(names: list[str]) -> dict[str, dict[str, Any]]:
                                    "kl_ctrl_type": "adaptive", "kl_ctrl_coef": 0.1,
                                    "kl_ctrl_target": 0.01, "kl_ctrl_horizon": 100,
                                    "kl_coef": 0.05, "kl_loss_type": "k1+"}
+    # Asynchronous, one step behind, each correction (issue 29).
+    for correction in ("tis", "decoupled", "vcpo"):
+        cases[f"{first}-async-{correction}"] = {**base, "algorithm": first, "total_steps": 3,
+                                                "max_policy_lag": 1, "tis_cap": 2.0,
+                                                "off_policy_correction": correction}
     return cases
 
 

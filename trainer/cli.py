@@ -302,6 +302,11 @@ def simulate(algorithm: str, pass_rates: Sequence[float], *, group_size: int = 4
     if config.batch_size > len(pass_rates):
         raise ConfigError("batch_size", f"must be <= the {len(pass_rates)} pass rates, got "
                           f"{config.batch_size}")
+    if config.max_policy_lag:
+        # Each step here samples on its own; the producer that runs ahead lives in a run.
+        raise ConfigError("max_policy_lag", "simulate samples each step synchronously: train "
+                          "asynchronously with `python -m trainer run` (backend simulated), or "
+                          "time it with `simulate-time --max-policy-lag`")
     prompts = [Prompt(id=str(i), text=f"simulated prompt {i}", answer="1",
                       metadata={"pass_rate": rate}) for i, rate in enumerate(pass_rates)]
     backend, scorer = SimulatedBackend(config), make_scorer(config)

@@ -150,7 +150,8 @@ class LocalLearner:
                prompt_stats: bool = False) -> dict[str, Any]:
         from trainer.update import update_policy
 
-        ub = update_batch(res, outcome, batch, kept, self.tokenizer, prompt_stats=prompt_stats)
+        ub = update_batch(res, outcome, batch, kept, self.tokenizer, prompt_stats=prompt_stats,
+                          behaviour_as_rollout=self.config.max_policy_lag > 0)
         metrics = update_policy(self.model, self.optimizer, self.scheduler, ub, self.config,
                                 pad_token_id=self.pad_id, ref_model=self.ref_model, seed=seed,
                                 micro_batch_size=self.config.ppo_micro_batch_size or None,
@@ -188,9 +189,13 @@ class LocalLearner:
 
 
 def update_batch(res: SamplerResult, outcome: RoundsOutcome, batch: Sequence[Prompt],
-                 kept: np.ndarray, tokenizer: Any, *, prompt_stats: bool = False) -> Any:
+                 kept: np.ndarray, tokenizer: Any, *, prompt_stats: bool = False,
+                 behaviour_as_rollout: bool = False) -> Any:
     """The kept responses of a step as an ``UpdateBatch``, in sample order, with their loss
-    weights; ``groups`` are the prompts' indices in ``batch``."""
+    weights; ``groups`` are the prompts' indices in ``batch``. ``behaviour_as_rollout``
+    (asynchronous training): the recorded log-probs are the behaviour policy's, older than the
+    weights the update starts from, so they go in as the rollout's and the update recomputes
+    the old (proximal) ones before its first mini-batch (``trainer.offpolicy``)."""
     from trainer.update import UpdateBatch
 
     ub = UpdateBatch([], [], [], [], [], [], prompt_stats=prompt_stats,
@@ -203,7 +208,13 @@ def update_batch(res: SamplerResult, outcome: RoundsOutcome, batch: Sequence[Pro
         ub.response_ids.append(list(g.response_token_ids))
         ub.advantages.append(float(res.advantages[k]))
         ub.groups.append(i)
-        ub.old_logprobs.append(g.logprobs)
-        ub.rollout_logprobs.append(g.rollout_logprobs)
+        if behaviour_as_rollout:
+            ub.old_logprobs.append(None)
+            ub.rollout_logprobs.append(g.rollout_logprobs if g.rollout_logprobs is not None
+                                       else g.logprobs)
+        else:
+            ub.old_logprobs.append(g.logprobs)
+            ub.rollout_logprobs.append(g.rollout_logprobs)
         ub.weights.append(float(res.weights[k]))
+        ub.rewards.append(float(res.rewards[k]))
     return ub

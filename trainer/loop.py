@@ -159,7 +159,12 @@ def train(config: TrainConfig, prompts: Sequence[Prompt], backend: Any, recorder
     config.validate()
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
-    run = _Training(config, prompts, backend, recorder, out, eval_prompts)
+    if config.max_policy_lag > 0:
+        from trainer.asyncloop import AsyncTraining
+
+        run: _Training = AsyncTraining(config, prompts, backend, recorder, out, eval_prompts)
+    else:
+        run = _Training(config, prompts, backend, recorder, out, eval_prompts)
     run.start(should_stop, resume_from)
     if run.first_step == 1 and config.eval_every:
         try:
@@ -280,16 +285,7 @@ class _Training:
         the run stops at it (cancel, wall time), else None."""
         config = self.config
         t_step = time.perf_counter()
-        own = choose_batch(config, self.prompts, step, state=self.algo_state,
-                           visits=self.visits)
-        batch = [self.prompts[i] for i in own]
-
-        def on_round(stat: RoundStat, step: int = step) -> None:
-            self.recorder.on_round(step, stat)
-
-        sampled = sample_step(config, batch, self.backend, self.scorer, step, self.algo_state,
-                              on_round=on_round, should_stop=self.stop,
-                              prompt_set=self.prompts, visits=self.visits, batch_indices=own)
+        sampled, own = self.sample(step)
         res, outcome, allocation = sampled.result, sampled.outcome, sampled.allocation
         batch = sampled.prompts  # DAPO: every batch of prompts it drew
         if res is None:
@@ -303,6 +299,7 @@ class _Training:
         if config.drop_unresolved:
             kept = drop_unresolved(kept, res.sample_prompt, res.exit_round > 0)
         metrics = step_metrics(config, res, outcome, kept, allocation) | kl_metrics
+        metrics.update(self.sampling_metrics(sampled, kept))
         drawn = own if sampled.prompt_indices is None else sampled.prompt_indices
         metrics["prompts_revisited"] = float(self.visits.revisited(drawn))
         try:
@@ -312,11 +309,12 @@ class _Training:
             # clean stop without such state may save.
             return self.stopped(step - 1, clean=exc.clean and self.algo_state is None)
         self.visits.mark(drawn)  # after the update: a step stopped before it drew nothing
+        self.trained(sampled)
         if self.algorithm.after_update is not None:
             self.algorithm.after_update(UpdateFeedback(
                 config=config, step=step, state=self.algo_state, prompts=batch,
                 prompt_indices=list(drawn), result=res, kept=kept, stats=stats))
-        self._record(step, res, outcome, batch, kept, allocation, metrics)
+        self._record(step, res, outcome, batch, kept, allocation, metrics, sampled.versions)
         if config.eval_every and step % config.eval_every == 0:
             try:
                 self.evaluate(step)
@@ -338,6 +336,28 @@ class _Training:
         kl = current_kl(means)
         self.kl_coef = next_kl_coef(self.config, coef, kl, len(sums))
         return res.with_kl_penalty(coef * sums), {"reward_kl": kl, "reward_kl_coef": coef}
+
+    def sample(self, step: int) -> tuple[SampledStep, list[int]]:
+        """Step ``step``'s sampling and its own batch's indices: the algorithm's step on the
+        weights of the previous one (synchronous; ``trainer.asyncloop`` overrides it)."""
+        own = choose_batch(self.config, self.prompts, step, state=self.algo_state,
+                           visits=self.visits)
+        batch = [self.prompts[i] for i in own]
+
+        def on_round(stat: RoundStat, step: int = step) -> None:
+            self.recorder.on_round(step, stat)
+
+        return sample_step(self.config, batch, self.backend, self.scorer, step, self.algo_state,
+                           on_round=on_round, should_stop=self.stop, prompt_set=self.prompts,
+                           visits=self.visits, batch_indices=own), own
+
+    def sampling_metrics(self, sampled: SampledStep, kept: np.ndarray) -> dict[str, float]:
+        """Metrics of how the step was sampled beyond the common ones (none when
+        synchronous)."""
+        return {}
+
+    def trained(self, sampled: SampledStep) -> None:
+        """The step's update is done (asynchronous training advances its policy version)."""
 
     def _update(self, step: int, res: Any, outcome: Any, batch: Sequence[Prompt],
                 kept: np.ndarray, metrics: dict[str, float], t_step: float
@@ -372,11 +392,13 @@ class _Training:
         return stats
 
     def _record(self, step: int, res: Any, outcome: Any, batch: Sequence[Prompt],
-                kept: np.ndarray, allocation: Any, metrics: dict[str, float]) -> None:
+                kept: np.ndarray, allocation: Any, metrics: dict[str, float],
+                versions: np.ndarray | None = None) -> None:
         """The step's records to the recorder; then fail the run if too many optimiser steps
         in a row were skipped (recorded first, so the run page shows the step that ended
         it)."""
-        prompt_recs, sample_recs = step_records(batch, res, outcome, kept, allocation)
+        prompt_recs, sample_recs = step_records(batch, res, outcome, kept, allocation,
+                                                versions)
         # Where each rank ran and how its step split (a distributed learner's
         # ``rank_records()``); a one-process learner has no ranks to report.
         rank_records = getattr(self.learner, "rank_records", None)

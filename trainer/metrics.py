@@ -124,6 +124,7 @@ def _mean(x: np.ndarray) -> float:
 
 def step_records(batch: Sequence[Prompt], res: SamplerResult, outcome: RoundsOutcome,
                  kept_mask: np.ndarray, allocation: Allocation | None = None,
+                 versions: np.ndarray | None = None,
                  ) -> tuple[list[PromptStepRecord], list[SampleRecord]]:
     prompts: list[PromptStepRecord] = []
     samples: list[SampleRecord] = []
@@ -144,7 +145,8 @@ def step_records(batch: Sequence[Prompt], res: SamplerResult, outcome: RoundsOut
                 prompt_id=prompt.id, round=int(res.sample_round[k]), index=j, response=g.text,
                 tokens=len(g.response_token_ids), reward=float(res.rewards[k]), kept=kept,
                 advantage=float(res.advantages[k]) if kept else None,
-                verifier_error=errs[j], weight=float(res.weights[k])))
+                verifier_error=errs[j], weight=float(res.weights[k]),
+                policy_version=None if versions is None else int(versions[k])))
         er = int(res.exit_round[i])
         prompts.append(PromptStepRecord(
             prompt_id=prompt.id, samples=int(res.samples[i]), positives=int(res.positives[i]),

@@ -113,6 +113,10 @@ class SampleRecord:
     advantage: float | None    # None when not kept
     verifier_error: str | None = None
     weight: float = 1.0        # its weight in the policy loss, set by the algorithm
+    # The policy version (optimiser steps applied) of the weights that generated it, where
+    # generation runs ahead of the update (max_policy_lag > 0); None: the step's own weights,
+    # version step - 1 (synchronous training, whose records leave the key out).
+    policy_version: int | None = None
 
 
 # Rewards and per-response verifier errors of one prompt's responses (a scorer with
@@ -293,6 +297,26 @@ OPTIONAL_STEP_METRICS: dict[str, Metric | str] = {
                         "over every response drawn of its token-mean KL", "nats"),
     "reward_kl_coef": count("coefficient of the KL in the reward this step used (adaptive: "
                             "moved after each step toward kl_ctrl_target)", "coefficient"),
+    # Asynchronous training (max_policy_lag > 0, trainer.asyncloop) and the off-policy
+    # corrections other than today's (off_policy_correction, trainer.offpolicy).
+    "policy_lag_mean": count("mean over kept samples of the optimiser versions between the "
+                             "weights that generated a sample and those it trains", "versions"),
+    "policy_lag_max": count("largest lag of a kept sample (at most max_policy_lag)",
+                            "versions"),
+    "prompts_filtered": count("prompts done sampling that the algorithm left out of the ready "
+                              "buffer since the last update (asynchronous DAPO: groups without "
+                              "signal, each refilled by another prompt)", "prompts"),
+    "samples_filtered": count("their samples", "samples"),
+    "samples_stale_dropped": count("samples dropped this step because training them would "
+                                   "exceed max_policy_lag", "samples"),
+    "ess": fraction("normalised effective sample size (sum w)^2 / (n sum w^2) of the kept "
+                    "responses' sequence importance ratios pi_prox / pi_behav, in (0, 1]"),
+    "is_truncated_frac": fraction("fraction of kept tokens whose importance weight the "
+                                  "correction truncated (tis, vcpo) or left out (decoupled)"),
+    "baseline_shift": count("vcpo: mean |minimum-variance baseline - the algorithm's baseline| "
+                            "over the groups whose kept rewards differ", "reward"),
+    "lr_applied": count("learning rate the optimiser steps applied, mean over them (vcpo "
+                        "scales it by sqrt(ESS))", "lr"),
 }
 
 # Pass-rate thresholds of the step metrics pass_rate_le_<t> (the paper's Fig. 5 type: the share of

@@ -9,10 +9,17 @@ The "old" log-probabilities of PPO are the sampling policy's, recorded by the ba
 time (``Generation.logprobs``); where a backend did not record them they are computed once with the
 current weights before the first mini-batch (the same thing when the update starts from the
 sampling weights, as it does here).
+
+Asynchronous training (``max_policy_lag`` > 0) hands the recorded log-probs in as the rollout's
+(the behaviour policy's, older than the weights the update starts from), so the old ones are
+recomputed: they are the proximal policy's. ``off_policy_correction`` then weighs each token
+(``tis``, ``decoupled``), and ``vcpo`` also scales each optimiser step's lr by sqrt(ESS) and
+replaces the algorithm's baseline by its minimum-variance one (``trainer.offpolicy``).
 """
 
 from __future__ import annotations
 
+import dataclasses
 import warnings
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -28,7 +35,12 @@ from trainer.loss import (
     entropy_bonus,
     kl_penalty,
     ppo_clip_loss,
-    truncated_is_weights,
+)
+from trainer.offpolicy import (
+    decoupled_weights,
+    ess_lr_scale,
+    sequence_ratios,
+    tis_weights,
 )
 from trainer.schedule import warmup_factor
 from trainer.types import (
@@ -57,6 +69,8 @@ class UpdateBatch:
     rollout_logprobs: list[list[float] | None] = field(default_factory=list)
     # Each response's weight in the policy loss, set by the algorithm (empty: all 1).
     weights: list[float] = field(default_factory=list)
+    # Each response's reward (empty where unknown; VCPO's baseline needs them).
+    rewards: list[float] = field(default_factory=list)
     # Whether to measure the per-prompt statistics (``PromptUpdateStats``) of the step's
     # ``num_prompts`` prompts (the algorithm's ``after_update`` reads them).
     prompt_stats: bool = False
@@ -267,6 +281,10 @@ def update_policy(model: Any, optimizer: torch.optim.Optimizer, scheduler: Any,
     inputs = _Inputs.prepare(model, batch, config, plan, pad_token_id, micro_batch_size, shard,
                              ref_model)
     metrics.update(inputs.gap)
+    if getattr(config, "off_policy_correction", "tis") == "vcpo" and inputs.seq_ratio \
+            and len(batch.rewards) == len(batch):
+        batch, metrics["baseline_shift"] = vcpo_batch(model, batch, inputs.seq_ratio,
+                                                      pad_token_id, float(config.temperature))
     done = _Pass(batch, config, epochs)
     for idx, (epoch, mb) in zip(plan, _plan_positions(plan, epochs), strict=True):
         if should_stop is not None and should_stop():
@@ -320,6 +338,9 @@ class _Inputs:
     ref: dict[int, list[float]]
     rollout: dict[int, list[float]] | None
     gap: dict[str, float]
+    # Each response's sequence importance ratio pi_prox / pi_behav (trainer.offpolicy), where
+    # the behaviour log-probs are known and the step reports or uses them (ESS).
+    seq_ratio: dict[int, float] = field(default_factory=dict)
 
     @classmethod
     def prepare(cls, model: Any, batch: UpdateBatch, config: Any, plan: list[list[int]],
@@ -336,12 +357,37 @@ class _Inputs:
             # mini-batches.
             first = sorted({i for part in plan[:len(plan) // config.ppo_epochs] for i in part})
             gap = rollout_gap(old, rollout, first, shard)
+        seq_ratio: dict[int, float] = {}
+        if rollout is not None and reports_off_policy(config):
+            seq_ratio = {i: float(sequence_ratios(torch.tensor([old[i]]),
+                                                  torch.tensor([rollout[i]]),
+                                                  torch.ones(1, len(old[i])))[0])
+                         for i in mine}
+            first = sorted({i for part in plan[:len(plan) // config.ppo_epochs] for i in part})
+            gap["ess"] = _ess(seq_ratio, first, shard)
         ref: dict[int, list[float]] = {}
         if ref_model is not None and config.kl_coef > 0:
             ref = _logprobs_no_grad(ref_model, batch, mine, pad_token_id, temperature, micro,
                                     shard)
         model.train()
-        return cls(old, ref, rollout, gap)
+        return cls(old, ref, rollout, gap, seq_ratio)
+
+
+def reports_off_policy(config: Any) -> bool:
+    """Whether the step measures and reports the off-policy figures (ESS, truncated share,
+    lr applied): asynchronous runs and the corrections other than today's ``tis``. A
+    synchronous ``tis`` run's records stay what they were."""
+    return int(getattr(config, "max_policy_lag", 0) or 0) > 0 \
+        or getattr(config, "off_policy_correction", "tis") != "tis"
+
+
+def _ess(seq_ratio: dict[int, float], keys: Sequence[int], shard: UpdateShard) -> float:
+    """The normalised ESS of ``keys``' sequence ratios, over every process's part."""
+    w = np.asarray([seq_ratio[i] for i in keys if i in seq_ratio], dtype=np.float64)
+    total, sq, n = shard.total([float(w.sum()), float((w * w).sum()), float(w.size)])
+    if n == 0 or sq <= 0:
+        return 1.0
+    return min(1.0, total * total / (n * sq))
 
 
 class _Stats:
@@ -413,6 +459,9 @@ class _Pass:
         self.tis = [0.0, 0.0, 0.0]  # weight sum, tokens at the cap, tokens
         self.stats = _Stats(batch, epochs) if batch.prompt_stats else None
         self.tis_on = False
+        self.correction = str(getattr(config, "off_policy_correction", "tis"))
+        self.report = reports_off_policy(config)
+        self.lr_applied = 0.0  # summed over the optimiser steps taken
 
     def metrics(self, metrics: dict[str, Any], shard: UpdateShard,
                 mb_prompts: list[list[int]]) -> dict[str, Any]:
@@ -425,6 +474,12 @@ class _Pass:
             tis_sum, tis_hit, tis_tokens = shard.total(self.tis)
             metrics["tis_weight_mean"] = tis_sum / max(tis_tokens, 1.0)
             metrics["tis_truncated_frac"] = tis_hit / max(tis_tokens, 1.0)
+        if self.report:
+            tis_sum, tis_hit, tis_tokens = shard.total(self.tis)
+            metrics["is_truncated_frac"] = tis_hit / max(tis_tokens, 1.0)
+            metrics["lr_applied"] = self.lr_applied / self.n_updates if self.n_updates \
+                else metrics["lr"]
+            metrics.setdefault("ess", 1.0)
         if self.stats is not None:
             metrics[PROMPT_STATS] = self.stats.result(shard, mb_prompts)
         return metrics
@@ -492,7 +547,7 @@ def _minibatch(model: Any, optimizer: torch.optim.Optimizer, batch: UpdateBatch,
         done.in_a_row += 1
         return
     done.in_a_row = 0
-    optimizer.step()
+    _step_optimizer(optimizer, done, inputs, idx, shard)
     for k, v in zip(mb, shard.total(list(mb.values())), strict=True):
         done.totals[k] += v
     done.totals["grad_norm"] += float(grad_norm)
@@ -501,18 +556,94 @@ def _minibatch(model: Any, optimizer: torch.optim.Optimizer, batch: UpdateBatch,
         done.stats.commit(where[0], mb_stats)  # type: ignore[union-attr]
 
 
+def score_grad_sq_norms(model: Any, batch: UpdateBatch, pad_token_id: int,
+                        temperature: float) -> list[float]:
+    """``||grad_theta log pi(y_i | x_i)||^2`` of every response at the current (proximal)
+    weights, one backward pass per response (VCPO measures each trajectory's gradient norm the
+    same way; its cost is one extra forward and backward per response)."""
+    params = [p for p in model.parameters() if p.requires_grad]
+    out = []
+    for i in range(len(batch)):
+        lp, _, mask = response_logprobs(model, [batch.prompt_ids[i]], [batch.response_ids[i]],
+                                        pad_token_id, temperature)
+        grads = torch.autograd.grad((lp * mask).sum(), params, allow_unused=True)
+        out.append(float(sum((g.double() ** 2).sum() for g in grads if g is not None)))
+    return out
+
+
+def vcpo_batch(model: Any, batch: UpdateBatch, seq_ratio: dict[int, float],
+               pad_token_id: int, temperature: float) -> tuple[UpdateBatch, float]:
+    """The batch with VCPO's minimum-variance off-policy baseline in place of the algorithm's
+    (``trainer.offpolicy.min_variance_baseline``, per prompt group), and the mean
+    ``|b_vcpo - b_algorithm|`` over the groups it changed.
+
+    Every built-in advantage is affine in the reward within a group, ``A_i = s_g (R_i - c_g)``
+    (GRPO: s = 1/(std + eps), c the group mean; Seq: s = 1, c the pool mean; Est: s =
+    1/sqrt(rbar + eps)); the algorithm's scale s_g stays and its baseline c_g becomes b_g:
+    ``A_i' = s_g (R_i - b_g)``. A group whose kept rewards are all equal has ``A' = 0`` (b_g is
+    their reward)."""
+    from trainer.offpolicy import min_variance_baseline
+
+    was_training = model.training
+    model.eval()
+    sq = score_grad_sq_norms(model, batch, pad_token_id, temperature)
+    model.train(was_training)
+    rewards = torch.tensor(batch.rewards, dtype=torch.float64)
+    groups = torch.tensor(batch.groups, dtype=torch.long)
+    b = min_variance_baseline(rewards, torch.tensor([seq_ratio[i] for i in range(len(batch))],
+                                                    dtype=torch.float64),
+                              torch.tensor(sq, dtype=torch.float64), groups).tolist()
+    advantages = list(batch.advantages)
+    shifts = []
+    for g in sorted(set(batch.groups)):
+        members = [i for i, x in enumerate(batch.groups) if x == g]
+        R = [batch.rewards[i] for i in members]
+        lo, hi = members[int(np.argmin(R))], members[int(np.argmax(R))]
+        if batch.rewards[hi] == batch.rewards[lo]:
+            for i in members:
+                advantages[i] = 0.0
+            continue
+        scale = (batch.advantages[hi] - batch.advantages[lo]) / (batch.rewards[hi]
+                                                                 - batch.rewards[lo])
+        baseline = batch.rewards[hi] - batch.advantages[hi] / scale if scale else b[hi]
+        shifts.append(abs(b[hi] - baseline))
+        for i in members:
+            advantages[i] = scale * (batch.rewards[i] - b[i])
+    return dataclasses.replace(batch, advantages=advantages), \
+        float(np.mean(shifts)) if shifts else 0.0
+
+
+def _step_optimizer(optimizer: torch.optim.Optimizer, done: _Pass, inputs: _Inputs,
+                    idx: list[int], shard: UpdateShard) -> None:
+    """The optimiser step; under vcpo at the lr scaled by sqrt of the mini-batch's ESS
+    (``trainer.offpolicy.ess_lr_scale``), restored afterwards so the schedule is unchanged."""
+    lrs = [g["lr"] for g in optimizer.param_groups]
+    scale = 1.0
+    if done.correction == "vcpo" and inputs.seq_ratio:
+        scale = ess_lr_scale(_ess(inputs.seq_ratio, idx, shard))
+        for g in optimizer.param_groups:
+            g["lr"] = g["lr"] * scale
+    optimizer.step()
+    if scale != 1.0:
+        for g, lr in zip(optimizer.param_groups, lrs, strict=True):
+            g["lr"] = lr
+    done.lr_applied += float(lrs[0]) * scale
+
+
 def _token_weights(batch: UpdateBatch, part: list[int], inputs: _Inputs, old_lp: torch.Tensor,
                    mask: torch.Tensor, done: _Pass, lp: torch.Tensor) -> torch.Tensor | None:
     """Each token's weight in the policy loss: truncated importance sampling's (``tis_cap``,
     where the engine's log-probs are known) times its response's weight (the algorithm's);
     None where both are 1 everywhere."""
     weights = None
-    if done.tis_cap > 0 and inputs.rollout is not None:
+    decoupled = done.correction == "decoupled"
+    if (done.tis_cap > 0 or decoupled) and inputs.rollout is not None:
         done.tis_on = True
         roll_lp = _pad([inputs.rollout[i] for i in part] or [[]], lp.shape[1]).to(lp.device)
-        weights = truncated_is_weights(old_lp, roll_lp, done.tis_cap)
+        weights, cut = decoupled_weights(old_lp, roll_lp, done.tis_cap) if decoupled \
+            else tis_weights(old_lp, roll_lp, done.tis_cap)
         done.tis[0] += float((weights * mask).sum())
-        done.tis[1] += float(((weights >= done.tis_cap) * mask).sum())
+        done.tis[1] += float((cut * mask).sum())
         done.tis[2] += float(mask.sum())
     if batch.weighted:
         rows = torch.tensor([batch.weight(i) for i in part] or [1.0], dtype=lp.dtype,

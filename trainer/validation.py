@@ -243,6 +243,49 @@ def kl_in_reward_after_positives(c: Config) -> Iterator[tuple[str, str]]:
                                   "seq_reward (the same reward without the KL)")
 
 
+def async_backends(c: Config) -> Iterator[tuple[str, str]]:
+    # The producer of trainer.asyncloop runs rounds through one process's backend; vLLM's
+    # async engine thread and the rollout/train split across ranks come later (issue 29).
+    if c.max_policy_lag > 0 and (c.backend not in ("hf", "simulated") or c.world_size > 1):
+        yield "max_policy_lag", (f"asynchronous training (max_policy_lag > 0) runs on backend "
+                                 f"'hf' or 'simulated' in one process for now, got backend "
+                                 f"{c.backend!r} with world_size {c.world_size}")
+
+
+def async_round_scheduler(c: Config) -> Iterator[tuple[str, str]]:
+    if c.max_policy_lag > 0 and c.scheduler != "round":
+        yield "scheduler", (f"asynchronous training drives the rounds itself (its producer), "
+                            f"so scheduler must be 'round', got {c.scheduler!r}")
+
+
+def async_needs_a_cap(c: Config) -> Iterator[tuple[str, str]]:
+    # Without the cap, tis and vcpo would train stale samples as if the proximal policy had
+    # drawn them (no correction at all).
+    if c.max_policy_lag > 0 and c.backend != "simulated" and not c.tis_cap \
+            and c.off_policy_correction in ("tis", "vcpo"):
+        yield "tis_cap", (f"off_policy_correction {c.off_policy_correction!r} with "
+                          f"max_policy_lag > 0 weighs each token by min(pi_prox / pi_behav, "
+                          f"tis_cap): give tis_cap (2 is common), or use 'decoupled'")
+
+
+def async_without_kl_in_reward(c: Config) -> Iterator[tuple[str, str]]:
+    # The KL in the reward is measured on one step's pools by the weights that drew them; an
+    # asynchronous update's pools come from several versions, which nothing here accounts for
+    # yet (and no test covers): refused rather than computed some untested way.
+    if c.max_policy_lag > 0 and c.use_kl_in_reward:
+        yield "max_policy_lag", ("asynchronous training (max_policy_lag > 0) does not take the KL "
+                                 "in the reward yet: set use_kl_in_reward = false, or keep the "
+                                 "KL in the loss (kl_coef)")
+
+
+def vcpo_in_one_process(c: Config) -> Iterator[tuple[str, str]]:
+    # VCPO's baseline weighs each response by its own gradient norm, measured by a backward
+    # pass per response through the whole model: the sharded update does not do that yet.
+    if c.off_policy_correction == "vcpo" and c.world_size > 1:
+        yield "off_policy_correction", ("vcpo measures each response's gradient norm in one "
+                                        "process: use tis or decoupled with world_size > 1")
+
+
 CROSS_CHECKS: list[CrossCheck] = [
     CrossCheck(("scheduler", "early_rounds", "backend"), early_rounds_need_per_prompt,
                {"early_rounds": "certain"}),
@@ -263,6 +306,16 @@ CROSS_CHECKS: list[CrossCheck] = [
                {"use_kl_in_reward": True, "backend": "simulated"}),
     CrossCheck(("use_kl_in_reward", "positive_metric"), kl_in_reward_after_positives,
                {"use_kl_in_reward": True, "backend": "hf", "positive_metric": "seq_final_reward"}),
+    CrossCheck(("max_policy_lag", "backend", "world_size"), async_backends,
+               {"max_policy_lag": 1, "backend": "vllm"}),
+    CrossCheck(("max_policy_lag", "scheduler"), async_round_scheduler,
+               {"max_policy_lag": 1, "backend": "simulated", "scheduler": "per-prompt"}),
+    CrossCheck(("max_policy_lag", "backend", "tis_cap", "off_policy_correction"),
+               async_needs_a_cap, {"max_policy_lag": 1, "backend": "hf"}),
+    CrossCheck(("off_policy_correction", "world_size"), vcpo_in_one_process,
+               {"off_policy_correction": "vcpo", "world_size": 2, "backend": "vllm"}),
+    CrossCheck(("max_policy_lag", "use_kl_in_reward"), async_without_kl_in_reward,
+               {"max_policy_lag": 1, "backend": "hf", "use_kl_in_reward": True}),
 ]
 
 

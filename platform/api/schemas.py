@@ -224,6 +224,9 @@ class SampleOut(Schema):
     verifier_error: str
     weight: float = Field(description="its weight in the policy loss, set by the algorithm "
                           "(1 unless it weights samples)")
+    policy_version: int | None = Field(
+        default=None, description="optimiser steps applied to the weights that generated it "
+        "(asynchronous training, max_policy_lag > 0); null: the step's own weights")
 
 
 class PromptStepPage(Schema):

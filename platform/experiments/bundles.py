@@ -61,13 +61,14 @@ TABLES: dict[str, tuple[str, list[tuple[str, str]]]] = {
         ("step", "int64"), ("prompt_id", "int64"), ("index", "int32"),
         ("round", "int32"), ("response", "string"), ("tokens", "int64"),
         ("reward", "float64"), ("kept", "bool_"), ("advantage", "float64"),
-        ("verifier_error", "string"), ("weight", "float64")]),
+        ("verifier_error", "string"), ("weight", "float64"), ("policy_version", "int64")]),
     "evaluations": ("experiments_evalresult", [("step", "int64"), ("metrics", "string")]),
     "checkpoints": ("experiments_checkpoint", [("step", "int64"), ("path", "string")]),
 }
 # Columns added after version 1 of the format: a bundle written before lacks them, and its
-# import leaves them to the database's default (a sample's loss weight: 1).
-ADDED_COLUMNS = frozenset({"weight"})
+# import leaves them to the database's default (a sample's loss weight: 1; its policy version:
+# null, synchronous).
+ADDED_COLUMNS = frozenset({"weight", "policy_version"})
 # Each table's unique key, the order rows are written in (and the index the read walks).
 KEYS = {"rounds": ("step", "round"), "prompt_steps": ("step", "prompt_id"),
         "samples": ("step", "prompt_id", "index")}

@@ -49,7 +49,7 @@ from experiments.services import (
 from trainer.digest import PromptDigest
 
 SAMPLE_COLUMNS = ("run_id", "step", "prompt_id", "index", "round", "response", "tokens",
-                  "reward", "kept", "advantage", "verifier_error", "weight")
+                  "reward", "kept", "advantage", "verifier_error", "weight", "policy_version")
 PROMPTSTEP_COLUMNS = ("run_id", "step", "prompt_id", "samples", "positives", "negatives",
                       "rounds", "exit_round", "missing", "kept_positives", "kept_negatives",
                       "baseline", "tokens", "p_hat", "allocated")
@@ -401,7 +401,7 @@ def _write_cli_step(run_id: int, e: dict[str, Any], ids: dict[str, int], wall: f
     _copy("experiments_sample", SAMPLE_COLUMNS, (
         (run_id, step, pid(s["prompt_id"]), s["index"], s["round"], s["response"], s["tokens"],
          s["reward"], s["kept"], finite_or_none(s.get("advantage")),
-         s.get("verifier_error") or "", float(s.get("weight", 1.0)))
+         s.get("verifier_error") or "", float(s.get("weight", 1.0)), s.get("policy_version"))
         for s in e["samples"]))
     return wall
 

@@ -43,7 +43,7 @@ RECORDS = {
                  "exit_round", "missing", "kept_positives", "kept_negatives", "baseline",
                  "tokens", "p_hat", "allocated"),
     Sample: ("step", "prompt_id", "index", "round", "response", "tokens", "reward", "kept",
-             "advantage", "verifier_error", "weight"),
+             "advantage", "verifier_error", "weight", "policy_version"),
     EvalResult: ("step", "metrics"),
     Checkpoint: ("step", "path"),
 }
@@ -69,8 +69,10 @@ def unzip(data: bytes, folder: Path) -> Path:
 @pytest.fixture
 def recorded(user: Any) -> Run:
     ps = make_prompt_set("arith", size=12)
+    # Asynchronous (max_policy_lag 1): its samples carry the policy version that generated them.
     run = record_run_with_evals(make_run(user, ps, total_steps=3, eval_every=2, eval_k=2,
-                                         name="source"), make_prompts(4, pass_rate=0.5))
+                                         name="source", max_policy_lag=1),
+                                make_prompts(4, pass_rate=0.5))
     Checkpoint.objects.create(run=run, step=3, path=str(
         Path(settings.CHECKPOINT_ROOT) / f"run-{run.pk}" / "checkpoints" / "step-000003"))
     Run.objects.filter(pk=run.pk).update(status=Run.Status.SUCCEEDED)
@@ -186,6 +188,14 @@ def test_export_run_command_writes_the_same_bundle(recorded: Run, user: Any,
     old = import_run(folder, user)
     assert records(old.run) == records(recorded)
     assert set(Sample.objects.filter(run=old.run).values_list("weight", flat=True)) == {1.0}
+    assert set(Sample.objects.filter(run=old.run).values_list("policy_version", flat=True)) \
+        == {0, 1, 2}  # 3 steps, each 0 or 1 version behind
+    # One written before samples had a policy version imports them as synchronous (null).
+    pq.write_table(table.drop_columns(["weight", "policy_version"]),
+                   folder / "samples.parquet")
+    older = import_run(folder, user)
+    assert set(Sample.objects.filter(run=older.run).values_list("policy_version", flat=True)) \
+        == {None}
     with pytest.raises(CommandError, match="run_id: no run"):
         call_command("export_run", "99999999", str(tmp_path))
 

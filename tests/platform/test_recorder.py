@@ -80,6 +80,21 @@ def test_est_estimate_and_allocation_per_prompt_step(run: Run) -> None:
     assert not PromptStep.objects.filter(run=run, step=2, allocated__isnull=False).exists()
 
 
+def test_each_samples_policy_version_is_stored_null_when_synchronous(run: Run) -> None:
+    import dataclasses
+
+    ids = prompt_ids(run)
+    PostgresRecorder(run.pk).on_step(step_record(1, ids))
+    stale = step_record(2, ids)
+    stale = dataclasses.replace(stale, samples=[
+        dataclasses.replace(x, policy_version=x.index % 2) for x in stale.samples])
+    PostgresRecorder(run.pk).on_step(stale)
+    rows = Sample.objects.filter(run=run)
+    assert set(rows.filter(step=1).values_list("policy_version", flat=True)) == {None}
+    assert sorted(rows.filter(step=2).values_list("index", "policy_version")) == sorted(
+        (x.index, x.index % 2) for x in stale.samples)
+
+
 def test_recording_a_step_again_replaces_it(run: Run) -> None:
     rec = PostgresRecorder(run.pk)
     rec.on_step(step_record(1, prompt_ids(run)))

@@ -94,6 +94,15 @@ def test_simulate_cli_rejects_bad_sizes(tmp_path, capsys) -> None:
     assert capsys.readouterr().err.startswith("error: samples-per-round:")
 
 
+def test_simulate_cli_refuses_a_policy_lag_naming_where_it_runs(tmp_path, capsys) -> None:
+    rates = tmp_path / "rates.txt"
+    rates.write_text("0.5\n0.25\n")
+    assert main(["simulate", "--algorithm", "grpo", "--pass-rates", str(rates),
+                 "--set", "max_policy_lag=1"]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("error: max_policy_lag:") and "simulate-time" in err
+
+
 def test_python_dash_m_simulate(tmp_path) -> None:
     rates = tmp_path / "rates.txt"
     rates.write_text("0.5\n")

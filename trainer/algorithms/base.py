@@ -154,6 +154,9 @@ class SampledStep:
     # Their indices in the run's training set, where the algorithm drew beyond its batch (DAPO
     # from ``StepContext.select``); None: the step's batch alone (the loop knows those).
     prompt_indices: list[int] | None = None
+    # Per sample, in the result's order: the policy version (optimiser steps applied to the
+    # weights) that generated it; None: the step's own weights (synchronous training).
+    versions: np.ndarray | None = None
 
 
 @dataclass
@@ -210,6 +213,20 @@ def no_extra_metrics(config: TrainConfig, result: SamplerResult,
 
 def no_sampler_options(config: TrainConfig) -> dict[str, Any]:
     return {}
+
+
+def admit_without_plan(config: TrainConfig, state: Any, prompts: Sequence[Prompt]
+                       ) -> Allocation | None:
+    return None
+
+
+def always_ready(config: TrainConfig, result: SamplerResult) -> bool:
+    return True
+
+
+def nothing_learned(config: TrainConfig, state: Any, prompts: Sequence[Prompt],
+                    result: SamplerResult) -> None:
+    return None
 
 
 @dataclass(frozen=True)
@@ -273,6 +290,19 @@ class Algorithm:
     # Its own checks across config keys (Seq: M >= n, exit counts that can be met; Est: an
     # allocation that can meet its budget; ``trainer.validation.CrossCheck``).
     config_checks: tuple[CrossCheck, ...] = ()
+    # Asynchronous training (``trainer.asyncloop``, max_policy_lag > 0), which admits prompts
+    # through ``select_batch`` and drives each through its rounds (``draws``, the exit rule):
+    # ``async_admit(config, state, prompts)`` plans what prompts admitted together draw (Est's
+    # allocation from the estimator at admission; None: the sampler's own rule);
+    # ``async_ready(config, result)`` says whether a prompt done sampling enters the ready
+    # buffer (DAPO: only a group with signal; one without is filtered and another admitted);
+    # ``async_trained(config, state, prompts, result)`` learns from the prompts an update took
+    # (Est: the estimator takes their counts when they are trained).
+    async_admit: Callable[[TrainConfig, Any, Sequence[Prompt]], Allocation | None] = \
+        admit_without_plan
+    async_ready: Callable[[TrainConfig, SamplerResult], bool] = always_ready
+    async_trained: Callable[[TrainConfig, Any, Sequence[Prompt], SamplerResult], None] = \
+        nothing_learned
     schedulers: tuple[str, ...] | None = None   # None: every scheduler
     schedulers_reason: str = ""     # why only ``schedulers``, for the config error
     label_shows_group_size: bool = False   # GRPO n=16 is another budget, not another n

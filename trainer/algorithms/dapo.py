@@ -394,6 +394,12 @@ def concat_results(results: Sequence[SamplerResult], keep_groups: int | None = N
                            else np.zeros(len(kept)))
 
 
+def has_signal(config: TrainConfig, res: SamplerResult) -> bool:
+    """Asynchronous DAPO: a finished group enters the ready buffer only with signal (its
+    ``dapo_filter_metric`` not all equal); another prompt is admitted in its place."""
+    return bool(signal_groups(res, filter_values(config, res)).all())
+
+
 def dapo_metrics(config: TrainConfig, res: SamplerResult,
                  allocation: Allocation | None) -> dict[str, float]:
     signal = signal_groups(res, filter_values(config, res))
@@ -444,6 +450,7 @@ DAPO = Algorithm(
          "dapo_filter_metric) dropped, "
          "further batches of prompts drawn until B groups carry signal",
     sampling="batches", sample_step=sample_dapo_step, select_batch=select_dapo_prompts,
+    async_ready=has_signal,
     advantage="group", std_normalize=True,
     max_samples_per_prompt=lambda c: c.group_size,
     max_samples_per_step=lambda c: gen_batch_size(c) * c.group_size * max_gen_batches(c),

@@ -10,7 +10,7 @@ reinforce-ada-est.md has the derivation and the authors' code it follows."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from typing import TYPE_CHECKING, Any
 
 from trainer import seeds
@@ -25,6 +25,7 @@ from trainer.validation import CrossCheck
 if TYPE_CHECKING:
     from trainer.config import TrainConfig
     from trainer.result import SamplerResult
+    from trainer.types import Prompt
 
 # trainer_state.json key of the estimator (run state, like the weights).
 ESTIMATOR_STATE = "pass_rate_estimator"
@@ -72,6 +73,19 @@ def sample_est_step(ctx: StepContext) -> SampledStep:
     if res is not None:
         estimator.update(ids, res.positives, res.samples)
     return SampledStep(res, outcome, allocation, list(ctx.batch))
+
+
+def est_admit(config: TrainConfig, estimator: PassRateEstimator, prompts: Sequence[Prompt]
+              ) -> Allocation:
+    """Asynchronous Est: the prompts admitted together are allocated from the estimator's
+    state at admission (their budget sums to budget_per_prompt each, as a step's does)."""
+    return plan_allocation(estimator, [p.id for p in prompts], config)
+
+
+def est_trained(config: TrainConfig, estimator: PassRateEstimator, prompts: Sequence[Prompt],
+                result: SamplerResult) -> None:
+    """Asynchronous Est: the estimator takes an update's prompts' counts when it trains them."""
+    estimator.update([p.id for p in prompts], result.positives, result.samples)
 
 
 def est_metrics(config: TrainConfig, res: SamplerResult,
@@ -136,6 +150,7 @@ EST = Algorithm(
                              "samples per unit weight", "allocation scale c")},
     extra_metrics=est_metrics,
     make_state=PassRateEstimator.from_config, state_key=ESTIMATOR_STATE,
+    async_admit=est_admit, async_trained=est_trained,
     options=OPTIONS, config_checks=EST_CHECKS, schedulers=("round",),
     schedulers_reason="it draws a single round with per-prompt sample counts, so there is no "
                       "later round to start early and no exit rule to stream",

@@ -1,0 +1,323 @@
+"""Asynchronous training with a bounded policy lag (``max_policy_lag`` = k >= 1; DESIGN.md,
+section 9; issue 29): the machinery every algorithm shares, the algorithm's own part through
+its record's hooks (``select_batch``, ``draws`` and the exit rule, ``keep``, ``async_admit``,
+``async_ready``, ``async_trained``).
+
+Vocabulary as ``trainer.asynctime`` (the step-time simulator of the same scheme):
+
+- **Policy version** v: optimiser updates applied to the weights that generate. Update u
+  (1-based, the run's step u) trains the weights of version u - 1 and makes version u. Every
+  sample carries the version that generated it; its lag in update u is (u - 1) - v, at most k.
+- **The producer** admits prompts (the algorithm's ``select_batch``, one admission batch after
+  another, a batch's allocation planned at admission by ``async_admit``: Est) while the
+  prompts admitted and not yet trained fit the updates that may still take the current
+  version: at most (v + k + 1 - updates started) x B. Each *tick* draws one round for every
+  admitted prompt still sampling, in one ``backend.generate`` call with the current weights
+  (a prompt's rounds can span versions). A prompt done sampling (its exit rule or N rounds;
+  one round for the others) enters the ready buffer if ``async_ready`` says so (DAPO: a group
+  with signal); otherwise it is filtered (counted) and its room goes to another prompt.
+- **The update** takes B ready prompts, those whose oldest sample is oldest first, then by
+  admission. It first waits (ticks) while fewer than B are ready or while a prompt whose
+  oldest sample would be past the bound at the next update is still sampling (this update is
+  its last chance). Ready prompts past the bound are dropped, their samples counted
+  (``samples_stale_dropped``); a kept sample past it is an error, never trained.
+- **Overlap.** Generation for later steps runs while a step trains: here one tick on the
+  weights the update starts from, before the new weights are applied (so with k = 1 and GRPO
+  every step trains the groups generated one version earlier: verl's one-step-off-policy).
+
+On the simulated and hf backends this runs on one thread as a deterministic schedule (ticks
+and updates interleaved as above), so a run is a function of its config and seed; the engine
+thread of vLLM's async engine and the rollout/train rank split are issue 29's later items.
+The update treats the recorded behaviour log-probs as the rollout's and recomputes the
+proximal ones at its start (``trainer.learner.update_batch``), so ``off_policy_correction``
+applies (``trainer.offpolicy``). A checkpoint holds the weights, optimiser, algorithm state
+and step; prompts in flight are not in it (a resumed run's producer starts empty).
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from trainer import seeds
+from trainer.algorithms import BatchContext, SampledStep, get_algorithm
+from trainer.algorithms.base import admit_without_plan
+from trainer.allocation import Allocation
+from trainer.loop import _Training
+from trainer.result import SamplerResult
+from trainer.rewards import score_and_shape
+from trainer.sampler import AdaptiveSampler, make_sampler
+from trainer.types import Generation, Prompt, RoundsOutcome, RoundStat
+
+# The generation seed stream of the producer's ticks (the synchronous loop's streams are per
+# step; ticks are not steps).
+ASYNC_GENERATION = 29
+# Ticks an update waits at most for B ready prompts before it trains on fewer (DAPO over a
+# prompt set without signal would otherwise wait forever), per round a prompt may take.
+MAX_WAIT_TICKS_PER_ROUND = 64
+
+
+@dataclass
+class Flight:
+    """One admitted prompt: its pool so far, with the policy version of every sample."""
+
+    serial: int                  # admission order
+    index: int                   # in the run's prompt set
+    prompt: Prompt
+    sampler: AdaptiveSampler     # a one-prompt sampler: its rounds, exit rule and keep rule
+    p_hat: float | None = None   # Est: the estimate its allocation was planned from
+    allocated: int | None = None
+    scale: float = 0.0           # Est: c of the allocation it was planned in
+    generations: list[Generation] = field(default_factory=list)
+    rewards: list[float] = field(default_factory=list)
+    errors: list[str | None] = field(default_factory=list)
+    versions: list[int] = field(default_factory=list)
+    rounds: list[RoundStat] = field(default_factory=list)
+    result: SamplerResult | None = None   # once done sampling
+
+    @property
+    def oldest(self) -> int:
+        return min(self.versions)
+
+
+class Producer:
+    """Admission, the ready buffer, the lag bound and the policy version (module docstring)."""
+
+    def __init__(self, config: Any, prompts: Sequence[Prompt], backend: Any, scorer: Any,
+                 state: Any = None, version: int = 0) -> None:
+        self.config, self.prompts, self.backend, self.scorer = config, prompts, backend, scorer
+        self.algorithm = get_algorithm(config.algorithm)
+        self.state = state
+        self.k, self.B = int(config.max_policy_lag), int(config.batch_size)
+        self.version = self.started = version
+        self.sampling: list[Flight] = []
+        self.ready: list[Flight] = []
+        self.queue: list[int] = []
+        self.admission_batch = version  # select_batch's "step" of the next admission batch
+        self.serial = self.ticks = 0
+        # Since the last update: prompts filtered and samples dropped, generation seconds.
+        self.filtered = self.filtered_samples = self.stale_dropped = 0
+        self.time_generation = self.time_scoring = 0.0
+
+    def room(self) -> int:
+        """Prompts that may still be admitted at the current version."""
+        held = len(self.sampling) + len(self.ready)
+        return (self.version + self.k + 1 - self.started) * self.B - held
+
+    def admit(self) -> None:
+        room = self.room()
+        while room > 0:
+            if not self.queue:
+                self.admission_batch += 1
+                ctx = BatchContext(config=self.config, step=self.admission_batch,
+                                   prompt_set=self.prompts, state=self.state)
+                self.queue = list(self.algorithm.select_batch(ctx, self.B, ()))
+                if not self.queue:
+                    return
+            # An allocation is planned for prompts admitted together (Est: its budget sums
+            # over them), so such a batch waits until it fits whole.
+            planned = self.algorithm.async_admit is not admit_without_plan
+            if planned and room < len(self.queue):
+                return
+            take, self.queue = (self.queue, []) if planned else (self.queue[:room],
+                                                                  self.queue[room:])
+            self._start(take)
+            room -= len(take)
+
+    def _start(self, indices: list[int]) -> None:
+        prompts = [self.prompts[i] for i in indices]
+        plan: Allocation | None = self.algorithm.async_admit(self.config, self.state, prompts)
+        for j, (i, prompt) in enumerate(zip(indices, prompts, strict=True)):
+            seed = seeds.derive_seed(self.config.seed, ASYNC_GENERATION, self.serial,
+                                     seeds.DOWNSAMPLE)
+            counts = None if plan is None else [int(plan.counts[j])]
+            self.sampling.append(Flight(
+                self.serial, i, prompt, make_sampler(self.config, 1, seed, allocation=counts),
+                p_hat=None if plan is None else float(plan.p_hat[j]),
+                allocated=None if plan is None else int(plan.counts[j]),
+                scale=0.0 if plan is None else float(plan.scale)))
+            self.serial += 1
+
+    def tick(self) -> None:
+        """Admit what fits, then one round for every prompt still sampling, on the weights of
+        the current version."""
+        self.admit()
+        if not self.sampling:
+            return
+        flights = list(self.sampling)
+        counts = [f.sampler.round_counts([0])[0] for f in flights]
+        t0 = time.perf_counter()
+        drawn = self.backend.generate([f.prompt for f in flights], counts,
+                                      seed=seeds.derive_seed(self.config.seed,
+                                                             ASYNC_GENERATION, self.ticks))
+        t1 = time.perf_counter()
+        self.ticks += 1
+        for f, gens in zip(flights, drawn, strict=True):
+            rewards, scores, errors = score_and_shape(self.scorer, f.prompt, gens)
+            f.generations.extend(gens)
+            f.rewards.extend(rewards)
+            f.errors.extend(errors)
+            f.versions.extend([self.version] * len(gens))
+            f.sampler.observe_many([0] * len(gens), rewards, scores)
+            f.rounds.append(f.sampler.end_round(
+                tokens=sum(len(g.response_token_ids) for g in gens)))
+            if f.sampler.done:
+                self._finish(f)
+        self.time_generation += t1 - t0
+        self.time_scoring += time.perf_counter() - t1
+
+    def _finish(self, f: Flight) -> None:
+        self.sampling.remove(f)
+        f.result = f.sampler.finalize()
+        if self.algorithm.async_ready(self.config, f.result):
+            self.ready.append(f)
+        else:
+            self.filtered += 1
+            self.filtered_samples += len(f.rewards)
+
+    def take(self, should_stop: Any = None) -> list[Flight] | None:
+        """The next update's B prompts (fewer only when none come for long), the stale ones
+        dropped and counted; the update counts as started. ``should_stop`` is polled before
+        every tick: None when it says stop (nothing taken, nothing started)."""
+        floor = self.version - self.k  # the oldest version this update may train
+        waited = 0
+        limit = MAX_WAIT_TICKS_PER_ROUND * max(int(self.config.max_rounds), 1)
+        while (len(self.ready) < self.B or any(f.versions and f.oldest <= floor
+                                                for f in self.sampling)) and waited < limit:
+            if should_stop is not None and should_stop():
+                return None
+            before = (self.ticks, len(self.sampling), len(self.ready))
+            self.tick()
+            waited += 1
+            if before == (self.ticks, len(self.sampling), len(self.ready)) \
+                    and not self.sampling:
+                break  # nothing left to admit or sample
+        for f in [f for f in self.ready if f.oldest < floor]:
+            self.ready.remove(f)
+            self.stale_dropped += len(f.rewards)
+        order = sorted(self.ready, key=lambda f: (f.oldest, f.serial))
+        chosen: list[Flight] = []
+        ids: set[str] = set()
+        for f in order:
+            if len(chosen) < self.B and f.prompt.id not in ids:  # a prompt once per update
+                chosen.append(f)
+                ids.add(f.prompt.id)
+        for f in chosen:
+            self.ready.remove(f)
+        self.started += 1
+        return chosen
+
+    def overlap(self) -> None:
+        """Generation while the update trains: one tick on the weights it starts from."""
+        self.tick()
+
+    def applied(self) -> None:
+        """The update's new weights are in the engine."""
+        self.version += 1
+        self.filtered = self.filtered_samples = self.stale_dropped = 0
+        self.time_generation = self.time_scoring = 0.0
+
+
+def assemble(flights: Sequence[Flight]) -> tuple[SamplerResult, RoundsOutcome, np.ndarray]:
+    """The update's prompts as one step: their finalized one-prompt results concatenated (every
+    estimator, keep rule and baseline is per prompt, so each prompt's kept samples, advantages
+    and pool baseline are what its own sampler gave), their pools, round statistics summed by
+    round, and each sample's policy version."""
+    parts = [f.result for f in flights]
+    assert all(p is not None for p in parts)
+    res: list[SamplerResult] = parts  # type: ignore[assignment]
+    sizes = [len(r.rewards) for r in res]
+    offsets = np.concatenate([[0], np.cumsum(sizes)]).astype(np.int64)
+
+    def cat(name: str, dtype: Any) -> np.ndarray:
+        return np.concatenate([getattr(r, name) for r in res]).astype(dtype) if res \
+            else np.zeros(0, dtype)
+
+    pools = SamplerResult.of_pools(
+        num_prompts=len(res), sample_prompt=np.repeat(np.arange(len(res)), sizes),
+        sample_pool_index=cat("sample_pool_index", np.int64), sample_round=cat(
+            "sample_round", np.int64),
+        sample_order=np.concatenate([r.sample_order + offsets[j] for j, r in enumerate(res)])
+        if res else np.zeros(0, np.int64),
+        rewards=cat("rewards", np.float64), positive=cat("positive", bool),
+        rounds_used=cat("rounds_used", np.int64), exit_round=cat("exit_round", np.int64),
+        missing=[m for r in res for m in r.missing],
+        first_round_positives=cat("first_round_positives", np.int64),
+        first_round_samples=cat("first_round_samples", np.int64),
+        weights=cat("weights", np.float64), estimator=res[0].estimator if res else None,
+        scores=cat("scores", np.float64))
+    result = pools.with_kept(cat("kept", bool), advantages=cat("advantages", np.float64))
+    outcome = RoundsOutcome([f.generations for f in flights], [f.rewards for f in flights],
+                            [f.errors for f in flights], _sum_rounds(flights))
+    # Each pool is in observation order, as its versions are.
+    versions = np.concatenate([np.asarray(f.versions, dtype=np.int64) for f in flights]) \
+        if flights else np.zeros(0, np.int64)
+    return result, outcome, versions
+
+
+def _sum_rounds(flights: Sequence[Flight]) -> list[RoundStat]:
+    rounds = max((len(f.rounds) for f in flights), default=0)
+    out = []
+    for t in range(rounds):
+        stats = [f.rounds[t] for f in flights if len(f.rounds) > t]
+        out.append(RoundStat(round=t + 1, active_prompts=sum(s.active_prompts for s in stats),
+                             samples=sum(s.samples for s in stats),
+                             positives=sum(s.positives for s in stats),
+                             finished=sum(s.finished for s in stats),
+                             tokens=sum(s.tokens for s in stats)))
+    return out
+
+
+class AsyncTraining(_Training):
+    """``trainer.loop``'s run with the producer in place of the synchronous sampling: the
+    step's records, update, evaluation and checkpoints are the loop's own."""
+
+    def start(self, should_stop: Any, resume_from: Any) -> None:
+        super().start(should_stop, resume_from)
+        # A resumed run's producer starts at the checkpoint's version, empty: samples in
+        # flight at the checkpoint are not in it.
+        self.producer = Producer(self.config, self.prompts, self.backend, self.scorer,
+                                 self.algo_state, version=self.first_step - 1)
+
+    def sample(self, step: int) -> tuple[SampledStep, list[int]]:
+        p = self.producer
+        flights = p.take(self.stop)
+        if flights is None:  # cancelled or out of time while the producer sampled
+            return SampledStep(None, RoundsOutcome([], [], [], [], cancelled=True)), []
+        res, outcome, versions = assemble(flights)
+        p.overlap()
+        outcome.time_generation, outcome.time_scoring = p.time_generation, p.time_scoring
+        lag = (step - 1) - versions[res.kept] if len(versions) else np.zeros(0, np.int64)
+        if len(lag) and (lag.max() > self.config.max_policy_lag or lag.min() < 0):
+            raise AssertionError(f"step {step}: a kept sample's lag {int(lag.max())} is past "
+                                 f"max_policy_lag {self.config.max_policy_lag}")
+        for stat in outcome.round_stats:
+            self.recorder.on_round(step, stat)
+        allocation = None
+        if flights and flights[0].p_hat is not None:
+            p_hat = np.asarray([f.p_hat for f in flights], dtype=np.float64)
+            counts = np.asarray([f.allocated for f in flights], dtype=np.int64)
+            allocation = Allocation(p_hat=p_hat, weights=np.ones(len(flights)), counts=counts,
+                                    scale=float(np.mean([f.scale for f in flights])))
+        indices = [f.index for f in flights]
+        return SampledStep(res, outcome, allocation, [f.prompt for f in flights],
+                           prompt_indices=indices, versions=versions), indices
+
+    def sampling_metrics(self, sampled: SampledStep, kept: np.ndarray) -> dict[str, float]:
+        p = self.producer
+        versions = sampled.versions if sampled.versions is not None else np.zeros(0)
+        lag = p.version - versions[kept] if kept.any() else np.zeros(1)
+        return {"policy_lag_mean": float(lag.mean()), "policy_lag_max": float(lag.max()),
+                "samples_stale_dropped": float(p.stale_dropped),
+                "prompts_filtered": float(p.filtered),
+                "samples_filtered": float(p.filtered_samples)}
+
+    def trained(self, sampled: SampledStep) -> None:
+        if sampled.result is not None:
+            self.algorithm.async_trained(self.config, self.algo_state, sampled.prompts,
+                                         sampled.result)
+        self.producer.applied()
