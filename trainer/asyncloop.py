@@ -30,8 +30,16 @@ and updates interleaved as above), so a run is a function of its config and seed
 thread of vLLM's async engine and the rollout/train rank split are issue 29's later items.
 The update treats the recorded behaviour log-probs as the rollout's and recomputes the
 proximal ones at its start (``trainer.learner.update_batch``), so ``off_policy_correction``
-applies (``trainer.offpolicy``). A checkpoint holds the weights, optimiser, algorithm state
-and step; prompts in flight are not in it (a resumed run's producer starts empty).
+applies (``trainer.offpolicy``).
+
+**Stops and recovery.** A checkpoint holds, besides the weights, optimiser, algorithm state and
+step, the producer's admission state (``Producer.state_dict``): where admission stands, the
+prompts admitted and not yet trained, and how many samples they hold. Those samples, drawn on
+weights the checkpoint no longer has in the engine's hands and trained by no update yet, are
+discarded: a resumed run admits their prompts again first, from their first round at the
+checkpoint's version, and reports the discarded samples and prompts on its first step
+(``samples_inflight_discarded``, ``prompts_inflight_discarded``). Nothing drawn before a
+checkpoint is ever trained or recorded after it, and the lag bound holds from its version.
 """
 
 from __future__ import annotations
@@ -59,6 +67,8 @@ ASYNC_GENERATION = 29
 # Ticks an update waits at most for B ready prompts before it trains on fewer (DAPO over a
 # prompt set without signal would otherwise wait forever), per round a prompt may take.
 MAX_WAIT_TICKS_PER_ROUND = 64
+# trainer_state.json key of the producer's admission state (``Producer.state_dict``).
+ASYNC_STATE = "async_producer"
 
 
 @dataclass
@@ -66,6 +76,7 @@ class Flight:
     """One admitted prompt: its pool so far, with the policy version of every sample."""
 
     serial: int                  # admission order
+    batch: int                   # the admission batch it came in (select_batch's "step")
     index: int                   # in the run's prompt set
     prompt: Prompt
     sampler: AdaptiveSampler     # a one-prompt sampler: its rounds, exit rule and keep rule
@@ -96,11 +107,19 @@ class Producer:
         self.version = self.started = version
         self.sampling: list[Flight] = []
         self.ready: list[Flight] = []
+        self.taken: list[Flight] = []  # by the update under way, until its weights are applied
         self.queue: list[int] = []
-        self.admission_batch = version  # select_batch's "step" of the next admission batch
+        # Prompts to admit before select_batch's next batch, each list planned together: those
+        # a resumed run's checkpoint held in flight (their samples discarded).
+        self.requeued: list[list[int]] = []
+        self.admission_batch = version  # select_batch's "step" of the latest admission batch
+        self.queue_batch = version      # the admission batch the queue's prompts came in
         self.serial = self.ticks = 0
         # Since the last update: prompts filtered and samples dropped, generation seconds.
         self.filtered = self.filtered_samples = self.stale_dropped = 0
+        # Discarded at the resume (what the checkpoint held in flight): reported by the first
+        # update, then zero.
+        self.discarded_prompts = self.discarded_samples = 0
         self.time_generation = self.time_scoring = 0.0
 
     def room(self) -> int:
@@ -111,11 +130,15 @@ class Producer:
     def admit(self) -> None:
         room = self.room()
         while room > 0:
-            if not self.queue:
+            if not self.queue and self.requeued:
+                self.queue = self.requeued.pop(0)
+                self.queue_batch = -1 - len(self.requeued)  # its own batch: planned alone
+            elif not self.queue:
                 self.admission_batch += 1
                 ctx = BatchContext(config=self.config, step=self.admission_batch,
                                    prompt_set=self.prompts, state=self.state)
                 self.queue = list(self.algorithm.select_batch(ctx, self.B, ()))
+                self.queue_batch = self.admission_batch
                 if not self.queue:
                     return
             # An allocation is planned for prompts admitted together (Est: its budget sums
@@ -136,7 +159,8 @@ class Producer:
                                      seeds.DOWNSAMPLE)
             counts = None if plan is None else [int(plan.counts[j])]
             self.sampling.append(Flight(
-                self.serial, i, prompt, make_sampler(self.config, 1, seed, allocation=counts),
+                self.serial, self.queue_batch, i, prompt,
+                make_sampler(self.config, 1, seed, allocation=counts),
                 p_hat=None if plan is None else float(plan.p_hat[j]),
                 allocated=None if plan is None else int(plan.counts[j]),
                 scale=0.0 if plan is None else float(plan.scale)))
@@ -208,8 +232,40 @@ class Producer:
                 ids.add(f.prompt.id)
         for f in chosen:
             self.ready.remove(f)
+        self.taken = chosen
         self.started += 1
         return chosen
+
+    def state_dict(self) -> dict[str, Any]:
+        """What a resume needs (between updates): where admission stands and the prompts
+        admitted and not yet trained, in admission order, each admission batch's together (an
+        allocation is planned per batch); the samples they hold are counted, not kept."""
+        held = sorted(self.sampling + self.ready + self.taken, key=lambda f: f.serial)
+        groups: list[list[int]] = []
+        last = None
+        for f in held:
+            if f.batch != last:
+                groups.append([])
+                last = f.batch
+            groups[-1].append(f.index)
+        pending = groups + ([self.queue] if self.queue else []) + self.requeued
+        return {"version": self.version, "admission_batch": self.admission_batch,
+                "serial": self.serial, "ticks": self.ticks,
+                "pending": [list(map(int, g)) for g in pending],
+                "inflight_prompts": len(held),
+                "inflight_samples": sum(len(f.rewards) for f in held)}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        """Resume: admission goes on where the checkpoint left it, the prompts it held first
+        (drawn anew), and their discarded samples are counted for the first update."""
+        if int(state["version"]) != self.version:
+            raise ValueError(f"the producer's state is of version {state['version']}, the "
+                             f"checkpoint's step {self.version}")
+        self.admission_batch = self.queue_batch = int(state["admission_batch"])
+        self.serial, self.ticks = int(state["serial"]), int(state["ticks"])
+        self.requeued = [list(map(int, g)) for g in state["pending"] if g]
+        self.discarded_prompts = int(state["inflight_prompts"])
+        self.discarded_samples = int(state["inflight_samples"])
 
     def overlap(self) -> None:
         """Generation while the update trains: one tick on the weights it starts from."""
@@ -218,7 +274,9 @@ class Producer:
     def applied(self) -> None:
         """The update's new weights are in the engine."""
         self.version += 1
+        self.taken = []
         self.filtered = self.filtered_samples = self.stale_dropped = 0
+        self.discarded_prompts = self.discarded_samples = 0
         self.time_generation = self.time_scoring = 0.0
 
 
@@ -277,11 +335,23 @@ class AsyncTraining(_Training):
     step's records, update, evaluation and checkpoints are the loop's own."""
 
     def start(self, should_stop: Any, resume_from: Any) -> None:
+        self.resumed_producer: dict[str, Any] | None = None
         super().start(should_stop, resume_from)
-        # A resumed run's producer starts at the checkpoint's version, empty: samples in
-        # flight at the checkpoint are not in it.
+        # A resumed run's producer starts at the checkpoint's version with no sample: those in
+        # flight at the checkpoint are discarded, counted, and their prompts admitted again.
         self.producer = Producer(self.config, self.prompts, self.backend, self.scorer,
                                  self.algo_state, version=self.first_step - 1)
+        if self.resumed_producer is not None:
+            self.producer.load_state_dict(self.resumed_producer)
+
+    def _restore(self, state: dict[str, Any], resume_from: Any) -> None:
+        super()._restore(state, resume_from)
+        # A checkpoint of a synchronous run, or of one from before the state was kept: the
+        # producer starts empty with admission at the resumed step's batch.
+        self.resumed_producer = state.get(ASYNC_STATE)
+
+    def run_state(self) -> dict[str, Any]:
+        return {ASYNC_STATE: self.producer.state_dict()}
 
     def sample(self, step: int) -> tuple[SampledStep, list[int]]:
         p = self.producer
@@ -313,6 +383,8 @@ class AsyncTraining(_Training):
         lag = p.version - versions[kept] if kept.any() else np.zeros(1)
         return {"policy_lag_mean": float(lag.mean()), "policy_lag_max": float(lag.max()),
                 "samples_stale_dropped": float(p.stale_dropped),
+                "samples_inflight_discarded": float(p.discarded_samples),
+                "prompts_inflight_discarded": float(p.discarded_prompts),
                 "prompts_filtered": float(p.filtered),
                 "samples_filtered": float(p.filtered_samples)}
 

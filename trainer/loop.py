@@ -254,10 +254,16 @@ class _Training:
             extra[self.algorithm.state_key] = self.algo_state.state_dict()
         if self.config.use_kl_in_reward:
             extra[KL_COEF_STATE] = self.kl_coef
+        extra.update(self.run_state())
         path = self.learner.save(ckpt.checkpoint_dir(self.out, step), step=step,
                                  config=self.config.to_dict(), extra=extra)
         self.recorder.on_checkpoint(CheckpointRecord(step=step, path=str(path)))
         return str(path)
+
+    def run_state(self) -> dict[str, Any]:
+        """What else a checkpoint holds for a resume (none when synchronous: the asynchronous
+        producer's admission state)."""
+        return {}
 
     def evaluate(self, step: int) -> None:
         if not self.eval_prompts:

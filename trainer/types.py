@@ -309,6 +309,11 @@ OPTIONAL_STEP_METRICS: dict[str, Metric | str] = {
     "samples_filtered": count("their samples", "samples"),
     "samples_stale_dropped": count("samples dropped this step because training them would "
                                    "exceed max_policy_lag", "samples"),
+    "samples_inflight_discarded": count("samples a checkpoint held in flight (drawn, not yet "
+                                        "trained), discarded when the run resumed from it: "
+                                        "on the first step after a resume, else 0", "samples"),
+    "prompts_inflight_discarded": count("their prompts, each admitted again from its first "
+                                        "round", "prompts"),
     "ess": fraction("normalised effective sample size (sum w)^2 / (n sum w^2) of the kept "
                     "responses' sequence importance ratios pi_prox / pi_behav, in (0, 1]"),
     "is_truncated_frac": fraction("fraction of kept tokens whose importance weight the "

@@ -10,6 +10,7 @@ import signal
 import subprocess
 import sys
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any
 
 import pytest
@@ -272,6 +273,56 @@ def test_sigkill_mid_run_resumes_from_checkpoint_without_duplicates(
         == list(range(1, 13))
     # Resumed steps are the uninterrupted run's steps (the trainer restores its RNG state).
     assert_recorded_as_emitted(run, replay(run, tmp_path))
+
+
+def test_sigkill_of_an_async_run_resumes_counting_what_was_in_flight(
+        start_worker: Any, user: Any, prompt_set_factory: Any, tmp_path: Path) -> None:
+    """Issue 29 item 5: an asynchronous run (max_policy_lag 1) killed mid-run resumes on the
+    next worker from its checkpoint: the samples that checkpoint held in flight are discarded
+    and counted on the first resumed step, never recorded twice, and every row is what the
+    trainer emits for that resume."""
+    import trainer
+    from trainer.asyncloop import ASYNC_STATE
+    from trainer.checkpoint import checkpoint_dir, read_state
+    from trainer.config import TrainConfig
+    from trainer.recorders import ListRecorder
+    from workers.execution import make_backend, trainer_prompts
+
+    first = start_worker("cpu", env=HOOK | {"RADA_TEST_GENERATE_SLEEP": "0.15"})
+    ps = prompt_set_factory(12, pass_rate=0.5)
+    run = services.launch_run(user, "async crash", SIM | {
+        "total_steps": 8, "save_every": 3, "max_policy_lag": 1}, ps)
+    wait_step(run, 4)  # past the checkpoint of step 3, before the one of step 6
+    first.kill()
+    resume_step = max(Checkpoint.objects.filter(run=run).values_list("step", flat=True))
+    ckpt = Checkpoint.objects.get(run=run, step=resume_step).path
+    held = read_state(ckpt)[ASYNC_STATE]
+    second = start_worker("cpu")
+    run = wait_status(run)
+    assert run.status == Run.Status.SUCCEEDED, run.traceback
+    assert run.attempts == 2 and run.current_step == 8
+    assert f"resuming from step {resume_step}" in second.log()
+    assert_no_duplicates(run)
+    # The trainer in this process: the uninterrupted run to the checkpoint, then its resume.
+    config = TrainConfig.from_dict(run.config)
+    data = trainer_prompts(run.prompt_set_id)
+    whole, resumed = ListRecorder(), ListRecorder()
+    trainer.train(config, data, make_backend(config, data), whole, None,
+                  out_dir=tmp_path / "whole")
+    trainer.train(config, data, make_backend(config, data), resumed, None,
+                  out_dir=tmp_path / "resumed",
+                  resume_from=checkpoint_dir(tmp_path / "whole", resume_step))
+    assert_recorded_as_emitted(run, SimpleNamespace(
+        steps=whole.steps[:resume_step] + resumed.steps))
+    # What was in flight: drawn before the checkpoint (version < its step), not yet trained.
+    assert held["version"] == resume_step and held["inflight_samples"] > 0
+    counted = Step.objects.filter(run=run).order_by("step").values_list(
+        "step", "metrics__samples_inflight_discarded")
+    assert [c for _, c in counted] == [held["inflight_samples"] if step == resume_step + 1
+                                       else 0 for step, _ in counted]
+    assert not Sample.objects.filter(run=run, policy_version__isnull=True).exists()
+    assert not Sample.objects.filter(run=run, step__gt=resume_step,
+                                     policy_version__lt=resume_step).exists()
 
 
 def test_sigterm_hands_the_run_back_without_counting_an_attempt(

@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import time
+from collections import Counter
 from pathlib import Path
 
 import numpy as np
@@ -221,6 +223,125 @@ def test_a_resumed_run_keeps_the_bound_from_the_checkpoints_version(tmp_path) ->
     for s in rec.steps:
         assert all(3 <= x.policy_version <= s.step - 1 for x in s.samples)
         assert all(s.step - 1 - x.policy_version <= 2 for x in s.samples if x.kept)
+
+
+# --- stops and recovery (issue 29 item 5) ------------------------------------------------------
+
+def held_at(rec: ListRecorder, ckpt_step: int) -> tuple[int, int]:
+    """From an uninterrupted run's records alone: the samples drawn before the checkpoint of
+    step ``ckpt_step`` (version < ckpt_step) that a later step trained, and their prompts: what
+    the checkpoint held in flight, where the run dropped and filtered nothing after it."""
+    samples = prompts_ = 0
+    for s in rec.steps:
+        if s.step > ckpt_step:
+            old = [x for x in s.samples if x.policy_version < ckpt_step]
+            samples += len(old)
+            prompts_ += len({x.prompt_id for x in old})
+            assert s.metrics["samples_stale_dropped"] == s.metrics["samples_filtered"] == 0
+    return samples, prompts_
+
+
+@pytest.mark.parametrize("algorithm,k", [("grpo", 1), ("ada-balance", 1), ("ada-est", 2)])
+def test_a_resume_discards_and_counts_what_the_checkpoint_held_in_flight(tmp_path, algorithm,
+                                                                        k) -> None:
+    from trainer.asyncloop import ASYNC_STATE
+    from trainer.checkpoint import checkpoint_dir, read_state
+
+    base = dict(backend="simulated", algorithm=algorithm, batch_size=4, save_every=3,
+                eval_every=0, seed=4, verifier="exact", max_policy_lag=k, total_steps=8)
+    whole = ListRecorder()
+    train(TrainConfig(**base), prompts(), SimulatedBackend(), whole, out_dir=tmp_path / "a")
+    ckpt = checkpoint_dir(tmp_path / "a", 3)
+    state = read_state(ckpt)[ASYNC_STATE]
+    rec = ListRecorder()
+    result = train(TrainConfig(**base), prompts(), SimulatedBackend(), rec,
+                   out_dir=tmp_path / "b", resume_from=ckpt)
+    assert result.status == "completed" and [s.step for s in rec.steps] == [4, 5, 6, 7, 8]
+    # What the checkpoint held: counted there, equal to what the uninterrupted run went on to
+    # train of it, reported on the first step after the resume and on no other.
+    held = (state["inflight_samples"], state["inflight_prompts"])
+    assert held == held_at(whole, 3) and held[0] > 0
+    discarded = [(s.metrics["samples_inflight_discarded"], s.metrics["prompts_inflight_discarded"])
+                 for s in rec.steps]
+    assert discarded == [held] + [(0, 0)] * 4
+    assert all(s.metrics["samples_inflight_discarded"] == 0 for s in whole.steps)
+    # Never trained or recorded again: every sample after the resume is drawn anew, at the
+    # checkpoint's version or later, and the bound holds.
+    for s in rec.steps:
+        assert all(3 <= x.policy_version and s.step - 1 - x.policy_version <= k
+                   for x in s.samples if x.kept)
+        assert all(x.policy_version >= 3 for x in s.samples)
+    # Their prompts are admitted again, first: each prompt the checkpoint held is trained
+    # after the resume (by the update the bound forces at the latest), as it was in the
+    # uninterrupted run.
+    again = Counter(p.prompt_id for s in whole.steps if s.step > 3 for p in s.prompts
+                    if any(x.prompt_id == p.prompt_id and x.policy_version < 3
+                           for x in s.samples))
+    assert sum(again.values()) == held[1]
+    resumed = Counter(p.prompt_id for s in rec.steps[:k + 1] for p in s.prompts)
+    assert not again - resumed
+    if algorithm == "grpo":  # one round each, B per update in admission order: the same steps
+        assert [[p.prompt_id for p in s.prompts] for s in rec.steps] \
+            == [[p.prompt_id for p in s.prompts] for s in whole.steps[3:]]
+        assert rec.steps[0].metrics["policy_lag_max"] == 0  # drawn anew on version 3
+
+
+def test_a_cancelled_async_run_checkpoints_what_it_held_and_resumes_counting_it(tmp_path
+                                                                                ) -> None:
+    """Cancelled while the update waits for prompts: the stop's checkpoint holds what the
+    producer drew since the last update too; the resume discards and counts exactly that."""
+    from trainer.asyncloop import ASYNC_STATE
+    from trainer.checkpoint import read_state
+
+    calls = {"n": 0}
+
+    def should_stop() -> bool:
+        calls["n"] += 1
+        return calls["n"] > 6
+
+    base = dict(backend="simulated", algorithm="ada-balance", batch_size=4, total_steps=8,
+                save_every=0, eval_every=0, seed=1, verifier="exact", max_policy_lag=1)
+    first = ListRecorder()
+    stopped = train(TrainConfig(**base), prompts(), SimulatedBackend(), first, should_stop,
+                    out_dir=tmp_path)
+    assert stopped.status == "cancelled" and 0 < stopped.last_step < 8
+    state = read_state(stopped.checkpoint)
+    assert state["step"] == stopped.last_step
+    held = state[ASYNC_STATE]
+    assert held["version"] == stopped.last_step and held["inflight_samples"] > 0
+    rec = ListRecorder()
+    result = train(TrainConfig(**base), prompts(), SimulatedBackend(), rec, out_dir=tmp_path,
+                   resume_from=stopped.checkpoint)
+    assert result.status == "completed"
+    assert [s.step for s in first.steps + rec.steps] == list(range(1, 9))
+    assert rec.steps[0].metrics["samples_inflight_discarded"] == held["inflight_samples"]
+    assert rec.steps[0].metrics["prompts_inflight_discarded"] == held["inflight_prompts"]
+    assert all(x.policy_version >= stopped.last_step for s in rec.steps for x in s.samples)
+
+
+class SlowSimulated(SimulatedBackend):
+    """The simulated backend taking its time, so that a wall-time limit falls mid-run."""
+
+    def generate(self, *args, **kwargs):
+        time.sleep(0.02)
+        return super().generate(*args, **kwargs)
+
+
+@pytest.mark.parametrize("k", [0, 1])
+def test_the_wall_time_limit_ends_an_async_run_as_a_synchronous_one(tmp_path, k) -> None:
+    from trainer.checkpoint import read_state
+
+    config = TrainConfig(backend="simulated", algorithm="ada-balance", batch_size=4,
+                         total_steps=500, save_every=0, eval_every=0, seed=1,
+                         verifier="exact", max_policy_lag=k, max_wall_seconds=0.5)
+    rec = ListRecorder()
+    result = train(config, prompts(), SlowSimulated(), rec, out_dir=tmp_path)
+    assert result.status == "time_limit" and 0 < result.last_step < 500
+    assert [s.step for s in rec.steps] == list(range(1, result.last_step + 1))
+    assert result.checkpoint is not None
+    state = read_state(result.checkpoint)
+    assert state["step"] == result.last_step and state["elapsed_seconds"] > 0.5
+    assert ("async_producer" in state) == (k > 0)
 
 
 class TrainedLog:
