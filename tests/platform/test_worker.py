@@ -288,10 +288,10 @@ def test_sigkill_of_an_async_run_resumes_counting_what_was_in_flight(
     from trainer.recorders import ListRecorder
     from workers.execution import make_backend, trainer_prompts
 
-    first = start_worker("cpu", env=HOOK | {"RADA_TEST_GENERATE_SLEEP": "0.15"})
+    first = start_worker("cpu", env=HOOK | {"RADA_TEST_GENERATE_SLEEP": "0.1"})
     ps = prompt_set_factory(12, pass_rate=0.5)
     run = services.launch_run(user, "async crash", SIM | {
-        "total_steps": 8, "save_every": 3, "max_policy_lag": 1}, ps)
+        "total_steps": 7, "save_every": 3, "max_policy_lag": 1}, ps)
     wait_step(run, 4)  # past the checkpoint of step 3, before the one of step 6
     first.kill()
     resume_step = max(Checkpoint.objects.filter(run=run).values_list("step", flat=True))
@@ -300,7 +300,7 @@ def test_sigkill_of_an_async_run_resumes_counting_what_was_in_flight(
     second = start_worker("cpu")
     run = wait_status(run)
     assert run.status == Run.Status.SUCCEEDED, run.traceback
-    assert run.attempts == 2 and run.current_step == 8
+    assert run.attempts == 2 and run.current_step == 7
     assert f"resuming from step {resume_step}" in second.log()
     assert_no_duplicates(run)
     # The trainer in this process: the uninterrupted run to the checkpoint, then its resume.
