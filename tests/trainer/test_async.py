@@ -319,6 +319,31 @@ def test_a_cancelled_async_run_checkpoints_what_it_held_and_resumes_counting_it(
     assert all(x.policy_version >= stopped.last_step for s in rec.steps for x in s.samples)
 
 
+def test_an_update_a_stop_interrupted_leaves_its_prompts_in_flight() -> None:
+    """A stop inside an update (before its first optimiser step) saves the last completed
+    step: the prompts that update took are held in flight, counted and admitted again."""
+    config = TrainConfig(backend="simulated", algorithm="ada-balance", batch_size=3, seed=5,
+                         verifier="exact", max_policy_lag=1)
+    producer = Producer(config, prompts(), SimulatedBackend(), make_scorer(config), version=2)
+    taken = producer.take()
+    producer.overlap()  # the update's tick, then the stop: no applied()
+    held = producer.sampling + producer.ready + taken
+    state = producer.state_dict()
+    assert state["version"] == 2 and state["inflight_prompts"] == len(held) > len(taken)
+    assert state["inflight_samples"] == sum(len(f.rewards) for f in held)
+    assert sorted(i for g in state["pending"] for i in g) == sorted(f.index for f in held)
+    resumed = Producer(config, prompts(), SimulatedBackend(), make_scorer(config), version=2)
+    resumed.load_state_dict(state)
+    resumed.tick()
+    first = sorted(resumed.sampling + resumed.ready, key=lambda f: f.serial)[:len(held)]
+    assert [f.index for f in first] == [f.index for f in sorted(held, key=lambda f: f.serial)]
+    assert all(v == 2 for f in first for v in f.versions)
+    assert min(f.serial for f in first) == state["serial"]  # fresh seeds: the counters go on
+    with pytest.raises(ValueError, match="version"):
+        Producer(config, prompts(), SimulatedBackend(), make_scorer(config),
+                 version=3).load_state_dict(state)
+
+
 class SlowSimulated(SimulatedBackend):
     """The simulated backend taking its time, so that a wall-time limit falls mid-run."""
 
