@@ -161,8 +161,8 @@ def ess(run: Run, max_points: int = MAX_POINTS, **_: Any) -> Fig:
 
 def lr_applied(run: Run, max_points: int = MAX_POINTS, **_: Any) -> Fig:
     """The learning rate the optimiser steps applied (mean over the step's optimiser steps)
-    against the one the schedule set: equal under tis and decoupled, below it under vcpo by
-    sqrt(ESS)."""
+    against the one the schedule set: equal under tis and decoupled, below it under vcpo (each
+    optimiser step's lr times the square root of its mini-batch's ESS)."""
     s = selectors.step_series(run.pk, ("lr_applied", "lr"))
     data = [line_trace("lr applied (mean over the step's optimiser steps)", s["step"],
                        s["lr_applied"], PALETTE[0], max_points, mode="lines+markers"),
@@ -200,9 +200,9 @@ _entries = (
                   "ESS. The dashed 0.5 is a rule of thumb marked here, not the paper's figure."),
     Chart("lr_applied", lr_applied, metrics=("lr_applied", "lr"),
           applies_to=lambda ctx: _reports_off_policy(ctx.config), section="async",
-          caption="Under vcpo the applied lr is the schedule's times sqrt(ESS): a gap to the "
-                  "dashed line is the update VCPO damped. Under tis and decoupled the two "
-                  "lines coincide."),
+          caption="Under vcpo each optimiser step applies the schedule's lr times the "
+                  "square root of its mini-batch's ESS: a gap to the dashed line is the update "
+                  "VCPO damped. Under tis and decoupled the two lines coincide."),
 )
 _after = "rank_split"
 for _chart in _entries:
