@@ -100,7 +100,15 @@ def test_api_launches_an_async_run_and_refuses_bad_values_naming_the_field(
         bad = launch(config)
         assert bad.status_code == 400, (config, bad.content)
         assert field in [e["field"] for e in bad.json()["errors"]], (config, bad.json())
-    assert Run.objects.count() == 1
+    # The TOML of `python -m trainer run`, as `rada launch` sends it.
+    toml = client.post("/api/v1/runs?name=t&prompt_set=arith",
+                       'backend = "simulated"\nbatch_size = 4\nmax_policy_lag = 2\n'
+                       'off_policy_correction = "decoupled"\n',
+                       content_type="application/toml", headers=headers)
+    assert toml.status_code == 201, toml.content
+    assert (toml.json()["config"]["max_policy_lag"],
+            toml.json()["config"]["off_policy_correction"]) == (2, "decoupled")
+    assert Run.objects.count() == 2
 
 
 def test_a_sweep_over_the_lag_is_an_axis_like_any_other(owner: User,
