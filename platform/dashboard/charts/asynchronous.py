@@ -100,8 +100,10 @@ def policy_lag(run: Run, max_points: int = MAX_POINTS, **_: Any) -> Fig:
     data: list[dict[str, Any]] = [
         line_trace("mean lag of the kept samples", steps, s["policy_lag_mean"], PALETTE[0],
                    max_points),
+        # Markers only: where every sample is as stale as the bound allows, the mean, the
+        # largest lag and the bound are one value, and a line would hide the other two.
         line_trace("largest lag of a kept sample", steps, s["policy_lag_max"], PALETTE[1],
-                   max_points, mode="lines+markers"),
+                   max_points, mode="markers", marker={"size": 7, "symbol": "diamond"}),
         line_trace(f"bound: max_policy_lag = {k}", steps, [k] * len(steps), GREY, max_points,
                    line={"color": GREY, "dash": "dash", "width": 1.5}),
     ]
