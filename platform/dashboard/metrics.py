@@ -20,7 +20,7 @@ COUNT: Domain = (0.0, None)
 # Quantities the charts plot that are no step metric: Step columns derived in SQL, evaluation
 # and pass-rate fractions, counts of prompts.
 CHART_QUANTITIES: dict[str, Domain] = {
-    **dict.fromkeys(("pass_rate", "eval"), FRACTION),
+    **dict.fromkeys(("pass_rate", "eval", "lag_share"), FRACTION),
     **dict.fromkeys(("cum_samples", "cum_tokens", "wall_seconds", "step", "active", "outcome",
                      "samples_per_step", "prompts"), COUNT),
 }

@@ -583,6 +583,12 @@ class StepHistory:
     outcome: str = ""              # in words (``prompt_step_outcome``)
 
     @property
+    def policy_versions(self) -> list[int]:
+        """The policy versions that drew this step's shown responses (asynchronous runs)."""
+        return sorted({r.policy_version for r in self.responses
+                       if r.policy_version is not None})
+
+    @property
     def pass_rate(self) -> float:
         return self.positives / self.samples if self.samples else 0.0
 
@@ -642,6 +648,8 @@ def prompt_history(run: Run, prompt: Prompt, page_steps: int = 5,
         # step IN (...): one probe of the (run, step, prompt, index) key per shown step.
         for s in Sample.objects.filter(run=run, step__in=shown_steps,
                                        prompt=prompt).order_by("step", "index"):
+            # The step trains with version step - 1: how many updates behind it drew this one.
+            s.policy_lag = None if s.policy_version is None else s.step - 1 - s.policy_version
             responses[s.step].append(s)
     words = outcome_words(run)
     history = [StepHistory(step=s[0], samples=s[1], positives=s[2], negatives=s[3],
@@ -654,6 +662,7 @@ def prompt_history(run: Run, prompt: Prompt, page_steps: int = 5,
     older = shown_steps[0] if shown and steps and steps[0][0] < shown_steps[0] else None
     return {"steps": history, "all_steps": steps, "older_than": older,
             "total_steps": len(steps), "threshold": threshold, "positive_of": positive_of,
+            "asynchronous": cfg.max_policy_lag > 0, "max_policy_lag": cfg.max_policy_lag,
             **words}
 
 
@@ -665,6 +674,34 @@ def prompt_pass_rates(run_id: int, prompt_id: int) -> dict[str, list[Any]]:
             "pass_rate": [r[1] / r[2] if r[2] else None for r in rows],
             "samples": [r[2] for r in rows], "exit_round": [r[3] for r in rows],
             "p_hat": [r[4] for r in rows]}
+
+
+# --- asynchronous training ---------------------------------------------------------------------
+
+def policy_lag_counts(run: Run) -> list[tuple[int, int, int]]:
+    """(step, lag, kept samples) for every lag a step trained, in step and lag order: the
+    distribution behind the step metrics ``policy_lag_mean`` / ``policy_lag_max``. A step
+    trains with version step - 1 (``Sample.policy_version``), so a sample's lag is
+    step - 1 - its policy version; a synchronous run's samples carry none and yield no rows.
+
+    It reads every kept sample row of the run (B x n per step), so, as
+    ``low_pass_rate_fractions``, the rows are cached and each request adds only the steps
+    recorded since (a recorded step never changes; a resumed run starts afresh)."""
+    key = f"dash:policy-lag:{run.pk}:{run.attempts}"
+    state = cache.get(key) if CACHE_FINISHED else None
+    if state is None or state["upto"] > run.current_step:
+        state = {"upto": 0, "rows": []}
+    if run.current_step > state["upto"]:
+        rows = _fetch(
+            f"SELECT step, step - 1 - policy_version AS lag, COUNT(*) "
+            f"FROM {Sample._meta.db_table} WHERE run_id = %s AND step > %s AND step <= %s "
+            f"AND kept AND policy_version IS NOT NULL GROUP BY step, lag ORDER BY step, lag",
+            [run.pk, state["upto"], run.current_step])
+        state["rows"] += [(int(s), int(lag), int(n)) for s, lag, n in rows]
+        state["upto"] = run.current_step
+        if CACHE_FINISHED:
+            cache.set(key, state, timeout=6 * 3600)
+    return state["rows"]
 
 
 # --- Reinforce-Ada-Est --------------------------------------------------------------------------

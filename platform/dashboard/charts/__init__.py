@@ -7,17 +7,20 @@
   too);
 - ``run_page``: the run page's common charts and the prompt history's;
 - ``ranks``: the "Across ranks" section; ``est``: Reinforce-Ada Est's own section;
+  ``asynchronous``: the "Asynchronous and off-policy training" section (lag, drops, ESS, lr);
 - ``compare``: the compare page's; ``estimate``: the launch preflight's.
 
 Importing the package registers the run page's charts in page order (the common ones, Est's,
-then the ranks'), and names here what the views, the reports and the tests use.
+the ranks', then the asynchronous ones), and names here what the views, the reports and the
+tests use.
 """
 
 from __future__ import annotations
 
 # isort: off
-# In page order: the common charts (the others are placed after them), Est's section, the ranks'.
-from . import run_page, est, ranks
+# In page order: the common charts (the others are placed after them), Est's section, the ranks',
+# the asynchronous and off-policy section.
+from . import run_page, est, ranks, asynchronous
 # isort: on
 from .compare import COMPARE_METRICS, X_AXES, compare, pass_rate_scatter
 from .drawing import (
@@ -56,7 +59,7 @@ FULL_RESOLUTION_CHARTS = tuple(c.name for c in RUN_CHARTS.values() if c.full_res
 __all__ = ["COMPARE_METRICS", "ESTIMATE_CHARTS", "FULL_RESOLUTION_CHARTS", "MAX_POINTS",
            "METRIC_DOMAINS", "PALETTE", "PEER_COLOR", "POINT_LEVELS", "RUN_CHARTS", "SECTIONS",
            "STEP_TITLE", "STRAGGLER_COLOR", "X_AXES", "Chart", "ChartRun", "Fig", "MetricChart",
-           "Section", "charts_for", "compare", "est", "estimate_chart", "log_ticks",
+           "Section", "asynchronous", "charts_for", "compare", "est", "estimate_chart", "log_ticks",
            "metric_chart_entry", "pass_rate_scatter", "points_level", "prompt_pass_rate",
            "ranks", "register_chart", "register_section", "run_chart", "run_config", "run_page",
            "sections_for", "whole_steps"]

@@ -69,7 +69,8 @@ class Chart:
     run, saying what is missing); ``metrics`` are the Step.metrics keys it plots; ``section``
     places it (see ``SECTIONS``); ``full_resolution`` charts ignore ``max_points``;
     ``algorithms``, where given, are the algorithms whose own chart it is (shown only on their
-    runs' pages)."""
+    runs' pages); ``caption``, where given, is the sentence under the chart saying what to look
+    for."""
 
     name: str
     build: Callable[..., Fig]
@@ -79,6 +80,7 @@ class Chart:
     tall: bool = False
     full_resolution: bool = False
     algorithms: tuple[str, ...] = ()
+    caption: str = ""
 
 
 @dataclass(frozen=True)

@@ -1,0 +1,242 @@
+"""The platform side of asynchronous training (issue 30, the parts the trainer supports): the
+launch form, the API and the sweep field take ``max_policy_lag`` and ``off_policy_correction``
+with their bounds, the async cross-checks show on their fields; an asynchronous run's page
+charts the lag of its trained samples against the bound and the samples it dropped, an
+off-policy run's its ESS and applied lr; a prompt's history says which policy version drew each
+response; a synchronous run shows none of it.
+
+Runs are 2-6 simulated steps recorded in-process through the worker's recorder (no worker)."""
+
+from __future__ import annotations
+
+import math
+from collections import Counter, defaultdict
+
+import pytest
+from django.contrib.auth.models import User
+from django.test import Client
+from django.urls import reverse
+from experiments import selectors as experiment_selectors
+from experiments import services
+from experiments.models import Run, Sample, Step
+
+from .dashboard_fixtures import make_prompt_set, make_run, record_run
+from .test_dashboard_views import _launch_data, field_block
+
+pytestmark = pytest.mark.django_db
+
+ASYNC_CHARTS = ("policy_lag", "stale_dropped", "ess", "lr_applied")
+
+
+def _fig(c: Client, run: Run, name: str) -> dict:
+    resp = c.get(reverse("dashboard:run_chart", args=[run.pk, name]))
+    assert resp.status_code == 200, name
+    return resp.json()
+
+
+def _trace(fig: dict, name: str) -> dict:
+    return next(t for t in fig["data"] if t["name"] == name)
+
+
+def _metric(run: Run, key: str) -> list[float]:
+    return [s.metrics[key] for s in Step.objects.filter(run=run).order_by("step")]
+
+
+# --- launch: form, API, sweep -------------------------------------------------------------------
+
+def test_launch_form_offers_the_lag_and_the_correction_with_bounds_and_errors(
+        owner_client: Client) -> None:
+    ps = make_prompt_set(size=12)
+    url = reverse("dashboard:run_launch")
+    page = owner_client.get(url).content.decode()
+    lag = field_block(page, "max_policy_lag")
+    assert 'min="0"' in lag and 'max="8"' in lag and "optimiser versions" in lag
+    correction = field_block(page, "off_policy_correction")
+    assert [v for v in ("tis", "decoupled", "vcpo") if f'value="{v}"' in correction] == [
+        "tis", "decoupled", "vcpo"]
+    assert "AReaL" in correction and "sqrt(ESS)" in correction
+
+    resp = owner_client.post(url, _launch_data(ps, name="async", batch_size=4, max_policy_lag=2,
+                                               off_policy_correction="decoupled"))
+    assert resp.status_code == 302, resp.content.decode()[:2000]
+    run = Run.objects.get(name="async")
+    assert (run.config["max_policy_lag"], run.config["off_policy_correction"]) == (2, "decoupled")
+
+    # The bound and the async cross-checks, each next to the field it names.
+    for overrides, field, reason in (
+            ({"max_policy_lag": 9}, "max_policy_lag", "must be within [0, 8], got 9"),
+            ({"max_policy_lag": 1, "scheduler": "per-prompt"}, "scheduler",
+             "asynchronous training drives the rounds itself"),
+            ({"max_policy_lag": 1, "backend": "hf", "tis_cap": 0}, "tis_cap",
+             "give tis_cap (2 is common)"),
+            ({"max_policy_lag": 1, "backend": "vllm"}, "max_policy_lag",
+             "runs on backend &#x27;hf&#x27; or &#x27;simulated&#x27; in one process")):
+        html = owner_client.post(url, _launch_data(ps, name="bad", batch_size=4, **overrides)
+                                 ).content.decode()
+        assert reason in field_block(html, field), (overrides, field)
+    assert not Run.objects.filter(name="bad").exists()
+
+
+def test_api_launches_an_async_run_and_refuses_bad_values_naming_the_field(
+        user: User, client: Client) -> None:
+    from api.services import create_token
+
+    make_prompt_set("arith", size=12)
+    headers = {"Authorization": f"Bearer {create_token(user, 'tests')[1]}"}
+
+    def launch(config: dict) -> object:
+        return client.post("/api/v1/runs", {"name": "a", "prompt_set": "arith", "config": {
+            "backend": "simulated", "batch_size": 4, "total_steps": 2, **config}},
+            content_type="application/json", headers=headers)
+
+    ok = launch({"max_policy_lag": 1, "off_policy_correction": "vcpo"})
+    assert ok.status_code == 201, ok.content
+    run = Run.objects.get(pk=ok.json()["id"])
+    assert (run.config["max_policy_lag"], run.config["off_policy_correction"]) == (1, "vcpo")
+    for config, field in (({"max_policy_lag": 9}, "max_policy_lag"),
+                          ({"max_policy_lag": -1}, "max_policy_lag"),
+                          ({"off_policy_correction": "ppo"}, "off_policy_correction"),
+                          ({"max_policy_lag": 1, "scheduler": "streaming"}, "scheduler")):
+        bad = launch(config)
+        assert bad.status_code == 400, (config, bad.content)
+        assert field in [e["field"] for e in bad.json()["errors"]], (config, bad.json())
+    # The TOML of `python -m trainer run`, as `rada launch` sends it.
+    toml = client.post("/api/v1/runs?name=t&prompt_set=arith",
+                       'backend = "simulated"\nbatch_size = 4\nmax_policy_lag = 2\n'
+                       'off_policy_correction = "decoupled"\n',
+                       content_type="application/toml", headers=headers)
+    assert toml.status_code == 201, toml.content
+    assert (toml.json()["config"]["max_policy_lag"],
+            toml.json()["config"]["off_policy_correction"]) == (2, "decoupled")
+    assert Run.objects.count() == 2
+
+
+def test_a_sweep_over_the_lag_is_an_axis_like_any_other(owner: User,
+                                                        owner_client: Client) -> None:
+    ps = make_prompt_set(size=12)
+    resp = owner_client.post(reverse("dashboard:run_launch"), _launch_data(
+        ps, name="lag", batch_size=4, total_steps=2, sweep="max_policy_lag=0,1,2"))
+    assert resp.status_code == 302, resp.content.decode()[:2000]
+    runs = list(Run.objects.filter(sweep__isnull=False).order_by("sweep_index"))
+    assert [r.config["max_policy_lag"] for r in runs] == [0, 1, 2]
+    assert [r.name for r in runs] == [f"lag [max_policy_lag={k}]" for k in (0, 1, 2)]
+    # A lag past the bound is refused on the sweep field, naming the value.
+    with pytest.raises(services.LaunchError) as info:
+        services.launch_sweep(owner, "far", {"backend": "simulated", "batch_size": 4},
+                              services.parse_sweep_spec("max_policy_lag=1,9"), ps)
+    assert info.value.field == "sweep" and "max_policy_lag=9" in info.value.reason
+    assert experiment_selectors.sweep_runs(runs[0].sweep_id).count() == 3
+
+
+# --- the run page -------------------------------------------------------------------------------
+
+@pytest.fixture
+def async_run(owner: User) -> Run:
+    # DAPO, k = 1: its producer leaves groups without signal out and refills their room.
+    return record_run(make_run(owner, make_prompt_set("async-set", size=12), name="async",
+                               algorithm="dapo", total_steps=6, max_policy_lag=1))
+
+
+def test_async_run_page_charts_the_lag_against_the_bound_and_the_drops(
+        async_run: Run, owner_client: Client) -> None:
+    page = owner_client.get(reverse("dashboard:run_detail", args=[async_run.pk])).content.decode()
+    assert "Asynchronous and off-policy training" in page and 'id="async-note"' in page
+    for name in ("policy_lag", "stale_dropped"):
+        assert f'id="chart-{name}"' in page and f'id="caption-{name}"' in page
+    # The simulated backend trains no policy: no ESS and no applied lr to chart.
+    assert 'id="chart-ess"' not in page and 'id="chart-lr_applied"' not in page
+
+    fig = _fig(owner_client, async_run, "policy_lag")
+    assert "annotations" not in fig["layout"]
+    steps = list(range(1, 7))
+    assert _trace(fig, "bound: max_policy_lag = 1")["y"] == [1] * 6
+    assert _trace(fig, "mean lag of the kept samples")["y"] == pytest.approx(
+        _metric(async_run, "policy_lag_mean"))
+    assert _trace(fig, "largest lag of a kept sample")["y"] == _metric(async_run,
+                                                                       "policy_lag_max")
+    # The shares, counted here from the sample rows: step s trains version s - 1.
+    lags: dict[int, Counter] = defaultdict(Counter)
+    for step, version in Sample.objects.filter(run=async_run, kept=True).values_list(
+            "step", "policy_version"):
+        lags[step][step - 1 - version] += 1
+    bars = {t["name"]: t for t in fig["data"] if t["type"] == "bar"}
+    assert set(bars) == {"lag 0 (on-policy)", "lag 1"}  # the bound: nothing older trained
+    for name, lag in (("lag 0 (on-policy)", 0), ("lag 1", 1)):
+        assert bars[name]["x"] == steps and bars[name]["yaxis"] == "y2"
+        assert bars[name]["y"] == pytest.approx(
+            [lags[s][lag] / sum(lags[s].values()) for s in steps])
+    assert bars["lag 1"]["y"][0] == 0 and any(y > 0 for y in bars["lag 1"]["y"])
+
+    # Stale drops are rare on this small run (the simulated draws are seeded by prompt id, so
+    # whether one happens depends on the database's ids): the chart is checked against what
+    # was recorded; DAPO's refilled groups happen on every id tried (116 id offsets).
+    drops = _fig(owner_client, async_run, "stale_dropped")
+    assert _trace(drops, "dropped: training them would exceed max_policy_lag")["y"] == _metric(
+        async_run, "samples_stale_dropped")
+    filtered = _metric(async_run, "samples_filtered")
+    assert _trace(drops, "left out by the algorithm (no signal), refilled")["y"] == filtered
+    assert any(v > 0 for v in filtered)
+
+
+def test_a_prompt_history_says_which_policy_drew_each_response(
+        async_run: Run, owner_client: Client) -> None:
+    sample = Sample.objects.filter(run=async_run, step__gte=3).order_by("-step").first()
+    rows = Sample.objects.filter(run=async_run, prompt_id=sample.prompt_id, step=sample.step)
+    html = owner_client.get(reverse("dashboard:prompt_history",
+                                    args=[async_run.pk, sample.prompt_id])).content.decode()
+    assert 'id="async-history-note"' in html and "drawn by policy (lag)" in html
+    block = html[html.index(f'id="step-{sample.step}"'):]
+    block = block[:block.index("</section>")]
+    versions = sorted({r.policy_version for r in rows})
+    assert f"this step trains version {sample.step - 1}" in block
+    assert f"Drawn by policy version{'s' if len(versions) > 1 else ''} " \
+           f"{', '.join(map(str, versions))};" in block
+    cells = [c.split("</td>")[0] for c in block.split('<td class="policy-version">')[1:]]
+    assert cells == [f"v{r.policy_version} ({sample.step - 1 - r.policy_version})"
+                     for r in rows.order_by("index")]
+
+
+def test_an_off_policy_run_charts_its_ess_against_the_reference_and_the_lr_applied(
+        owner: User, owner_client: Client) -> None:
+    # What an hf run with vcpo records, built directly: the steps of a simulated run (lag,
+    # drops) given the ESS and the lr that VCPO's rule applies (lr x sqrt(ESS)).
+    run = record_run(make_run(owner, make_prompt_set("vcpo-set", size=12), name="vcpo",
+                              total_steps=3, max_policy_lag=2, off_policy_correction="vcpo"))
+    run.config = {**run.config, "backend": "hf", "tis_cap": 2.0}
+    run.save()
+    ess = [1.0, 0.62, 0.31]
+    for step, value in zip(Step.objects.filter(run=run).order_by("step"), ess, strict=True):
+        step.metrics = {**step.metrics, "ess": value, "is_truncated_frac": 0.01,
+                        "lr_applied": step.metrics["lr"] * math.sqrt(value)}
+        step.save()
+    page = owner_client.get(reverse("dashboard:run_detail", args=[run.pk])).content.decode()
+    for name in ASYNC_CHARTS:
+        assert f'id="chart-{name}"' in page, name
+    fig = _fig(owner_client, run, "ess")
+    assert _trace(fig, "ESS = (sum w)^2 / (n sum w^2)")["y"] == ess
+    reference = next(t for t in fig["data"] if t["name"].startswith("reference 0.5"))
+    assert reference["y"] == [0.5] * 3 and reference["line"]["dash"] == "dash"
+    assert fig["layout"]["yaxis"]["range"] == pytest.approx([-0.02, 1.02])
+    lr = _fig(owner_client, run, "lr_applied")
+    scheduled = _metric(run, "lr")
+    assert _trace(lr, "lr applied (mean over the step's optimiser steps)")["y"] == pytest.approx(
+        [v * math.sqrt(e) for v, e in zip(scheduled, ess, strict=True)])
+    assert _trace(lr, "lr the schedule set (lr, warmup)")["y"] == scheduled
+
+
+def test_a_synchronous_run_shows_none_of_it(owner: User, owner_client: Client) -> None:
+    run = record_run(make_run(owner, make_prompt_set("sync-set", size=12), name="sync",
+                              algorithm="grpo", total_steps=2))
+    assert Sample.objects.filter(run=run, policy_version__isnull=False).count() == 0
+    page = owner_client.get(reverse("dashboard:run_detail", args=[run.pk])).content.decode()
+    assert "Asynchronous and off-policy training" not in page
+    for name in ASYNC_CHARTS:
+        assert f'id="chart-{name}"' not in page, name
+        # Asked for anyway, each says why it has nothing, and draws no line (no zero, no bound).
+        fig = _fig(owner_client, run, name)
+        assert fig["data"] == [] and fig["layout"]["annotations"][0]["text"].startswith("not "),\
+            name
+    prompt_id = Sample.objects.filter(run=run).values_list("prompt_id", flat=True).first()
+    html = owner_client.get(reverse("dashboard:prompt_history",
+                                    args=[run.pk, prompt_id])).content.decode()
+    assert "drawn by policy" not in html and "policy-version" not in html
