@@ -20,7 +20,11 @@ GRPO as its policy update (the paper's GRPO-PODS):
 Responses that are not chosen are recorded with ``kept`` false, like any down-sample's.
 Among equal rewards which responses are kept is a seeded uniform choice (the step's down-sample
 stream); among subsets of equal variance the authors' order decides (top m, then k = 0, 1...).
-docs/paper-fidelity.md ("PODS") says where each default comes from and what differs.
+No exit rule (one round, as GRPO: every scheduler, and asynchronous training keeps each
+prompt's subset the same way), no persistent state, no chart of its own: its two step metrics,
+the mean reward std of the drawn and of the kept, go to the run page's chart of an
+algorithm's metrics. docs/paper-fidelity.md ("PODS") says where each default comes from and
+what differs.
 """
 
 from __future__ import annotations
