@@ -213,13 +213,16 @@ def test_finished_estimate_shows_predictions_chart_and_warnings(
     assert 'class="alert"' not in page
     assert "hx-trigger" not in page  # finished: no polling
     # Every column is defined once, for every row; DAPO's discarded groups have their own.
+    from trainer.algorithms import ALGORITHM_NAMES
     from trainer.preflight import PREDICTION_COLUMNS
 
+    # A row per registered algorithm, GRPO's three group sizes as three.
+    n_rows = len(ALGORITHM_NAMES) + 2
     table = page[page.index('id="estimate-table"'):page.index("</table>",
                                                               page.index('id="estimate-table"'))]
     for column in PREDICTION_COLUMNS:
         assert f'title="{column.definition}"' in table.replace("&#x27;", "'"), column.key
-        assert table.count(f'data-column="{column.key}"') == 7
+        assert table.count(f'data-column="{column.key}"') == n_rows
     dapo = table[table.index('data-algorithm="dapo"'):]
     dapo = dapo[:dapo.index("</tr>")]
     assert 'data-column="discarded_frac">0%' not in dapo
@@ -231,13 +234,14 @@ def test_finished_estimate_shows_predictions_chart_and_warnings(
     good.refresh_from_db()
     rows = good.predictions["B8-n4-M8-N4"]
     cells = table.split('data-column="samples_per_step">')[1:]
-    assert len(cells) == len(rows) == 7
+    assert len(cells) == len(rows) == n_rows
     for row, cell in zip(rows, cells, strict=True):
         cell = cell[:cell.index("</td>")]
         want = ("(exact)" if row["spend_fixed"] else
                 f"(95%: {row['samples_per_step_low']:,.0f}–{row['samples_per_step_high']:,.0f})")
         assert want in cell, (row["algorithm"], cell)
-        assert row["spend_fixed"] == (row["algorithm"] in ("grpo", "ada-est"))
+        # Fixed budgets: GRPO's n, Est's B x budget, PODS's n drawn per prompt.
+        assert row["spend_fixed"] == (row["algorithm"] in ("grpo", "ada-est", "pods"))
     assert 'id="estimate-interval"' in page and "drawn again with replacement" in page
     budget = owner_client.get(reverse("dashboard:estimate_chart", args=[good.pk, "budget"]),
                               SHAPE).json()
