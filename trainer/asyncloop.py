@@ -1,7 +1,7 @@
-"""Asynchronous training with a bounded policy lag (``max_policy_lag`` = k >= 1; DESIGN.md,
-section 9; issue 29): the machinery every algorithm shares, the algorithm's own part through
-its record's hooks (``select_batch``, ``draws`` and the exit rule, ``keep``, ``async_admit``,
-``async_ready``, ``async_trained``).
+"""Asynchronous training with a bounded policy lag (``max_policy_lag`` = k >= 1;
+docs/architecture.md, the ``asyncloop.py`` row; issue 29): the machinery every algorithm
+shares, the algorithm's own part through its record's hooks (``select_batch``, ``draws`` and
+the exit rule, ``keep``, ``async_admit``, ``async_ready``, ``async_trained``).
 
 Vocabulary as ``trainer.asynctime`` (the step-time simulator of the same scheme):
 

@@ -1,5 +1,6 @@
 """``simulate-time --max-policy-lag K --split R+T``: training with generation running ahead of
-the update by at most K policy versions, on the simulated backend's clock (DESIGN.md, section 9).
+the update by at most K policy versions, on the simulated backend's clock
+(docs/architecture.md, the ``asynctime.py`` row; docs/schedulers.md).
 
 ``R`` GPUs generate (one ``EventEngine`` each, continuous batching) and ``T`` GPUs train; the
 two sides run at once:
