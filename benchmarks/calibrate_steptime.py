@@ -29,29 +29,21 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from trainer.algorithms import GRPO
-from trainer.clustertime import MODELS, ClusterModel
-from trainer.enginetime import EngineTimeModel
 from trainer.pipelinetime import (
     PAPER_ANCHORS,
     PAPER_MFU,
     PAPER_PIPELINE,
-    PAPER_SOLVED_FILTER,
-    paper_engine,
-    update_token_seconds,
 )
-from trainer.steptime import StepTime, UpdateTimeModel, paper_pass_rates, simulate_step_time
+from trainer.steptime import StepTime, simulate_paper_step
 
 MFU_GRID = (0.15, 0.2, 0.25, 0.3, 0.35, 0.4, 0.5)
 
 
 def simulate(model: str, algorithm: str, steps: int, mfu: float,
              pipeline=PAPER_PIPELINE) -> StepTime:
-    m, cluster = MODELS[model], ClusterModel(gpus=8)
-    rates = paper_pass_rates(512, 0.5, 0.5, 0, solved_filter=PAPER_SOLVED_FILTER)
-    return simulate_step_time(
-        algorithm, "round", rates, steps=steps, cluster=cluster, model=m,
-        engine=paper_engine(EngineTimeModel(), m, cluster), pipeline=pipeline,
-        update=UpdateTimeModel(token_s=update_token_seconds(MODELS["1.5b"], mfu)))
+    # The fit's update throughput is the 1.5B model's at ``mfu`` for every model (as fitted).
+    return simulate_paper_step(algorithm, model, steps=steps, mfu=mfu, pipeline=pipeline,
+                               update_model="1.5b")
 
 
 def fit(steps: int) -> tuple[float, float, float, dict]:

@@ -246,6 +246,21 @@ def simulate_step_time(algorithm: str, scheduler: str, pass_rates: Sequence[floa
                     engine_busy_s=busy)
 
 
+def simulate_paper_step(algorithm: str, model: str = "1.5b", *, steps: int = 1,
+                        mfu: float = PAPER_MFU, pipeline: PipelineModel = PAPER_PIPELINE,
+                        update_model: str | None = None) -> StepTime:
+    """``simulate_step_time`` in the paper's setting, as ``--preset paper`` runs it: B = 512 of
+    its pass-rate mix (the one-of-16 solved filter), 8 GPUs, verl's driver (``pipeline``), the
+    engine at the authors' settings and the update at ``mfu``. ``update_model``: whose update
+    throughput the update takes (default ``model``'s)."""
+    shape, cluster = MODELS[model], ClusterModel(gpus=8)
+    rates = paper_pass_rates(512, 0.5, 0.5, 0, solved_filter=PAPER_SOLVED_FILTER)
+    return simulate_step_time(
+        algorithm, "round", rates, steps=steps, cluster=cluster, model=shape, pipeline=pipeline,
+        engine=paper_engine(EngineTimeModel(), shape, cluster),
+        update=UpdateTimeModel(token_s=update_token_seconds(MODELS[update_model or model], mfu)))
+
+
 def _new_run(config: TrainConfig, pass_rates: Sequence[float], lengths: LengthModel,
              engine: EngineTimeModel | None, update: UpdateTimeModel | None,
              cluster: ClusterModel, model: ModelShape, bucket_mb: int,

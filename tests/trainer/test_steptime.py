@@ -363,23 +363,10 @@ def test_the_paper_preset_reproduces_table_2_within_the_issues_goals() -> None:
     """The calibrated preset against the figures it was fitted to (the paper's Table 2, 1.5B,
     8 x H100): GRPO's step within 25%, Seq-pos and Seq-balance ratios within 10%. A model
     against fixed published numbers, not a timing of this machine."""
-    from trainer.pipelinetime import (
-        PAPER_ANCHORS,
-        PAPER_MFU,
-        PAPER_PIPELINE,
-        PAPER_SOLVED_FILTER,
-        paper_engine,
-        update_token_seconds,
-    )
-    from trainer.steptime import UpdateTimeModel, paper_pass_rates
+    from trainer.pipelinetime import PAPER_ANCHORS
+    from trainer.steptime import simulate_paper_step
 
-    model, cluster = MODELS["1.5b"], ClusterModel(gpus=8)
-    rates = paper_pass_rates(512, 0.5, 0.5, 0, solved_filter=PAPER_SOLVED_FILTER)
-    steps = {a: simulate_step_time(
-        a, "round", rates, steps=1, cluster=cluster, model=model, pipeline=PAPER_PIPELINE,
-        engine=paper_engine(EngineTimeModel(), model, cluster),
-        update=UpdateTimeModel(update_token_seconds(model, PAPER_MFU))).step_s
-        for a in ("grpo", "ada-pos", "ada-balance")}
+    steps = {a: simulate_paper_step(a).step_s for a in ("grpo", "ada-pos", "ada-balance")}
     anchors = {a.algorithm: a for a in PAPER_ANCHORS if a.model == "1.5b" and a.calibrated}
     assert steps["grpo"] == pytest.approx(anchors["grpo"].step_s, rel=0.25)
     for name in ("ada-pos", "ada-balance"):
