@@ -66,6 +66,9 @@ def page(browser: Any) -> Iterator[Any]:
 # for charts worth looking at); otherwise they go to the test's temporary folder, so a plain test
 # run leaves the work tree untouched.
 SAVE_SCREENSHOTS = os.environ.get("SAVE_SCREENSHOTS") == "1"
+# A run-page chart has drawn (``page.wait_for_function(CHART_LOADED.format(name))``).
+CHART_LOADED = "() => document.getElementById('chart-{0}') && " \
+    "document.getElementById('chart-{0}').dataset.loaded === '1'"
 
 
 @pytest.fixture

@@ -16,12 +16,10 @@ from experiments.models import Run, Sample, Step
 
 from tests.platform.dashboard_fixtures import make_prompt_set, make_run, record_run
 
-from .conftest import SAVE_SCREENSHOTS, sign_in
+from .conftest import CHART_LOADED, SAVE_SCREENSHOTS, sign_in
 
 pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]
 
-LOADED = "() => document.getElementById('chart-{0}') && " \
-    "document.getElementById('chart-{0}').dataset.loaded === '1'"
 
 
 def test_an_async_runs_page_draws_its_lag_and_drops_and_the_history_its_versions(
@@ -37,7 +35,7 @@ def test_an_async_runs_page_draws_its_lag_and_drops_and_the_history_its_versions
     section = page.locator("section.async-charts")
     assert section.locator("h2").inner_text() == "Asynchronous and off-policy training"
     for name in ("policy_lag", "stale_dropped"):
-        page.wait_for_function(LOADED.format(name))
+        page.wait_for_function(CHART_LOADED.format(name))
         assert page.locator(f"#caption-{name}").inner_text().startswith(
             ("Look for", "Samples paid for"))
     # Drawn: a bar per step and lag present, and the bound's line in the legend.
@@ -84,7 +82,7 @@ def test_an_off_policy_runs_page_draws_its_ess_and_lr_applied(
     sign_in(page, live_server.url)
     page.goto(live_server.url + f"/runs/{run.pk}/")
     for name in ("policy_lag", "stale_dropped", "ess", "lr_applied"):
-        page.wait_for_function(LOADED.format(name))
+        page.wait_for_function(CHART_LOADED.format(name))
     legend = page.locator("#chart-ess .legendtext").all_text_contents()
     assert any(t.startswith("reference 0.5") for t in legend)
     screenshot("async-vcpo", element="section.async-charts")

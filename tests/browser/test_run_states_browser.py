@@ -24,12 +24,10 @@ from tests.platform.dashboard_fixtures import (
     two_node_run,
 )
 
-from .conftest import sign_in
+from .conftest import CHART_LOADED, sign_in
 
 pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]
 
-LOADED = "() => document.getElementById('chart-{0}') && " \
-    "document.getElementById('chart-{0}').dataset.loaded === '1'"
 
 
 def test_a_four_rank_runs_page_shows_where_it_runs_and_the_straggler(
@@ -45,7 +43,7 @@ def test_a_four_rank_runs_page_shows_where_it_runs_and_the_straggler(
     assert table.locator("tbody tr").count() == 4
     assert "10.0.0.2" in table.inner_text()
     for name in ("rank_times", "rank_split"):
-        page.wait_for_function(LOADED.format(name))
+        page.wait_for_function(CHART_LOADED.format(name))
         layout = page.evaluate(f"document.getElementById('chart-{name}').layout")
         assert layout["title"]["text"] and "(s" in layout["yaxis"]["title"]["text"]
         assert layout["xaxis"]["title"]["text"]
