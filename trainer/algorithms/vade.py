@@ -269,7 +269,11 @@ CHARTS = (
             Panel("Thompson draw's informativeness (score)",
                   (("vade_selected_score", "selected"), ("vade_rest_score", "not selected"))),
             Panel("prompts (prompts)", (("vade_new_prompts", "selected, never observed"),)),
-        )),
+        ),
+        caption="Look for the selected prompts' posterior mean staying away from 0 and 1 while "
+                "the rest drift there (solved or hopeless prompts are left out), their "
+                "interval narrowing as they are observed, and the new prompts selected falling "
+                "once the set has been explored."),
 )
 
 STEP_METRICS: dict[str, Metric | str] = {
