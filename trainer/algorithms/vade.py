@@ -185,6 +185,10 @@ def thompson_select(posteriors: BetaPosteriors, prompt_ids: Sequence[str], count
 
 def vade_select(ctx: BatchContext, count: int, taken: Collection[int]) -> list[int]:
     """VADE's ``select_batch``: Thompson sampling over the whole set."""
+    if ctx.config.batch_size > len(ctx.prompt_set):
+        # As the epoch order refuses it (seeds.batch_indices): a step would train on fewer.
+        raise ValueError(f"batch_size {ctx.config.batch_size} is larger than the "
+                         f"{len(ctx.prompt_set)} prompts")
     posteriors = ctx.state if ctx.state is not None else BetaPosteriors.from_config(ctx.config)
     chosen, _ = thompson_select(posteriors, [p.id for p in ctx.prompt_set], count, taken,
                                 seed=ctx.config.seed, step=ctx.step, score=ctx.config.vade_score)
