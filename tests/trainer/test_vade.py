@@ -114,6 +114,9 @@ def test_selection_prefers_informative_prompts_and_decay_returns_to_the_prior() 
     ctx = BatchContext(config=cfg, step=3, prompt_set=prompts, state=None)
     assert vade_select(ctx, 4, ()) == thompson_select(
         BetaPosteriors(), ids, 4, (), seed=cfg.seed, step=3, score="info-gain")[0]
+    big = TrainConfig(algorithm="vade", batch_size=31).validate()
+    with pytest.raises(ValueError, match="larger than the 30 prompts"):
+        vade_select(BatchContext(config=big, step=1, prompt_set=prompts), 31, ())
 
 
 def vade_config(**kw) -> TrainConfig:
