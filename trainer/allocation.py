@@ -139,11 +139,13 @@ def allocate(weights: np.ndarray, total: int, n_min: int, n_max: int) -> tuple[n
 
 @dataclass
 class Allocation:
-    """One step's plan for a batch: p̂ before sampling, weights, samples per prompt, and c."""
+    """One step's plan for a batch: p̂ before sampling, weights, samples per prompt, and c.
+    ``counts`` None: an estimate without an allocation (VADE's posterior means; its records
+    carry ``p_hat`` and no ``allocated``)."""
 
     p_hat: np.ndarray
     weights: np.ndarray
-    counts: np.ndarray
+    counts: np.ndarray | None
     scale: float
 
 

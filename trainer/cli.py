@@ -351,7 +351,9 @@ def _simulated_step(config: TrainConfig, pass_rates: Sequence[float], chosen: Se
                "kept_positives": p.kept_positives, "kept_negatives": p.kept_negatives,
                "advantages": advantages}
         if allocation is not None:
-            row |= {"p_hat": float(allocation.p_hat[i]), "allocated": int(allocation.counts[i])}
+            row |= {"p_hat": float(allocation.p_hat[i])}
+            if allocation.counts is not None:  # VADE plans no samples: its p_hat alone
+                row |= {"allocated": int(allocation.counts[i])}
         if batches:
             row |= {"batch": int(res.batch[i])}
         out.append(row)

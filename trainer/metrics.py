@@ -156,5 +156,6 @@ def step_records(batch: Sequence[Prompt], res: SamplerResult, outcome: RoundsOut
             kept_negatives=kept_neg, baseline=float(res.baseline[i]),
             missing=res.missing[i], tokens=tok,
             p_hat=None if allocation is None else float(allocation.p_hat[i]),
-            allocated=None if allocation is None else int(allocation.counts[i])))
+            allocated=None if allocation is None or allocation.counts is None
+            else int(allocation.counts[i])))
     return prompts, samples

@@ -9,7 +9,8 @@ scheduler or an engine that sees requests in another order draws the same sample
   streams of a step are ``GENERATION`` (the rounds' request seeds), ``DOWNSAMPLE`` (which pool
   samples a group keeps), ``UPDATE`` (mini-batch order) and ``EVAL`` (evaluation samples);
 - numpy generators seeded by a short list ``[seed, ..., <stream>]`` order prompts: each epoch's
-  permutation (``EPOCH_ORDER``) and DAPO's further batches (``DAPO_BATCHES``);
+  permutation (``EPOCH_ORDER``), DAPO's further batches (``DAPO_BATCHES``) and VADE's
+  Thompson draws (``VADE_THOMPSON``);
 - the tools around a run draw from ``[seed, TOOLS, <stream>]``: the launch preflight's prompts,
   its subset of them for a short budget and its bootstrap (``PREFLIGHT_PROMPTS``,
   ``PREFLIGHT_SUBSET``, ``PREFLIGHT_BOOTSTRAP``), the step-time simulator's pass rates
@@ -18,7 +19,7 @@ scheduler or an engine that sees requests in another order draws the same sample
 
 Every named stream has its own key. numpy pads a shorter key with zeros (``[s, k]`` seeds as
 ``[s, k, 0]`` does), so a key is told apart by its values, not its length: a run's streams end
-in 0-3 (``derive_seed``), 7 or 11; the tools' keys hold ``TOOLS`` where a run's hold a step or
+in 0-3 (``derive_seed``), 7, 11 or 31; the tools' keys hold ``TOOLS`` where a run's hold a step or
 an epoch, which never reaches it (``tests/trainer/test_seeds.py`` checks every key a run, the
 preflight and the simulators use is distinct).
 
@@ -46,6 +47,8 @@ EVAL = 3
 # Keys of numpy generators seeded [seed, epoch, EPOCH_ORDER] and [seed, step, DAPO_BATCHES].
 EPOCH_ORDER = 7
 DAPO_BATCHES = 11
+# Key of the numpy generator seeded [seed, step, VADE_THOMPSON]: VADE's Thompson draws.
+VADE_THOMPSON = 31
 # The tools' keys: [seed, TOOLS, <stream>]. TOOLS is past any step or epoch a run can reach
 # (total_steps <= 1,000,000), so none of them is a run's key.
 TOOLS = 2**32 - 1

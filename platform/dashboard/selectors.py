@@ -578,7 +578,7 @@ class StepHistory:
     baseline: float
     rounds: list[dict[str, int]]
     responses: list[Sample]
-    p_hat: float | None = None     # Est: the estimate before this step's sampling
+    p_hat: float | None = None     # Est, VADE: the estimate before this step's sampling
     allocated: int | None = None   # Est: samples allocated
     outcome: str = ""              # in words (``prompt_step_outcome``)
 
@@ -668,12 +668,13 @@ def prompt_history(run: Run, prompt: Prompt, page_steps: int = 5,
 
 def prompt_pass_rates(run_id: int, prompt_id: int) -> dict[str, list[Any]]:
     rows = _fetch(
-        f"SELECT step, positives, samples, exit_round, p_hat FROM {PromptStep._meta.db_table} "
+        f"SELECT step, positives, samples, exit_round, p_hat, allocated "
+        f"FROM {PromptStep._meta.db_table} "
         f"WHERE run_id = %s AND prompt_id = %s ORDER BY step", [run_id, prompt_id])
     return {"step": [r[0] for r in rows],
             "pass_rate": [r[1] / r[2] if r[2] else None for r in rows],
             "samples": [r[2] for r in rows], "exit_round": [r[3] for r in rows],
-            "p_hat": [r[4] for r in rows]}
+            "p_hat": [r[4] for r in rows], "allocated": [r[5] for r in rows]}
 
 
 # --- asynchronous training ---------------------------------------------------------------------

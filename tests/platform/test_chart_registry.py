@@ -371,3 +371,32 @@ def test_kl_in_reward_charts_draw_the_kl_and_its_coefficient(owner: User,
     assert _trace(fig, "the coefficient each step used")["y"] == [0.001, 0.0012]
     plain = make_run(owner, ps, name="plain", algorithm="grpo")
     assert not {"kl_reward", "kl_reward_coef"} & set(charts.charts_for(plain))
+
+
+def test_vade_charts_its_selection_and_each_prompts_posterior(owner: User, owner_client: Client,
+                                                              mixed_set: PromptSet) -> None:
+    """VADE's run page draws its declared chart of the selected prompts' posteriors against the
+    rest, with its caption; a prompt's history charts its posterior mean before each step's
+    sampling (its records' p_hat, nothing allocated)."""
+    run = record_run(make_run(owner, mixed_set, name="vade", algorithm="vade", total_steps=3,
+                              batch_size=4))
+    page = owner_client.get(reverse("dashboard:run_detail", args=[run.pk])).content.decode()
+    assert 'id="chart-vade_selection"' in page and 'id="caption-vade_selection"' in page
+    fig = _chart(owner_client, run, "vade_selection")
+    steps = list(Step.objects.filter(run=run).order_by("step"))
+    for key, name in (("vade_selected_mean", "selected: posterior mean"),
+                      ("vade_selected_low", "selected: 5% quantile"),
+                      ("vade_rest_mean", "not selected: posterior mean"),
+                      ("vade_selected_score", "selected")):
+        assert _trace(fig, name)["y"] == pytest.approx([s.metrics[key] for s in steps]), key
+    assert fig["layout"]["yaxis"]["title"]["text"] == "posterior pass rate (0-1)"
+    assert fig["layout"]["title"]["text"].startswith("VADE: posterior pass rate")
+    ps = PromptStep.objects.filter(run=run, step=2).first()
+    history = PromptStep.objects.filter(run=run, prompt_id=ps.prompt_id).order_by("step")
+    assert all(h.p_hat is not None and h.allocated is None for h in history)
+    pfig = owner_client.get(reverse("dashboard:prompt_chart", args=[run.pk, ps.prompt_id])).json()
+    trace = _trace(pfig, "posterior mean before sampling (VADE)")
+    assert trace["y"] == pytest.approx([h.p_hat for h in history])
+    html = owner_client.get(reverse("dashboard:prompt_history",
+                                    args=[run.pk, ps.prompt_id])).content.decode()
+    assert f"p-hat before sampling {ps.p_hat:.3f}" in html and "allocated at" not in html

@@ -456,3 +456,18 @@ def test_a_cli_run_on_the_built_in_task_shares_the_dashboards_sets(cli_run: Path
 
     dash = record_run(make_run(user, generated, name="dash", total_steps=2, batch_size=6))
     assert selectors.per_prompt_pass_rates(run, dash)["a"]
+
+
+@pytest.mark.django_db
+def test_a_vade_runs_posterior_means_make_the_round_trip(user: Any, tmp_path: Path) -> None:
+    """VADE stores each selected prompt's posterior mean (p_hat) with nothing allocated: the
+    bundle carries both, null included."""
+    run = record_run_with_evals(make_run(user, make_prompt_set("vade-set", size=12),
+                                         algorithm="vade", total_steps=3, name="vade"), [])
+    bundle = tmp_path / "vade.zip"
+    with open(bundle, "wb") as fh:
+        bundles.write_bundle(run, fh)
+    back = import_run(bundle, user).run
+    assert records(back) == records(run)
+    rows = list(PromptStep.objects.filter(run=back).values_list("p_hat", "allocated"))
+    assert rows and all(p is not None and a is None for p, a in rows)

@@ -210,3 +210,36 @@ def test_pods_trains_on_the_hf_backend(tiny_model_dir: Path, tmp_path: Path) -> 
             assert np.var(rewards[kept]) == pytest.approx(best)
         if any(x.kept and x.advantage for x in s.samples):
             assert m["grad_norm"] > 0
+
+
+def test_vade_trains_on_the_hf_backend(tiny_model_dir: Path, tmp_path: Path) -> None:
+    """VADE through the real model: each step's B = 4 prompts are the Thompson sampler's choice
+    from the posteriors the earlier steps left (replayed here from the records), each prompt's
+    record carries its posterior mean before sampling, and GRPO's group update trains on them;
+    the checkpoint holds the posteriors."""
+    import numpy as np
+
+    from trainer.algorithms import BatchContext
+    from trainer.algorithms.vade import VADE_STATE, BetaPosteriors, vade_select
+    from trainer.checkpoint import read_state
+    from trainer.data import resolve_prompts
+
+    config = hf_config(tiny_model_dir, algorithm="vade", total_steps=2, save_every=2)
+    rec, result = run(config, tmp_path)
+    assert result.status == "completed"
+    prompt_set, _ = resolve_prompts(config)
+    post = BetaPosteriors.from_config(config)
+    for s in rec.steps:
+        m = s.metrics
+        assert set(STEP_METRICS) <= set(m) and all(math.isfinite(v) for v in m.values())
+        assert (m["samples"], m["kept_samples"]) == (4 * 4, 4 * 4)
+        chosen = vade_select(BatchContext(config=config, step=s.step, prompt_set=prompt_set,
+                                          state=post), 4, ())
+        ids = [p.prompt_id for p in s.prompts]
+        assert sorted(ids) == sorted(prompt_set[i].id for i in chosen)
+        assert [p.p_hat for p in s.prompts] == pytest.approx(post.mean(ids).tolist())
+        post.update(ids, np.array([p.positives for p in s.prompts]),
+                    np.array([p.samples for p in s.prompts]))
+        if any(x.kept and x.advantage for x in s.samples):
+            assert m["grad_norm"] > 0
+    assert read_state(result.checkpoint)[VADE_STATE] == post.state_dict()

@@ -26,6 +26,7 @@ def test_no_two_streams_share_a_key() -> None:
                    for extra in ((), *((k,) for k in range(1, 11)))},
         "epoch order": {entropy(s, e, seeds.EPOCH_ORDER) for s in SEEDS for e in range(400)},
         "dapo batches": {entropy(s, t, seeds.DAPO_BATCHES) for s in SEEDS for t in STEPS},
+        "vade thompson": {entropy(s, t, seeds.VADE_THOMPSON) for s in SEEDS for t in STEPS},
         # the tools around a run
         **{name: {entropy(s, seeds.TOOLS, key) for s in SEEDS}
            for name, key in (("preflight prompts", seeds.PREFLIGHT_PROMPTS),
@@ -37,6 +38,6 @@ def test_no_two_streams_share_a_key() -> None:
     for i, a in enumerate(names):
         for b in names[i + 1:]:
             assert not streams[a] & streams[b], (a, b)
-    keys = (seeds.EPOCH_ORDER, seeds.DAPO_BATCHES, seeds.PREFLIGHT_PROMPTS,
+    keys = (seeds.EPOCH_ORDER, seeds.DAPO_BATCHES, seeds.VADE_THOMPSON, seeds.PREFLIGHT_PROMPTS,
             seeds.PREFLIGHT_SUBSET, seeds.PREFLIGHT_BOOTSTRAP, seeds.PASS_RATES)
     assert len(set(keys)) == len(keys)

@@ -273,16 +273,17 @@ def prompt_pass_rate(run: Run, prompt_id: int) -> Fig:
     p = selectors.prompt_pass_rates(run.pk, prompt_id)
     eliminates = metrics.algorithm_eliminates(run.algorithm)
     hover = [fmt.count(n, "sample") + (
-        " (allocated)" if h is not None else
+        " (allocated)" if a is not None else
         "" if not eliminates else
         f", exit after round {e}" if e is not None else ", unresolved")
-        for n, e, h in zip(p["samples"], p["exit_round"], p["p_hat"], strict=True)]
+        for n, e, a in zip(p["samples"], p["exit_round"], p["allocated"], strict=True)]
     data = [{"type": "scatter", "mode": "lines+markers", "name": "pass rate of its pool",
              "x": p["step"], "y": p["pass_rate"], "text": hover,
              "hovertemplate": "step %{x}: %{y:.2f}<br>%{text}<extra></extra>",
              "line": {"color": PALETTE[0]}}]
     if any(v is not None for v in p["p_hat"]):
-        data.append(est_p_hat_trace(p["step"], p["p_hat"]))
+        data.append(est_p_hat_trace(p["step"], p["p_hat"],
+                                    any(a is not None for a in p["allocated"])))
     layout = base_layout("Estimated pass rate of this prompt", STEP_TITLE,
                          "positives / samples (0-1)", hovermode="closest")
     pin_axis(layout["yaxis"], "pass_rate")
@@ -290,9 +291,12 @@ def prompt_pass_rate(run: Run, prompt_id: int) -> Fig:
 
 
 
-def est_p_hat_trace(steps: list[int], p_hat: list[float | None]) -> dict[str, Any]:
-    """p-hat per step on the prompt-history chart, next to the pass rate observed that step."""
-    return {"type": "scatter", "mode": "lines+markers", "name": "p-hat before sampling (Est)",
+def est_p_hat_trace(steps: list[int], p_hat: list[float | None], allocated: bool = True
+                    ) -> dict[str, Any]:
+    """p-hat per step on the prompt-history chart, next to the pass rate observed that step:
+    Est's estimate (``allocated``: its steps allocate from it) or VADE's posterior mean."""
+    name = "p-hat before sampling (Est)" if allocated else "posterior mean before sampling (VADE)"
+    return {"type": "scatter", "mode": "lines+markers", "name": name,
             "x": steps, "y": p_hat, "hovertemplate": "step %{x}: p-hat %{y:.3f}<extra></extra>",
             "line": {"color": PALETTE[1], "dash": "dot"}, "marker": {"symbol": "diamond"}}
 
