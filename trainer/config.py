@@ -172,6 +172,12 @@ class TrainConfig:
                                          "it the response scores 0 and counts as a verifier "
                                          "error (0: no limit).", "data", "seconds",
                                          ge=0, le=600)
+    rewards: str = _f("", "The rewards the run trains on, as a weighted sum: entries "
+                      "name:weight (weight 1 if left out) separated by spaces or commas, e.g. "
+                      "\"verifier:1 format:0.1\"; verifier is the verifier above, the other "
+                      "names rewards the workers registered (RADA_REWARDS or the rada.rewards "
+                      "entry points; docs/rewards.md). Each response's components are recorded. "
+                      "Empty: the verifier alone.", "data")
     # --- model and generation ------------------------------------------------------------------
     model: str = _f(BUILTIN_MODEL, "builtin:tiny (warm-started tiny Qwen2) or a local Hugging "
                     "Face model directory.", "model")
