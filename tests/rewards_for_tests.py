@@ -27,7 +27,10 @@ def short(prompts: list[str], completions: list[str], **kwargs: Any) -> list[flo
 def unruly(data_source: str, solution_str: str, ground_truth: str,
            extra_info: dict[str, Any] | None = None) -> Any:
     """Unruly: by the response's last digit, raises (0), returns NaN (1), an infinity (2), text
-    (3), sleeps past any time limit the tests set (4), else verl's dict with a score of 0.25."""
+    (3), else verl's dict with a score of 0.25; sleeps past any time limit the tests set on a
+    response saying "sleep"."""
+    if "sleep" in solution_str:
+        time.sleep(30)
     last = solution_str.strip()[-1:]
     if last == "0":
         raise RuntimeError("no zeros")
@@ -37,6 +40,4 @@ def unruly(data_source: str, solution_str: str, ground_truth: str,
         return -math.inf
     if last == "3":
         return "three"
-    if last == "4":
-        time.sleep(30)
     return {"score": 0.25, "acc": 0.0}

@@ -55,7 +55,7 @@ def test_components_are_weighted_recorded_and_every_failure_is_a_counted_zero(
     assert config.errors() == []
     scorer = make_scorer(config)
     prompt = Prompt("p", "q", "15")
-    gens = [gen("15", 2), gen("17", 9), gen("20"), gen("31"), gen("32"), gen("33"), gen("14")]
+    gens = [gen("15", 2), gen("17", 9), gen("20"), gen("31"), gen("32"), gen("33"), gen("sleep 5")]
     rewards, scores, errors = score_and_shape(scorer, prompt, gens)
     assert rewards == scores
     parts = [g.reward_components for g in gens]
