@@ -304,11 +304,18 @@ def _events(folder: Path) -> Iterator[tuple[int, dict[str, Any]]]:
 def _import_cli_run(folder: Path, owner: User, name: str | None) -> ImportResult:
     from trainer.config import BUILTIN_TASKS, ConfigError, TrainConfig
     from trainer.data import DataError, resolve_prompts
+    from trainer.reward_registry import parse_rewards
 
     raw = _cli_config(folder)
     try:
-        config = TrainConfig.from_dict(raw)
-    except (ConfigError, TypeError) as exc:
+        # Its rewards need not be registered here: the import runs none of them (a relaunch
+        # checks them as any launch does). Their syntax is checked all the same.
+        rewards = raw.get("rewards", "") if isinstance(raw, dict) else ""
+        config = TrainConfig.from_dict({**raw, "rewards": ""} if rewards else raw)
+        if rewards:
+            parse_rewards(rewards)
+            config.rewards = rewards
+    except (ConfigError, TypeError, ValueError) as exc:
         raise ImportError_("config.json", str(exc)) from None
     try:
         prompts, eval_prompts = resolve_prompts(config)
