@@ -68,9 +68,12 @@ def test_components_are_weighted_recorded_and_every_failure_is_a_counted_zero(
     for k, why in zip(range(2, 7), ("RuntimeError: no zeros", "returned nan", "returned -inf",
                                     "returned str", "VerifierTimeout"), strict=True):
         assert parts[k]["unruly"] is None and why in errors[k] and "unruly: " in errors[k], k
-        assert all(isinstance(v, float) and math.isfinite(v)
-                   for n, v in parts[k].items() if n != "unruly")
-        assert rewards[k] == pytest.approx(parts[k]["odd"] * 0.5 + parts[k]["short"] * 0.25)
+        assert all(v is None or (isinstance(v, float) and math.isfinite(v))
+                   for v in parts[k].values())
+        assert rewards[k] == pytest.approx((parts[k]["odd"] or 0) * 0.5
+                                           + parts[k]["short"] * 0.25)
+    # "sleep 5" is no integer either: odd raised too, and the error names both.
+    assert parts[6]["odd"] is None and errors[6].startswith("odd: ValueError")
 
 
 def test_without_rewards_nothing_changes() -> None:
@@ -134,3 +137,17 @@ def test_the_web_process_lists_rewards_without_torch() -> None:
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                          check=True).stdout.split("\n")
     assert out[:2] == ["['format', 'gsm8k']", "False"]
+
+
+def test_the_cli_lists_the_registered_rewards(registered, capsys, monkeypatch) -> None:
+    from trainer.cli import main
+
+    assert main(["rewards"]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[0].startswith("verifier (the config's verifier)")
+    assert any(line.startswith("odd (verl, RADA_REWARDS: odd=tests.rewards_for_tests): Odd "
+                               "answer: 1 when") for line in lines)
+    assert any(line.startswith("short (trl, ") for line in lines)
+    monkeypatch.setenv(reward_registry.REWARDS_ENV, "no_such_module_for_rewards")
+    assert main(["rewards"]) == 2
+    assert "no_such_module_for_rewards" in capsys.readouterr().err
