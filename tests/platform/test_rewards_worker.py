@@ -11,6 +11,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from api.services import create_token
+from django.test import Client
 from django.urls import reverse
 from experiments import services
 from experiments.models import Run, Sample, Step
@@ -88,3 +90,18 @@ def test_a_worker_trains_with_registered_rewards_and_records_each_component(
     assert sum(failed.values()) > 0
     for step in Step.objects.filter(run=run):
         assert step.metrics["verifier_errors"] == failed[step.step]
+
+    # Served by the API as stored, and shown on the prompt's history page.
+    sample = Sample.objects.filter(run=run, verifier_error__startswith="unruly: ").first()
+    token = create_token(user, "t")[1]
+    served = Client().get(f"/api/v1/runs/{run.pk}/samples?step=1&prompt={sample.prompt_id}",
+                          headers={"Authorization": f"Bearer {token}"}).json()["items"]
+    assert {s["index"]: s["reward_components"] for s in served} == dict(
+        Sample.objects.filter(run=run, step=1, prompt=sample.prompt_id).values_list(
+            "index", "reward_components"))
+    page = Client()
+    page.force_login(user)
+    html = page.get(reverse("dashboard:prompt_history", args=[run.pk, sample.prompt_id])
+                    ).content.decode()
+    assert "reward error: unruly: " in html
+    assert f"odd {sample.reward_components['odd']:.2f} · unruly <em>error</em>" in html
