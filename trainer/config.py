@@ -389,6 +389,10 @@ class TrainConfig:
         for f in fields(self):
             if not f.metadata.get("internal"):
                 object.__setattr__(self, f.name, coerced(str(f.type), getattr(self, f.name)))
+        # TOML reads naturally as a list: rewards = ["verifier:1", "format:0.1"] is the same
+        # as "verifier:1 format:0.1" (anything else is left for errors() to name).
+        if isinstance(self.rewards, list) and all(isinstance(x, str) for x in self.rewards):
+            self.rewards = " ".join(self.rewards)
         if isinstance(self.options, dict) and self.options:
             specs = _options()
             self.options = {k: coerced(specs[k].type, v) if k in specs else v

@@ -67,7 +67,8 @@ class Reward:
 
 
 _REGISTRY: dict[str, Reward] = {}
-_LOADED: set[str] = set()  # the RADA_REWARDS values and entry points already imported
+_LOADED: set[str] = set()  # the RADA_REWARDS entries already imported
+_ENTRY_POINTS_READ = False
 
 
 def reward_kind(fn: Callable[..., Any]) -> str:
@@ -156,11 +157,15 @@ def load_rewards() -> None:
         except (ImportError, AttributeError, ValueError) as exc:
             raise ValueError(f"{REWARDS_ENV} entry {entry!r}: {exc}") from exc
         _LOADED.add(entry)
-    for ep in metadata.entry_points(group=ENTRY_POINT_GROUP):
-        key = f"entry point {ep.name} = {ep.value}"
-        if key not in _LOADED:
-            _register_entry(ep.name, ep.value, key)
-            _LOADED.add(key)
+    global _ENTRY_POINTS_READ
+    if not _ENTRY_POINTS_READ:  # the installed packages do not change while a process runs
+        for ep in metadata.entry_points(group=ENTRY_POINT_GROUP):
+            key = f"entry point {ep.name} = {ep.value}"
+            try:
+                _register_entry(ep.name, ep.value, key)
+            except (ImportError, AttributeError, ValueError) as exc:
+                raise ValueError(f"{key}: {exc}") from exc
+        _ENTRY_POINTS_READ = True
 
 
 def rewards() -> list[Reward]:

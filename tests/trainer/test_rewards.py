@@ -92,6 +92,15 @@ def test_a_bad_value_is_an_error_naming_the_field(registered, value: str, reason
     assert [e.field for e in errors] == ["rewards"] and reason in errors[0].reason
 
 
+def test_a_toml_list_reads_as_the_same_value(registered, tmp_path) -> None:
+    path = tmp_path / "run.toml"
+    path.write_text('rewards = ["verifier:1", "odd:0.5"]\n')
+    assert TrainConfig.from_toml(path).rewards == "verifier:1 odd:0.5"
+    path.write_text('rewards = ["verifier:1", 2]\n')
+    with pytest.raises(ValueError, match="rewards: expected str"):
+        TrainConfig.from_toml(path)
+
+
 def test_a_setting_that_does_not_import_names_its_entry(monkeypatch) -> None:
     monkeypatch.setenv(reward_registry.REWARDS_ENV, "no_such_module_for_rewards")
     errors = TrainConfig(rewards="verifier").errors()
