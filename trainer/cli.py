@@ -83,6 +83,10 @@ def build_parser(command: str | None = None) -> argparse.ArgumentParser:
                       "whose options are then documented too; repeatable). RADA_ALGORITHMS "
                       "does the same for every command.")
 
+    sub.add_parser("rewards", help="List the rewards a config's rewards may combine: the "
+                   "verifier and those RADA_REWARDS and the rada.rewards entry points register, "
+                   "each with its signature's kind and docstring.")
+
     for name, (module, help_text) in DELEGATED.items():
         p = sub.add_parser(name, help=help_text, description=help_text)
         if name == command:
@@ -104,6 +108,19 @@ def _import(module: str) -> Any:
         return None
 
 
+def cmd_rewards() -> int:
+    from trainer.reward_registry import VERIFIER, rewards
+
+    try:
+        found = rewards()
+    except ValueError as exc:  # a RADA_REWARDS entry that does not import
+        return _fail("rewards", str(exc))
+    print(f"{VERIFIER} (the config's verifier): 1 for a correct answer, else 0")
+    for r in found:
+        print(f"{r.name} ({r.kind}, {r.source}): {r.summary or '(no docstring)'}")
+    return 0
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     command = next((a for a in argv if not a.startswith("-")), None)
@@ -112,6 +129,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         return cmd_run(args)
     if args.command == "simulate":
         return cmd_simulate(args)
+    if args.command == "rewards":
+        return cmd_rewards()
     if args.command == "config-docs":
         import importlib
 

@@ -172,6 +172,12 @@ class TrainConfig:
                                          "it the response scores 0 and counts as a verifier "
                                          "error (0: no limit).", "data", "seconds",
                                          ge=0, le=600)
+    rewards: str = _f("", "The rewards the run trains on, as a weighted sum: entries "
+                      "name:weight (weight 1 if left out) separated by spaces or commas, e.g. "
+                      "\"verifier:1 format:0.1\"; verifier is the verifier above, the other "
+                      "names rewards the workers registered (RADA_REWARDS or the rada.rewards "
+                      "entry points; docs/rewards.md). Each response's components are recorded. "
+                      "Empty: the verifier alone.", "data")
     # --- model and generation ------------------------------------------------------------------
     model: str = _f(BUILTIN_MODEL, "builtin:tiny (warm-started tiny Qwen2) or a local Hugging "
                     "Face model directory.", "model")
@@ -383,6 +389,10 @@ class TrainConfig:
         for f in fields(self):
             if not f.metadata.get("internal"):
                 object.__setattr__(self, f.name, coerced(str(f.type), getattr(self, f.name)))
+        # TOML reads naturally as a list: rewards = ["verifier:1", "format:0.1"] is the same
+        # as "verifier:1 format:0.1" (anything else is left for errors() to name).
+        if isinstance(self.rewards, list) and all(isinstance(x, str) for x in self.rewards):
+            self.rewards = " ".join(self.rewards)
         if isinstance(self.options, dict) and self.options:
             specs = _options()
             self.options = {k: coerced(specs[k].type, v) if k in specs else v

@@ -92,13 +92,18 @@ def make_scorer(config: TrainConfig, verifier: Any = None
     """Rewards and per-response verifier errors for one prompt's responses (with ``verifier``,
     else the config's), with DAPO's overlong penalty where ``overlong_buffer_len`` is set (the
     schedulers pass the generations: ``trainer.rewards.RewardScorer``)."""
-    from trainer.rewards import RewardScorer
+    from trainer.reward_registry import parse_rewards
+    from trainer.rewards import RewardComponents, RewardScorer
     from trainer.verifiers import make_verifier, score_responses
 
     verifier = verifier if verifier is not None else make_verifier(config)
+    # ``rewards`` set: the weighted sum of its components (the verifier one of them, or not).
+    components = parse_rewards(config.rewards)
     return RewardScorer(lambda prompt, texts: score_responses(verifier, texts, prompt.answer),
                         config.max_new_tokens, config.overlong_buffer_len,
-                        config.overlong_penalty_factor)
+                        config.overlong_penalty_factor,
+                        RewardComponents(components, verifier, config.verifier_timeout_seconds)
+                        if components else None)
 
 
 def sample_step(config: TrainConfig, batch: Sequence[Prompt], backend: Any, scorer: Any,

@@ -146,7 +146,8 @@ def step_records(batch: Sequence[Prompt], res: SamplerResult, outcome: RoundsOut
                 tokens=len(g.response_token_ids), reward=float(res.rewards[k]), kept=kept,
                 advantage=float(res.advantages[k]) if kept else None,
                 verifier_error=errs[j], weight=float(res.weights[k]),
-                policy_version=None if versions is None else int(versions[k])))
+                policy_version=None if versions is None else int(versions[k]),
+                reward_components=g.reward_components))
         er = int(res.exit_round[i])
         prompts.append(PromptStepRecord(
             prompt_id=prompt.id, samples=int(res.samples[i]), positives=int(res.positives[i]),

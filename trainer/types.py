@@ -38,6 +38,11 @@ class Generation:
     # (vllm): compared with ``logprobs`` (the policy's) to measure the rollout/policy mismatch.
     # None where the sampler is the policy itself (hf) or there is no model (simulated).
     rollout_logprobs: list[float] | None = None
+    # Each reward component's score of this response, by name, where the run combines rewards
+    # (``TrainConfig.rewards``): set when it is scored (``trainer.rewards.RewardScorer``); None
+    # for a component that raised, timed out or gave no finite number (the sample's error says
+    # which). None: the verifier alone.
+    reward_components: dict[str, float | None] | None = None
 
 
 class GenerationBackend(Protocol):
@@ -117,6 +122,9 @@ class SampleRecord:
     # generation runs ahead of the update (max_policy_lag > 0); None: the step's own weights,
     # version step - 1 (synchronous training, whose records leave the key out).
     policy_version: int | None = None
+    # Each reward component's score, by name (``Generation.reward_components``); None where the
+    # run's reward is its verifier alone (whose records leave the key out).
+    reward_components: dict[str, float | None] | None = None
 
 
 # Rewards and per-response verifier errors of one prompt's responses (a scorer with

@@ -29,6 +29,7 @@ from trainer.builtin_names import (
 )
 from trainer.jsonsafe import text_problem
 from trainer.options import BOUND_KEYS
+from trainer.reward_registry import reward_errors
 from trainer.visible import visible_problem
 
 # A ``trainer.config.TrainConfig`` (not imported here: it imports this module).
@@ -137,6 +138,9 @@ def own_errors(config: Config, settings: Iterable[Setting],
                 and not Path(value).is_file():
             yield ConfigError(name, f"no such file: {value!r} (use {BUILTIN_TASK}, "
                               f"{BUILTIN_LONG_TASK} or a JSONL/Parquet file)")
+    if isinstance(config.rewards, str) and config.rewards.strip():
+        for reason in reward_errors(config.rewards):
+            yield ConfigError("rewards", reason)
     if "tis_cap" not in out_of_bounds and config.tis_cap and config.tis_cap < 1.0:
         yield ConfigError("tis_cap", "must be 0 (off) or >= 1 (a cap below 1 would shrink "
                           "every token's weight)")

@@ -100,6 +100,12 @@ def with_time_limit(verifier: Verifier, seconds: float) -> Verifier:
     return limited
 
 
+def call_with_time_limit(thunk: Callable[[], Any], seconds: float) -> Any:
+    """``thunk()`` under the same limit as ``with_time_limit``'s (a deployment's own reward:
+    ``trainer.rewards.RewardComponents``), raising ``VerifierTimeout`` past ``seconds``."""
+    return with_time_limit(lambda call, _: call(), seconds)(thunk, "")
+
+
 def _timeout_message(seconds: float) -> str:
     return f"no verdict within {seconds:g} s (verifier_timeout_seconds)"
 

@@ -28,7 +28,8 @@ from trainer.types import CheckpointRecord, EvalRecord, RoundStat, SampleRecord,
 STEP_TABLES = ("experiments_sample", "experiments_promptstep", "experiments_roundstat",
                "experiments_step")
 SAMPLE_COLUMNS = ("run_id", "step", "prompt_id", "index", "round", "response", "tokens",
-                  "reward", "kept", "advantage", "verifier_error", "weight", "policy_version")
+                  "reward", "kept", "advantage", "verifier_error", "weight", "policy_version",
+                  "reward_components")
 PROMPTSTEP_COLUMNS = ("run_id", "step", "prompt_id", "samples", "positives", "negatives",
                       "rounds", "exit_round", "missing", "kept_positives", "kept_negatives",
                       "baseline", "tokens", "p_hat", "allocated")
@@ -121,7 +122,8 @@ def sample_rows(run_id: int, step: int, samples: Sequence[SampleRecord],
             adv = None
         text = s.response if keep_all or (keep_kept and s.kept) else None
         yield (run_id, step, int(s.prompt_id), s.index, s.round, text, s.tokens, s.reward,
-               s.kept, adv, s.verifier_error or "", s.weight, s.policy_version)
+               s.kept, adv, s.verifier_error or "", s.weight, s.policy_version,
+               None if s.reward_components is None else json.dumps(s.reward_components))
 
 
 class PostgresRecorder:

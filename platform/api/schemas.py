@@ -227,6 +227,10 @@ class SampleOut(Schema):
     policy_version: int | None = Field(
         default=None, description="optimiser steps applied to the weights that generated it "
         "(asynchronous training, max_policy_lag > 0); null: the step's own weights")
+    reward_components: dict[str, float | None] | None = Field(
+        default=None, description="each reward component's score by name, where the run "
+        "combines rewards (its config's rewards); a component that failed is null, its error "
+        "in verifier_error; null: the verifier alone")
 
 
 class PromptStepPage(Schema):

@@ -15,7 +15,8 @@ PROMPT_STEP_FIELDS = ("step", "prompt_id", "samples", "positives", "negatives", 
                       "exit_round", "missing", "kept_positives", "kept_negatives", "baseline",
                       "tokens", "p_hat", "allocated")
 SAMPLE_FIELDS = ("step", "prompt_id", "index", "round", "response", "tokens", "reward", "kept",
-                 "advantage", "verifier_error", "weight", "policy_version")
+                 "advantage", "verifier_error", "weight", "policy_version",
+                 "reward_components")
 STEP_FIELDS = ("step", "real_reward", "kept_reward", "samples", "tokens", "wall_seconds",
                "metrics")
 ROUND_FIELDS = ("step", "round", "active_prompts", "samples", "positives", "finished", "tokens")

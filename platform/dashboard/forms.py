@@ -49,7 +49,7 @@ def choices(name: str) -> list[tuple[str, str]] | None:
 
 GROUP_TITLES = {"algorithm": "Algorithm", "est": "Reinforce-Ada Est (ada-est only)",
                 "model": "Model and generation",
-                "optimisation": "Optimisation", "data": "Built-in task and verifier",
+                "optimisation": "Optimisation", "data": "Built-in task, verifier and rewards",
                 "distributed": "GPUs and machines (world_size > 1: Ray, FSDP2, one engine per "
                                "rank)",
                 "run": "Seed, checkpoints and evaluation"}
@@ -83,6 +83,21 @@ def _config_field(spec: dict[str, Any]) -> forms.Field:
         return forms.FloatField(widget=forms.NumberInput(attrs={"step": "any", **attrs}),
                                 **common)
     return forms.CharField(required=False, **common)
+
+
+def registered_rewards() -> tuple[list[tuple[str, str]], str]:
+    """The rewards a run may combine (``rewards``) as (name, docstring), the verifier first,
+    and why the deployment's setting could not be read ("" when it could): the launch form
+    lists them beside the field. Reads the registry (``trainer.reward_registry``), which
+    imports the reward modules ``RADA_REWARDS`` names: light modules, no torch."""
+    from trainer.reward_registry import VERIFIER, rewards
+
+    verifier = [(VERIFIER, "The verifier chosen above (exact or math-verify): 1 for a correct "
+                           "answer, else 0.")]
+    try:
+        return verifier + [(r.name, r.doc) for r in rewards()], ""
+    except ValueError as exc:
+        return verifier, str(exc)
 
 
 def bounded_int(low: int, high: int | None = None, **kwargs: Any) -> forms.IntegerField:
@@ -186,6 +201,8 @@ class LaunchForm(NumbersAsTyped):
             if "group_title" in spec:
                 self.group_titles.setdefault(spec["group"], spec["group_title"])
         self.fields["model"].widget.attrs["list"] = "model-choices"
+        self.fields["rewards"].widget.attrs["placeholder"] = "e.g. verifier:1 format:0.1"
+        self.registered_rewards, self.rewards_problem = registered_rewards()
         self.fields["model"].help_text = (
             f"{BUILTIN_MODEL} (warm-started tiny Qwen2) or a model the operator put under the "
             "model folders (RADA_MODEL_ROOTS): the list offers them. Under the simulated "

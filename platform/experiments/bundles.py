@@ -8,7 +8,8 @@ pandas, polars and pyarrow read directly once unzipped (``pd.read_parquet("sampl
                          text (every key, nulls kept) and each numeric metric as a column
     rounds.parquet       one row per (step, sampling round)
     prompt_steps.parquet one row per (step, prompt)
-    samples.parquet      one row per response, texts as the run's retention policy kept them
+    samples.parquet      one row per response, texts as the run's retention policy kept them;
+                         ``reward_components`` as JSON text where the run combined rewards
     evaluations.parquet  one row per held-out evaluation: ``metrics`` as JSON and as columns
     checkpoints.parquet  step and path of each checkpoint the run recorded, relative to the
                          checkpoint root (``run-7/checkpoints/step-000040``): a bundle does not
@@ -61,14 +62,17 @@ TABLES: dict[str, tuple[str, list[tuple[str, str]]]] = {
         ("step", "int64"), ("prompt_id", "int64"), ("index", "int32"),
         ("round", "int32"), ("response", "string"), ("tokens", "int64"),
         ("reward", "float64"), ("kept", "bool_"), ("advantage", "float64"),
-        ("verifier_error", "string"), ("weight", "float64"), ("policy_version", "int64")]),
+        ("verifier_error", "string"), ("weight", "float64"), ("policy_version", "int64"),
+        ("reward_components", "string")]),
     "evaluations": ("experiments_evalresult", [("step", "int64"), ("metrics", "string")]),
     "checkpoints": ("experiments_checkpoint", [("step", "int64"), ("path", "string")]),
 }
 # Columns added after version 1 of the format: a bundle written before lacks them, and its
 # import leaves them to the database's default (a sample's loss weight: 1; its policy version:
-# null, synchronous).
-ADDED_COLUMNS = frozenset({"weight", "policy_version"})
+# null, synchronous; its reward components: null, the verifier alone).
+ADDED_COLUMNS = frozenset({"weight", "policy_version", "reward_components"})
+# The JSON columns, written as their text.
+JSON_COLUMNS = frozenset({"metrics", "reward_components"})
 # Each table's unique key, the order rows are written in (and the index the read walks).
 KEYS = {"rounds": ("step", "round"), "prompt_steps": ("step", "prompt_id"),
         "samples": ("step", "prompt_id", "index")}
@@ -89,7 +93,7 @@ def arrow_schema(columns: Sequence[tuple[str, str]]) -> Any:
 def _sql(name: str, columns: Sequence[str]) -> str:
     table = TABLES[name][0]
     keys = KEYS.get(name, ("step",))
-    cols = ", ".join(f'"{c}"' + ("::text" if c == "metrics" else "") for c in columns)
+    cols = ", ".join(f'"{c}"' + ("::text" if c in JSON_COLUMNS else "") for c in columns)
     order = ", ".join(f'"{k}"' for k in keys)
     return f"SELECT {cols} FROM {table} WHERE run_id = %s ORDER BY {order}"
 

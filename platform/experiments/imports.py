@@ -49,7 +49,8 @@ from experiments.services import (
 from trainer.digest import PromptDigest
 
 SAMPLE_COLUMNS = ("run_id", "step", "prompt_id", "index", "round", "response", "tokens",
-                  "reward", "kept", "advantage", "verifier_error", "weight", "policy_version")
+                  "reward", "kept", "advantage", "verifier_error", "weight", "policy_version",
+                  "reward_components")
 PROMPTSTEP_COLUMNS = ("run_id", "step", "prompt_id", "samples", "positives", "negatives",
                       "rounds", "exit_round", "missing", "kept_positives", "kept_negatives",
                       "baseline", "tokens", "p_hat", "allocated")
@@ -75,6 +76,14 @@ def finite_or_none(value: Any) -> float | None:
         return None
     value = float(value)
     return value if math.isfinite(value) else None
+
+
+def _components(value: Any) -> str | None:
+    """A CLI sample's reward components as the recorder stores them (JSON, no NaN)."""
+    if not isinstance(value, dict):
+        return None
+    return json.dumps({str(k): finite_or_none(v) if isinstance(v, (int, float)) else None
+                       for k, v in value.items()})
 
 
 def clean_metrics(metrics: dict[str, Any]) -> dict[str, Any]:
@@ -295,11 +304,18 @@ def _events(folder: Path) -> Iterator[tuple[int, dict[str, Any]]]:
 def _import_cli_run(folder: Path, owner: User, name: str | None) -> ImportResult:
     from trainer.config import BUILTIN_TASKS, ConfigError, TrainConfig
     from trainer.data import DataError, resolve_prompts
+    from trainer.reward_registry import parse_rewards
 
     raw = _cli_config(folder)
     try:
-        config = TrainConfig.from_dict(raw)
-    except (ConfigError, TypeError) as exc:
+        # Its rewards need not be registered here: the import runs none of them (a relaunch
+        # checks them as any launch does). Their syntax is checked all the same.
+        rewards = raw.get("rewards", "") if isinstance(raw, dict) else ""
+        config = TrainConfig.from_dict({**raw, "rewards": ""} if rewards else raw)
+        if rewards:
+            parse_rewards(rewards)
+            config.rewards = rewards
+    except (ConfigError, TypeError, ValueError) as exc:
         raise ImportError_("config.json", str(exc)) from None
     try:
         prompts, eval_prompts = resolve_prompts(config)
@@ -401,7 +417,8 @@ def _write_cli_step(run_id: int, e: dict[str, Any], ids: dict[str, int], wall: f
     _copy("experiments_sample", SAMPLE_COLUMNS, (
         (run_id, step, pid(s["prompt_id"]), s["index"], s["round"], s["response"], s["tokens"],
          s["reward"], s["kept"], finite_or_none(s.get("advantage")),
-         s.get("verifier_error") or "", float(s.get("weight", 1.0)), s.get("policy_version"))
+         s.get("verifier_error") or "", float(s.get("weight", 1.0)), s.get("policy_version"),
+         _components(s.get("reward_components")))
         for s in e["samples"]))
     return wall
 

@@ -325,6 +325,10 @@ class Sample(models.Model):
     policy_version = models.PositiveIntegerField(
         null=True, help_text="Optimiser steps applied to the weights that generated it "
         "(asynchronous training); null: the step's own weights, version step - 1.")
+    # Runs that combine rewards (TrainConfig.rewards) only; null: the verifier alone.
+    reward_components = models.JSONField(
+        null=True, help_text="Each reward component's score by name (the run's rewards); a "
+        "component that failed is null, its error in verifier_error; null: the verifier alone.")
 
     class Meta:
         ordering = ["run", "step", "prompt", "index"]

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import io
 import json
+import os
 import subprocess
 import sys
 import zipfile
@@ -43,7 +44,7 @@ RECORDS = {
                  "exit_round", "missing", "kept_positives", "kept_negatives", "baseline",
                  "tokens", "p_hat", "allocated"),
     Sample: ("step", "prompt_id", "index", "round", "response", "tokens", "reward", "kept",
-             "advantage", "verifier_error", "weight", "policy_version"),
+             "advantage", "verifier_error", "weight", "policy_version", "reward_components"),
     EvalResult: ("step", "metrics"),
     Checkpoint: ("step", "path"),
 }
@@ -76,6 +77,9 @@ def recorded(user: Any) -> Run:
     Checkpoint.objects.create(run=run, step=3, path=str(
         Path(settings.CHECKPOINT_ROOT) / f"run-{run.pk}" / "checkpoints" / "step-000003"))
     Run.objects.filter(pk=run.pk).update(status=Run.Status.SUCCEEDED)
+    # Step 2's samples as a run combining rewards records them (a failed component: null).
+    Sample.objects.filter(run=run, step=2).update(
+        reward_components={"verifier": 1.0, "odd": 0.5, "unruly": None})
     run.refresh_from_db()
     return run
 
@@ -101,8 +105,12 @@ def test_export_holds_every_record_as_parquet(recorded: Run, user: Any, tmp_path
     assert pq.ParquetFile(folder / "samples.parquet").num_row_groups > 1
     db = records(recorded)
     assert manifest["rows"]["samples"] == samples.num_rows == len(db["Sample"])
-    assert list(zip(*(samples.column(c).to_pylist() for c in RECORDS[Sample]),
-                    strict=True)) == db["Sample"]
+    # reward_components as JSON text (null: the verifier alone).
+    assert list(zip(*([None if v is None else json.loads(v) for v in samples.column(c)
+                       .to_pylist()] if c == "reward_components" else samples.column(c)
+                      .to_pylist() for c in RECORDS[Sample]), strict=True)) == db["Sample"]
+    assert {json.dumps(r[-1]) for r in db["Sample"]} == {
+        "null", '{"odd": 0.5, "unruly": null, "verifier": 1.0}'}
     prompt_steps = pq.read_table(folder / "prompt_steps.parquet")
     assert list(zip(*(prompt_steps.column(c).to_pylist() for c in RECORDS[PromptStep]),
                     strict=True)) == db["PromptStep"]
@@ -248,10 +256,15 @@ def cli_run(tmp_path_factory: Any) -> Path:
     """A run of ``python -m trainer run`` (simulated backend)."""
     tmp = tmp_path_factory.mktemp("cli")
     (tmp / "run.toml").write_text(CLI_TOML)
+    # Run with a reward of a test module too (tests/rewards_for_tests.py): the import carries
+    # each sample's components, without the reward registered in the importing process (whose
+    # tests read run.toml: the same run but for its rewards).
+    (tmp / "rewards.toml").write_text(CLI_TOML + 'rewards = "verifier odd:0.5"\n')
     out = tmp / "out"
     done = subprocess.run([sys.executable, "-m", "trainer", "run", "--config",
-                           str(tmp / "run.toml"), "--out", str(out), "--no-progress"],
-                          cwd=ROOT, capture_output=True, text=True, timeout=300)
+                           str(tmp / "rewards.toml"), "--out", str(out), "--no-progress"],
+                          cwd=ROOT, capture_output=True, text=True, timeout=300,
+                          env={**os.environ, "RADA_REWARDS": "odd=tests.rewards_for_tests"})
     assert done.returncode == 0, done.stderr
     return out
 
@@ -278,6 +291,10 @@ def test_import_of_a_cli_run_records_what_it_emitted(cli_run: Path, user: Any,
     emitted = [(e["step"], s["prompt_id"], s["index"], s["round"], s["response"], s["tokens"],
                 s["reward"], s["kept"]) for e in steps for s in e["samples"]]
     assert sorted(emitted) == sorted((r[0], by_pk[r[1]], *r[2:8]) for r in db["Sample"])
+    components = [(e["step"], s["prompt_id"], s["index"], s["reward_components"])
+                  for e in steps for s in e["samples"]]
+    assert sorted(components) == sorted((r[0], by_pk[r[1]], r[2], r[12]) for r in db["Sample"])
+    assert {tuple(c[3]) for c in components} == {("verifier", "odd")}
     emitted_ps = [(e["step"], p["prompt_id"], p["samples"], p["exit_round"],
                    p["kept_positives"]) for e in steps for p in e["prompts"]]
     assert sorted(emitted_ps) == sorted((r[0], by_pk[r[1]], r[2], r[6], r[8])
