@@ -456,3 +456,22 @@ def test_a_cli_run_on_the_built_in_task_shares_the_dashboards_sets(cli_run: Path
 
     dash = record_run(make_run(user, generated, name="dash", total_steps=2, batch_size=6))
     assert selectors.per_prompt_pass_rates(run, dash)["a"]
+
+
+@pytest.mark.django_db
+def test_a_dppo_run_round_trips_its_pruning_and_importance_weights(user: Any,
+                                                                  tmp_path: Path) -> None:
+    """DPPO's decisions are in the records every run has: each completion's ``kept`` and its
+    loss weight (1 / keep probability, above 1 where it could be pruned) and the steps' pruning
+    metrics. The bundle carries them to an identical run."""
+    ps = make_prompt_set("arith-dppo", size=8)
+    run = record_run_with_evals(make_run(user, ps, algorithm="dppo", total_steps=4, name="dppo",
+                                         group_size=6), [])
+    weights = set(Sample.objects.filter(run=run).values_list("weight", flat=True))
+    assert max(weights) > 1 and Sample.objects.filter(run=run, kept=False).exists()
+    bundle = tmp_path / "dppo.zip"
+    with open(bundle, "wb") as fh:
+        bundles.write_bundle(run, fh)
+    imported = import_run(bundle, user).run
+    assert records(imported) == records(run)
+    assert {s.metrics["samples_pruned"] for s in Step.objects.filter(run=imported)} != {0.0}
