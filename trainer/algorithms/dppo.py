@@ -146,12 +146,11 @@ def full_group_advantages(res: SamplerResult) -> np.ndarray:
 # --- the prompts' history: persistent run state ----------------------------------------------
 
 class PromptHistory:
-    """Per prompt id, its score when last sampled (the mean |A| of its group) and the step it
-    was sampled at. Run state: saved in every checkpoint (``state_dict``), restored on resume."""
+    """Per prompt id, its score when last sampled (the mean |A| of its group). Run state:
+    saved in every checkpoint (``state_dict``), restored on resume."""
 
     def __init__(self) -> None:
         self.score: dict[str, float] = {}
-        self.step: dict[str, int] = {}
 
     @classmethod
     def from_config(cls, config: Any) -> PromptHistory:
@@ -161,24 +160,21 @@ class PromptHistory:
         """Each prompt's score; NaN for one never sampled."""
         return np.array([self.score.get(i, np.nan) for i in prompt_ids], dtype=np.float64)
 
-    def update(self, prompt_ids: Sequence[str], scores: np.ndarray, step: int) -> None:
+    def update(self, prompt_ids: Sequence[str], scores: np.ndarray) -> None:
         for pid, s in zip(prompt_ids, np.asarray(scores, dtype=np.float64).tolist(),
                           strict=True):
             self.score[pid] = float(s)
-            self.step[pid] = int(step)
 
     def state_dict(self) -> dict[str, Any]:
         ids = sorted(self.score)
-        return {"ids": ids, "scores": [self.score[i] for i in ids],
-                "steps": [self.step.get(i, 0) for i in ids]}
+        return {"ids": ids, "scores": [self.score[i] for i in ids]}
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
-        ids, scores, steps = state["ids"], state["scores"], state["steps"]
-        if not len(ids) == len(scores) == len(steps):
-            raise ValueError("the checkpoint's DPPO prompt history has ids, scores and steps of "
-                             f"different lengths ({len(ids)}, {len(scores)}, {len(steps)})")
+        ids, scores = state["ids"], state["scores"]
+        if len(ids) != len(scores):
+            raise ValueError("the checkpoint's DPPO prompt history has ids and scores of "
+                             f"different lengths ({len(ids)}, {len(scores)})")
         self.score = {str(i): float(s) for i, s in zip(ids, scores, strict=True)}
-        self.step = {str(i): int(t) for i, t in zip(ids, steps, strict=True)}
 
 
 # --- the seams --------------------------------------------------------------------------------
@@ -222,14 +218,14 @@ def sample_dppo_step(ctx: StepContext) -> SampledStep:
         w_q = importance_weights(p_q[kept_q])
         res = res.with_kept(res.kept, weights=res.weights * w_q[res.sample_prompt],
                             advantages=res.advantages)
-        history.update([p.id for p in survivors], group_mean_abs_advantage(res), ctx.step)
+        history.update([p.id for p in survivors], group_mean_abs_advantage(res))
     return SampledStep(res, outcome, None, survivors, prompt_indices=indices)
 
 
 def dppo_trained(config: TrainConfig, history: PromptHistory, prompts: Sequence[Prompt],
                  result: SamplerResult) -> None:
     """Asynchronous DPPO: the history takes an update's prompts' scores when it trains them."""
-    history.update([p.id for p in prompts], group_mean_abs_advantage(result), 0)
+    history.update([p.id for p in prompts], group_mean_abs_advantage(result))
 
 
 def dppo_metrics(config: TrainConfig, res: SamplerResult,
