@@ -54,7 +54,7 @@ class ChartSpec:
     """A run-page chart of step metrics, as data: ``name`` (the endpoint's slug), ``title``,
     its ``panels`` (top first, over one step axis), its ``kind`` (``CHART_KINDS``), the chart it
     follows on the page (``after``, a chart's name; empty or unknown: last), whether it is
-    drawn tall, and ``caption``, the sentence under it saying what to look for."""
+    drawn tall, and its ``caption``: the sentence under it saying what to look for."""
 
     name: str
     title: str

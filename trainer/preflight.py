@@ -303,7 +303,9 @@ def _figures(algorithm: str, n: int, runs: list[list[float]], results: list[dict
     counted = [(step, len(chosen)) for res, chosen in zip(results, runs, strict=True)
                for step in (res["steps"][steps // 2:] if steps > 1 else [res])]
     drawn = [p for step, _ in counted for p in step["prompts"]]
-    samples = float(np.mean([p["samples"] for p in drawn]))
+    # Per prompt of the step's batch, drawn or not (DPPO prunes some before generating; for
+    # the others every prompt of the batch is drawn and this is the mean over them).
+    samples = sum(step["total_samples"] for step, _ in counted) / sum(s for _, s in counted)
     if record.draws_batches:
         # Per prompt of the step's batch: the further batches' samples count too (DAPO).
         samples = sum(r["total_samples"] for r in results) / sum(len(c) for c in runs)

@@ -512,7 +512,9 @@ def balanced_downsample(pools: SamplerResult, n: int, seed: int, *,
 def make_sampler(config: TrainConfig, num_prompts: int, seed: int,
                  allocation: Sequence[int] | np.ndarray | None = None) -> AdaptiveSampler:
     """The sampler a ``TrainConfig`` asks for; ``allocation``: samples per prompt of an
-    algorithm that allocates (Est)."""
+    algorithm that allocates (Est). The algorithm's ``sampler_options`` may name its estimator
+    (``advantage``), epsilon (``eps``) and a keep rule built from the config (``keep``: DPPO's
+    pruning rate), in place of its record's ``keep``."""
     c = config
     algo = get_algorithm(c.algorithm)
     options: dict[str, Any] = {"eps": EPS, **algo.sampler_options(c)}
@@ -524,4 +526,4 @@ def make_sampler(config: TrainConfig, num_prompts: int, seed: int,
         max_rounds=c.max_rounds, positive_threshold=c.positive_threshold,
         std_normalize=c.use_std_normalization, advantage_estimator=options.get("advantage"),
         seed=seed, k_pos=k_pos, k_neg=k_neg, allocation=allocation, eps=options["eps"],
-        draws=draws, positive_metric=c.positive_metric)
+        draws=draws, keep=options.get("keep"), positive_metric=c.positive_metric)

@@ -663,6 +663,9 @@ def prompt_history(run: Run, prompt: Prompt, page_steps: int = 5,
     return {"steps": history, "all_steps": steps, "older_than": older,
             "total_steps": len(steps), "threshold": threshold, "positive_of": positive_of,
             "asynchronous": cfg.max_policy_lag > 0, "max_policy_lag": cfg.max_policy_lag,
+            # Whether any response shown carries a loss weight other than 1 (an algorithm that
+            # reweights: DPPO's importance weights): the responses table then shows them.
+            "weighted": any(r.weight != 1.0 for h in history for r in h.responses),
             **words}
 
 

@@ -11,7 +11,7 @@ from dashboard.downsample import minmax
 from django.contrib.auth.models import User
 from django.test import Client
 from django.urls import reverse
-from experiments.models import Prompt, PromptStep, RoundStat, Run, Step
+from experiments.models import Prompt, PromptStep, RoundStat, Run, Sample, Step
 
 from .dashboard_fixtures import (
     make_prompt_set,
@@ -583,3 +583,36 @@ def test_clip_chart_says_why_it_is_flat_with_one_optimiser_step(
     assert not fig["layout"].get("annotations")
     assert [t["name"] for t in fig["data"]][:2] == ["clipped at 1 - eps_low",
                                                     "clipped at 1 + eps_high"]
+
+
+def test_pods_and_dppo_pages_chart_what_was_pruned_and_the_weights_applied() -> None:
+    """The pruning chart both declare (trainer/algorithms/pruning.py) draws each step's kept
+    and pruned completions and the kept ones' loss weights from the recorded metrics, with its
+    caption; DPPO's prompt chart is on DPPO's page only; a prompt's history shows the loss
+    weights where any differs from 1 (DPPO's), not for PODS."""
+    owner = User.objects.create_user("pruner", password="x-123456")
+    ps = make_prompt_set("prune-set", size=8)
+    dppo = record_run(make_run(owner, ps, name="dppo", algorithm="dppo", total_steps=4,
+                               group_size=6))
+    pods = record_run(make_run(owner, ps, name="pods", algorithm="pods", total_steps=2))
+    c = Client()
+    c.force_login(owner)
+    for run, own in ((dppo, True), (pods, False)):
+        page = c.get(reverse("dashboard:run_detail", args=[run.pk])).content.decode()
+        assert 'id="chart-pruning"' in page and 'id="caption-pruning"' in page
+        assert ('id="chart-dppo_prompts"' in page) == own
+        steps = list(Step.objects.filter(run=run).order_by("step"))
+        fig = _chart(c, run, "pruning")
+        for trace, key in (("kept", "kept_samples"), ("pruned", "samples_pruned"),
+                           ("max over kept", "loss_weight_max")):
+            assert _trace(fig, trace)["y"] == pytest.approx([s.metrics[key] for s in steps])
+        assert sum(s.metrics["samples_pruned"] for s in steps) > 0
+        assert (max(s.metrics["loss_weight_max"] for s in steps) > 1) == own
+        sample = Sample.objects.filter(run=run).order_by("-weight", "step").first()
+        html = c.get(reverse("dashboard:prompt_history",
+                             args=[run.pk, sample.prompt_id])).content.decode()
+        assert ("<th>loss weight</th>" in html) == own
+        assert ('id="weighted-history-note"' in html) == own
+    prompts = _chart(c, dppo, "dppo_prompts")
+    assert _trace(prompts, "pruned by their history")["y"] == pytest.approx(
+        [s.metrics["prompts_pruned"] for s in Step.objects.filter(run=dppo).order_by("step")])

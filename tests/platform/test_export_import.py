@@ -488,3 +488,20 @@ def test_a_vade_runs_posterior_means_make_the_round_trip(user: Any, tmp_path: Pa
     assert records(back) == records(run)
     rows = list(PromptStep.objects.filter(run=back).values_list("p_hat", "allocated"))
     assert rows and all(p is not None and a is None for p, a in rows)
+
+def test_a_dppo_run_round_trips_its_pruning_and_importance_weights(user: Any,
+                                                                  tmp_path: Path) -> None:
+    """DPPO's decisions are in the records every run has: each completion's ``kept`` and its
+    loss weight (1 / keep probability, above 1 where it could be pruned) and the steps' pruning
+    metrics. The bundle carries them to an identical run."""
+    ps = make_prompt_set("arith-dppo", size=8)
+    run = record_run_with_evals(make_run(user, ps, algorithm="dppo", total_steps=4, name="dppo",
+                                         group_size=6), [])
+    weights = set(Sample.objects.filter(run=run).values_list("weight", flat=True))
+    assert max(weights) > 1 and Sample.objects.filter(run=run, kept=False).exists()
+    bundle = tmp_path / "dppo.zip"
+    with open(bundle, "wb") as fh:
+        bundles.write_bundle(run, fh)
+    imported = import_run(bundle, user).run
+    assert records(imported) == records(run)
+    assert {s.metrics["samples_pruned"] for s in Step.objects.filter(run=imported)} != {0.0}

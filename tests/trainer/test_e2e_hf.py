@@ -243,3 +243,31 @@ def test_vade_trains_on_the_hf_backend(tiny_model_dir: Path, tmp_path: Path) -> 
         if any(x.kept and x.advantage for x in s.samples):
             assert m["grad_norm"] > 0
     assert read_state(result.checkpoint)[VADE_STATE] == post.state_dict()
+
+def test_dppo_trains_on_the_hf_backend(tiny_model_dir: Path, tmp_path: Path) -> None:
+    """DPPO through the real model, 2 steps over a set of 4 prompts (so the second step's batch
+    has a history): every completion is recorded, a pruned one only where its |A| (over its
+    whole group) is below its group's mean, and each kept one's loss weight is its prompt's
+    1 / (1 - r_q) (or 1) times its own 1 / (1 - r_o) (or 1)."""
+    import numpy as np
+
+    rec, result = run(hf_config(tiny_model_dir, algorithm="dppo", group_size=8,
+                                task_num_prompts=4, total_steps=2, save_every=0,
+                                dppo_prompt_prune_rate=0.5, dppo_completion_prune_rate=0.5),
+                      tmp_path)
+    assert result.status == "completed"
+    for s in rec.steps:
+        m = s.metrics
+        assert set(STEP_METRICS) <= set(m) and all(math.isfinite(v) for v in m.values())
+        assert m["samples"] == 8 * len(s.prompts) == 8 * (4 - m["prompts_pruned"])
+        for p in s.prompts:
+            mine = [x for x in s.samples if x.prompt_id == p.prompt_id]
+            r = np.array([x.reward for x in mine])
+            a = np.abs(r - r.mean()) / (r.std(ddof=1) + 1e-6)
+            below = a < a.mean() - 1e-9
+            assert all(x.kept or b for x, b in zip(mine, below, strict=True))
+            for x, b in zip(mine, below, strict=True):
+                assert x.weight in ({1.0, 2.0} if not b else {2.0, 4.0}) or not x.kept
+        if any(x.kept and x.advantage for x in s.samples):
+            assert m["grad_norm"] > 0
+    assert sum(s.metrics["samples_pruned"] for s in rec.steps) > 0

@@ -21,10 +21,11 @@ Responses that are not chosen are recorded with ``kept`` false, like any down-sa
 Among equal rewards which responses are kept is a seeded uniform choice (the step's down-sample
 stream); among subsets of equal variance the authors' order decides (top m, then k = 0, 1...).
 No exit rule (one round, as GRPO: every scheduler, and asynchronous training keeps each
-prompt's subset the same way), no persistent state, no chart of its own: its two step metrics,
-the mean reward std of the drawn and of the kept, go to the run page's chart of an
-algorithm's metrics. docs/paper-fidelity.md ("PODS") says where each default comes from and
-what differs.
+prompt's subset the same way), no persistent state. Its run-page chart is the one shared with
+DPPO (``trainer.algorithms.pruning``): the completions kept and pruned each step, and their loss
+weights (all 1 here); its two step metrics of its own, the mean reward std of the drawn and of
+the kept, go to the run page's chart of an algorithm's metrics. docs/paper-fidelity.md
+("PODS") says where each default comes from and what differs.
 """
 
 from __future__ import annotations
@@ -35,6 +36,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from trainer.algorithms.base import Algorithm
+from trainer.algorithms.pruning import PRUNING_CHART, PRUNING_METRICS, pruning_metrics
 from trainer.algorithms.sampling import sample_batch
 from trainer.config import MAX_SAMPLES_PER_PROMPT
 from trainer.options import Option
@@ -119,7 +121,7 @@ def pods_metrics(config: TrainConfig, res: SamplerResult,
     # What the down-sample bought: the kept subset's reward spread against the pool's (the
     # rule maximises the former; all-equal pools have 0 in both).
     return {"drawn_reward_std": reward_spread(res, np.ones(len(res.rewards), dtype=bool)),
-            "kept_reward_std": reward_spread(res, res.kept)}
+            "kept_reward_std": reward_spread(res, res.kept), **pruning_metrics(res)}
 
 
 def rollouts_at_least_m(c: TrainConfig) -> Iterator[tuple[str, str]]:
@@ -147,8 +149,9 @@ PODS = Algorithm(
                                   "the n rollouts drawn", "reward", "drawn reward std"),
         "kept_reward_std": count("mean over the step's prompts of the std of the rewards of "
                                  "the m rollouts kept (the largest any m of them have)",
-                                 "reward", "kept reward std")},
-    extra_metrics=pods_metrics,
+                                 "reward", "kept reward std"),
+        **PRUNING_METRICS},
+    extra_metrics=pods_metrics, charts=(PRUNING_CHART,),
     max_samples_per_prompt=lambda c: c.pods_rollouts,
     max_samples_per_step=lambda c: c.batch_size * c.pods_rollouts,
     step_shape="batch_size x pods_rollouts",
