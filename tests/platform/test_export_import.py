@@ -489,6 +489,7 @@ def test_a_vade_runs_posterior_means_make_the_round_trip(user: Any, tmp_path: Pa
     rows = list(PromptStep.objects.filter(run=back).values_list("p_hat", "allocated"))
     assert rows and all(p is not None and a is None for p, a in rows)
 
+
 def test_a_dppo_run_round_trips_its_pruning_and_importance_weights(user: Any,
                                                                   tmp_path: Path) -> None:
     """DPPO's decisions are in the records every run has: each completion's ``kept`` and its

@@ -244,6 +244,7 @@ def test_vade_trains_on_the_hf_backend(tiny_model_dir: Path, tmp_path: Path) -> 
             assert m["grad_norm"] > 0
     assert read_state(result.checkpoint)[VADE_STATE] == post.state_dict()
 
+
 def test_dppo_trains_on_the_hf_backend(tiny_model_dir: Path, tmp_path: Path) -> None:
     """DPPO through the real model, 2 steps over a set of 4 prompts (so the second step's batch
     has a history): every completion is recorded, a pruned one only where its |A| (over its
