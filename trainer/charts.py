@@ -53,8 +53,8 @@ class Panel:
 class ChartSpec:
     """A run-page chart of step metrics, as data: ``name`` (the endpoint's slug), ``title``,
     its ``panels`` (top first, over one step axis), its ``kind`` (``CHART_KINDS``), the chart it
-    follows on the page (``after``, a chart's name; empty or unknown: last) and whether it is
-    drawn tall."""
+    follows on the page (``after``, a chart's name; empty or unknown: last), whether it is
+    drawn tall and its ``caption`` (the sentence under it saying what to look for; optional)."""
 
     name: str
     title: str
@@ -62,6 +62,7 @@ class ChartSpec:
     kind: str = "lines"
     after: str = ""
     tall: bool = False
+    caption: str = ""
 
     def __post_init__(self) -> None:
         if not isinstance(self.name, str) or not CHART_NAME.match(self.name):

@@ -2,9 +2,9 @@
 asks: ``get_algorithm(name)``, ``algorithms()``, ``ALGORITHM_NAMES`` (``trainer.registry``).
 
 Built in, in this order: GRPO (the baseline), DAPO, Reinforce-Ada Seq-pos and Seq-balance
-(v1/v2's ada-pos and ada-balance), Reinforce-Ada Est, and PODS (the first of the
-adaptive-sampling family, issue 31). A new algorithm is one module that builds a record and
-registers it (docs/architecture.md, "Adding an algorithm"); importing this
+(v1/v2's ada-pos and ada-balance), Reinforce-Ada Est, PODS (the first of the
+adaptive-sampling family, issue 31) and GVM-RAFT. A new algorithm is one module that builds a
+record and registers it (docs/architecture.md, "Adding an algorithm"); importing this
 package registers the built-ins, and the registry imports it the first time it is asked."""
 
 from __future__ import annotations
@@ -33,6 +33,7 @@ from trainer.algorithms.base import (
 from trainer.algorithms.dapo import DAPO
 from trainer.algorithms.est import EST
 from trainer.algorithms.grpo import GRPO
+from trainer.algorithms.gvm_raft import GVM_RAFT
 from trainer.algorithms.pods import PODS
 from trainer.algorithms.sampling import sample_batch, sample_rounds
 from trainer.algorithms.seq import SEQ_BALANCE, SEQ_POS
@@ -42,13 +43,13 @@ from trainer.registry import load_plugins
 
 # The built-ins. Registration order is the order of every list of algorithms (the launch form,
 # preflight, reports): the baseline first.
-for _record in (GRPO, DAPO, SEQ_POS, SEQ_BALANCE, EST, PODS):
+for _record in (GRPO, DAPO, SEQ_POS, SEQ_BALANCE, EST, PODS, GVM_RAFT):
     register_algorithm(_record, replace=True)
 # Then a deployment's own (RADA_ALGORITHMS).
 load_plugins()
 
-__all__ = ["ALGORITHM_NAMES", "DAPO", "EST", "GRPO", "PODS", "SAMPLING_KINDS", "SEQ_BALANCE",
-           "SEQ_POS",
+__all__ = ["ALGORITHM_NAMES", "DAPO", "EST", "GRPO", "GVM_RAFT", "PODS", "SAMPLING_KINDS",
+           "SEQ_BALANCE", "SEQ_POS",
            "Algorithm", "BatchContext", "ChartSpec", "CrossCheck", "Option", "Panel",
            "SampledStep", "StepContext",
            "UnknownAlgorithm", "UpdateFeedback", "algorithms", "balanced_target", "baseline",

@@ -112,7 +112,8 @@ def _declared_chart(spec: ChartSpec, algorithms: tuple[str, ...]) -> Chart:
     declaration, so that the registry reads the same entry every time)."""
     return Chart(spec.name, lambda run, max_points=MAX_POINTS, **_: spec_chart(run, spec,
                                                                                max_points),
-                 metrics=spec.keys, tall=spec.tall, algorithms=algorithms)
+                 metrics=spec.keys, tall=spec.tall, algorithms=algorithms,
+                 caption=spec.caption)
 
 
 class RunCharts(MutableMapping[str, Chart]):
