@@ -37,8 +37,10 @@ on all of them (GRPO with n = gvm_budget), which is what ``draws`` describes; th
 that read ``draws`` predict that too.
 
 The run page: the stacked share of the second stage's budget that went to prompts of each
-first-stage pass rate (``ALLOCATION_CHART``); every prompt's p_i and n_i are recorded in its
-step row (``Allocation``: the prompt's history shows them).
+first-stage pass rate (``ALLOCATION_CHART``), the mean pass rate and largest allocation
+(``PASS_RATE_CHART``), and the last step's n_i against p_i on the rule's curve (a drawing of
+its own: platform/dashboard/charts/gvm_raft.py); every prompt's p_i and n_i are recorded in
+its step row (``Allocation``: the prompt's history shows them).
 """
 
 from __future__ import annotations
@@ -265,6 +267,7 @@ def gvm_metrics(config: TrainConfig, res: SamplerResult,
            for key, _, test in PASS_RATE_BINS}
     out["gvm_stage1_pass_rate"] = float(p.mean()) if len(p) else 0.0
     out["gvm_max_alloc"] = float(n.max()) if len(n) else 0.0
+    out["gvm_alloc_scale"] = float(allocation.scale)
     return out
 
 
@@ -321,7 +324,11 @@ GVM_RAFT = Algorithm(
         "gvm_stage1_pass_rate": fraction("mean over the step's prompts of the first-stage "
                                          "acceptance rate p", "stage-1 pass rate"),
         "gvm_max_alloc": count("most second-stage samples allocated to one prompt", "responses",
-                               "largest allocation")},
+                               "largest allocation"),
+        "gvm_alloc_scale": count("c of the second stage's n_i = clip(c * w(p_i), "
+                                 "gvm_min_samples, gvm_max_samples) before rounding (0: no "
+                                 "prompt accepted anything)", "samples per unit weight",
+                                 "allocation scale c")},
     extra_metrics=gvm_metrics, charts=(ALLOCATION_CHART, PASS_RATE_CHART),
     max_samples_per_prompt=lambda c: max(c.gvm_stage1 + c.gvm_max_samples, c.gvm_budget),
     max_samples_per_step=lambda c: c.batch_size * c.gvm_budget,
