@@ -93,8 +93,9 @@ PREDICTION_COLUMNS: tuple[Column, ...] = (
            "rewards equal: no gradient); the step's zero_adv_frac metric"),
     Column("discarded_frac", "groups discarded", "fraction",
            "of the groups drawn, the share left out of the update: DAPO's groups without "
-           "signal and those beyond the B it trains on; the other algorithms keep every "
-           "group (down-sampling a pool keeps its group)"),
+           "signal and those beyond the B it trains on, GVM-RAFT's prompts that accepted "
+           "nothing in its first stage (no second stage to train on); the other algorithms "
+           "keep every group (down-sampling a pool keeps its group)"),
     Column("unresolved_frac", "unresolved prompts", "fraction",
            "of the prompts drawn, the share whose exit rule still did not hold after the last "
            "round (Seq); algorithms without an exit rule resolve every prompt in its round"),

@@ -207,8 +207,11 @@ class PromptStepOut(Schema):
     kept_negatives: int
     baseline: float = Field(description="mean reward of the prompt's whole pool")
     tokens: int
-    p_hat: float | None = Field(description="Est: pass-rate estimate before the step")
-    allocated: int | None = Field(description="Est: samples allocated this step")
+    p_hat: float | None = Field(description="Pass rate the step's allocation was planned from "
+                                "(Est: its estimate before the step; GVM-RAFT: its first "
+                                "stage's)")
+    allocated: int | None = Field(description="Samples allocated this step (Est: all of them; "
+                                  "GVM-RAFT: its second stage's)")
 
 
 class SampleOut(Schema):

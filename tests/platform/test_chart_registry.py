@@ -9,6 +9,7 @@ import re
 from dataclasses import fields
 from pathlib import Path
 
+import numpy as np
 import pytest
 from dashboard import charts, selectors
 from django.contrib.auth.models import User
@@ -68,7 +69,7 @@ def test_every_chart_of_the_registry_draws_what_it_declares(owner: User, owner_c
     applies to a run of each algorithm draws with a title, axis titles and named traces."""
     for chart in charts.RUN_CHARTS.values():
         assert set(chart.metrics) <= set(selectors.METRIC_KEYS), chart.name
-    for algorithm in ("grpo", "dapo", "ada-balance", "ada-est"):
+    for algorithm in ("grpo", "dapo", "ada-balance", "ada-est", "gvm-raft"):
         run = record_run(make_run(owner, mixed_set, name=algorithm, algorithm=algorithm,
                                   total_steps=2, batch_size=4))
         page = owner_client.get(reverse("dashboard:run_detail", args=[run.pk])).content.decode()
@@ -82,6 +83,12 @@ def test_every_chart_of_the_registry_draws_what_it_declares(owner: User, owner_c
             if fig["layout"]["xaxis"]["title"]["text"] == charts.STEP_TITLE and any(
                     t.get("x") for t in fig["data"]):
                 assert fig["layout"]["xaxis"].get("dtick") == 1, (algorithm, name)
+    # GVM-RAFT's last step: every prompt's second-stage samples on the rule's curve at its
+    # first-stage pass rate, up to the rounding's one sample.
+    dots, *curve = _chart(owner_client, run, "gvm_allocation_curve")["data"]
+    assert len(dots["x"]) == 4 and len(curve) == 2
+    for p, n in zip(dots["x"], dots["y"], strict=True):
+        assert abs(n - np.interp(p, curve[0]["x"], curve[0]["y"])) < 1, (p, n)
 
 
 def test_no_elimination_funnel_for_algorithms_without_an_exit_rule(

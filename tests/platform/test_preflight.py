@@ -240,8 +240,10 @@ def test_finished_estimate_shows_predictions_chart_and_warnings(
         want = ("(exact)" if row["spend_fixed"] else
                 f"(95%: {row['samples_per_step_low']:,.0f}–{row['samples_per_step_high']:,.0f})")
         assert want in cell, (row["algorithm"], cell)
-        # Fixed budgets: GRPO's n, Est's B x budget, PODS's n drawn per prompt, VADE's n.
-        assert row["spend_fixed"] == (row["algorithm"] in ("grpo", "ada-est", "pods", "vade"))
+        # Fixed budgets: GRPO's n, Est's B x budget, PODS's n drawn per prompt, GVM-RAFT's
+        # B x gvm_budget, VADE's n.
+        assert row["spend_fixed"] == (row["algorithm"] in ("grpo", "ada-est", "pods",
+                                                           "gvm-raft", "vade"))
     assert 'id="estimate-interval"' in page and "drawn again with replacement" in page
     budget = owner_client.get(reverse("dashboard:estimate_chart", args=[good.pk, "budget"]),
                               SHAPE).json()

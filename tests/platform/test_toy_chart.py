@@ -37,7 +37,8 @@ CHART = ChartSpec(
     (Panel("groups dropped (groups)", (("toy_dropped", "groups with equal rewards"),),
            reference=lambda c: (f"the whole batch: B = {c.batch_size}", c.batch_size)),
      Panel("share of the batch kept (0-1)", (("toy_kept_share", "groups kept"),))),
-    after="signal", tall=True)
+    after="signal", tall=True,
+    caption="Look for steps where most groups are dropped: the batch then trains on few.")
 
 CHARTED = dataclasses.replace(
     TOY, name="toy-charted", label="Toy with a chart of its own",
@@ -74,6 +75,8 @@ def test_an_algorithms_declared_chart_is_on_its_runs_page(toy: Algorithm, owner:
     assert page.index('id="chart-signal"') < page.index('id="chart-toy_dropped"') \
         < page.index('id="chart-revisits"')
     assert 'class="chart tall" id="chart-toy_dropped"' in page
+    # Its caption, the sentence under it.
+    assert f'id="caption-toy_dropped">{CHART.caption}</figcaption>' in page
 
     fig = _chart(owner_client, run.pk, "toy_dropped")
     steps = list(Step.objects.filter(run=run).order_by("step"))

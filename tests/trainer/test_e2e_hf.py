@@ -212,6 +212,33 @@ def test_pods_trains_on_the_hf_backend(tiny_model_dir: Path, tmp_path: Path) -> 
             assert m["grad_norm"] > 0
 
 
+def test_gvm_raft_trains_on_the_hf_backend(tiny_model_dir: Path, tmp_path: Path) -> None:
+    """GVM-RAFT through the real model: B = 2 prompts draw 2 responses each in the first stage,
+    the second stage's 2 x 2 are allocated by the paper's rule from those acceptance rates, and
+    the update trains on the second stage alone (GRPO's advantage within it)."""
+    import numpy as np
+
+    from trainer.algorithms.gvm_raft import gvm_allocate, gvm_weights
+
+    rec, result = run(hf_config(tiny_model_dir, algorithm="gvm-raft", batch_size=2,
+                                gvm_stage1=2, gvm_budget=4, total_steps=2, save_every=0),
+                      tmp_path)
+    assert result.status == "completed"
+    for s in rec.steps:
+        m = s.metrics
+        assert set(STEP_METRICS) <= set(m) and all(math.isfinite(v) for v in m.values())
+        assert (m["samples"], m["kept_samples"]) == (2 * 4, 2 * 2)
+        rates = [p.p_hat for p in s.prompts]
+        expected, _ = gvm_allocate(gvm_weights(np.array(rates), 1e-3, 2.0), 4, 0, 32)
+        assert [p.allocated for p in s.prompts] == expected.tolist()
+        for p in s.prompts:
+            mine = [x for x in s.samples if x.prompt_id == p.prompt_id]
+            assert [x.kept for x in mine] == [False] * 2 + [True] * p.allocated
+            assert p.p_hat == sum(x.reward > 0.5 for x in mine[:2]) / 2
+        if any(x.kept and x.advantage for x in s.samples):
+            assert m["grad_norm"] > 0
+
+
 def test_vade_trains_on_the_hf_backend(tiny_model_dir: Path, tmp_path: Path) -> None:
     """VADE through the real model: each step's B = 4 prompts are the Thompson sampler's choice
     from the posteriors the earlier steps left (replayed here from the records), each prompt's

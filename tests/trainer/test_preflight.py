@@ -97,9 +97,10 @@ def test_predictions_are_the_simulators_figures() -> None:
     assert dapo["zero_adv_frac"] == 0.0
     assert dapo["samples_per_step"] * (1 - dapo["discarded_frac"]) == pytest.approx(32 * 4)
     assert dapo["discarded_frac"] >= rows["grpo", 4]["zero_adv_frac"] - 0.1
-    # Only an algorithm that drops groups it drew (DAPO's batches) discards any.
+    # Only an algorithm that drops groups it drew (DAPO's batches) discards any, and GVM-RAFT,
+    # whose prompts that accept nothing in its first stage get no second stage to train on.
     assert all(r["discarded_frac"] == 0.0 for k, r in rows.items()
-               if not get_algorithm(k[0]).draws_batches)
+               if not get_algorithm(k[0]).draws_batches and k[0] != "gvm-raft")
     # How sure: a fixed budget (GRPO's B x n, Est's B x budget_per_prompt) is exact; what
     # depends on the prompts has its interval over them around the figure, within its maximum.
     for key in (("grpo", 4), ("grpo", 8), ("grpo", 16), ("ada-est", 4)):

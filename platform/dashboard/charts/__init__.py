@@ -7,12 +7,13 @@
   too);
 - ``run_page``: the run page's common charts and the prompt history's;
 - ``ranks``: the "Across ranks" section; ``est``: Reinforce-Ada Est's own section;
+  ``gvm_raft``: GVM-RAFT's allocation against its curve;
   ``asynchronous``: the "Asynchronous and off-policy training" section (lag, drops, ESS, lr);
 - ``compare``: the compare page's; ``estimate``: the launch preflight's.
 
 Importing the package registers the run page's charts in page order (the common ones, Est's,
-the ranks', then the asynchronous ones), and names here what the views, the reports and the
-tests use.
+GVM-RAFT's, the ranks', then the asynchronous ones), and names here what the views, the
+reports and the tests use.
 """
 
 from __future__ import annotations
@@ -20,7 +21,7 @@ from __future__ import annotations
 # isort: off
 # In page order: the common charts (the others are placed after them), Est's section, the ranks',
 # the asynchronous and off-policy section.
-from . import run_page, est, ranks, asynchronous
+from . import run_page, est, gvm_raft, ranks, asynchronous
 # isort: on
 from .compare import COMPARE_METRICS, X_AXES, compare, pass_rate_scatter
 from .drawing import (
@@ -59,7 +60,8 @@ FULL_RESOLUTION_CHARTS = tuple(c.name for c in RUN_CHARTS.values() if c.full_res
 __all__ = ["COMPARE_METRICS", "ESTIMATE_CHARTS", "FULL_RESOLUTION_CHARTS", "MAX_POINTS",
            "METRIC_DOMAINS", "PALETTE", "PEER_COLOR", "POINT_LEVELS", "RUN_CHARTS", "SECTIONS",
            "STEP_TITLE", "STRAGGLER_COLOR", "X_AXES", "Chart", "ChartRun", "Fig", "MetricChart",
-           "Section", "asynchronous", "charts_for", "compare", "est", "estimate_chart", "log_ticks",
-           "metric_chart_entry", "pass_rate_scatter", "points_level", "prompt_pass_rate",
+           "Section", "asynchronous", "charts_for", "compare", "est", "estimate_chart",
+           "gvm_raft", "log_ticks", "metric_chart_entry", "pass_rate_scatter", "points_level",
+           "prompt_pass_rate",
            "ranks", "register_chart", "register_section", "run_chart", "run_config", "run_page",
            "sections_for", "whole_steps"]
