@@ -310,8 +310,9 @@ def _import_cli_run(folder: Path, owner: User, name: str | None) -> ImportResult
     try:
         # Its rewards need not be registered here: the import runs none of them (a relaunch
         # checks them as any launch does). Their syntax is checked all the same.
-        rewards = raw.get("rewards", "") if isinstance(raw, dict) else ""
-        config = TrainConfig.from_dict({**raw, "rewards": ""} if rewards else raw)
+        rewards = raw.get("rewards") if isinstance(raw, dict) else None
+        config = TrainConfig.from_dict({**raw, "rewards": TrainConfig.rewards} if rewards
+                                       else raw)
         if rewards:
             parse_rewards(rewards)
             config.rewards = rewards
