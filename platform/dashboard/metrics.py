@@ -44,6 +44,12 @@ def algorithm_eliminates(algorithm: str) -> bool:
     return is_algorithm(algorithm) and get_algorithm(algorithm).eliminates
 
 
+def algorithm_short_label(algorithm: str) -> str:
+    """How a prompt's history names the algorithm that estimated or allocated: the last word of
+    its label ("Est" of "Reinforce-Ada Est", "GVM-RAFT", "VADE"); the name when unregistered."""
+    return get_algorithm(algorithm).label.split()[-1] if is_algorithm(algorithm) else algorithm
+
+
 def declared() -> dict[str, Metric]:
     """Every step metric a run may record (``trainer.algorithms.step_metric_declarations``: the
     common ones, the optional ones and every registered algorithm's own)."""

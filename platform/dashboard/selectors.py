@@ -578,8 +578,8 @@ class StepHistory:
     baseline: float
     rounds: list[dict[str, int]]
     responses: list[Sample]
-    p_hat: float | None = None     # Est, VADE: the estimate before this step's sampling
-    allocated: int | None = None   # Est: samples allocated
+    p_hat: float | None = None     # Est, GVM-RAFT, VADE: the estimate before sampling
+    allocated: int | None = None   # Est, GVM-RAFT: samples allocated
     outcome: str = ""              # in words (``prompt_step_outcome``)
 
     @property
@@ -594,13 +594,14 @@ class StepHistory:
 
 
 def prompt_step_outcome(exit_round: int | None, missing: str | None, p_hat: float | None,
-                        allocated: int | None, *, eliminates: bool, batches: bool = False
-                        ) -> str:
+                        allocated: int | None, *, eliminates: bool, batches: bool = False,
+                        label: str = "Est") -> str:
     """What became of a prompt in a step, in words. Without an exit rule (GRPO, DAPO) a prompt
     is sampled in one round and nothing eliminates it, whatever round number its row carries
-    (DAPO's is the batch it was drawn in, ``batches``)."""
+    (DAPO's is the batch it was drawn in, ``batches``). ``label``: the algorithm that allocated
+    (Est, GVM-RAFT)."""
     if allocated is not None:
-        return f"Est: {allocated} allocated at p-hat " + ("–" if p_hat is None else f"{p_hat:.3f}")
+        return f"{label}: {allocated} allocated at p-hat " + ("–" if p_hat is None else f"{p_hat:.3f}")
     if not eliminates:
         return "one round, no exit rule" + (f" (batch {exit_round})" if batches and exit_round
                                             else "")
@@ -609,10 +610,11 @@ def prompt_step_outcome(exit_round: int | None, missing: str | None, p_hat: floa
     return f"eliminated after round {exit_round}"
 
 
-def outcome_words(run: Run) -> dict[str, bool]:
+def outcome_words(run: Run) -> dict[str, Any]:
     """The keywords of ``prompt_step_outcome`` for ``run``'s algorithm."""
     return {"eliminates": declared_metrics.algorithm_eliminates(run.algorithm),
-            "batches": "gen_batches" in declared_metrics.algorithm_metrics(run.algorithm)}
+            "batches": "gen_batches" in declared_metrics.algorithm_metrics(run.algorithm),
+            "label": declared_metrics.algorithm_short_label(run.algorithm)}
 
 
 def prompt_history(run: Run, prompt: Prompt, page_steps: int = 5,

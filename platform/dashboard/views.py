@@ -364,15 +364,16 @@ def prompt_history(request: HttpRequest, run_id: int, prompt_id: int) -> HttpRes
     if before is None and request.GET.get("before"):
         return HttpResponseBadRequest("before must be a step number")
     history = selectors.prompt_history(run, prompt, before_step=before)
+    words = selectors.outcome_words(run)
     return render(request, "dashboard/prompt_history.html",
                   {"run": run, "prompt": prompt, **history,
                    "preview_chars": experiment_selectors.PROMPT_PREVIEW_CHARS,
                    "answer_note": selectors.answer_note(run.prompt_set, prompt),
-                   "summary_rows": _summary_rows(history["all_steps"],
-                                                 selectors.outcome_words(run))})
+                   "estimator": words["label"],
+                   "summary_rows": _summary_rows(history["all_steps"], words)})
 
 
-def _summary_rows(steps: list[tuple[Any, ...]], words: dict[str, bool]) -> str:
+def _summary_rows(steps: list[tuple[Any, ...]], words: dict[str, Any]) -> str:
     """The all-steps table body. A prompt of a 600-step run has 600 rows; Django's template loop
     takes ~100 ms for them, format_html_join a few (values are escaped all the same)."""
     return format_html_join(

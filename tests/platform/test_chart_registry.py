@@ -89,6 +89,14 @@ def test_every_chart_of_the_registry_draws_what_it_declares(owner: User, owner_c
     assert len(dots["x"]) == 4 and len(curve) == 2
     for p, n in zip(dots["x"], dots["y"], strict=True):
         assert abs(n - np.interp(p, curve[0]["x"], curve[0]["y"])) < 1, (p, n)
+    # A prompt's history names GVM-RAFT as what allocated, in the step's line and the trace.
+    ps = PromptStep.objects.filter(run=run, allocated__isnull=False).first()
+    html = owner_client.get(reverse("dashboard:prompt_history", args=[run.pk, ps.prompt_id])
+                            ).content.decode()
+    assert f"GVM-RAFT: {ps.allocated} allocated at p-hat {ps.p_hat:.3f}" in html
+    assert "Est" not in html.replace("Estimated", "")
+    fig = owner_client.get(reverse("dashboard:prompt_chart", args=[run.pk, ps.prompt_id])).json()
+    assert "p-hat before sampling (GVM-RAFT)" in [t["name"] for t in fig["data"]]
 
 
 def test_no_elimination_funnel_for_algorithms_without_an_exit_rule(
@@ -406,4 +414,5 @@ def test_vade_charts_its_selection_and_each_prompts_posterior(owner: User, owner
     assert trace["y"] == pytest.approx([h.p_hat for h in history])
     html = owner_client.get(reverse("dashboard:prompt_history",
                                     args=[run.pk, ps.prompt_id])).content.decode()
-    assert f"p-hat before sampling {ps.p_hat:.3f}" in html and "allocated at" not in html
+    assert f"VADE: posterior mean of the pass rate before sampling {ps.p_hat:.3f}" in html
+    assert "allocated" not in html and "Est" not in html.replace("Estimated", "")

@@ -283,7 +283,8 @@ def prompt_pass_rate(run: Run, prompt_id: int) -> Fig:
              "line": {"color": PALETTE[0]}}]
     if any(v is not None for v in p["p_hat"]):
         data.append(est_p_hat_trace(p["step"], p["p_hat"],
-                                    any(a is not None for a in p["allocated"])))
+                                    any(a is not None for a in p["allocated"]),
+                                    metrics.algorithm_short_label(run.algorithm)))
     layout = base_layout("Estimated pass rate of this prompt", STEP_TITLE,
                          "positives / samples (0-1)", hovermode="closest")
     pin_axis(layout["yaxis"], "pass_rate")
@@ -291,11 +292,13 @@ def prompt_pass_rate(run: Run, prompt_id: int) -> Fig:
 
 
 
-def est_p_hat_trace(steps: list[int], p_hat: list[float | None], allocated: bool = True
-                    ) -> dict[str, Any]:
+def est_p_hat_trace(steps: list[int], p_hat: list[float | None], allocated: bool = True,
+                    label: str = "Est") -> dict[str, Any]:
     """p-hat per step on the prompt-history chart, next to the pass rate observed that step:
-    Est's estimate (``allocated``: its steps allocate from it) or VADE's posterior mean."""
-    name = "p-hat before sampling (Est)" if allocated else "posterior mean before sampling (VADE)"
+    the estimate an allocation came from (``allocated``: Est's, GVM-RAFT's first stage) or a
+    posterior mean that chose the prompt (VADE's); ``label`` names the algorithm."""
+    name = (f"p-hat before sampling ({label})" if allocated
+            else f"posterior mean before sampling ({label})")
     return {"type": "scatter", "mode": "lines+markers", "name": name,
             "x": steps, "y": p_hat, "hovertemplate": "step %{x}: p-hat %{y:.3f}<extra></extra>",
             "line": {"color": PALETTE[1], "dash": "dot"}, "marker": {"symbol": "diamond"}}
