@@ -346,6 +346,13 @@ class TrainConfig:
     max_wall_seconds: float = _f(0.0, "Wall-time limit of the run; past it the run stops at the "
                                  "next check and ends failed, saying so (0: no limit).", "run",
                                  "seconds", ge=0, le=366 * 24 * 3600)
+    # Where the run is also recorded (trainer.mirror): changes nothing of the training.
+    mirror: str = _f("", "Trackers the run's config, step metrics and evaluations are mirrored "
+                     "to, comma-separated, each kind or kind:where: mlflow:FOLDER (MLflow's file "
+                     "store; default var/mlruns) or mlflow:http://HOST:PORT (a server), "
+                     "wandb:FOLDER (offline, for wandb sync; default var/wandb) or wandb:online, "
+                     "tensorboard:FOLDER (event files; default var/tensorboard). A tracker that "
+                     "fails never fails the run: what it lost is counted (empty: off).", "run")
     # --- the algorithms' own options ---------------------------------------------------------
     # The values given for options (``Algorithm.options``), by name; an option not given reads
     # as its default. Not a field of the form or the stored config: ``to_dict`` spreads every
