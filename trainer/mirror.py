@@ -337,9 +337,12 @@ class Channel:
 
     def __init__(self, spec: TargetSpec, cursor: Mapping[str, Any], name: str,
                  params: Mapping[str, Any], tags: Mapping[str, str],
-                 saved: Callable[[], None]) -> None:
+                 saved: Callable[[], None], root: str | Path | None = None) -> None:
         self.spec, self.name, self.params, self.tags, self.saved = spec, name, params, tags, saved
-        self.target: Target = TARGETS[spec.kind](spec)
+        where = spec.where
+        if spec.is_folder and root is not None:
+            where = str(Path(root) / where)
+        self.target: Target = TARGETS[spec.kind](TargetSpec(spec.kind, where))
         self.lock = threading.Lock()
         self.state: dict[str, Any] = {
             "target": str(spec), "run_id": cursor.get("run_id") or "",
@@ -577,12 +580,15 @@ def mirrored(spec: str, recorder: Any, out_dir: str | Path, *, name: str,
              resume: bool = False,
              on_state: Callable[[list[dict[str, Any]]], None] | None = None,
              stall_seconds: float = STALL_SECONDS,
-             close_seconds: float = CLOSE_SECONDS) -> Iterator[Any]:
+             close_seconds: float = CLOSE_SECONDS,
+             root: str | Path | None = None) -> Iterator[Any]:
     """``recorder`` mirrored to the targets ``spec`` names (``recorder`` itself when none):
     the tracker run is called ``name``, logs ``params`` (the config) and ``tags`` (the
     platform's run id, the link to its page). ``resume``: continue the tracker runs of the
-    cursor saved in ``out_dir``. On exit the targets get ``stall_seconds``/``close_seconds``
-    to deliver what they hold (``Channel.close``)."""
+    cursor saved in ``out_dir``. ``on_state``: called with every target's state when it
+    changed, from the training thread (the platform's run row). ``root``: what relative
+    folders are relative to (else the working directory). On exit the targets get
+    ``stall_seconds``/``close_seconds`` to deliver what they hold (``Channel.close``)."""
     specs = parse_mirror(spec)
     if not specs:
         yield recorder
@@ -596,7 +602,7 @@ def mirrored(spec: str, recorder: Any, out_dir: str | Path, *, name: str,
         if box:
             box[0].save()
 
-    channels = [Channel(s, cursor.get(str(s), {}), name, params, dict(tags or {}), saved)
+    channels = [Channel(s, cursor.get(str(s), {}), name, params, dict(tags or {}), saved, root)
                 for s in specs]
     mirror = MirrorRecorder(recorder, channels, out / CURSOR_FILE, on_state)
     box.append(mirror)
