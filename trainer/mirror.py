@@ -442,8 +442,8 @@ class Channel:
                 counted = not self._settle()  # close() counted it lost meanwhile: it is not
                 with self.lock:
                     self.state["lost"] -= int(counted)
-                self._set(error="", **{"last_step" if kind == "step" else "last_eval_step":
-                                       step})
+                # ``error`` stays the last one seen: next to ``lost``, it says why.
+                self._set(**{"last_step" if kind == "step" else "last_eval_step": step})
                 return
         self.healthy = False
         self.delivered_at = time.monotonic()
