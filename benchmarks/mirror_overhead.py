@@ -184,8 +184,9 @@ def main(argv: list[str] | None = None) -> int:
         else:
             diff, half = welch(times[arm], times["none"])
             diff_text = f"{diff:+.3f} ± {half:.3f}"
-            # Deliveries that raised count too (a refused connection's CPU).
-            spent = statistics.fmean(cpu[arm]) if cpu[arm] else 0.0
+            # Deliveries that raised count too (a refused connection's CPU); the first is the
+            # warm-up round's (W&B's first log sets its run up: a second or more).
+            spent = statistics.fmean(cpu[arm][1:]) if cpu[arm][1:] else 0.0
             spent_text = f"{1000 * spent:.2f}"
             share = f"{100 * (handover + spent) / base:.2f}%"
             lost = state[targets[arm]]["lost"]
