@@ -83,6 +83,9 @@ FIELD_CHOICES: dict[str, Any] = {
 # so its record and a clone of it stay what it was. An option says it itself
 # (``Option.stored_before``).
 STORED_BEFORE: dict[str, Any] = {"early_rounds": "off", "positive_metric": "seq_reward"}
+# Fields that change nothing of what a run trains, only where it is also recorded: runs that
+# differ by them alone are the same experiment (the dashboard's seed groups and their labels).
+NOT_TRAINING = ("mirror",)
 # Responses per prompt and step at most: the per-prompt counts are PostgreSQL smallint columns.
 MAX_SAMPLES_PER_PROMPT = 32_767
 # Seeds are stored in PostgreSQL integer columns (int32).

@@ -64,3 +64,14 @@ def test_a_worker_run_mirrors_its_rows_and_folders_stay_under_the_root(
         with pytest.raises(services.LaunchError) as err:
             services.launch_run(user, "escape", SIM | {"mirror": f"tensorboard:{where}"}, ps)
         assert [f for f, _ in err.value.pairs] == ["mirror"]
+
+
+def test_runs_differing_only_by_their_trackers_are_one_seed_group() -> None:
+    from dashboard.selectors import seed_group_key
+
+    config = SIM | {"total_steps": 3}
+    plain = Run(prompt_set_id=1, model="builtin:tiny", config=config | {"seed": 0})
+    mirrored = Run(prompt_set_id=1, model="builtin:tiny",
+                   config=config | {"seed": 1, "mirror": "tensorboard:tb"})
+    other = Run(prompt_set_id=1, model="builtin:tiny", config=config | {"batch_size": 7})
+    assert seed_group_key(plain) == seed_group_key(mirrored) != seed_group_key(other)
