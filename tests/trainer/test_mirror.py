@@ -231,6 +231,26 @@ def test_a_hanging_and_a_refusing_tracker_neither_fail_nor_hold_the_run(tmp_path
         assert state["error"]
 
 
+def test_a_full_queue_drops_and_counts_instead_of_waiting(tmp_path, silent_server,
+                                                          monkeypatch) -> None:
+    """A tracker that never answers holds its thread; the loop's hand-over never waits: past
+    the queue's bound each event is dropped and counted, and so is what the queue held."""
+    from types import SimpleNamespace
+
+    from trainer import mirror
+    from trainer.recorders import ListRecorder
+
+    monkeypatch.setattr(mirror, "QUEUE_LIMIT", 2)
+    inner = ListRecorder()
+    with mirrored(f"mlflow:{silent_server}", inner, tmp_path, name="run", params={},
+                  stall_seconds=0.3) as recorder:
+        for step in range(1, 6):
+            recorder.on_step(SimpleNamespace(step=step, metrics={"real_reward": 0.5}))
+        assert [e[1] for e in inner.events] == [1, 2, 3, 4, 5]  # recorded, none waited
+    (state,) = read_cursor(tmp_path).values()
+    assert (state["lost"], state["last_step"]) == (5, 0)
+
+
 @pytest.mark.parametrize("value, reason", [
     ("neptune:x", "unknown tracker 'neptune'"),
     ("tensorboard:http://h:1", "only mlflow takes a server URL"),
