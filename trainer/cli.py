@@ -7,6 +7,7 @@ exit with status 2, before any work is done or any output directory is created.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import signal
 import sys
@@ -50,6 +51,10 @@ def build_parser(command: str | None = None) -> argparse.ArgumentParser:
     run.add_argument("--resume", action="store_true",
                      help="continue from the latest checkpoint in DIR")
     run.add_argument("--no-progress", action="store_true", help="no progress bar")
+    run.add_argument("--mirror", action="append", default=[], metavar="KIND[:WHERE]",
+                     help="also mirror the run to a tracker: mlflow:FOLDER, mlflow:URL, "
+                     "wandb:FOLDER (offline), wandb:online or tensorboard:FOLDER (repeatable; "
+                     "added to the config's mirror field)")
 
     sim = sub.add_parser("simulate", help="Sampling steps with the simulated backend; prints "
                          "JSON.", description="Run sampling steps with the simulated backend "
@@ -179,6 +184,9 @@ class _Progress:
 def cmd_run(args: argparse.Namespace) -> int:
     try:
         config = TrainConfig.from_toml(args.config)
+        if args.mirror:
+            config = dataclasses.replace(config, mirror=", ".join(
+                [m for m in (config.mirror, *args.mirror) if m.strip()])).validate()
     except ConfigError as exc:
         return _fail(exc.field, exc.reason)
     out = Path(args.out)
@@ -202,6 +210,7 @@ def cmd_run(args: argparse.Namespace) -> int:
 
     from trainer.backends import BackendUnavailable, make_backend
     from trainer.loop import train
+    from trainer.mirror import mirrored, read_cursor
     from trainer.phases import reporting_phases
     from trainer.recorders import JsonlRecorder
 
@@ -233,8 +242,11 @@ def cmd_run(args: argparse.Namespace) -> int:
                                               unit="step", file=sys.stderr)
     try:
         with JsonlRecorder(out / "events.jsonl", resume_step=start if args.resume else None
-                           ) as rec:
-            result = train(config, prompts, backend, _Progress(rec, bar),
+                           ) as rec, mirrored(config.mirror, rec, out, name=out.resolve().name,
+                                              params=config.to_dict(),
+                                              tags={"rada.out": str(out.resolve())},
+                                              resume=args.resume) as recorder:
+            result = train(config, prompts, backend, _Progress(recorder, bar),
                            lambda: stop["requested"], out_dir=out, eval_prompts=eval_prompts,
                            resume_from=resume_from)
     finally:
@@ -242,8 +254,12 @@ def cmd_run(args: argparse.Namespace) -> int:
         backend.close()
         if bar is not None:
             bar.close()
-    print(json.dumps({"status": result.status, "last_step": result.last_step,
-                      "checkpoint": result.checkpoint}))
+    summary: dict[str, Any] = {"status": result.status, "last_step": result.last_step,
+                               "checkpoint": result.checkpoint}
+    if config.mirror:
+        summary["mirror"] = [{k: t[k] for k in ("target", "run_id", "link", "lost", "error")}
+                             for t in read_cursor(out).values()]
+    print(json.dumps(summary))
     return 130 if result.cancelled else 0
 
 

@@ -83,6 +83,9 @@ FIELD_CHOICES: dict[str, Any] = {
 # so its record and a clone of it stay what it was. An option says it itself
 # (``Option.stored_before``).
 STORED_BEFORE: dict[str, Any] = {"early_rounds": "off", "positive_metric": "seq_reward"}
+# Fields that change nothing of what a run trains, only where it is also recorded: runs that
+# differ by them alone are the same experiment (the dashboard's seed groups and their labels).
+NOT_TRAINING = ("mirror",)
 # Responses per prompt and step at most: the per-prompt counts are PostgreSQL smallint columns.
 MAX_SAMPLES_PER_PROMPT = 32_767
 # Seeds are stored in PostgreSQL integer columns (int32).
@@ -352,6 +355,13 @@ class TrainConfig:
     max_wall_seconds: float = _f(0.0, "Wall-time limit of the run; past it the run stops at the "
                                  "next check and ends failed, saying so (0: no limit).", "run",
                                  "seconds", ge=0, le=366 * 24 * 3600)
+    # Where the run is also recorded (trainer.mirror): changes nothing of the training.
+    mirror: str = _f("", "Trackers the run's config, step metrics and evaluations are mirrored "
+                     "to, comma-separated, each kind or kind:where: mlflow:FOLDER (MLflow's file "
+                     "store; default var/mlruns) or mlflow:http://HOST:PORT (a server), "
+                     "wandb:FOLDER (offline, for wandb sync; default var/wandb) or wandb:online, "
+                     "tensorboard:FOLDER (event files; default var/tensorboard). A tracker that "
+                     "fails never fails the run: what it lost is counted (empty: off).", "run")
     # --- the algorithms' own options ---------------------------------------------------------
     # The values given for options (``Algorithm.options``), by name; an option not given reads
     # as its default. Not a field of the form or the stored config: ``to_dict`` spreads every

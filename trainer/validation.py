@@ -28,6 +28,7 @@ from trainer.builtin_names import (
     LONG_MAX_DIGITS,
 )
 from trainer.jsonsafe import text_problem
+from trainer.mirror import mirror_problem
 from trainer.options import BOUND_KEYS
 from trainer.reward_registry import reward_errors
 from trainer.visible import visible_problem
@@ -141,6 +142,11 @@ def own_errors(config: Config, settings: Iterable[Setting],
     if isinstance(config.rewards, str) and config.rewards.strip():
         for reason in reward_errors(config.rewards):
             yield ConfigError("rewards", reason)
+    problem = text_problem(config.mirror) or visible_problem(config.mirror) \
+        or (f"{len(config.mirror):,} characters; at most {MAX_PATH_CHARS:,}"
+            if len(config.mirror) > MAX_PATH_CHARS else mirror_problem(config.mirror))
+    if problem:
+        yield ConfigError("mirror", problem)
     if "tis_cap" not in out_of_bounds and config.tis_cap and config.tis_cap < 1.0:
         yield ConfigError("tis_cap", "must be 0 (off) or >= 1 (a cap below 1 would shrink "
                           "every token's weight)")

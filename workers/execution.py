@@ -37,11 +37,13 @@ from typing import Any
 
 from django.conf import settings
 from django.db import connection
+from django.urls import reverse
 from experiments import selectors, services
 from experiments.models import Run
 
 from trainer.config import TrainConfig
 from trainer.errors import is_environment_error, plain_traceback, reason
+from trainer.mirror import mirrored
 from trainer.phases import say_phase
 from trainer.types import Prompt, StopRequested
 from workers.placement_wait import visible_wait
@@ -351,6 +353,21 @@ def wait_for_settled_environment(settle: float, limit: float, should_stop: Any) 
     return True
 
 
+def run_link(run_id: int) -> str:
+    """The run's page as its users reach it (RADA_PUBLIC_URL): a tracker run links back."""
+    return settings.RADA_PUBLIC_URL + reverse("dashboard:run_detail", args=[run_id])
+
+
+def _save_mirror_state(run_id: int, owner: str, state: list[dict[str, Any]]) -> None:
+    """Each tracker's state on the run's row, for its page; a tracker's state is never worth
+    failing the run over, so a database error here is only logged (the next step's write
+    meets it for real)."""
+    try:
+        Run.objects.filter(pk=run_id, lease_owner=owner).update(mirror_state=state)
+    except Exception:  # noqa: BLE001 - the recorder's own writes handle outages
+        logger.warning("run %s: could not save its trackers' state", run_id, exc_info=True)
+
+
 def _lease_lost(run_id: int) -> str:
     if Run.objects.filter(pk=run_id).exists():
         logger.warning("run %s: lease lost; another worker owns the run now", run_id)
@@ -400,12 +417,17 @@ def _train(run: Run, owner: str) -> str:
         if not reconnecting(services.finish_run)(run.pk, owner, Run.Status.CANCELLED):
             raise LeaseLost(f"run {run.pk}: lease lost") from None
         return Run.Status.CANCELLED
+    out_dir = services.run_checkpoint_dir(run.pk)
     try:
-        result = trainer.train(config, prompts, backend,
-                               PostgresRecorder(run.pk, lease_owner=owner), should_stop,
-                               out_dir=services.run_checkpoint_dir(run.pk),
-                               eval_prompts=eval_prompts,
-                               resume_from=checkpoint.path if checkpoint else None)
+        with mirrored(config.mirror, PostgresRecorder(run.pk, lease_owner=owner), out_dir,
+                      name=f"run-{run.pk}", params=config.to_dict(),
+                      tags={"rada.run_id": str(run.pk), "rada.link": run_link(run.pk)},
+                      resume=checkpoint is not None, root=settings.RUN_MIRROR_ROOT,
+                      on_state=lambda state: _save_mirror_state(run.pk, owner, state)
+                      ) as recorder:
+            result = trainer.train(config, prompts, backend, recorder, should_stop,
+                                   out_dir=out_dir, eval_prompts=eval_prompts,
+                                   resume_from=checkpoint.path if checkpoint else None)
     finally:
         # A worker process executes many runs: a vllm engine (and its KV cache) must not
         # outlive its run.

@@ -134,6 +134,9 @@ class RunOut(Schema):
     # (4 free, 6 in all)"), or the phase of its start ("starting 2 ranks (1 of 2 ready): rank 1
     # building the vLLM engine"); empty otherwise.
     waiting_for: str
+    # Each tracker the run is mirrored to (config ``mirror``): target, the tracker's run id,
+    # link, last_step and last_eval_step delivered, lost (events it could not take), error.
+    mirror_state: list[dict[str, Any]]
     error: str
     created_at: dt.datetime
     started_at: dt.datetime | None

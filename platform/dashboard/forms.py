@@ -52,7 +52,7 @@ GROUP_TITLES = {"algorithm": "Algorithm", "est": "Reinforce-Ada Est (ada-est onl
                 "optimisation": "Optimisation", "data": "Built-in task, verifier and rewards",
                 "distributed": "GPUs and machines (world_size > 1: Ray, FSDP2, one engine per "
                                "rank)",
-                "run": "Seed, checkpoints and evaluation"}
+                "run": "Seed, checkpoints, evaluation and trackers"}
 
 
 def _config_field(spec: dict[str, Any]) -> forms.Field:

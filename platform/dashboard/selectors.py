@@ -38,7 +38,7 @@ from experiments.selectors import SweepStatus, sweep_runs, sweep_statuses
 
 from trainer import formatting as fmt
 from trainer.algorithms import algorithms, get_algorithm, is_algorithm
-from trainer.config import TrainConfig
+from trainer.config import NOT_TRAINING, TrainConfig
 
 from . import metrics as declared_metrics
 
@@ -601,7 +601,8 @@ def prompt_step_outcome(exit_round: int | None, missing: str | None, p_hat: floa
     (DAPO's is the batch it was drawn in, ``batches``). ``label``: the algorithm that allocated
     (Est, GVM-RAFT)."""
     if allocated is not None:
-        return f"{label}: {allocated} allocated at p-hat " + ("–" if p_hat is None else f"{p_hat:.3f}")
+        return f"{label}: {allocated} allocated at p-hat " + (
+            "–" if p_hat is None else f"{p_hat:.3f}")
     if not eliminates:
         return "one round, no exit rule" + (f" (batch {exit_round})" if batches and exit_round
                                             else "")
@@ -754,8 +755,9 @@ def est_allocation_series(run_id: int) -> dict[str, list[Any]]:
 # --- compare -----------------------------------------------------------------------------------
 
 def seed_group_key(run: Run) -> str:
-    """Runs whose settings differ only by seed share this key (name and seed excluded)."""
-    cfg = {k: v for k, v in (run.config or {}).items() if k != "seed"}
+    """Runs whose settings differ only by seed share this key (name and seed excluded, and
+    what trains nothing: ``trainer.config.NOT_TRAINING``, the trackers a run is mirrored to)."""
+    cfg = {k: v for k, v in (run.config or {}).items() if k not in ("seed", *NOT_TRAINING)}
     return json.dumps([run.prompt_set_id, run.model, cfg], sort_keys=True, default=str)
 
 
@@ -889,7 +891,8 @@ def group_labels(groups: list[list[Run]]) -> list[str]:
     firsts = [g[0] for g in groups]
     settings: dict[str, list[Any]] = {
         "prompt set": [r.prompt_set.name for r in firsts], "queue": [r.queue for r in firsts]}
-    keys = sorted({k for r in firsts for k in (r.config or {})} - {"algorithm", "seed"})
+    keys = sorted({k for r in firsts for k in (r.config or {})}
+                  - {"algorithm", "seed", *NOT_TRAINING})
     settings.update({k: [(r.config or {}).get(k) for r in firsts] for k in keys})
     differing = [k for k, values in settings.items() if len({repr(v) for v in values}) > 1]
     labels = []

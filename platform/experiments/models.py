@@ -175,6 +175,10 @@ class Run(models.Model):
     # trains. The wait is not training time: the
     # wall-time limit starts after it.
     waiting_for = models.CharField(max_length=300, blank=True, default="")
+    # Each tracker the run is mirrored to (config ``mirror``, trainer.mirror), as its worker
+    # last saw it: target, the tracker's run id, link, last step and evaluation delivered,
+    # events lost, the last error.
+    mirror_state = models.JSONField(default=list, blank=True)
     error = models.TextField(blank=True)
     traceback = models.TextField(blank=True)
     cloned_from = models.ForeignKey("self", null=True, blank=True, on_delete=models.SET_NULL,

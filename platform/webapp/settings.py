@@ -255,6 +255,12 @@ RUN_ENV_WAIT_SECONDS = float(os.environ.get("RUN_ENV_WAIT_SECONDS", 900))
 RUN_RECONNECT_SECONDS = float(os.environ.get("RUN_RECONNECT_SECONDS", 120))
 RUN_OUTAGE_WAIT_SECONDS = float(os.environ.get("RUN_OUTAGE_WAIT_SECONDS", 3600))
 CHECKPOINT_ROOT = Path(os.environ.get("CHECKPOINT_ROOT", BASE_DIR / "var" / "checkpoints"))
+# Tracker mirroring (config ``mirror``, trainer.mirror): a platform run's tracker folders are
+# relative to RUN_MIRROR_ROOT (a launch naming an absolute folder or one with ".." is refused:
+# a user writes no files outside it on the workers), and the tracker run links back to the
+# run's page at RADA_PUBLIC_URL (this server's address as users reach it).
+RUN_MIRROR_ROOT = Path(os.environ.get("RUN_MIRROR_ROOT", BASE_DIR))
+RADA_PUBLIC_URL = os.environ.get("RADA_PUBLIC_URL", "http://localhost:8000").rstrip("/")
 # Where the models a run may load live (experiments/model_catalogue.py): Hugging Face folders
 # at most two levels under one of these (os.pathsep-separated), besides builtin:tiny; the
 # launch form lists them, and a launch naming anything else is refused without saying whether

@@ -5,7 +5,8 @@ from __future__ import annotations
 
 import dataclasses
 import re
-from collections.abc import Collection
+from collections.abc import Collection, Mapping
+from pathlib import PurePosixPath
 from typing import Any
 
 from django.conf import settings
@@ -23,6 +24,7 @@ from experiments.services.common import (
 from experiments.services.enqueue import enqueue_on_commit
 from trainer.algorithms import get_algorithm
 from trainer.config import TrainConfig, config_keys
+from trainer.mirror import parse_mirror
 
 
 def config_errors(config_dict: dict[str, Any], invalid: Collection[str] = ()
@@ -40,7 +42,24 @@ def config_errors(config_dict: dict[str, Any], invalid: Collection[str] = ()
     problem = None if "model" in invalid else model_error(config_dict)
     if problem:
         errors = [e for e in errors if e[0] != "model"] + [("model", problem)]
+    problem = None if any(e[0] == "mirror" for e in errors) else mirror_error(config_dict)
+    if problem:
+        errors.append(("mirror", problem))
     return errors
+
+
+def mirror_error(config_dict: Mapping[str, Any]) -> str | None:
+    """A platform run's tracker folders stay under RUN_MIRROR_ROOT, where its worker resolves
+    them: an absolute folder or one climbing out with ".." is refused."""
+    value = config_dict.get("mirror")
+    if not isinstance(value, str):
+        return None
+    for spec in parse_mirror(value):
+        parts = PurePosixPath(spec.where).parts
+        if spec.is_folder and (PurePosixPath(spec.where).is_absolute() or ".." in parts):
+            return (f"{spec}: on the platform a tracker folder is relative to the server's "
+                    "mirror root (RUN_MIRROR_ROOT), without '..'")
+    return None
 
 
 def validate_run_config(config_dict: dict[str, Any]) -> TrainConfig:
