@@ -5,7 +5,9 @@ sampling will cost and how much signal it will get, before a run is launched.
    run's verifier (a worker does this with the run's model, backend and generation settings);
 2. ``predict``: those pass rates fed to the simulator, the code of ``python -m trainer simulate``
    (``trainer.cli.simulate``), for every registered algorithm (``trainer.algorithms``) at the
-   run's B, n, M and N (and GRPO at larger n, the sample-matched baseline);
+   run's B, n, M and N (and GRPO at larger n, the sample-matched baseline); and
+   ``predict_at_budget``: every algorithm at one matched budget of responses per prompt
+   (``trainer.budget``, a sweep's ``budget``), what each is predicted to spend there;
 3. ``preflight_warnings``: pass rates that carry no signal, or a verifier that raises.
 
 A prompt never solved in ``k`` samples is simulated as never solved: with k = 16 a prompt of
