@@ -355,6 +355,14 @@ def test_the_preflight_shows_every_algorithm_at_a_matched_budget(
         if row["budget_match"] == "exact":
             assert 'data-column="samples_per_step">128 samples ' in cells and "(exact)" in cells
             assert 'data-column="multiple_of_grpo">1.00×' in cells
+    # The launch form's estimate button with a sweep at a budget: the same sample (the form's
+    # sampling settings are the estimate's), and the panel has the budget's table.
+    resp = owner_client.post(reverse("dashboard:run_launch"), _launch_post(
+        ps, name="", batch_size=8, action="estimate", estimate_prompts=8, estimate_samples=16,
+        sweep="algorithm=grpo,pods; budget=16"))
+    assert resp.status_code == 200 and resp.context["estimate"].pk == est.pk
+    launch_page = resp.content.decode()
+    assert 'data-budget="16"' in launch_page and "budget=16" in resp.context["shape_query"]
     # No budget asked: no such table; a malformed one is left out.
     assert "data-budget" not in owner_client.get(
         reverse("dashboard:estimate_detail", args=[est.pk]), {**SHAPE, "budget": "x"}
