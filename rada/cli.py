@@ -137,7 +137,8 @@ def _add_launch(sub: Any, common: argparse.ArgumentParser) -> None:
                         help="response texts kept (default all)")
     launch.add_argument("--sweep", metavar="FIELD=V1,V2[;FIELD=...]",
                         help="launch a grid, e.g. seed=0,1,2 or 'algorithm=grpo,ada-balance;"
-                        "seed=0..2'")
+                        "seed=0..2'; budget=16 (responses per prompt) puts every algorithm "
+                        "at one sampling budget: 'algorithm=grpo,dapo,pods;budget=16'")
     launch.add_argument("--wait", action="store_true",
                         help="wait for the runs to finish, with a progress bar per run")
     launch.set_defaults(func=cmd_launch)

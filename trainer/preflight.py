@@ -5,7 +5,9 @@ sampling will cost and how much signal it will get, before a run is launched.
    run's verifier (a worker does this with the run's model, backend and generation settings);
 2. ``predict``: those pass rates fed to the simulator, the code of ``python -m trainer simulate``
    (``trainer.cli.simulate``), for every registered algorithm (``trainer.algorithms``) at the
-   run's B, n, M and N (and GRPO at larger n, the sample-matched baseline);
+   run's B, n, M and N (and GRPO at larger n, the sample-matched baseline); and
+   ``predict_at_budget``: every algorithm at one matched budget of responses per prompt
+   (``trainer.budget``, a sweep's ``budget``), what each is predicted to spend there;
 3. ``preflight_warnings``: pass rates that carry no signal, or a verifier that raises.
 
 A prompt never solved in ``k`` samples is simulated as never solved: with k = 16 a prompt of
@@ -264,6 +266,57 @@ def predict(rates: Sequence[float], *, batch_size: int, group_size: int,
     return rows
 
 
+def predict_at_budget(rates: Sequence[float], *, budget: int, batch_size: int,
+                      config: dict[str, Any] | None = None,
+                      seconds_per_sample: float | None = None, seed: int = 0,
+                      draws: int = SIMULATED_DRAWS) -> list[dict[str, Any]]:
+    """Every registered algorithm at ``budget`` responses per prompt (``trainer.budget``),
+    predicted on prompts of pass rates ``rates``: what a sweep ``algorithm=...; budget=b``
+    launches, each row what that algorithm will spend.
+
+    ``config``: the base the budget is set on (its n, M, the algorithms' options; default the
+    config's defaults). Per row: ``algorithm``, ``budget``, ``budget_match`` (exact, cap,
+    batch: ``trainer.algorithms.base.BUDGET_MATCHES``), ``budget_note``, ``matched`` (the keys
+    the budget set), ``max_samples_per_step`` (the record's bound at them: B x budget for the
+    exact and capped, more for DAPO's further batches) and the figures of ``predict``'s rows,
+    ``multiple_of_grpo`` against GRPO at n = budget (B x budget); or ``error``: the reason it
+    cannot be matched, or not at this budget."""
+    from trainer.budget import budget_overrides, check_budget
+
+    budget = check_budget(budget)
+    if not rates:
+        return []
+    base = dict(config or {})
+    rows: list[dict[str, Any]] = []
+    for record in algorithms():
+        row: dict[str, Any] = {"algorithm": record.name, "budget": budget,
+                               "budget_match": record.budget_match,
+                               "budget_note": record.budget_note, "error": None}
+        rows.append(row)
+        try:
+            matched = budget_overrides({**base, "algorithm": record.name}, budget)
+            cfg = TrainConfig.from_stored({**base, **matched, "algorithm": record.name,
+                                           "batch_size": batch_size})
+            # The simulator's config: the run's shape and the algorithm's own keys, on the
+            # simulated backend (the base's model and data are not the simulator's).
+            keys = {"K_pos": cfg.K_pos, "K_neg": cfg.K_neg,
+                    **{o.name: getattr(cfg, o.name) for o in record.options}, **matched}
+            n, m, rounds = cfg.group_size, cfg.samples_per_round, cfg.max_rounds
+            passes = _passes(rates, draws, max(m * rounds, cfg.max_samples_per_prompt), seed)
+            runs, results, steps = _simulate(record.name, n, passes, m, rounds, seed,
+                                             overrides=keys)
+        except (ConfigError, ValueError) as exc:
+            row["error"] = exc.reason if isinstance(exc, ConfigError) else str(exc)
+            continue
+        row["matched"] = matched
+        row["max_samples_per_step"] = cfg.max_samples_per_step
+        row.update(_figures(record.name, n, runs, results, steps, batch_size=batch_size,
+                            group_size=budget, samples_per_round=m, max_rounds=rounds,
+                            seconds_per_sample=seconds_per_sample, seed=seed,
+                            overrides=keys))
+    return rows
+
+
 def _passes(rates: Sequence[float], draws: int, responses_per_prompt: int,
             seed: int) -> list[list[float]]:
     """The prompts' pass rates the simulations draw: whole passes over the prompts while the
@@ -278,9 +331,11 @@ def _passes(rates: Sequence[float], draws: int, responses_per_prompt: int,
 
 
 def _simulate(algorithm: str, n: int, passes: list[list[float]], samples_per_round: int,
-              max_rounds: int, seed: int) -> tuple[list[list[float]], list[dict[str, Any]], int]:
-    """(the passes simulated, their results, steps per simulation) of ``algorithm`` at n: one
-    step each, or ``STATEFUL_SIMULATED_STEPS`` for an algorithm with persistent state."""
+              max_rounds: int, seed: int, overrides: dict[str, Any] | None = None
+              ) -> tuple[list[list[float]], list[dict[str, Any]], int]:
+    """(the passes simulated, their results, steps per simulation) of ``algorithm`` at n (and
+    ``overrides``: further config keys): one step each, or ``STATEFUL_SIMULATED_STEPS`` for an
+    algorithm with persistent state."""
     from trainer.cli import simulate
     from trainer.seeds import derive_seed
 
@@ -290,14 +345,16 @@ def _simulate(algorithm: str, n: int, passes: list[list[float]], samples_per_rou
     results = [simulate(algorithm, chosen, group_size=n, samples_per_round=samples_per_round,
                         max_rounds=max_rounds,
                         # A config seed is an int32 (MAX_SEED).
-                        seed=derive_seed(seed, r) % (MAX_SEED + 1), steps=steps)
+                        seed=derive_seed(seed, r) % (MAX_SEED + 1), steps=steps,
+                        overrides=overrides)
                for r, chosen in enumerate(runs)]
     return runs, results, steps
 
 
 def _figures(algorithm: str, n: int, runs: list[list[float]], results: list[dict[str, Any]],
              steps: int, *, batch_size: int, group_size: int, samples_per_round: int,
-             max_rounds: int, seconds_per_sample: float | None, seed: int) -> dict[str, Any]:
+             max_rounds: int, seconds_per_sample: float | None, seed: int,
+             overrides: dict[str, Any] | None = None) -> dict[str, Any]:
     """A variant's row of figures (``PREDICTION_COLUMNS`` and how sure) from its simulations:
     the steps past the first half of a stateful simulation count, every step of the others."""
     record = get_algorithm(algorithm)
@@ -313,9 +370,9 @@ def _figures(algorithm: str, n: int, runs: list[list[float]], results: list[dict
     kept = [p for p in drawn if p["advantages"]]
     # The most a step can spend per prompt of its batch, at the run's shape (not validated
     # again: the simulation has checked it).
-    most = record.max_samples_per_step(TrainConfig(
-        algorithm=algorithm, group_size=n, samples_per_round=samples_per_round,
-        max_rounds=max_rounds, batch_size=batch_size)) / batch_size
+    most = record.max_samples_per_step(TrainConfig(**{
+        "algorithm": algorithm, "group_size": n, "samples_per_round": samples_per_round,
+        "max_rounds": max_rounds, **(overrides or {}), "batch_size": batch_size})) / batch_size
     fixed = all(step["total_samples"] == most * size for step, size in counted)
     low, high = (samples, samples) if fixed else _spend_bounds(runs, drawn, samples, most, seed)
     return dict(

@@ -277,7 +277,9 @@ class SweepBody(LaunchBody):
                     'group_size)=(ada-balance, 4), (grpo, 16); seed=0..2"), a list of '
                     '{"field", "values"} or {"fields", "values"} (paired, values a list of '
                     'lists), or a mapping field -> values (a paired key "(algorithm, '
-                    'group_size)")')
+                    'group_size)"); the pseudo-field budget (responses per prompt) puts every '
+                    'algorithm at one sampling budget: "algorithm=grpo,dapo,ada-balance,pods,'
+                    'vade; budget=16"')
 
 
 class RunFilters(Schema):

@@ -174,8 +174,12 @@ class LaunchForm(NumbersAsTyped):
                   "settings below (fields separated by ';', values by ','; an integer range as "
                   "0..4). Fields in parentheses are paired, value for value, not crossed: "
                   "(algorithm, group_size)=(ada-balance, 4), (grpo, 16) is 2 runs, GRPO at the "
-                  "budget of n=16. At most {max_runs:,} runs. The name above names the sweep; "
-                  "its runs are named by their values.")
+                  "budget of n=16. budget=16 puts every algorithm swept at one sampling "
+                  "budget, 16 responses per prompt of the batch, through its own settings "
+                  "(GRPO's n, PODS' rollouts, Est's budget, Seq's M x N as a cap): "
+                  "algorithm=grpo,dapo,ada-balance,pods,vade; budget=16; an estimate then "
+                  "predicts each one's samples per step at it. At most {max_runs:,} runs. The "
+                  "name above names the sweep; its runs are named by their values.")
 
     def __init__(self, *args: Any, estimate: bool = False, user: Any = None,
                  **kwargs: Any) -> None:
@@ -323,8 +327,7 @@ def clone_name(run: Run) -> str:
     and its name is what still says where it came from."""
     if run.sweep is None:
         return services.derived_run_name(run.name, " (clone)")
-    point = {f: (run.config or {}).get(f) for f in run.sweep.fields}
-    return services.sweep_run_name(run.sweep.name, point, " (clone)")
+    return services.sweep_run_name(run.sweep.name, services.run_point(run), " (clone)")
 
 
 def clone_diff(form: LaunchForm, source: Run) -> list[tuple[str, list[DiffCell]]]:

@@ -34,7 +34,8 @@ from webapp.throttles import launch_wait
 from webapp.uploads import accepts_files, rejected_files
 
 from trainer import formatting as fmt
-from trainer.config import BUILTIN_MODEL
+from trainer.budget import BUDGET, check_budget
+from trainer.config import BUILTIN_MODEL, ConfigError
 from trainer.preflight import INTERVAL_NOTE, PREDICTION_COLUMNS
 
 from . import charts, heatmap, params, reports, selectors
@@ -149,7 +150,8 @@ def run_launch(request: HttpRequest) -> HttpResponse:
         "form": form, "source": source, "diff": diff, "builtin_model": BUILTIN_MODEL,
         "models": model_catalogue.offered_models(),
         "has_prompt_sets": experiment_selectors.ready_prompt_sets().exists(),
-        **(_estimate_context(request, estimate, form.run_shape()) if estimate else {})})
+        **(_estimate_context(request, estimate, form.run_shape(), _form_budgets(form))
+           if estimate else {})})
 
 
 def _launch(request: HttpRequest, form: LaunchForm, source: Run | None) -> HttpResponse:
@@ -600,6 +602,34 @@ def _run_shape(request: HttpRequest) -> dict[str, int | None]:
                                     ("samples_per_round", 1, 256), ("max_rounds", 1, 64))}
 
 
+# Budgets one estimate panel predicts every algorithm at, at most (each a simulation of all).
+MAX_PANEL_BUDGETS = 4
+
+
+def _budgets(request: HttpRequest) -> list[int]:
+    """The matched budgets asked for in the query (``budget=16``, repeatable; malformed or out
+    of bounds ones are left out)."""
+    out: list[int] = []
+    for raw in request.GET.getlist(BUDGET)[:MAX_PANEL_BUDGETS]:
+        try:
+            out.append(check_budget(int(raw)))
+        except (ValueError, ConfigError):
+            continue
+    return list(dict.fromkeys(out))
+
+
+def _form_budgets(form: LaunchForm) -> list[int]:
+    """The budgets the launch form's sweep crosses (``budget=16``): the preflight shows every
+    algorithm at each."""
+    values: list[int] = []
+    for fields, axis_values in getattr(form, "cleaned_data", {}).get("sweep") or []:
+        if fields == BUDGET:
+            values += axis_values
+        elif isinstance(fields, tuple) and BUDGET in fields:  # paired: (algorithm, budget)
+            values += [row[fields.index(BUDGET)] for row in axis_values]
+    return list(dict.fromkeys(values))[:MAX_PANEL_BUDGETS]
+
+
 def _estimate_or_404(estimate_id: int) -> Estimate:
     try:
         return Estimate.objects.select_related("prompt_set", "owner").get(pk=estimate_id)
@@ -608,14 +638,23 @@ def _estimate_or_404(estimate_id: int) -> Estimate:
 
 
 def _estimate_context(request: HttpRequest, estimate: Estimate,
-                      shape: dict[str, Any] | None = None) -> dict[str, Any]:
+                      shape: dict[str, Any] | None = None,
+                      budgets: list[int] | None = None) -> dict[str, Any]:
     """What the estimate panel shows: progress, or the measured pass rates, warnings and the
-    predictions for a run of ``shape`` (B, n, M, N; the requesting config's by default)."""
+    predictions for a run of ``shape`` (B, n, M, N; the requesting config's by default), and
+    every algorithm at each matched budget of ``budgets`` (the query's by default)."""
     shape = preflight.run_shape(estimate, shape)
+    budgets = _budgets(request) if budgets is None else budgets
     finished = estimate.status == Estimate.Status.SUCCEEDED
     rows = preflight.estimate_predictions(estimate, shape) if finished else []
+    at_budget = [(b, b * shape["batch_size"],
+                  [{**r, "label": selectors.algorithm_label(r["algorithm"])}
+                   for r in preflight.budget_predictions(estimate, b, shape["batch_size"])])
+                 for b in budgets] if finished else []
     return {
-        "estimate": estimate, "shape": shape, "shape_query": urlencode(shape),
+        "estimate": estimate, "shape": shape,
+        "shape_query": urlencode({**shape, BUDGET: budgets}, doseq=True),
+        "budget_tables": at_budget, "by_key": {c.key: c for c in PREDICTION_COLUMNS},
         "estimate_active": estimate.status in Estimate.ACTIVE_STATUSES,
         "can_cancel_estimate": services.can_modify_run(estimate, request.user),
         "summary": preflight.estimate_summary(estimate) if finished else None,
@@ -648,7 +687,8 @@ def estimate_chart(request: HttpRequest, estimate_id: int, name: str) -> JsonRes
     estimate = _estimate_or_404(estimate_id)
     if name not in charts.ESTIMATE_CHARTS:
         raise Http404("no such chart")
-    context = _estimate_context(request, estimate, _run_shape(request))
+    # The charts draw the run's shape; the matched-budget tables are the panel's alone.
+    context = _estimate_context(request, estimate, _run_shape(request), budgets=[])
     return JsonResponse(charts.estimate_chart(name, estimate, context))
 
 

@@ -30,8 +30,10 @@ from trainer.config import TrainConfig
 from trainer.preflight import (
     INTERVAL_KEYS,
     PREDICTION_COLUMNS,
+    SIMULATED_DRAWS,
     pass_rates,
     predict,
+    predict_at_budget,
     preflight_warnings,
 )
 
@@ -203,7 +205,8 @@ def estimate_summary(estimate: Estimate) -> dict[str, Any]:
     }
 
 
-def estimate_predictions(estimate: Estimate, shape: dict[str, int]) -> list[dict[str, Any]]:
+def estimate_predictions(estimate: Estimate, shape: dict[str, int], *,
+                         draws: int = SIMULATED_DRAWS) -> list[dict[str, Any]]:
     """Predicted per-step figures of every algorithm for a run of ``shape`` (see
     ``trainer.preflight.predict``), computed once per shape and kept with the estimate."""
     if estimate.status != Estimate.Status.SUCCEEDED or not estimate.results:
@@ -214,14 +217,42 @@ def estimate_predictions(estimate: Estimate, shape: dict[str, int]) -> list[dict
         return stored
     summary = estimate_summary(estimate)
     rows = predict(summary["pass_rates"], seconds_per_sample=summary["seconds_per_sample"],
-                   seed=estimate.seed, **shape)
+                   seed=estimate.seed, draws=draws, **shape)
+    _keep(estimate, key, rows)
+    return rows
+
+
+def budget_predictions(estimate: Estimate, budget: int, batch_size: int | None = None, *,
+                       draws: int = SIMULATED_DRAWS) -> list[dict[str, Any]]:
+    """Every algorithm at ``budget`` responses per prompt (a sweep's ``budget``,
+    ``trainer.preflight.predict_at_budget``), on the estimate's config (its n, M and the
+    algorithms' options) at B = ``batch_size`` (the config's by default): the samples per step
+    each will spend; kept with the estimate like ``estimate_predictions``."""
+    if estimate.status != Estimate.Status.SUCCEEDED or not estimate.results:
+        return []
+    batch_size = batch_size or run_shape(estimate)["batch_size"]
+    key = f"B{batch_size}-budget{budget}"
+    stored = (estimate.predictions or {}).get(key)
+    if stored is not None and _current(stored):
+        return stored
+    summary = estimate_summary(estimate)
+    rows = predict_at_budget(summary["pass_rates"], budget=budget, batch_size=batch_size,
+                             config=dict(estimate.config),
+                             seconds_per_sample=summary["seconds_per_sample"],
+                             seed=estimate.seed, draws=draws)
+    _keep(estimate, key, rows)
+    return rows
+
+
+def _keep(estimate: Estimate, key: str, rows: list[dict[str, Any]]) -> None:
+    """Store ``rows`` under ``key`` with the estimate's other predictions (at most MAX_SHAPES;
+    the requesting config's shape stays)."""
     with transaction.atomic():
         locked = Estimate.objects.select_for_update().get(pk=estimate.pk)
         kept = dict(locked.predictions or {})
-        if len(kept) >= MAX_SHAPES:  # bounded: the requesting config's shape stays
+        if len(kept) >= MAX_SHAPES:
             own = _shape_key(run_shape(estimate))
             kept = {k: v for k, v in kept.items() if k == own}
         locked.predictions = {**kept, key: rows}
         locked.save(update_fields=["predictions"])
     estimate.predictions = locked.predictions
-    return rows

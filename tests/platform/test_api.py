@@ -322,6 +322,18 @@ def test_sweep_create_list_cancel(api: Api, other_api: Api) -> None:
     assert bad.status_code == 400 and _fields(bad) == ["grid"]
     assert "group_size=1" in bad.json()["errors"][0]["reason"]
     assert Sweep.objects.count() == 3
+    # One budget for everyone (issue 31): the budget pseudo-field, as text and as a list.
+    matched = api.post("/sweeps", {"name": "m", "prompt_set": ps.pk, "config": SIM,
+                                   "grid": [{"field": "algorithm", "values": ["grpo", "pods"]},
+                                            {"field": "budget", "values": [8]}]})
+    assert matched.status_code == 201, matched.content
+    runs = Run.objects.filter(sweep_id=matched.json()["id"]).order_by("sweep_index")
+    assert [(r.config["group_size"], r.config["pods_rollouts"]) for r in runs] == [(8, 16),
+                                                                                  (4, 8)]
+    bad = api.post("/sweeps", {"name": "b", "prompt_set": ps.pk, "config": SIM,
+                               "grid": "algorithm=grpo; budget=0"})
+    assert bad.status_code == 400 and _fields(bad) == ["grid"]
+    assert "budget: must be within [1, 32,767]" in bad.json()["errors"][0]["reason"]
 
     # Paired axes (issue 27), in the text spelling, as a list and as a mapping; each bad axis
     # named at once.

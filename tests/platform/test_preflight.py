@@ -329,3 +329,48 @@ def test_an_estimate_keeps_a_bounded_number_of_shapes(db: None, user: Any,
     estimate.refresh_from_db()
     assert len(estimate.predictions) <= 2
     assert "B8-n10-M16-N4" in estimate.predictions
+
+
+def test_the_preflight_shows_every_algorithm_at_a_matched_budget(
+        db: None, user: Any, owner_client: Client) -> None:
+    """Issue 31: an estimate's page with ``budget=16`` (as a sweep ``budget=16`` asks) has a
+    table of every algorithm at 16 responses per prompt: how it is matched, the keys set, the
+    samples per step it is predicted to spend and its bound."""
+    from trainer.algorithms import algorithms
+
+    ps = make_prompt_set("rates-8", 8)
+    est = _finished(user, ps, [0.0, 0.1, 0.3, 0.5, 0.6, 0.8, 0.95, 1.0])
+    # Few simulated draws here (the page's default is trainer.preflight.SIMULATED_DRAWS); the
+    # page reads the rows kept with the estimate.
+    preflight.estimate_predictions(est, SHAPE, draws=16)
+    rows = preflight.budget_predictions(est, 16, 8, draws=16)
+    assert [r["algorithm"] for r in rows] == [a.name for a in algorithms()]
+    est.refresh_from_db()
+    assert set(est.predictions) == {"B8-n4-M8-N4", "B8-budget16"}
+    assert est.predictions["B8-budget16"] == rows
+    page = owner_client.get(reverse("dashboard:estimate_detail", args=[est.pk]),
+                            {**SHAPE, "budget": "16"}).content.decode()
+    table = page[page.index('data-budget="16"'):]
+    table = table[:table.index("</table>")]
+    assert "B x budget = 128 responses per step" in page
+    for row in rows:
+        cells = table[table.index(f'data-algorithm="{row["algorithm"]}"'):]
+        cells = cells[:cells.index("</tr>")]
+        assert row["error"] is None
+        assert f">{row['budget_match']}</td>" in cells
+        assert f'data-column="max_samples_per_step">{row["max_samples_per_step"]:,}' in cells
+        if row["budget_match"] == "exact":
+            assert 'data-column="samples_per_step">128 samples ' in cells and "(exact)" in cells
+            assert 'data-column="multiple_of_grpo">1.00×' in cells
+    # The launch form's estimate button with a sweep at a budget: the same sample (the form's
+    # sampling settings are the estimate's), and the panel has the budget's table.
+    resp = owner_client.post(reverse("dashboard:run_launch"), _launch_post(
+        ps, name="", batch_size=8, action="estimate", estimate_prompts=8, estimate_samples=16,
+        sweep="algorithm=grpo,pods; budget=16"))
+    assert resp.status_code == 200 and resp.context["estimate"].pk == est.pk
+    launch_page = resp.content.decode()
+    assert 'data-budget="16"' in launch_page and "budget=16" in resp.context["shape_query"]
+    # No budget asked: no such table; a malformed one is left out.
+    assert "data-budget" not in owner_client.get(
+        reverse("dashboard:estimate_detail", args=[est.pk]), {**SHAPE, "budget": "x"}
+    ).content.decode()

@@ -521,3 +521,97 @@ def test_the_run_page_retries_and_the_sweeps_pages_count_the_retry(
     stranger = Client()
     stranger.force_login(other_user)
     assert stranger.post(reverse("dashboard:run_retry", args=[retry.pk])).status_code == 403
+
+
+# --- one budget for everyone (issue 31): the ``budget`` pseudo-field ---------------------------
+
+@pytest.mark.parametrize("spec, reason", [
+    ("algorithm=grpo; budget=0", "budget: must be within [1, 32,767] responses per prompt"),
+    ("budget=16,x", "budget: 'x' is not an integer"),
+    ("budget=8,8", "budget: value 8 appears twice"),
+    ("(algorithm, budget)=(grpo, 40000)", "budget: must be within [1, 32,767]"),
+    ("budget=8; budget=16", "budget: swept twice"),
+    ("budgte=8", "no such config field (did you mean 'budget'?)"),
+])
+def test_bad_budget_is_an_error_on_the_sweep_field(spec: str, reason: str) -> None:
+    with pytest.raises(LaunchError) as info:
+        services.parse_sweep_spec(spec)
+    assert info.value.field == "sweep"
+    assert reason in info.value.reason
+
+
+@pytest.mark.parametrize("base, spec, reason", [
+    # A key the budget sets may not be swept beside it.
+    ({}, "algorithm=grpo; budget=16; group_size=4,8",
+     "budget=16 sets group_size for grpo, which is swept too: sweep budget or group_size"),
+    # A budget this algorithm cannot take at this config names the budget.
+    ({}, "(algorithm, budget)=(pods, 2)",
+     "budget=2 for pods: PODS at budget 2: the update keeps group_size (4, the paper's m)"),
+    ({"algorithm": "ada-balance"}, "budget=2",
+     "budget=2 for ada-balance: 2 is below group_size (4)"),
+])
+def test_a_budget_that_cannot_be_matched_launches_nothing(
+        db: None, user: Any, prompt_set_factory: Any, base: dict, spec: str,
+        reason: str) -> None:
+    with pytest.raises(LaunchError) as info:
+        services.launch_sweep(user, "b", SIM | base, services.parse_sweep_spec(spec),
+                              prompt_set_factory(8))
+    assert info.value.field == "sweep" and reason in info.value.reason, info.value.reason
+    assert not Sweep.objects.exists() and not Run.objects.exists()
+
+
+def test_an_algorithm_that_cannot_match_a_budget_is_refused_by_name(
+        db: None, user: Any, prompt_set_factory: Any) -> None:
+    import dataclasses
+
+    from trainer.algorithms import GRPO, register_algorithm, unregister_algorithm
+
+    record = dataclasses.replace(GRPO, name="toy-unmatched", label="Toy", baseline=False,
+                                 match_budget=None, budget_match="",
+                                 budget_note="it sizes each step by its own rule")
+    register_algorithm(record)
+    try:
+        with pytest.raises(LaunchError) as info:
+            services.launch_sweep(user, "b", SIM, services.parse_sweep_spec(
+                "algorithm=grpo,toy-unmatched; budget=8"), prompt_set_factory(8))
+    finally:
+        unregister_algorithm(record.name)
+    assert info.value.field == "sweep"
+    assert info.value.reason == ("budget=8 for toy-unmatched: toy-unmatched (Toy) cannot be "
+                                 "run at a matched budget: it sizes each step by its own rule")
+    assert not Run.objects.exists()
+
+
+def test_launch_form_launches_every_algorithm_at_one_budget(db: None, owner_client: Any) -> None:
+    """The one-command, one-entry sweep of issue 31: every registered algorithm at 8 responses
+    per prompt, each run's config drawing it through its own keys."""
+    from django.urls import reverse
+
+    from trainer.algorithms import algorithms
+    from trainer.config import TrainConfig
+
+    from .dashboard_fixtures import make_prompt_set
+
+    names = [a.name for a in algorithms()]
+    resp = owner_client.post(reverse("dashboard:run_launch"), _form(
+        make_prompt_set(), name="matched", sweep=f"algorithm={','.join(names)}; budget=8"))
+    assert resp.status_code == 302, resp.content.decode()[:3000]
+    sweep = Sweep.objects.get()
+    runs = list(selectors.sweep_runs(sweep.pk))
+    assert [r.algorithm for r in runs] == names
+    for run, record in zip(runs, algorithms(), strict=True):
+        assert run.name == f"matched [algorithm={record.name}, budget=8]"
+        assert services.run_point(run) == {"algorithm": record.name, "budget": 8}
+        cfg = TrainConfig.from_stored(run.config)
+        assert "budget" not in run.config
+        per_batch = cfg.batch_size * 8
+        if record.budget_match in ("exact", "cap"):
+            assert cfg.max_samples_per_step == per_batch, record.name
+        else:  # each generation batch draws the budget per prompt (DAPO)
+            assert cfg.max_samples_per_step == per_batch * cfg.max_num_gen_batches
+        for key, value in record.match_budget(cfg, 8).items():
+            assert run.config[key] == value, (record.name, key)
+    # A clone of a run keeps the budget in its name, which the config alone does not hold.
+    from dashboard.forms import clone_name
+
+    assert clone_name(runs[0]) == f"matched [algorithm={names[0]}, budget=8] (clone)"

@@ -26,6 +26,9 @@ The seams, in the order of a step (``trainer.loop.train``):
    share of the loss's gradient), on one process or across ranks.
 5. ``options``: the algorithm's own config keys (``trainer.options.Option``), which the form,
    the API, validation, docs/config.md and clones take as they take the config's fields.
+6. ``match_budget``: the config keys under which a step draws a given number of responses per
+   prompt (``budget_match``: exactly, at most, or per generation batch), so that a sweep's
+   ``budget`` puts every algorithm at one sampling budget (``trainer.budget``).
 
 Its own run-page charts are declared here too, as data (``charts``: ``trainer.charts.ChartSpec``,
 drawn by the dashboard's generic builder).
@@ -74,8 +77,8 @@ if TYPE_CHECKING:
     )
     from trainer.visits import PromptVisits
 
-__all__ = ["ALGORITHM_NAMES", "MAX_NAME_CHARS", "SAMPLING_KINDS", "Algorithm", "BatchContext",
-           "CrossCheck",
+__all__ = ["ALGORITHM_NAMES", "BUDGET_MATCHES", "MAX_NAME_CHARS", "SAMPLING_KINDS", "Algorithm",
+           "BatchContext", "CrossCheck",
            "SampledStep", "StepContext", "UnknownAlgorithm", "UpdateFeedback", "algorithms",
            "balanced_target", "baseline", "choose_batch", "get_algorithm", "is_algorithm",
            "own_batch", "register_algorithm", "step_metric_declarations",
@@ -99,6 +102,13 @@ KeepRule = Callable[["SamplerResult", int, int], "np.ndarray | tuple[np.ndarray,
 #   "allocation" one round of a per-prompt number of samples, planned from persistent per-run
 #                state (Est).
 SAMPLING_KINDS = ("group", "rounds", "batches", "allocation")
+# How a matched budget holds (``Algorithm.budget_match``):
+#   "exact"  every step draws B x budget responses (GRPO, VADE, PODS, Est);
+#   "cap"    a step draws at most B x budget; what it spends below that depends on the pass
+#            rates, which the preflight predicts (Seq);
+#   "batch"  each generation batch draws budget per prompt; how many batches a step draws
+#            depends on how many groups carry signal, which the preflight predicts (DAPO).
+BUDGET_MATCHES = ("exact", "cap", "batch")
 # Run.algorithm is a CharField(max_length=16) (platform/experiments/models.py; a platform test
 # checks the two agree). A name is also a sweep value and a URL query value: letters, digits,
 # '-', '_' and '.'.
@@ -308,6 +318,14 @@ class Algorithm:
     label_shows_group_size: bool = False   # GRPO n=16 is another budget, not another n
     # The group sizes the launch preflight predicts it at besides the run's own n.
     preflight_group_sizes: tuple[int, ...] = ()
+    # A matched sampling budget (issue 31; a sweep's ``budget``, ``trainer.budget``):
+    # ``match_budget(config, samples_per_prompt)`` -> the config keys to set so that a step
+    # draws that many responses per prompt of its batch, B x that per step, in the sense
+    # ``budget_match`` names (``BUDGET_MATCHES``); ``budget_note`` says how, in words. None: it
+    # cannot be matched, and ``budget_note`` says why (the sweep refuses it by name with that).
+    match_budget: Callable[[TrainConfig, int], dict[str, Any]] | None = None
+    budget_match: str = ""
+    budget_note: str = ""
     aka: str = ""                   # another name users know it by ("v1/v2: ada-pos")
     summary_fields: tuple[str, ...] = ()   # config fields that describe its sampling
     baseline: bool = False          # the algorithm others are measured against (GRPO)
@@ -326,6 +344,9 @@ class Algorithm:
         if self.draws is not None and self.sampling != "group":
             raise ValueError(f"{self.name}: a draws rule goes with sampling 'group' (rounds "
                              "draw M, an allocation plans its own, batches draw n)")
+        if self.match_budget is not None and self.budget_match not in BUDGET_MATCHES:
+            raise ValueError(f"{self.name}: budget_match must be one of "
+                             f"{', '.join(BUDGET_MATCHES)}, got {self.budget_match!r}")
         if self.make_state is not None and not self.state_key:
             raise ValueError(f"{self.name}: persistent state needs a state_key")
         names = [o.name for o in self.options]

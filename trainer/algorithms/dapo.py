@@ -457,6 +457,10 @@ DAPO = Algorithm(
     step_shape="dapo_gen_batch_size (0: batch_size) x group_size x max_num_gen_batches (0: "
                "the prompt set's size / dapo_gen_batch_size)",
     options=OPTIONS,
+    match_budget=lambda c, budget: {"group_size": budget}, budget_match="batch",
+    budget_note="group_size = budget: each generation batch draws budget responses per prompt; "
+                "further batches are drawn while fewer than B groups carry signal (at most "
+                "max_num_gen_batches), so a step spends that or a multiple of it",
     config_checks=(CrossCheck(("dapo_gen_batch_size", "batch_size"), gen_batch_holds_batch,
                               {"dapo_gen_batch_size": 16}),
                    CrossCheck(("use_kl_in_reward", "dapo_filter_metric"),

@@ -129,6 +129,19 @@ EST_CHECKS = (
 )
 
 
+def est_budget(c: TrainConfig, budget: int) -> dict[str, Any]:
+    """A matched budget is budget_per_prompt: a step draws exactly B x budget, allocated over
+    the prompts within [N_min, N_max]. Where that interval does not hold the budget, its near
+    end moves to the budget (no allocation could sum to it otherwise); where it does, it stays
+    as given."""
+    keys: dict[str, Any] = {"budget_per_prompt": budget}
+    if budget > c.est_max_samples:
+        keys["est_max_samples"] = budget
+    if budget < c.est_min_samples:
+        keys["est_min_samples"] = budget
+    return keys
+
+
 def est_sampler_options(c: TrainConfig) -> dict[str, Any]:
     # Without the residual weight, Est's advantage is the plain global-baseline one.
     return {"eps": c.est_eps, **({} if c.est_residual_weight else {"advantage": "global"})}
@@ -143,6 +156,10 @@ EST = Algorithm(
     max_samples_per_prompt=lambda c: c.est_max_samples,
     max_samples_per_step=lambda c: c.batch_size * c.budget_per_prompt,
     step_shape="batch_size x budget_per_prompt",
+    match_budget=est_budget, budget_match="exact",
+    budget_note="budget_per_prompt = budget: exactly B x budget per step, allocated over the "
+                "batch from the pass-rate estimate (est_max_samples or est_min_samples moved "
+                "to the budget where [N_min, N_max] does not hold it)",
     step_metrics={
         "p_hat_mean": fraction("mean pass-rate estimate of the batch before sampling",
                                "mean p-hat"),

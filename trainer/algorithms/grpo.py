@@ -19,4 +19,6 @@ GRPO = Algorithm(
     max_samples_per_step=lambda c: c.batch_size * c.group_size,
     step_shape="batch_size x group_size",
     label_shows_group_size=True, preflight_group_sizes=(4, 8, 16),
+    match_budget=lambda c, budget: {"group_size": budget}, budget_match="exact",
+    budget_note="group_size = budget: one round of budget responses per prompt",
     summary_fields=("group_size",), baseline=True)

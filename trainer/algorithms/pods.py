@@ -41,7 +41,7 @@ from trainer.algorithms.sampling import sample_batch
 from trainer.config import MAX_SAMPLES_PER_PROMPT
 from trainer.options import Option
 from trainer.types import count
-from trainer.validation import CrossCheck
+from trainer.validation import ConfigError, CrossCheck
 
 if TYPE_CHECKING:
     from trainer.allocation import Allocation
@@ -131,6 +131,16 @@ def rollouts_at_least_m(c: TrainConfig) -> Iterator[tuple[str, str]]:
                                 f"rollouts the update keeps), got {c.pods_rollouts}")
 
 
+def pods_budget(c: TrainConfig, budget: int) -> dict[str, Any]:
+    """A matched budget is the rollouts each prompt generates (the paper's n); the update still
+    keeps group_size (m) of them, so the budget must cover m."""
+    if budget < c.group_size:
+        raise ConfigError("budget", f"PODS at budget {budget}: the update keeps group_size "
+                          f"({c.group_size}, the paper's m) of the budget's rollouts, so the "
+                          f"budget must be >= {c.group_size}")
+    return {"pods_rollouts": budget}
+
+
 def pods_sampler_options(c: TrainConfig) -> dict[str, Any]:
     return {"eps": PODS_EPS}
 
@@ -155,4 +165,7 @@ PODS = Algorithm(
     max_samples_per_prompt=lambda c: c.pods_rollouts,
     max_samples_per_step=lambda c: c.batch_size * c.pods_rollouts,
     step_shape="batch_size x pods_rollouts",
+    match_budget=pods_budget, budget_match="exact",
+    budget_note="pods_rollouts = budget (the paper's n), of which the update keeps group_size "
+                "(m) by max-variance down-sampling",
     summary_fields=("group_size", "pods_rollouts"))

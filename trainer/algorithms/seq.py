@@ -14,14 +14,14 @@ with more left; an unresolved Seq-pos prompt aims for its pool's own positive sh
 from __future__ import annotations
 
 from collections.abc import Iterator
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from trainer.algorithms.base import Algorithm
 from trainer.algorithms.sampling import sample_batch
 from trainer.config import MAX_SAMPLES_PER_PROMPT
-from trainer.validation import CrossCheck
+from trainer.validation import ConfigError, CrossCheck
 
 if TYPE_CHECKING:
     from trainer.config import TrainConfig
@@ -86,6 +86,21 @@ SEQ_CHECKS = (
 )
 
 
+def seq_budget(c: TrainConfig, budget: int) -> dict[str, Any]:
+    """A matched budget caps a prompt's pool: M x N <= budget, with n <= M <= the config's M
+    (at most the budget), N = floor(budget / M), M the one whose cap comes closest to the
+    budget, the largest of those (a divisor of the budget: M x N = budget exactly; 13 at n=4,
+    M=8 is 6 x 2 = 12). What a step spends under the cap depends on how soon prompts meet the
+    exit rule: the preflight predicts it from measured pass rates. The exit counts stay (empty
+    ones follow n)."""
+    n, m_base = c.group_size, c.samples_per_round
+    if budget < n:
+        raise ConfigError("budget", f"{budget} is below group_size ({n}): a Seq prompt's pool "
+                          "must hold its update group of n")
+    m = max(range(n, max(n, min(m_base, budget)) + 1), key=lambda d: (d * (budget // d), d))
+    return {"samples_per_round": m, "max_rounds": budget // m}
+
+
 def _seq(name: str, label: str, help: str, default_exit_counts, **extra: object) -> Algorithm:
     return Algorithm(
         name=name, label=label, help=help, sampling="rounds", sample_step=sample_batch,
@@ -95,6 +110,10 @@ def _seq(name: str, label: str, help: str, default_exit_counts, **extra: object)
         max_samples_per_step=lambda c: c.batch_size * c.samples_per_round * c.max_rounds,
         step_shape="batch_size x samples_per_round x max_rounds",
         config_checks=SEQ_CHECKS, aka=f"v1/v2: {name}",
+        match_budget=seq_budget, budget_match="cap",
+        budget_note="samples_per_round x max_rounds <= budget (M from n to the config's M, "
+                    "the cap closest to the budget): a cap; a step spends less as prompts meet "
+                    "the exit rule sooner",
         summary_fields=("group_size", "samples_per_round", "max_rounds"), **extra)
 
 

@@ -309,4 +309,7 @@ VADE = Algorithm(
     max_samples_per_prompt=lambda c: c.group_size,
     max_samples_per_step=lambda c: c.batch_size * c.group_size,
     step_shape="batch_size x group_size",
+    match_budget=lambda c, budget: {"group_size": budget}, budget_match="exact",
+    budget_note="group_size = budget: one round of budget responses for each prompt the "
+                "Thompson sampler selects",
     summary_fields=("group_size",))

@@ -75,6 +75,7 @@ from experiments.services.sweeps import (
     point_label,
     retry_run,
     retryable,
+    run_point,
     sweep_grid,
     sweep_points,
     sweep_run_name,
@@ -91,7 +92,8 @@ __all__ = [
     "prompt_set_name_error",
     "point_label", "prepare_resume", "queue_errors", "relaunch_run", "renew_run_lease",
     "request_cancel", "requeue_after_environment_error", "requeue_orphaned_runs", "retry_run",
-    "retryable", "run_checkpoint_dir", "run_process_lost", "run_should_stop", "set_run_waiting",
+    "retryable", "run_checkpoint_dir", "run_point",
+    "run_process_lost", "run_should_stop", "set_run_waiting",
     "step_work_errors", "sweep_grid", "sweep_points", "sweep_run_name", "take_next_run",
     "validate_run_config", "world_size_errors",
 ]

@@ -28,7 +28,8 @@ from experiments.services.common import (
 from experiments.services.enqueue import enqueue_on_commit
 from experiments.services.launch import _new_run, launch_errors, lock_referenced
 from experiments.services.runs import request_cancel
-from trainer.config import TrainConfig, field_specs
+from trainer.budget import BUDGET, budget_overrides, check_budget
+from trainer.config import ConfigError, TrainConfig, field_specs
 
 # A sweep is one launch of many runs: the product of a grid of config values over a base config.
 # The grid is a list of axes: an axis is one field and its values, (field, [v1, v2]), or fields
@@ -38,12 +39,20 @@ from trainer.config import TrainConfig, field_specs
 # validated (and every launch check made) before anything is stored, so a sweep is launched
 # whole or not at all.
 
+# ``budget`` is a pseudo-field (``trainer.budget``): responses per prompt of a step's batch,
+# which each run's algorithm turns into its own keys (GRPO's group_size, PODS' pods_rollouts,
+# Est's budget_per_prompt, Seq's samples_per_round x max_rounds as a cap):
+# ``algorithm=grpo,dapo,ada-balance,pods,vade; budget=16`` is every one of them at 16 responses
+# per prompt. It is not stored in the runs' configs (the keys it set are); a run's point in the
+# grid (``run_point``) still has it.
+
 # Set from the chosen prompt sets, never swept: a sweep over data is a sweep over prompt sets.
 UNSWEEPABLE = ("prompts", "eval_prompts")
 Axis = tuple[str | tuple[str, ...], list[Any]]
 Grid = list[Axis]
 SPEC_HELP = ("field=value,value,... or, to pair fields value for value, "
-             "(field, field)=(value, value), (value, value), ...")
+             "(field, field)=(value, value), (value, value), ...; budget=16 puts every "
+             "algorithm at 16 responses per prompt")
 
 
 def parse_sweep_spec(text: str) -> Grid:
@@ -118,7 +127,7 @@ def sweep_grid(axes: Any) -> Grid:
     keeps the caller's order; a key of paired fields is written "(field, field)"). Strings are
     converted to the field's type (``"1e-4"`` for a float field, ``"0..4"`` for an int field
     outside a pair); other values are kept as they are for the config's own validation."""
-    types = {spec["name"]: spec["type"] for spec in field_specs()}
+    types = {spec["name"]: spec["type"] for spec in field_specs()} | {BUDGET: "int"}
     if isinstance(axes, dict):
         axes = [(_mapping_key(k), v) for k, v in axes.items()]
     if not isinstance(axes, (list, tuple)):
@@ -196,8 +205,23 @@ def _sweep_axis(axis: Any, types: dict[str, str], grid: Grid) -> Axis:
         raise LaunchError("sweep", bad[0], more=[("sweep", b) for b in bad[1:]])
     if not typed:
         raise LaunchError("sweep", f"{field}: no values")
+    _check_budgets(field, typed)
     _no_repeats(field, typed)
     return field, typed
+
+
+def _check_budgets(field: str, values: list[Any]) -> None:
+    """``budget``'s values are whole numbers of responses per prompt within bounds."""
+    if field != BUDGET:
+        return
+    bad = []
+    for value in values:
+        try:
+            check_budget(value)
+        except ConfigError as exc:
+            bad.append(f"{BUDGET}: {exc.reason}")
+    if bad:
+        raise LaunchError("sweep", bad[0], more=[("sweep", b) for b in bad[1:]])
 
 
 def _check_field(field: Any, types: dict[str, str], grid: Grid, pair: set[str]) -> None:
@@ -247,6 +271,12 @@ def _paired_axis(fields: tuple[Any, ...], values: Any, types: dict[str, str],
                 continue
             out.extend(one)
         if len(out) == len(fields):
+            try:
+                for field, value in zip(fields, out, strict=True):
+                    _check_budgets(field, [value])
+            except LaunchError as exc:
+                problems.append(exc.reason)
+                continue
             typed.append(tuple(out))
     if problems:
         raise LaunchError("sweep", problems[0], more=[("sweep", p) for p in problems[1:]])
@@ -368,10 +398,10 @@ def expand_sweep(name: str, base_config: dict[str, Any], grid: Grid,
     base_ok = not invalid and not launch_errors(base_config, **checks)
     out = []
     for index, point in enumerate(sweep_points(grid)):
-        config_dict = {**base_config, **point}
         try:
+            config_dict, matched = at_budget({**base_config, **point}, point)
             _raise_all(launch_errors(config_dict, **checks,
-                                     invalid=set(invalid) - set(point)))
+                                     invalid=set(invalid) - set(point) - set(matched)))
             run = _new_run(TrainConfig.from_dict(config_dict), queue, retention,
                            prompt_set=prompt_set, name=sweep_run_name(name, point),
                            sweep_index=index)
@@ -382,8 +412,50 @@ def expand_sweep(name: str, base_config: dict[str, Any], grid: Grid,
     return out
 
 
+def at_budget(config_dict: dict[str, Any], point: dict[str, Any]
+              ) -> tuple[dict[str, Any], dict[str, Any]]:
+    """(the run's config, the keys the budget set) at the grid ``point``: without ``budget``
+    the config as it is; with it, the run's algorithm's keys for it (``trainer.budget``). An
+    algorithm that cannot match a budget is refused by name, and a key the budget sets may not
+    be swept too (the two would disagree)."""
+    if BUDGET not in point:
+        return config_dict, {}
+    config_dict = {k: v for k, v in config_dict.items() if k != BUDGET}
+    budget = point[BUDGET]
+    try:
+        matched = budget_overrides(config_dict, budget)
+    except ConfigError as exc:
+        raise LaunchError("sweep", f"{BUDGET}={budget!r} for "
+                          f"{config_dict.get('algorithm', TrainConfig().algorithm)}: "
+                          f"{exc.reason}") from None
+    clash = sorted(set(matched) & set(point))
+    if clash:
+        raise LaunchError("sweep", f"{BUDGET}={budget!r} sets {clash[0]} for "
+                          f"{config_dict.get('algorithm', TrainConfig().algorithm)}, which is "
+                          f"swept too: sweep {BUDGET} or {clash[0]}, not both")
+    return {**config_dict, **matched}, matched
+
+
+def run_point(run: Run) -> dict[str, Any]:
+    """The grid point a sweep's run was launched at, from the sweep's grid and the run's place
+    in it (``budget`` included, which the run's config does not hold); a run without a place
+    reads its swept fields from its config."""
+    points = sweep_points(stored_grid(run.sweep.grid))
+    if run.sweep_index is not None and 0 <= run.sweep_index < len(points):
+        return points[run.sweep_index]
+    return {f: (run.config or {}).get(f) for f in run.sweep.fields}
+
+
+def stored_grid(axes: list[dict[str, Any]]) -> Grid:
+    """``grid_json``'s axes as a ``Grid`` again (not checked: they were when stored)."""
+    return [(tuple(a["fields"]), [tuple(v) for v in a["values"]]) if "fields" in a
+            else (a["field"], list(a["values"])) for a in axes]
+
+
 def _sweep_error(field: str, reason: str, point: dict[str, Any], base_ok: bool
                  ) -> tuple[str, str]:
+    if field == "sweep":  # the grid's own (``at_budget``): it names the values it is about
+        return field, reason
     if field in point:
         return "sweep", f"{field}={point[field]!r}: {reason}"
     if base_ok:
@@ -467,7 +539,7 @@ def retry_run(run: Run, user: User) -> Run:
     if run.status not in RETRYABLE:
         raise LaunchError("run", f"the run is {run.status}; only a failed or cancelled run "
                           "of a sweep can be retried in its place")
-    point = {f: (run.config or {}).get(f) for f in run.sweep.fields}
+    point = run_point(run)
     _raise_all(launch_errors(run.config, name=run.name, prompt_set=run.prompt_set,
                              queue=run.queue, retention=run.retention))
     attempt = 2
