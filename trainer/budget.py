@@ -5,10 +5,13 @@ B x b responses, GRPO's B x n at n = b. Each algorithm's record says which of it
 make it draw that (``Algorithm.match_budget``) and in which sense (``budget_match``):
 
     exact   every step draws B x b            GRPO, VADE (group_size = b), PODS (pods_rollouts
-                                              = b), Est (budget_per_prompt = b)
+                                              = b), Est (budget_per_prompt = b), GVM-RAFT
+                                              (gvm_budget = b, both stages)
     cap     a step draws at most B x b        Seq-pos, Seq-balance (samples_per_round x
                                               max_rounds <= b); they spend less as prompts
-                                              meet their exit rule
+                                              meet their exit rule; DPPO
+                                              (group_size = b), less as its
+                                              history prunes prompts
     batch   each generation batch draws b     DAPO (group_size = b); further batches while
             per prompt                        too few groups carry signal
 

@@ -35,8 +35,10 @@ def test_every_built_in_algorithm_draws_the_budget(budget: int) -> None:
             assert cfg.max_samples_per_step == per_batch, record.name
         elif record.budget_match == "cap":
             # Seq: M x N <= b, with n <= M <= the base M; here b is a multiple of a usable M.
+            # DPPO: n = b for every prompt its history does not prune.
             assert cfg.max_samples_per_step == per_batch, record.name
-            assert cfg.group_size <= cfg.samples_per_round <= 8, record.name
+            if record.sampling == "rounds":
+                assert cfg.group_size <= cfg.samples_per_round <= 8, record.name
         else:
             assert record.budget_match == "batch", record.name
             assert cfg.max_samples_per_step == per_batch * cfg.max_num_gen_batches, record.name
@@ -49,6 +51,14 @@ def test_the_keys_each_algorithm_sets() -> None:
     assert budget_overrides({"algorithm": "vade"}, 16) == {"group_size": 16}
     assert budget_overrides({"algorithm": "dapo"}, 16) == {"group_size": 16}
     assert budget_overrides({"algorithm": "pods"}, 16) == {"pods_rollouts": 16}
+    assert budget_overrides({"algorithm": "dppo"}, 16) == {"group_size": 16}
+    # GVM-RAFT: both stages; the first keeps its 8 while it leaves the second something, else
+    # takes half; the one-prompt cap rises to the second stage's mean where it is below it.
+    assert budget_overrides({"algorithm": "gvm-raft"}, 16) == {"gvm_budget": 16,
+                                                               "gvm_stage1": 8}
+    assert budget_overrides({"algorithm": "gvm-raft"}, 5) == {"gvm_budget": 5, "gvm_stage1": 2}
+    assert budget_overrides({"algorithm": "gvm-raft"}, 64) == {
+        "gvm_budget": 64, "gvm_stage1": 8, "gvm_max_samples": 56}
     assert budget_overrides({"algorithm": "ada-est"}, 16) == {"budget_per_prompt": 16}
     # Est's [N_min, N_max] must hold the budget: its near end moves to it.
     assert budget_overrides({"algorithm": "ada-est"}, 64) == {"budget_per_prompt": 64,
@@ -99,7 +109,7 @@ def test_a_budget_an_algorithm_cannot_take_names_the_budget(
 
 @pytest.fixture
 def no_budget() -> Iterator[Algorithm]:
-    """An algorithm whose record has no ``match_budget`` (as GVM-RAFT or DPPO may)."""
+    """An algorithm whose record has no ``match_budget`` (a deployment's own may have none)."""
     record = dataclasses.replace(GRPO, name="toy-unmatched", label="Toy", baseline=False,
                                  match_budget=None, budget_match="",
                                  budget_note="its sample count is chosen per step by the "

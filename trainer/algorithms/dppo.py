@@ -253,6 +253,10 @@ DPPO = Algorithm(
     sampling="group", sample_step=sample_dppo_step,
     advantage="global", std_normalize=True,
     sampler_options=dppo_sampler_options, options=OPTIONS,
+    match_budget=lambda c, budget: {"group_size": budget}, budget_match="cap",
+    budget_note="group_size = budget: each prompt that is not pruned draws budget "
+                "responses, so a step draws at most B x budget (fewer as prompts are pruned "
+                "by their history)",
     step_metrics={
         "prompts_pruned": count("prompts of the step's batch pruned by their history before "
                                 "generation", "prompts", "prompts pruned"),

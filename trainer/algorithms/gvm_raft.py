@@ -61,7 +61,7 @@ from trainer.result import SamplerResult
 from trainer.sampler import AdaptiveSampler
 from trainer.schedulers import run_scheduler
 from trainer.types import RoundsOutcome, count, fraction
-from trainer.validation import CrossCheck
+from trainer.validation import ConfigError, CrossCheck
 
 if TYPE_CHECKING:
     from collections.abc import Sequence
@@ -282,6 +282,22 @@ def budget_fits(c: TrainConfig) -> Iterator[tuple[str, str]]:
                              f"gvm_min_samples), gvm_max_samples] = [{lo}, {hi}]")
 
 
+def gvm_budget_keys(c: TrainConfig, budget: int) -> dict[str, Any]:
+    """A matched budget is gvm_budget, both stages together. The first stage keeps its size
+    while it leaves the second stage at least one sample per prompt, else it takes half the
+    budget (the authors' 8 + 8 split); the cap on one prompt's second stage is raised to the
+    second stage's mean where it was below it (``budget_fits``)."""
+    if budget < 2:
+        raise ConfigError("budget", f"GVM-RAFT at budget {budget}: its two stages need at "
+                          "least 2 responses per prompt")
+    stage1 = c.gvm_stage1 if budget - c.gvm_stage1 >= max(1, c.gvm_min_samples) \
+        else budget // 2
+    keys: dict[str, Any] = {"gvm_budget": budget, "gvm_stage1": stage1}
+    if c.gvm_max_samples < budget - stage1:
+        keys["gvm_max_samples"] = budget - stage1
+    return keys
+
+
 def gvm_sampler_options(c: TrainConfig) -> dict[str, Any]:
     return {"eps": GVM_EPS}
 
@@ -315,6 +331,10 @@ GVM_RAFT = Algorithm(
     sampling="group", sample_step=sample_gvm_step, draws=lambda c: c.gvm_budget,
     downsample=False, advantage="group", std_normalize=True,
     sampler_options=gvm_sampler_options, options=OPTIONS,
+    match_budget=gvm_budget_keys, budget_match="exact",
+    budget_note="gvm_budget = budget: the first stage's gvm_stage1 and the second stage's "
+                "allocation together draw B x budget (the first stage halved where it would "
+                "leave the second nothing)",
     config_checks=(CrossCheck(("gvm_budget", "gvm_stage1", "gvm_min_samples",
                                "gvm_max_samples"), budget_fits, {"gvm_budget": 8}),),
     step_metrics={
