@@ -35,7 +35,7 @@ from webapp.uploads import accepts_files, rejected_files
 
 from trainer import formatting as fmt
 from trainer.config import BUILTIN_MODEL
-from trainer.preflight import INTERVAL_NOTE, PREDICTION_COLUMNS
+from trainer.preflight import ASYNC_COLUMNS, INTERVAL_NOTE, PREDICTION_COLUMNS
 
 from . import charts, heatmap, params, reports, selectors
 from .forms import BuiltinForm, LaunchForm, UploadForm, clone_diff, initial_from_run
@@ -623,6 +623,8 @@ def _estimate_context(request: HttpRequest, estimate: Estimate,
                         for r in rows],
         "bxn": shape["batch_size"] * shape["group_size"], "poll_seconds": 1,
         "columns": PREDICTION_COLUMNS, "interval_note": INTERVAL_NOTE,
+        "async_prediction": preflight.estimate_async(estimate, shape) if finished else None,
+        "async_columns": ASYNC_COLUMNS,
     }
 
 
