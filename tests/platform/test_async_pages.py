@@ -240,3 +240,55 @@ def test_a_synchronous_run_shows_none_of_it(owner: User, owner_client: Client) -
     html = owner_client.get(reverse("dashboard:prompt_history",
                                     args=[run.pk, prompt_id])).content.decode()
     assert "drawn by policy" not in html and "policy-version" not in html
+
+
+# --- compare: a synchronous run and its asynchronous twin ---------------------------------------
+
+def test_a_sync_run_and_its_async_twin_compare_on_wall_time_and_held_out_accuracy(
+        owner: User, owner_client: Client) -> None:
+    """Their lags differ: the compare page opens on wall time (steps when they agree), and
+    draws held-out accuracy against wall time and against samples, each point an evaluation
+    at what its run had spent by the evaluated step."""
+    from trainer.types import Prompt as TrainerPrompt
+
+    from .dashboard_fixtures import record_run_with_evals
+
+    ps = make_prompt_set("twins", size=12)
+    evals = [TrainerPrompt(id=f"e{i}", text=f"{i}+0=", answer=str(i),
+                           metadata={"pass_rate": i / 6}) for i in range(6)]
+    runs = [record_run_with_evals(make_run(owner, ps, name=f"lag{k}", algorithm="grpo",
+                                           total_steps=4, eval_every=2, eval_k=2,
+                                           max_policy_lag=k), evals) for k in (0, 1)]
+    query = f"?runs={runs[0].pk}&runs={runs[1].pk}"
+    page = owner_client.get(reverse("dashboard:compare") + query)
+    assert page.context["x"] == "wall" and 'id="x-by-lag"' in page.content.decode()
+    html = page.content.decode()
+    for key in ("wall", "samples"):
+        assert f'id="chart-held-out-{key}"' in html
+    chart = owner_client.get(reverse("dashboard:compare_chart") + query).json()
+    assert chart["layout"]["xaxis"]["title"]["text"] == "wall time (s)"
+    # Asked for explicitly, steps stay steps; two synchronous runs open on steps.
+    assert owner_client.get(reverse("dashboard:compare") + query + "&x=step").context["x"] \
+        == "step"
+    other = make_run(owner, ps, name="sync2", algorithm="grpo", seed=1, total_steps=4)
+    assert owner_client.get(reverse("dashboard:compare")
+                            + f"?runs={runs[0].pk}&runs={other.pk}").context["x"] == "step"
+
+    for key, title in (("wall", "wall time (s)"), ("samples", "cumulative samples")):
+        fig = owner_client.get(reverse("dashboard:compare_held_out") + query
+                               + f"&x={key}").json()
+        assert fig["layout"]["xaxis"]["title"]["text"] == title
+        assert fig["layout"]["yaxis"]["title"]["text"].startswith("greedy accuracy")
+        assert fig["layout"]["title"]["text"] == f"Held-out accuracy vs {title}"
+        for run in runs:
+            (line,) = [t for t in fig["data"] if t["name"].startswith(run.name)]
+            steps = {s.step: s for s in Step.objects.filter(run=run)}
+            rows = list(run.eval_results.order_by("step"))
+            assert [e.step for e in rows] == [0, 2, 4]
+            assert line["y"] == [e.metrics["greedy_accuracy"] for e in rows]
+            want = [0.0 if e.step == 0 else steps[e.step].wall_seconds if key == "wall" else
+                    float(sum(s.samples for st, s in steps.items() if st <= e.step))
+                    for e in rows]
+            assert line["x"] == pytest.approx(want)
+    bad = owner_client.get(reverse("dashboard:compare_held_out") + query + "&x=step")
+    assert bad.status_code == 400
