@@ -54,10 +54,10 @@ def test_an_async_runs_page_draws_its_lag_and_drops_and_the_history_its_versions
     screenshot("async-prompt-history", element=f"#step-{steps}")
 
 
-def test_an_off_policy_runs_page_draws_its_ess_and_lr_applied(
+def test_an_off_policy_runs_page_draws_its_ess_baseline_shift_and_lr_applied(
         live_server: Any, page: Any, screenshot: Callable[..., None],
         request: pytest.FixtureRequest) -> None:
-    """The ESS and lr charts of a real off-policy run: the warm-started tiny model trained with
+    """The ESS, baseline shift and lr charts of a real off-policy run: the warm-started tiny model trained with
     GRPO, max_policy_lag = 2 and vcpo on the hf backend (in-process, recorded through the
     worker's recorder), at an lr high enough (1e-3) for the ratios to spread. The platform test
     (tests/platform/test_async_pages.py) checks these charts against recorded values on every
@@ -81,7 +81,7 @@ def test_an_off_policy_runs_page_draws_its_ess_and_lr_applied(
 
     sign_in(page, live_server.url)
     page.goto(live_server.url + f"/runs/{run.pk}/")
-    for name in ("policy_lag", "stale_dropped", "ess", "lr_applied"):
+    for name in ("policy_lag", "stale_dropped", "ess", "baseline_shift", "lr_applied"):
         page.wait_for_function(CHART_LOADED.format(name))
     legend = page.locator("#chart-ess .legendtext").all_text_contents()
     assert any(t.startswith("reference 0.5") for t in legend)

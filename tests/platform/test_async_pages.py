@@ -25,7 +25,7 @@ from .test_dashboard_views import _launch_data, field_block
 
 pytestmark = pytest.mark.django_db
 
-ASYNC_CHARTS = ("policy_lag", "stale_dropped", "ess", "lr_applied")
+ASYNC_CHARTS = ("policy_lag", "stale_dropped", "ess", "baseline_shift", "lr_applied")
 
 
 def _fig(c: Client, run: Run, name: str) -> dict:
@@ -205,9 +205,12 @@ def test_an_off_policy_run_charts_its_ess_against_the_reference_and_the_lr_appli
     run.config = {**run.config, "backend": "hf", "tis_cap": 2.0}
     run.save()
     ess = [1.0, 0.62, 0.31]
-    for step, value in zip(Step.objects.filter(run=run).order_by("step"), ess, strict=True):
+    shift = [0.0, 0.04, 0.18]
+    for step, value, moved in zip(Step.objects.filter(run=run).order_by("step"), ess, shift,
+                                  strict=True):
         step.metrics = {**step.metrics, "ess": value, "is_truncated_frac": 0.01,
-                        "lr_applied": step.metrics["lr"] * math.sqrt(value)}
+                        "lr_applied": step.metrics["lr"] * math.sqrt(value),
+                        "baseline_shift": moved}
         step.save()
     page = owner_client.get(reverse("dashboard:run_detail", args=[run.pk])).content.decode()
     for name in ASYNC_CHARTS:
@@ -217,6 +220,19 @@ def test_an_off_policy_run_charts_its_ess_against_the_reference_and_the_lr_appli
     reference = next(t for t in fig["data"] if t["name"].startswith("reference 0.5"))
     assert reference["y"] == [0.5] * 3 and reference["line"]["dash"] == "dash"
     assert fig["layout"]["yaxis"]["range"] == pytest.approx([-0.02, 1.02])
+    # VCPO's baseline shift: its own chart in reward units, captioned; tis records none.
+    assert 'id="caption-baseline_shift"' in page
+    moved = _fig(owner_client, run, "baseline_shift")
+    assert _trace(moved, "mean |VCPO's baseline - the algorithm's baseline|")["y"] == shift
+    assert moved["layout"]["yaxis"]["title"]["text"] == "baseline shift (reward units)"
+    assert moved["layout"]["xaxis"]["title"]["text"] and moved["layout"]["showlegend"]
+    run.config = {**run.config, "off_policy_correction": "tis"}
+    run.save()
+    assert 'id="chart-baseline_shift"' not in owner_client.get(
+        reverse("dashboard:run_detail", args=[run.pk])).content.decode()
+    assert _fig(owner_client, run, "baseline_shift")["data"] == []
+    run.config = {**run.config, "off_policy_correction": "vcpo"}
+    run.save()
     lr = _fig(owner_client, run, "lr_applied")
     scheduled = _metric(run, "lr")
     assert _trace(lr, "lr applied (mean over the step's optimiser steps)")["y"] == pytest.approx(
