@@ -229,10 +229,11 @@ _entries = (
     Chart("baseline_shift", baseline_shift, metrics=("baseline_shift",),
           applies_to=lambda ctx: _vcpo(ctx.config), section="async",
           caption="VCPO replaces each group's baseline by the one that minimises the "
-                  "variance of the weighted gradient (weights w^2 times each response's "
-                  "squared gradient norm). Near 0 it changes little; look for it growing as "
-                  "the ESS above falls: the baseline then follows a few heavily weighted "
-                  "responses, and with rewards in [0, 1] a shift of 0.5 is half their range."),
+                  "variance of the weighted gradient: the group's rewards weighted by w^2 "
+                  "times each response's squared gradient norm, so it moves even on-policy "
+                  "(0: no group's rewards differed, nothing to shift). With rewards in [0, 1] "
+                  "0.5 is half their range. Look for a shift that stays high while the ESS "
+                  "above is low: the baseline then follows a few heavily weighted responses."),
     Chart("lr_applied", lr_applied, metrics=("lr_applied", "lr"),
           applies_to=lambda ctx: _reports_off_policy(ctx.config), section="async",
           caption="Under vcpo each optimiser step applies the schedule's lr times the "
