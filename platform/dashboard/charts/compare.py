@@ -69,12 +69,15 @@ def _group_traces(groups: list[selectors.RunGroup], series: dict[int, dict[str, 
         label = group_trace_label(group)
         if len(members) == 1:
             s = series[members[0].pk]
-            data.append(line_trace(label, s[x_key], s[y_key], color, max_points, **extra))
+            if s["step"]:  # nothing to draw (no evaluation yet): no empty legend entry
+                data.append(line_trace(label, s[x_key], s[y_key], color, max_points, **extra))
             continue
         # Align seeds on the step index: steps every member has recorded.
         by_step = [dict(zip(series[m.pk]["step"], range(len(series[m.pk]["step"])),
                             strict=True)) for m in members]
         common = sorted(set.intersection(*(set(b) for b in by_step)))
+        if not common:
+            continue
         xs, mean, lo, hi = [], [], [], []
         for st in common:
             vals = [series[m.pk][y_key][b[st]] for m, b in zip(members, by_step, strict=True)]
