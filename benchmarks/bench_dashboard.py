@@ -14,6 +14,14 @@ in with psycopg ``COPY``, as the recorder writes them. ``seed --no-samples`` lea
 out (the report reads none; seeding then takes a fraction of the time). Each run gets a held-out
 evaluation at its last step (pass@j and all_correct@j for j <= 32) for the report.
 
+``seed-async`` adds (or recreates) one asynchronous run of 200 steps x 512 prompts: GRPO with
+``max_policy_lag`` 2 and ``off_policy_correction`` vcpo on backend hf (so every chart of the run
+page's "Asynchronous and off-policy training" section applies), its per-prompt-step rows and
+round statistics, its 409,600 sample rows each with the policy version that drew it (lag 0, 1 or
+2), response texts for its last 50 steps, the async step metrics (lag, stale drops, ESS, baseline
+shift, lr applied) and an evaluation every 20 steps. ``measure --async`` times that run's page,
+its status poll, every chart and its prompt history, instead of the four runs' endpoints.
+
 ``measure`` runs ``collectstatic`` and gunicorn (DEBUG off, whitenoise, the manifest storage), signs
 in, and times each page and chart endpoint sequentially. It prints a Markdown table of median,
 p95 and max latency and the response size. It measures; it asserts nothing.
@@ -35,6 +43,7 @@ import time
 import urllib.parse
 import urllib.request
 from pathlib import Path
+from typing import Any
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path[:0] = [str(ROOT), str(ROOT / "platform")]
@@ -211,6 +220,136 @@ def seed(args: argparse.Namespace) -> None:
         cur.execute("ANALYZE")
 
 
+ASYNC_NAME, ASYNC_STEPS, ASYNC_LAG = "async-bench-grpo-k2", 200, 2
+
+
+def seed_async(args: argparse.Namespace) -> None:
+    """One asynchronous run (GRPO, n = 4, max_policy_lag 2, vcpo, backend hf) of ASYNC_STEPS x
+    PROMPTS: every row a recorded asynchronous run holds, written with ``COPY``."""
+    _django()
+    from django.contrib.auth.models import User
+    from django.core.management import call_command
+    from django.db import connection
+    from experiments.models import (
+        EvalResult,
+        Prompt,
+        PromptSet,
+        PromptStep,
+        RoundStat,
+        Run,
+        Sample,
+        Step,
+    )
+
+    from trainer.config import TrainConfig
+    from trainer.types import PASS_RATE_METRICS, PASS_RATE_THRESHOLDS
+
+    call_command("migrate", verbosity=0)
+    user, _ = User.objects.get_or_create(username=USER)
+    user.set_password(PASSWORD)
+    user.save()
+    Run.objects.filter(name=ASYNC_NAME).delete()
+    ps, created = PromptSet.objects.get_or_create(
+        name="bench-async-512", defaults={"source": PromptSet.Source.BUILTIN, "size": PROMPTS})
+    if created:
+        Prompt.objects.bulk_create(Prompt(prompt_set=ps, index=i, text=f"{i}+{i * 3 % 1000}=",
+                                          answer=str(i + i * 3 % 1000)[::-1])
+                                   for i in range(PROMPTS))
+    prompt_ids = list(Prompt.objects.filter(prompt_set=ps).order_by("index")
+                      .values_list("id", flat=True))
+    config = TrainConfig(algorithm="grpo", batch_size=PROMPTS, total_steps=ASYNC_STEPS,
+                         backend="hf", max_policy_lag=ASYNC_LAG, off_policy_correction="vcpo",
+                         tis_cap=2.0, eval_every=20)
+    cfg = config.to_dict()
+    n = config.group_size
+    t0 = time.perf_counter()
+    run = Run.objects.create(owner=user, name=ASYNC_NAME, algorithm="grpo", config=cfg,
+                             prompt_set=ps, model=cfg["model"], seed=0,
+                             total_steps=ASYNC_STEPS, status=Run.Status.SUCCEEDED,
+                             current_step=ASYNC_STEPS)
+    rng = random.Random(29)
+    base = [rng.betavariate(0.6, 0.9) for _ in range(PROMPTS)]
+    connection.ensure_connection()
+    raw = connection.connection
+    n_samples = samples_spent = 0
+    real = 0.0
+    with raw.cursor() as cur:
+        for step in range(1, ASYNC_STEPS + 1):
+            drift = 0.25 * step / ASYNC_STEPS
+            ps_rows, sample_rows, lags, first = [], [], [], []
+            positives = 0
+            keep_text = step > ASYNC_STEPS - TEXT_STEPS
+            for j, pid in enumerate(prompt_ids):
+                p = min(0.98, base[j] + drift)
+                # A prompt's group is drawn by one version, at most ASYNC_LAG behind (none
+                # behind version 0 on the first steps).
+                lag = min(step - 1, rng.choice((0, 1, 1, 2, 2, 2)))
+                rewards = [1.0 if rng.random() < p else 0.0 for _ in range(n)]
+                pos = int(sum(rewards))
+                positives += pos
+                mean = pos / n
+                first.append(mean)
+                lags += [lag] * n
+                ps_rows.append((run.pk, step, pid, n, pos, n - pos, 1, 1, "", pos, n - pos,
+                                mean, n * 4))
+                for i, r in enumerate(rewards):
+                    sample_rows.append((
+                        run.pk, step, pid, i, 1,
+                        (f"{i}{j}{step}" if r else f"{j}{i}") if keep_text else None, 4, r, True,
+                        r - mean, "", step - 1 - lag))
+            real = positives / (PROMPTS * n)
+            ess = max(0.2, 1.0 - 0.5 * step / ASYNC_STEPS + rng.uniform(-0.05, 0.05))
+            lr = config.lr
+            metrics = {
+                "real_reward": real, "kept_reward": real, "reward_all": real,
+                "samples": PROMPTS * n, "tokens": PROMPTS * n * 4,
+                "zero_adv_frac": rng.random() * 0.2, "first_round_all_correct": 0.1,
+                "first_round_all_wrong": 0.2, "unresolved": 0, "unresolved_missing_pos": 0,
+                "unresolved_missing_neg": 0, "entropy": 1.0 - step / 400,
+                "clip_frac_low": 0.01, "clip_frac_high": 0.02, "response_length": 4.0,
+                "time_generation": 1.0, "time_scoring": 0.1, "time_update": 0.5,
+                "time_step": 1.1, "policy_loss": 0.0, "grad_norm": 1.0, "lr": lr,
+                "policy_lag_mean": sum(lags) / len(lags), "policy_lag_max": max(lags),
+                "samples_stale_dropped": rng.choice((0, 0, 0, 4, 8)), "samples_filtered": 0,
+                "ess": ess, "is_truncated_frac": rng.uniform(0.0, 0.03),
+                "baseline_shift": rng.uniform(0.0, 0.1) * (1.2 - ess),
+                "lr_applied": lr * ess ** 0.5,
+                **{key: sum(r <= t for r in first) / PROMPTS
+                   for key, t in zip(PASS_RATE_METRICS, PASS_RATE_THRESHOLDS, strict=True)},
+            }
+            samples_spent += PROMPTS * n
+            n_samples += len(sample_rows)
+            _copy(cur, Step._meta.db_table, ["run_id", "step", "metrics", "real_reward",
+                                             "kept_reward", "samples", "tokens",
+                                             "wall_seconds"],
+                  [(run.pk, step, json.dumps(metrics), real, real, PROMPTS * n,
+                    PROMPTS * n * 4, step * 1.1)], now=True)
+            _copy(cur, RoundStat._meta.db_table, ["run_id", "step", "round", "active_prompts",
+                                                  "samples", "positives", "finished",
+                                                  "tokens"],
+                  [(run.pk, step, 1, PROMPTS, PROMPTS * n, positives, PROMPTS, 0)])
+            _copy(cur, PromptStep._meta.db_table, [
+                "run_id", "step", "prompt_id", "samples", "positives", "negatives", "rounds",
+                "exit_round", "missing", "kept_positives", "kept_negatives", "baseline",
+                "tokens"], ps_rows)
+            _copy(cur, Sample._meta.db_table, [
+                "run_id", "step", "prompt_id", "index", "round", "response", "tokens",
+                "reward", "kept", "advantage", "verifier_error", "policy_version"], sample_rows)
+            if step % 20 == 0:
+                _copy(cur, EvalResult._meta.db_table, ["run_id", "step", "metrics"],
+                      [(run.pk, step, json.dumps(_eval_metrics(rng)))], now=True)
+            if step % 50 == 0:
+                raw.commit()
+                print(f"  {ASYNC_NAME}: step {step}/{ASYNC_STEPS}, {n_samples} sample rows",
+                      flush=True)
+    raw.commit()
+    Run.objects.filter(pk=run.pk).update(samples_spent=samples_spent, latest_real_reward=real)
+    with raw.cursor() as cur:
+        cur.execute("ANALYZE")
+    print(f"{ASYNC_NAME}: {n_samples} sample rows in {time.perf_counter() - t0:.0f} s",
+          flush=True)
+
+
 def _eval_metrics(rng: random.Random, k: int = 32, prompts: int = 200) -> dict[str, float]:
     """What ``trainer.evaluate`` records, from random per-prompt counts of correct samples."""
     from trainer.evaluate import all_correct_at_k, pass_at_k
@@ -255,17 +394,35 @@ class Client:
             assert "/login/" not in resp.url, "sign-in failed"
 
 
+def four_run_targets(runs: list[Any], q: str) -> list[tuple[str, str]]:
+    """The four seeded runs' list, compare and report endpoints."""
+    from dashboard.reports import FIGURES
+
+    return [("runs list", "/"),
+            ("compare page (4 runs)", f"/compare/?{q}"),
+            ("compare chart (4 runs, x = samples)", f"/compare/chart.json?{q}&x=samples"),
+            ("compare scatter (runs 1 vs 2)", f"/compare/scatter.json?{q}"),
+            ("report page (4 runs)", f"/report/?{q}"),
+            *((f"report figure: {f}", f"/report/{f}.json?{q}") for f in FIGURES),
+            ("report CSV: hard-prompts", f"/report/hard-prompts.csv?{q}")]
+
+
 def measure(args: argparse.Namespace) -> None:
     _django()
     from experiments.models import PromptStep, Run
 
-    runs = list(Run.objects.filter(name__startswith="bench-").order_by("pk"))
-    if len(runs) < 4:
-        sys.exit("no benchmark runs: run `bench_dashboard.py seed` first")
+    if args.async_run:
+        runs = list(Run.objects.filter(name=ASYNC_NAME))
+        if not runs:
+            sys.exit("no asynchronous benchmark run: run `bench_dashboard.py seed-async` first")
+    else:
+        runs = list(Run.objects.filter(name__startswith="bench-").order_by("pk"))
+        if len(runs) < 4:
+            sys.exit("no benchmark runs: run `bench_dashboard.py seed` first")
     main = runs[0]
     # A prompt with response texts in the retained steps, in the middle of the set.
-    prompt_id = (PromptStep.objects.filter(run=main, step=STEPS).order_by("prompt_id")
-                 .values_list("prompt_id", flat=True)[PROMPTS // 2])
+    prompt_id = (PromptStep.objects.filter(run=main, step=main.total_steps)
+                 .order_by("prompt_id").values_list("prompt_id", flat=True)[PROMPTS // 2])
     env = {**os.environ, "DEBUG": "0", "PYTHONPATH": f"{ROOT}:{ROOT / 'platform'}",
            "DASHBOARD_CACHE": "0" if args.no_cache else "1"}
     subprocess.run([sys.executable, "manage.py", "collectstatic", "--noinput", "-v0"],
@@ -296,16 +453,9 @@ def measure(args: argparse.Namespace) -> None:
                     ("chart: heatmap, search '12+'", f"{heat}?q=12%2B"),
                     ("chart: heatmap, rows 1-64 zoomed", f"{heat}?rows=1-64")]
         targets += [("prompt history", f"/runs/{main.pk}/prompts/{prompt_id}/"),
-                    ("prompt pass-rate chart", f"/runs/{main.pk}/prompts/{prompt_id}/chart.json"),
-                    ("runs list", "/"),
-                    ("compare page (4 runs)", f"/compare/?{q}"),
-                    ("compare chart (4 runs, x = samples)", f"/compare/chart.json?{q}&x=samples"),
-                    ("compare scatter (runs 1 vs 2)", f"/compare/scatter.json?{q}"),
-                    ("report page (4 runs)", f"/report/?{q}")]
-        from dashboard.reports import FIGURES
-
-        targets += [(f"report figure: {f}", f"/report/{f}.json?{q}") for f in FIGURES]
-        targets += [("report CSV: hard-prompts", f"/report/hard-prompts.csv?{q}")]
+                    ("prompt pass-rate chart", f"/runs/{main.pk}/prompts/{prompt_id}/chart.json")]
+        if not args.async_run:
+            targets += four_run_targets(runs, q)
         targets = [t for t in targets if args.only in t[0]]
         rows = []
         print(f"gunicorn workers: {args.workers}; cache of finished runs: "
@@ -343,7 +493,11 @@ def main() -> None:
     sub = ap.add_subparsers(dest="cmd", required=True)
     s = sub.add_parser("seed")
     s.add_argument("--no-samples", action="store_true", help="leave the sample rows out")
+    sub.add_parser("seed-async")
     m = sub.add_parser("measure")
+    m.add_argument("--async", dest="async_run", action="store_true",
+                   help="time the asynchronous run of `seed-async` (its page, charts and prompt "
+                        "history) instead of the four runs")
     m.add_argument("--requests", type=int, default=40, help="timed requests per endpoint")
     m.add_argument("--workers", type=int, default=2, help="gunicorn workers")
     m.add_argument("--port", type=int, default=8799)
@@ -352,7 +506,7 @@ def main() -> None:
                    help="turn off the cache of finished runs' heatmap and pass rates "
                         "(every request takes the path a live run takes)")
     args = ap.parse_args()
-    {"seed": seed, "measure": measure}[args.cmd](args)
+    {"seed": seed, "seed-async": seed_async, "measure": measure}[args.cmd](args)
 
 
 if __name__ == "__main__":

@@ -410,3 +410,117 @@ def _spend_bounds(runs: list[list[float]], drawn: list[dict[str, Any]], samples:
         return samples, samples
     low, high = (min(most, samples * r / per_kept) for r in interval)
     return low, high
+
+
+# --- asynchronous training: the chosen lag's step beside the synchronous one ----------------------
+
+# The asynchronous prediction simulates whole updates of B prompts (trainer.asynctime), a few
+# seconds of the web process's time at B = 256; past that the panel gives the command instead.
+ASYNC_MAX_BATCH = 256
+# Updates measured after the pipeline fills (``simulate-time --max-policy-lag`` measures 6 by
+# default; 3 keeps the panel quick and the steady state already shows).
+ASYNC_MEASURED_UPDATES = 3
+
+ASYNC_COLUMNS: tuple[Column, ...] = (
+    Column("step_s", "step time", "seconds",
+           "simulated seconds between two updates in the steady state (generation, update "
+           "and weight sync, overlapped where the scheme overlaps them)"),
+    Column("ratio_to_sync", "÷ synchronous step", "x",
+           "this row's step time divided by the synchronous colocated step's (below 1: faster)"),
+    Column("engine_idle", "engine idle", "fraction",
+           "share of the generating GPUs' time with nothing to run (colocated: the update "
+           "and the weight sync)"),
+    Column("trainer_idle", "trainer idle", "fraction",
+           "share of the training GPUs' time not updating (colocated: the generation)"),
+    Column("mean_lag", "mean lag", "versions",
+           "policy versions between the weights that drew a trained sample and those it "
+           "trains, averaged over the trained samples (at most max_policy_lag)"),
+    Column("stale_dropped", "stale dropped per update", "samples",
+           "samples drawn but dropped for the lag bound, per update"),
+)
+
+
+def async_model(name: str) -> str:
+    """The key of ``trainer.clustertime.MODELS`` whose shape the model ``name`` has (its name
+    within ``name``: "Qwen/Qwen2.5-Math-7B" is the 7B); the 1.5B, the simulator's reference,
+    otherwise."""
+    from trainer.clustertime import MODELS
+
+    for key, shape in MODELS.items():
+        if shape.name.lower() in name.lower():
+            return key
+    return "1.5b"
+
+
+def async_split(gpus: int) -> Any:
+    """The rollout + train split the prediction assumes on ``gpus`` GPUs (at least 2): three
+    quarters generating, at least one training (2: 1+1, 4: 3+1, 8: 6+2), ``default_splits``'
+    first."""
+    from trainer.asynctime import Split
+
+    gpus = max(2, gpus)
+    rollout = min(gpus - 1, max(1, gpus * 3 // 4))
+    return Split(rollout, gpus - rollout)
+
+
+def predict_async(rates: Sequence[float], *, algorithm: str, max_policy_lag: int,
+                  batch_size: int, group_size: int, samples_per_round: int, max_rounds: int,
+                  max_tokens: int, world_size: int = 1, model: str = "1.5b",
+                  seed: int = 0) -> dict[str, Any]:
+    """What ``max_policy_lag`` = k buys ``algorithm`` on prompts of pass rates ``rates``: the
+    step time and the engine and trainer idle shares (``ASYNC_COLUMNS``) of three rows, from
+    ``trainer.asynctime.lag_study``:
+
+    1. synchronous, colocated: today's step (every GPU generates, then every GPU trains);
+    2. the rollout + train split (``async_split``) at k = 0: separate GPUs, no overlap;
+    3. the split at the chosen k: generation runs ahead of the update.
+
+    The batch is the measured pass rates repeated to B. GPUs: the run's world_size, at least 2
+    (a split needs one of each). Returns ``gpus``, ``split``, ``model``, ``rows`` (each with
+    ``label`` and the columns' keys), ``command`` (the same study from the command line) and
+    ``error`` (a reason, with no rows, where the prediction is not made)."""
+    from trainer.asynctime import Split, lag_study
+    from trainer.clustertime import MODELS, ClusterModel
+
+    split = async_split(world_size)
+    gpus = split.rollout + split.train
+    out: dict[str, Any] = {"gpus": gpus, "split": split.label, "model": MODELS[model].name,
+                           "max_policy_lag": max_policy_lag, "rows": [], "error": None,
+                           "command": (
+                               f"python -m trainer simulate-time --preset bare "
+                               f"--algorithms {algorithm} --max-policy-lag 0,{max_policy_lag} "
+                               f"--split colocated,{split.label} --gpus {gpus} --model {model} "
+                               f"--group-size {group_size} --samples-per-round "
+                               f"{samples_per_round} --max-rounds {max_rounds} --max-tokens "
+                               f"{max_tokens} --steps {ASYNC_MEASURED_UPDATES} --seed {seed} "
+                               f"--pass-rates FILE")}
+    if max_policy_lag < 1 or not rates:
+        out["error"] = "synchronous (max_policy_lag = 0)" if rates else "no pass rates"
+        return out
+    if batch_size > ASYNC_MAX_BATCH:
+        out["error"] = (f"batch_size {batch_size} is above the {ASYNC_MAX_BATCH} prompts this "
+                        f"panel simulates; run the command below with the B pass rates in FILE")
+        return out
+    batch = [rates[i % len(rates)] for i in range(batch_size)]
+    try:
+        results = lag_study(batch, algorithms=[algorithm], lags=[0, max_policy_lag],
+                            splits=[Split(0, 0), split], steps=ASYNC_MEASURED_UPDATES,
+                            progress=False, group_size=group_size,
+                            samples_per_round=max(samples_per_round, group_size),
+                            max_rounds=max_rounds, max_tokens=max_tokens, seed=seed,
+                            cluster=ClusterModel(gpus=gpus), model=MODELS[model])
+    except (ConfigError, ValueError, RuntimeError) as exc:  # e.g. no simulator support
+        out["error"] = str(exc)
+        return out
+    labels = {("colocated", 0): "synchronous, colocated (k = 0)",
+              (split.label, 0): f"split {split.label}, synchronous (k = 0)",
+              (split.label, max_policy_lag): f"split {split.label}, asynchronous "
+                                             f"(k = {max_policy_lag})"}
+    for r in results:
+        out["rows"].append({
+            "label": labels[(r.split, r.max_policy_lag)], "split": r.split,
+            "max_policy_lag": r.max_policy_lag, "step_s": r.step_s,
+            "ratio_to_sync": r.ratio_to_own_sync, "engine_idle": r.engine_idle,
+            "trainer_idle": r.trainer_idle, "mean_lag": r.mean_lag,
+            "stale_dropped": r.stale_dropped})
+    return out

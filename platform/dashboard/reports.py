@@ -55,6 +55,14 @@ SECTIONS: dict[str, Section] = {
         "and the all-correct ratio (all k correct), unbiased estimates from the eval_k samples "
         "drawn per prompt, for k = 1 .. eval_k. Mean over seeds, band: min-max.",
         ("group", "metric", "k", *SPREAD, "eval_steps")),
+    "accuracy-cost": Section(
+        "figure", "Cost view", "Held-out accuracy against wall time and against samples",
+        "Greedy accuracy on the eval set at each evaluation, placed at the wall time (left) "
+        "and the cumulative samples (right) the run had spent by the step it evaluated; a "
+        "group's seeds at the evaluations all of them made, x their mean. Mean over seeds, "
+        "band: min-max. A line further left at the same height reached that accuracy "
+        "cheaper: wall time shows what asynchronous overlap buys, samples what it costs.",
+        ("group", "axis", "step", "x", *SPREAD)),
     "reward": Section(
         "figure", "Fig. 3 type", "Training reward against step",
         "Real reward per step: mean reward of the first n samples of each prompt (comparable "
@@ -111,9 +119,11 @@ def run_records(run: Run) -> dict[str, Any]:
         else:  # recorded before the trainer computed them: from the sample rows
             hard = selectors.low_pass_rate_fractions(run, PASS_RATE_THRESHOLDS)
         return {"steps": steps, "eval": selectors.last_evals([run.pk]).get(run.pk),
+                "evals": selectors.eval_cost_series(run.pk),
                 "hard": hard, "bxn": selectors.group_bxn(run)}
 
-    return selectors.cached_for_finished("report-run", [run], compute)
+    # v2: with every evaluation at its cost (``evals``).
+    return selectors.cached_for_finished("report-run-v2", [run], compute)
 
 
 def _by_step(steps: list[int], values: Iterable[Any]) -> dict[int, float]:
@@ -167,6 +177,28 @@ def _eval_rows(label: str, evals: list[tuple[int, dict[str, Any]]]) -> Rows:
             values = [m[f"{prefix}{k}"] for _, m in evals if m.get(f"{prefix}{k}") is not None]
             rows.append({"group": label, "metric": metric, "k": k, **spread(values),
                          "eval_steps": steps})
+    return rows
+
+
+# The accuracy-cost figure's panels: (the rows' axis, the eval series' key, its axis title).
+COST_AXES = (("wall_seconds", "wall_seconds", "wall time (s)"),
+             ("samples", "cum_samples", "cumulative samples"))
+
+
+def _accuracy_cost_rows(label: str, per_run: list[dict[str, list[Any]]]) -> Rows:
+    """Per cost axis, each evaluation step every seed made: x the seeds' mean spend by then,
+    the spread of their greedy accuracies."""
+    per_run = [e for e in per_run if e["step"]]
+    common = sorted(set.intersection(*(set(e["step"]) for e in per_run))) if per_run else []
+    rows: Rows = []
+    for axis, key, _ in COST_AXES:
+        for st in common:
+            at = [e["step"].index(st) for e in per_run]
+            rows.append({"group": label, "axis": axis, "step": st,
+                         "x": statistics.fmean(e[key][i] for e, i in zip(per_run, at,
+                                                                          strict=True)),
+                         **spread([e["greedy_accuracy"][i]
+                                   for e, i in zip(per_run, at, strict=True)])})
     return rows
 
 
@@ -225,6 +257,8 @@ def build_report(runs: list[Run]) -> Report:
         label, members = group.label, group.used
         evals = [recs[r.pk]["eval"] for r in members if recs[r.pk]["eval"]]
         rows["pass-at-k"] += _eval_rows(label, evals)
+        rows["accuracy-cost"] += _accuracy_cost_rows(label, [recs[r.pk]["evals"]
+                                                             for r in members])
         if evals:
             rows["table-eval"].append(_table_eval_row(label, evals))
         rows["reward"] += _per_step_rows(label, [series(r, "real_reward") for r in members])
@@ -249,8 +283,9 @@ def build_report(runs: list[Run]) -> Report:
 
 
 # The cache's name for whole reports; a new one when a report's layout changes, so that a report
-# cached by an earlier version (without its groups' left-out runs) is not served.
-REPORT_CACHE = "report-v2"
+# cached by an earlier version (without its groups' left-out runs; v3: without accuracy-cost)
+# is not served.
+REPORT_CACHE = "report-v3"
 
 
 def cached_report(runs: list[Run]) -> Report:
@@ -361,6 +396,14 @@ def figure(report: Report, name: str, max_points: int = MAX_POINTS) -> Fig:
         data = _bands(by_group, "k", max_points, ("metric", metrics), mode="lines+markers")
         for axis in ("xaxis", "xaxis2"):
             layout[axis].update(type="log", tickvals=[1, 2, 4, 8, 16, 32, 64, 128])
+    elif name == "accuracy-cost":
+        layout = base_layout(f"{title} (mean over seeds, band: min-max)", "", "")
+        _panels(layout, len(COST_AXES), COST_AXES[0][2], "greedy accuracy on the eval set (0-1)",
+                [f"against {t.split(' (')[0]}" for _, _, t in COST_AXES])
+        for i, (_, _, xtitle) in enumerate(COST_AXES[1:], start=2):
+            layout[f"xaxis{i}"]["title"]["text"] = xtitle
+        data = _bands(by_group, "x", max_points, ("axis", tuple(a for a, _, _ in COST_AXES)),
+                      mode="lines+markers")
     elif name == "hard-prompts":
         layout = base_layout(f"{title} (mean over seeds, band: min-max)", "", "")
         subtitles = ["pass rate = 0" if t == 0 else f"pass rate ≤ {t:g}"
@@ -374,5 +417,5 @@ def figure(report: Report, name: str, max_points: int = MAX_POINTS) -> Fig:
     fig = {"data": data, "layout": layout}
     if not rows:
         _note(fig, "no held-out evaluation recorded (needs an eval set and eval_every > 0)"
-              if name == "pass-at-k" else "no steps recorded yet")
+              if name in ("pass-at-k", "accuracy-cost") else "no steps recorded yet")
     return fig

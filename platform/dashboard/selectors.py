@@ -514,6 +514,30 @@ def eval_series(run_id: int) -> dict[str, Any]:
     return out
 
 
+def eval_cost_series(run_id: int) -> dict[str, list[Any]]:
+    """Each held-out evaluation's greedy accuracy at what the run had spent by the step it
+    evaluated: ``step``, ``wall_seconds`` (the step's wall time since the run started) and
+    ``cum_samples`` (samples drawn up to it), with ``greedy_accuracy``; an evaluation before the
+    first step (step 0) at 0 s and 0 samples, one at a step not recorded left out. Wall time
+    and samples, not steps, are what a synchronous run and its asynchronous twin share."""
+    e = eval_series(run_id)
+    s = step_series(run_id)
+    at = {st: (w, c) for st, w, c in zip(s["step"], s["wall_seconds"], s["cum_samples"],
+                                          strict=True)}
+    at[0] = (0.0, 0.0)
+    out: dict[str, list[Any]] = {"step": [], "wall_seconds": [], "cum_samples": [],
+                                 "greedy_accuracy": []}
+    for st, acc in zip(e["step"], e.get("greedy_accuracy", [None] * len(e["step"])),
+                       strict=True):
+        if acc is None or st not in at or at[st][0] is None:
+            continue
+        out["step"].append(st)
+        out["wall_seconds"].append(at[st][0])
+        out["cum_samples"].append(at[st][1])
+        out["greedy_accuracy"].append(acc)
+    return out
+
+
 def round_series(run_id: int) -> dict[str, Any]:
     """Per step and round: prompts active in the round and prompts that exited after it."""
     rows = _fetch(

@@ -39,6 +39,7 @@ urlpatterns = [
     path("compare/", views.compare, name="compare"),
     path("compare/chart.json", views.compare_chart, name="compare_chart"),
     path("compare/scatter.json", views.compare_scatter, name="compare_scatter"),
+    path("compare/held-out.json", views.compare_held_out, name="compare_held_out"),
     path("report/", views.report, name="report"),
     path("report/<slug:name>.json", views.report_figure, name="report_figure"),
     path("report/<slug:name>.csv", views.report_csv, name="report_csv"),

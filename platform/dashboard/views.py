@@ -36,7 +36,7 @@ from webapp.uploads import accepts_files, rejected_files
 from trainer import formatting as fmt
 from trainer.budget import BUDGET, check_budget
 from trainer.config import BUILTIN_MODEL, ConfigError
-from trainer.preflight import INTERVAL_NOTE, PREDICTION_COLUMNS
+from trainer.preflight import ASYNC_COLUMNS, INTERVAL_NOTE, PREDICTION_COLUMNS
 
 from . import charts, heatmap, params, reports, selectors
 from .forms import BuiltinForm, LaunchForm, UploadForm, clone_diff, initial_from_run
@@ -514,9 +514,10 @@ def _compare_runs(request: HttpRequest) -> tuple[list[Run], list[int]]:
     return runs, [i for i in ids if i not in found]
 
 
-def _compare_view(request: HttpRequest) -> tuple[str, str]:
-    """The x axis and the metric (a value that names neither is a 400, not a silent default)."""
-    return (params.require_choice(request.GET, "x", charts.X_AXES, "step"),
+def _compare_view(request: HttpRequest, runs: list[Run]) -> tuple[str, str]:
+    """The x axis and the metric (a value that names neither is a 400, not a silent default);
+    without ``x``, steps, or wall time when the runs' max_policy_lag differ."""
+    return (params.require_choice(request.GET, "x", charts.X_AXES, charts.default_x_axis(runs)),
             params.require_choice(request.GET, "metric", charts.COMPARE_METRICS, "real_reward"))
 
 
@@ -530,7 +531,7 @@ def _missing_note(missing: list[int]) -> str:
 @allows_webgl  # its pass-rate scatter is a scattergl chart
 def compare(request: HttpRequest) -> HttpResponse:
     runs, missing = _compare_runs(request)
-    x, metric = _compare_view(request)
+    x, metric = _compare_view(request, runs)
     if missing:
         messages.warning(request, _missing_note(missing))
     if len(runs) < 2:
@@ -546,6 +547,8 @@ def compare(request: HttpRequest) -> HttpResponse:
         "final": selectors.final_metrics(runs, FINAL_STEPS), "final_steps": FINAL_STEPS,
         "diff": selectors.config_diff(runs), "x_axes": charts.X_AXES,
         "metrics": charts.COMPARE_METRICS, "x": x, "metric": metric,
+        "x_by_lag": "x" not in request.GET and charts.default_x_axis(runs) == "wall",
+        "held_out_axes": charts.HELD_OUT_AXES, "held_out_caption": charts.HELD_OUT_CAPTION,
         "algorithm_labels": selectors.algorithm_labels(),
     })
 
@@ -562,8 +565,16 @@ def _compare_runs_or_404(request: HttpRequest, least: int) -> list[Run]:
 @login_required
 def compare_chart(request: HttpRequest) -> JsonResponse:
     runs = _compare_runs_or_404(request, 1)
-    x, metric = _compare_view(request)
+    x, metric = _compare_view(request, runs)
     return JsonResponse(charts.compare(runs, x, metric, _max_points(request)))
+
+
+@login_required
+def compare_held_out(request: HttpRequest) -> JsonResponse:
+    """Held-out accuracy against wall time or samples (``x``: wall, samples)."""
+    runs = _compare_runs_or_404(request, 1)
+    x = params.require_choice(request.GET, "x", charts.HELD_OUT_AXES, "wall")
+    return JsonResponse(charts.held_out(runs, x, _max_points(request)))
 
 
 @login_required
@@ -663,6 +674,8 @@ def _estimate_context(request: HttpRequest, estimate: Estimate,
                         for r in rows],
         "bxn": shape["batch_size"] * shape["group_size"], "poll_seconds": 1,
         "columns": PREDICTION_COLUMNS, "interval_note": INTERVAL_NOTE,
+        "async_prediction": preflight.estimate_async(estimate, shape) if finished else None,
+        "async_columns": ASYNC_COLUMNS,
     }
 
 

@@ -31,8 +31,10 @@ from trainer.preflight import (
     INTERVAL_KEYS,
     PREDICTION_COLUMNS,
     SIMULATED_DRAWS,
+    async_model,
     pass_rates,
     predict,
+    predict_async,
     predict_at_budget,
     preflight_warnings,
 )
@@ -256,3 +258,29 @@ def _keep(estimate: Estimate, key: str, rows: list[dict[str, Any]]) -> None:
         locked.predictions = {**kept, key: rows}
         locked.save(update_fields=["predictions"])
     estimate.predictions = locked.predictions
+    return rows
+
+
+def estimate_async(estimate: Estimate, shape: dict[str, int]) -> dict[str, Any] | None:
+    """For a requesting config with max_policy_lag = k >= 1: its algorithm's step time and idle
+    shares at k beside the synchronous step's (``trainer.preflight.predict_async``), computed
+    once per run shape and kept with the estimate; None for a synchronous config or an estimate
+    not finished."""
+    cfg = TrainConfig.from_stored(estimate.config)
+    if not cfg.max_policy_lag or estimate.status != Estimate.Status.SUCCEEDED \
+            or not estimate.results:
+        return None
+    key = f"async-{_shape_key(shape)}"
+    stored = (estimate.predictions or {}).get(key)
+    if stored is not None:
+        return stored
+    prediction = predict_async(
+        estimate_summary(estimate)["pass_rates"], algorithm=cfg.algorithm,
+        max_policy_lag=cfg.max_policy_lag, max_tokens=cfg.max_new_tokens,
+        world_size=cfg.world_size, model=async_model(cfg.model), seed=estimate.seed, **shape)
+    with transaction.atomic():
+        locked = Estimate.objects.select_for_update().get(pk=estimate.pk)
+        locked.predictions = {**(locked.predictions or {}), key: prediction}
+        locked.save(update_fields=["predictions"])
+    estimate.predictions = locked.predictions
+    return prediction

@@ -28,7 +28,8 @@ def test_compare_draws_every_group_and_names_the_failed_seed(
     sweep = sweep_with_a_failed_seed(owner, steps=40 if SAVE_SCREENSHOTS else 6)
     sign_in(page, live_server.url)
     page.goto(live_server.url + f"/compare/?sweep={sweep.pk}")
-    for chart in ("chart-compare", "chart-compare-samples", "chart-scatter"):
+    for chart in ("chart-compare", "chart-compare-samples", "chart-scatter",
+                  "chart-held-out-wall", "chart-held-out-samples"):
         page.wait_for_function(f"() => document.getElementById('{chart}').dataset.loaded === '1'")
     legend = page.evaluate("document.querySelector('#chart-compare .legend').textContent")
     assert "GRPO n=4: mean of 2 seeds (seeds 0, 1)" in legend
@@ -43,4 +44,8 @@ def test_compare_draws_every_group_and_names_the_failed_seed(
                             " })()")
     assert scatter[0] > 0 and scatter[1] == 0
     assert "[algorithm=ada-balance, seed=1]" in page.locator("#scatter-runs").inner_text()
+    # No eval set: the held-out charts say so, no empty line.
+    held_out = page.evaluate("document.getElementById('chart-held-out-wall').layout"
+                             ".annotations[0].text")
+    assert held_out.startswith("no held-out evaluation recorded")
     screenshot("compare-left-out")

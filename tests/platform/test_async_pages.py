@@ -25,7 +25,7 @@ from .test_dashboard_views import _launch_data, field_block
 
 pytestmark = pytest.mark.django_db
 
-ASYNC_CHARTS = ("policy_lag", "stale_dropped", "ess", "lr_applied")
+ASYNC_CHARTS = ("policy_lag", "stale_dropped", "ess", "baseline_shift", "lr_applied")
 
 
 def _fig(c: Client, run: Run, name: str) -> dict:
@@ -205,9 +205,12 @@ def test_an_off_policy_run_charts_its_ess_against_the_reference_and_the_lr_appli
     run.config = {**run.config, "backend": "hf", "tis_cap": 2.0}
     run.save()
     ess = [1.0, 0.62, 0.31]
-    for step, value in zip(Step.objects.filter(run=run).order_by("step"), ess, strict=True):
+    shift = [0.0, 0.04, 0.18]
+    for step, value, moved in zip(Step.objects.filter(run=run).order_by("step"), ess, shift,
+                                  strict=True):
         step.metrics = {**step.metrics, "ess": value, "is_truncated_frac": 0.01,
-                        "lr_applied": step.metrics["lr"] * math.sqrt(value)}
+                        "lr_applied": step.metrics["lr"] * math.sqrt(value),
+                        "baseline_shift": moved}
         step.save()
     page = owner_client.get(reverse("dashboard:run_detail", args=[run.pk])).content.decode()
     for name in ASYNC_CHARTS:
@@ -217,6 +220,19 @@ def test_an_off_policy_run_charts_its_ess_against_the_reference_and_the_lr_appli
     reference = next(t for t in fig["data"] if t["name"].startswith("reference 0.5"))
     assert reference["y"] == [0.5] * 3 and reference["line"]["dash"] == "dash"
     assert fig["layout"]["yaxis"]["range"] == pytest.approx([-0.02, 1.02])
+    # VCPO's baseline shift: its own chart in reward units, captioned; tis records none.
+    assert 'id="caption-baseline_shift"' in page
+    moved = _fig(owner_client, run, "baseline_shift")
+    assert _trace(moved, "mean |VCPO's baseline - the algorithm's baseline|")["y"] == shift
+    assert moved["layout"]["yaxis"]["title"]["text"] == "baseline shift (reward units)"
+    assert moved["layout"]["xaxis"]["title"]["text"] and moved["layout"]["showlegend"]
+    run.config = {**run.config, "off_policy_correction": "tis"}
+    run.save()
+    assert 'id="chart-baseline_shift"' not in owner_client.get(
+        reverse("dashboard:run_detail", args=[run.pk])).content.decode()
+    assert _fig(owner_client, run, "baseline_shift")["data"] == []
+    run.config = {**run.config, "off_policy_correction": "vcpo"}
+    run.save()
     lr = _fig(owner_client, run, "lr_applied")
     scheduled = _metric(run, "lr")
     assert _trace(lr, "lr applied (mean over the step's optimiser steps)")["y"] == pytest.approx(
@@ -240,3 +256,55 @@ def test_a_synchronous_run_shows_none_of_it(owner: User, owner_client: Client) -
     html = owner_client.get(reverse("dashboard:prompt_history",
                                     args=[run.pk, prompt_id])).content.decode()
     assert "drawn by policy" not in html and "policy-version" not in html
+
+
+# --- compare: a synchronous run and its asynchronous twin ---------------------------------------
+
+def test_a_sync_run_and_its_async_twin_compare_on_wall_time_and_held_out_accuracy(
+        owner: User, owner_client: Client) -> None:
+    """Their lags differ: the compare page opens on wall time (steps when they agree), and
+    draws held-out accuracy against wall time and against samples, each point an evaluation
+    at what its run had spent by the evaluated step."""
+    from trainer.types import Prompt as TrainerPrompt
+
+    from .dashboard_fixtures import record_run_with_evals
+
+    ps = make_prompt_set("twins", size=12)
+    evals = [TrainerPrompt(id=f"e{i}", text=f"{i}+0=", answer=str(i),
+                           metadata={"pass_rate": i / 6}) for i in range(6)]
+    runs = [record_run_with_evals(make_run(owner, ps, name=f"lag{k}", algorithm="grpo",
+                                           total_steps=4, eval_every=2, eval_k=2,
+                                           max_policy_lag=k), evals) for k in (0, 1)]
+    query = f"?runs={runs[0].pk}&runs={runs[1].pk}"
+    page = owner_client.get(reverse("dashboard:compare") + query)
+    assert page.context["x"] == "wall" and 'id="x-by-lag"' in page.content.decode()
+    html = page.content.decode()
+    for key in ("wall", "samples"):
+        assert f'id="chart-held-out-{key}"' in html
+    chart = owner_client.get(reverse("dashboard:compare_chart") + query).json()
+    assert chart["layout"]["xaxis"]["title"]["text"] == "wall time (s)"
+    # Asked for explicitly, steps stay steps; two synchronous runs open on steps.
+    assert owner_client.get(reverse("dashboard:compare") + query + "&x=step").context["x"] \
+        == "step"
+    other = make_run(owner, ps, name="sync2", algorithm="grpo", seed=1, total_steps=4)
+    assert owner_client.get(reverse("dashboard:compare")
+                            + f"?runs={runs[0].pk}&runs={other.pk}").context["x"] == "step"
+
+    for key, title in (("wall", "wall time (s)"), ("samples", "cumulative samples")):
+        fig = owner_client.get(reverse("dashboard:compare_held_out") + query
+                               + f"&x={key}").json()
+        assert fig["layout"]["xaxis"]["title"]["text"] == title
+        assert fig["layout"]["yaxis"]["title"]["text"].startswith("greedy accuracy")
+        assert fig["layout"]["title"]["text"] == f"Held-out accuracy vs {title}"
+        for run in runs:
+            (line,) = [t for t in fig["data"] if t["name"].startswith(run.name)]
+            steps = {s.step: s for s in Step.objects.filter(run=run)}
+            rows = list(run.eval_results.order_by("step"))
+            assert [e.step for e in rows] == [0, 2, 4]
+            assert line["y"] == [e.metrics["greedy_accuracy"] for e in rows]
+            want = [0.0 if e.step == 0 else steps[e.step].wall_seconds if key == "wall" else
+                    float(sum(s.samples for st, s in steps.items() if st <= e.step))
+                    for e in rows]
+            assert line["x"] == pytest.approx(want)
+    bad = owner_client.get(reverse("dashboard:compare_held_out") + query + "&x=step")
+    assert bad.status_code == 400

@@ -147,9 +147,9 @@ def owner_client(user: Any) -> Client:
 
 
 def _finished(user: Any, ps: PromptSet, rates: list[float], k: int = 16,
-              errors: int = 0) -> Estimate:
+              errors: int = 0, config: dict[str, Any] | None = None) -> Estimate:
     """An estimate as a worker leaves it: results of k rewards per prompt."""
-    estimate = preflight.request_estimate(user, SIM, ps, samples_per_prompt=k,
+    estimate = preflight.request_estimate(user, config or SIM, ps, samples_per_prompt=k,
                                           num_prompts=len(rates))
     assert preflight.acquire_estimate(estimate.pk, "w")
     prompts = list(ps.prompts.order_by("index"))
@@ -289,6 +289,42 @@ def test_finished_estimate_shows_predictions_chart_and_warnings(
     assert page.count('class="alert"') == 2
     assert "Rewards will carry no signal" in page and "15 were never solved" in page
     assert "The verifier raised on 64 of 256 responses" in page
+
+
+def test_an_async_configs_estimate_shows_its_lag_beside_the_synchronous_step(
+        db: None, user: Any, owner_client: Client) -> None:
+    """max_policy_lag = 2: the panel adds the step time and idle shares at k = 2 beside k = 0
+    (``trainer.preflight.predict_async``), in units, stored once per shape; a synchronous
+    config's panel has no such table."""
+    from trainer.preflight import ASYNC_COLUMNS
+
+    ps = make_prompt_set("rates-async", 16)
+    est = _finished(user, ps, [i / 15 for i in range(16)],
+                    config={**SIM, "algorithm": "grpo", "max_policy_lag": 2})
+    # The synchronous predictions stored (another test's subject, seconds to compute).
+    skip = {"B8-n4-M8-N4": [{"algorithm": "grpo", "group_size": 4, "error": "skipped"}]}
+    Estimate.objects.filter(pk=est.pk).update(predictions=skip)
+    page = owner_client.get(reverse("dashboard:estimate_panel", args=[est.pk]),
+                            SHAPE).content.decode()
+    table = page[page.index('id="estimate-async-table"'):]
+    table = table[:table.index("</table>")]
+    est.refresh_from_db()
+    stored = est.predictions["async-B8-n4-M8-N4"]
+    assert [(r["split"], r["max_policy_lag"]) for r in stored["rows"]] == [
+        ("colocated", 0), ("1+1", 0), ("1+1", 2)]
+    for r in stored["rows"]:
+        row = table[table.index(f'data-split="{r["split"]}" data-lag="{r["max_policy_lag"]}"'):]
+        row = row[:row.index("</tr>")]
+        assert f'data-column="step_s">{r["step_s"]:,.2f} s<' in row
+        assert f'data-column="engine_idle">{100 * r["engine_idle"]:.0f}%' in row
+        assert f'data-column="trainer_idle">{100 * r["trainer_idle"]:.0f}%' in row
+    for c in ASYNC_COLUMNS:
+        assert table.count(f'data-column="{c.key}"') == 3 and c.header in table
+    assert "max_policy_lag = 2" in page and "--max-policy-lag 0,2" in page
+    sync = _finished(user, make_prompt_set("rates-sync", 16), [0.5] * 16)
+    Estimate.objects.filter(pk=sync.pk).update(predictions=skip)
+    assert 'id="estimate-async' not in owner_client.get(
+        reverse("dashboard:estimate_panel", args=[sync.pk]), SHAPE).content.decode()
 
 
 def test_estimate_from_a_finished_run(db: None, user: Any, owner_client: Client) -> None:

@@ -134,6 +134,22 @@ def test_report_numbers_match_the_recorded_rows(sweep: Sweep) -> None:
             assert t1[col] == pytest.approx(statistics.fmean(values))
             assert t1[f"{col}_ci95"] == pytest.approx(_ci(values))
 
+        # Held-out accuracy against cost: every evaluation (steps 0, 3, 6) at the seeds' mean
+        # wall time and cumulative samples by the step it evaluated (0 before the first).
+        for axis in ("wall_seconds", "samples"):
+            rows = _rows(report, "accuracy-cost", label, axis=axis)
+            assert [r["step"] for r in rows] == [0, 3, 6]
+            for r in rows:
+                st = r["step"]
+                _check_spread(r, [EvalResult.objects.get(run_id=rid, step=st)
+                                  .metrics["greedy_accuracy"] for rid in g["runs"]])
+                spent = [next((s.wall_seconds for s in by_step.get(st, ()) if s.run_id == rid),
+                              0.0) if axis == "wall_seconds" else
+                         sum(s.samples for s in steps if s.run_id == rid and s.step <= st)
+                         for rid in g["runs"]]
+                assert r["x"] == pytest.approx(statistics.fmean(spent))
+            assert rows[0]["x"] == 0 and rows[1]["x"] < rows[2]["x"]
+
         # Table 2: per-run means over steps, then across seeds.
         (t2,) = _rows(report, "table-cost", label)
         per_run_time = [statistics.fmean(s.metrics["time_step"] for s in steps

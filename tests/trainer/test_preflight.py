@@ -218,3 +218,43 @@ def test_samples_per_step_comes_with_its_interval_over_the_sampled_prompts() -> 
         wide, narrow = few[algorithm, 4], many[algorithm, 4]
         assert (wide["samples_per_step_high"] - wide["samples_per_step_low"]
                 > narrow["samples_per_step_high"] - narrow["samples_per_step_low"]), algorithm
+
+
+def test_async_prediction_is_the_lag_studys_rows_for_the_chosen_lag() -> None:
+    """An async config's preflight: the synchronous colocated step, the split at k = 0 and the
+    split at the chosen k, each the lag study's own figures (the same study as the command it
+    prints), the chosen lag's samples at most k versions old."""
+    from trainer.asynctime import Split, lag_study
+    from trainer.clustertime import MODELS, ClusterModel
+
+    rng = np.random.default_rng(7)
+    measured = rng.uniform(0.05, 0.95, size=int(rng.integers(5, 12))).tolist()
+    lag = int(rng.integers(1, 3))
+    shape = {**SHAPE, "batch_size": 12}
+    out = preflight.predict_async(measured, algorithm="grpo", max_policy_lag=lag,
+                                  max_tokens=512, world_size=4, seed=3, **shape)
+    assert out["error"] is None and (out["split"], out["gpus"]) == ("3+1", 4)
+    assert [(r["split"], r["max_policy_lag"]) for r in out["rows"]] == [
+        ("colocated", 0), ("3+1", 0), ("3+1", lag)]
+    batch = [measured[i % len(measured)] for i in range(12)]
+    want = lag_study(batch, algorithms=["grpo"], lags=[0, lag], splits=[Split(0, 0), Split(3, 1)],
+                     steps=preflight.ASYNC_MEASURED_UPDATES, progress=False, group_size=4,
+                     samples_per_round=8, max_rounds=4, max_tokens=512, seed=3,
+                     cluster=ClusterModel(gpus=4), model=MODELS["1.5b"])
+    for row, r in zip(out["rows"], want, strict=True):
+        assert row["step_s"] == pytest.approx(r.step_s) and row["step_s"] > 0
+        assert (row["engine_idle"], row["trainer_idle"]) == (r.engine_idle, r.trainer_idle)
+        assert 0 <= row["engine_idle"] <= 1 and 0 <= row["trainer_idle"] <= 1
+    assert out["rows"][0]["ratio_to_sync"] == 1.0
+    assert out["rows"][1]["mean_lag"] == 0 and 0 < out["rows"][2]["mean_lag"] <= lag
+    assert f"--max-policy-lag 0,{lag} --split colocated,3+1 --gpus 4" in out["command"]
+    # One GPU still predicts the scheme on the smallest split; a 7B's name picks its shape.
+    assert preflight.async_split(1).label == "1+1" and preflight.async_split(8).label == "6+2"
+    assert preflight.async_model("Qwen/Qwen2.5-Math-7B") == "7b"
+    assert preflight.async_model("sshleifer/tiny-gpt2") == "1.5b"
+    # Not predicted, with the reason: a synchronous config, a batch past the panel's bound.
+    assert preflight.predict_async(measured, algorithm="grpo", max_policy_lag=0,
+                                   max_tokens=512, **shape)["error"].startswith("synchronous")
+    big = preflight.predict_async(measured, algorithm="grpo", max_policy_lag=1, max_tokens=512,
+                                  **{**shape, "batch_size": preflight.ASYNC_MAX_BATCH + 1})
+    assert not big["rows"] and "batch_size" in big["error"]

@@ -23,7 +23,16 @@ from __future__ import annotations
 # the asynchronous and off-policy section.
 from . import run_page, est, gvm_raft, ranks, asynchronous
 # isort: on
-from .compare import COMPARE_METRICS, X_AXES, compare, pass_rate_scatter
+from .compare import (
+    COMPARE_METRICS,
+    HELD_OUT_AXES,
+    HELD_OUT_CAPTION,
+    X_AXES,
+    compare,
+    default_x_axis,
+    held_out,
+    pass_rate_scatter,
+)
 from .drawing import (
     MAX_POINTS,
     METRIC_DOMAINS,
@@ -57,11 +66,11 @@ from .run_page import prompt_pass_rate
 # Charts drawn without down-sampling: ``points`` does not change them (nor their cache key).
 FULL_RESOLUTION_CHARTS = tuple(c.name for c in RUN_CHARTS.values() if c.full_resolution)
 
-__all__ = ["COMPARE_METRICS", "ESTIMATE_CHARTS", "FULL_RESOLUTION_CHARTS", "MAX_POINTS",
-           "METRIC_DOMAINS", "PALETTE", "PEER_COLOR", "POINT_LEVELS", "RUN_CHARTS", "SECTIONS",
-           "STEP_TITLE", "STRAGGLER_COLOR", "X_AXES", "Chart", "ChartRun", "Fig", "MetricChart",
-           "Section", "asynchronous", "charts_for", "compare", "est", "estimate_chart",
-           "gvm_raft", "log_ticks", "metric_chart_entry", "pass_rate_scatter", "points_level",
-           "prompt_pass_rate",
-           "ranks", "register_chart", "register_section", "run_chart", "run_config", "run_page",
+__all__ = ["COMPARE_METRICS", "ESTIMATE_CHARTS", "FULL_RESOLUTION_CHARTS", "HELD_OUT_AXES",
+           "HELD_OUT_CAPTION", "MAX_POINTS", "METRIC_DOMAINS", "PALETTE", "PEER_COLOR",
+           "POINT_LEVELS", "RUN_CHARTS", "SECTIONS", "STEP_TITLE", "STRAGGLER_COLOR", "X_AXES",
+           "Chart", "ChartRun", "Fig", "MetricChart", "Section", "asynchronous", "charts_for",
+           "compare", "default_x_axis", "est", "estimate_chart", "gvm_raft", "log_ticks",
+           "held_out", "metric_chart_entry", "pass_rate_scatter", "points_level", "prompt_pass_rate", "ranks",
+           "register_chart", "register_section", "run_chart", "run_config", "run_page",
            "sections_for", "whole_steps"]

@@ -2,8 +2,8 @@
 (``max_policy_lag``, ``trainer.asyncloop``) and the off-policy corrections
 (``off_policy_correction``, ``trainer.offpolicy``) did, step by step. The lag of the samples each
 step trained against the bound, the samples dropped instead of trained, the effective sample
-size of the corrections' importance ratios, and the learning rate the optimiser applied (VCPO
-scales it).
+size of the corrections' importance ratios, how far VCPO moved each group's baseline, and the
+learning rate the optimiser applied (VCPO scales it).
 
 A synchronous run records none of these figures (its samples carry no policy version, its steps
 no lag), so its page shows none of these charts: an empty chart or a line at 0 would read as a
@@ -72,6 +72,10 @@ SYNCHRONOUS = ("not an asynchronous run (max_policy_lag = 0): every sample is th
                "policy's")
 NOT_RECORDED = ("not recorded: this run reports no off-policy figures (an asynchronous run, or "
                 "off_policy_correction decoupled or vcpo, on backend hf or vllm)")
+
+
+NOT_VCPO = ("not recorded: only off_policy_correction vcpo (on backend hf or vllm) moves the "
+            "baseline")
 
 
 def _lag_shares(rows: list[tuple[int, int, int]], steps: list[int]
@@ -161,6 +165,28 @@ def ess(run: Run, max_points: int = MAX_POINTS, **_: Any) -> Fig:
     return fig
 
 
+def _vcpo(config: TrainConfig) -> bool:
+    """Whether the run's steps carry ``baseline_shift``: VCPO's baseline is its alone."""
+    return config.off_policy_correction == "vcpo" and _reports_off_policy(config)
+
+
+def baseline_shift(run: Run, max_points: int = MAX_POINTS, **_: Any) -> Fig:
+    """How far VCPO's minimum-variance baseline moved from the algorithm's own, per step (the
+    mean over the groups whose kept rewards differ), in reward units. Its own chart, not a panel
+    of the ESS chart: its unit is the reward's, not a share, and only vcpo records it."""
+    s = selectors.step_series(run.pk, ("baseline_shift",))
+    data = [line_trace("mean |VCPO's baseline - the algorithm's baseline|", s["step"],
+                       s["baseline_shift"], PALETTE[0], max_points, mode="lines+markers")]
+    layout = base_layout("VCPO's baseline shift", STEP_TITLE,
+                         "baseline shift (reward units)")
+    pin_axis(layout["yaxis"], "baseline_shift")
+    fig = empty_note({"data": data, "layout": layout}, s["step"])
+    if s["step"] and (not _vcpo(run_config(run))
+                      or all(v is None for v in s["baseline_shift"])):
+        _missing(fig, NOT_VCPO)
+    return fig
+
+
 def lr_applied(run: Run, max_points: int = MAX_POINTS, **_: Any) -> Fig:
     """The learning rate the optimiser steps applied (mean over the step's optimiser steps)
     against the one the schedule set: equal under tis and decoupled, below it under vcpo (each
@@ -200,6 +226,14 @@ _entries = (
           caption="1 means every sample weighs the same (on-policy). Look for sharp or lasting "
                   "drops: VCPO's paper (arXiv 2602.17616) found collapse preceded by falling "
                   "ESS. The dashed 0.5 is a rule of thumb marked here, not the paper's figure."),
+    Chart("baseline_shift", baseline_shift, metrics=("baseline_shift",),
+          applies_to=lambda ctx: _vcpo(ctx.config), section="async",
+          caption="VCPO replaces each group's baseline by the one that minimises the "
+                  "variance of the weighted gradient: the group's rewards weighted by w^2 "
+                  "times each response's squared gradient norm, so it moves even on-policy "
+                  "(0: no group's rewards differed, nothing to shift). With rewards in [0, 1] "
+                  "0.5 is half their range. Look for a shift that stays high while the ESS "
+                  "above is low: the baseline then follows a few heavily weighted responses."),
     Chart("lr_applied", lr_applied, metrics=("lr_applied", "lr"),
           applies_to=lambda ctx: _reports_off_policy(ctx.config), section="async",
           caption="Under vcpo each optimiser step applies the schedule's lr times the "

@@ -106,4 +106,6 @@ def prediction(row: dict[str, Any], column: Any) -> str:
         return percent(value)
     if column.unit == "seconds":
         return f"{value:,.2f} s"
+    if column.unit == "versions":
+        return f"{value:.2f} versions"
     return formatting.number(value)
