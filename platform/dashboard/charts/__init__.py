@@ -71,6 +71,7 @@ __all__ = ["COMPARE_METRICS", "ESTIMATE_CHARTS", "FULL_RESOLUTION_CHARTS", "HELD
            "POINT_LEVELS", "RUN_CHARTS", "SECTIONS", "STEP_TITLE", "STRAGGLER_COLOR", "X_AXES",
            "Chart", "ChartRun", "Fig", "MetricChart", "Section", "asynchronous", "charts_for",
            "compare", "default_x_axis", "est", "estimate_chart", "gvm_raft", "log_ticks",
-           "held_out", "metric_chart_entry", "pass_rate_scatter", "points_level", "prompt_pass_rate", "ranks",
+           "held_out", "metric_chart_entry", "pass_rate_scatter", "points_level",
+           "prompt_pass_rate", "ranks",
            "register_chart", "register_section", "run_chart", "run_config", "run_page",
            "sections_for", "whole_steps"]
