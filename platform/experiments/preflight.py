@@ -207,8 +207,14 @@ def estimate_summary(estimate: Estimate) -> dict[str, Any]:
     }
 
 
+def simulated_draws() -> int:
+    """Simulated steps per prediction (``trainer.preflight.SIMULATED_DRAWS``), read when
+    called, so that a test of the pages can ask for fewer."""
+    return SIMULATED_DRAWS
+
+
 def estimate_predictions(estimate: Estimate, shape: dict[str, int], *,
-                         draws: int = SIMULATED_DRAWS) -> list[dict[str, Any]]:
+                         draws: int | None = None) -> list[dict[str, Any]]:
     """Predicted per-step figures of every algorithm for a run of ``shape`` (see
     ``trainer.preflight.predict``), computed once per shape and kept with the estimate."""
     if estimate.status != Estimate.Status.SUCCEEDED or not estimate.results:
@@ -219,13 +225,13 @@ def estimate_predictions(estimate: Estimate, shape: dict[str, int], *,
         return stored
     summary = estimate_summary(estimate)
     rows = predict(summary["pass_rates"], seconds_per_sample=summary["seconds_per_sample"],
-                   seed=estimate.seed, draws=draws, **shape)
+                   seed=estimate.seed, draws=draws or simulated_draws(), **shape)
     _keep(estimate, key, rows)
     return rows
 
 
 def budget_predictions(estimate: Estimate, budget: int, batch_size: int | None = None, *,
-                       draws: int = SIMULATED_DRAWS) -> list[dict[str, Any]]:
+                       draws: int | None = None) -> list[dict[str, Any]]:
     """Every algorithm at ``budget`` responses per prompt (a sweep's ``budget``,
     ``trainer.preflight.predict_at_budget``), on the estimate's config (its n, M and the
     algorithms' options) at B = ``batch_size`` (the config's by default): the samples per step
@@ -241,7 +247,7 @@ def budget_predictions(estimate: Estimate, budget: int, batch_size: int | None =
     rows = predict_at_budget(summary["pass_rates"], budget=budget, batch_size=batch_size,
                              config=dict(estimate.config),
                              seconds_per_sample=summary["seconds_per_sample"],
-                             seed=estimate.seed, draws=draws)
+                             seed=estimate.seed, draws=draws or simulated_draws())
     _keep(estimate, key, rows)
     return rows
 

@@ -20,7 +20,7 @@ from experiments import preflight, services
 from experiments.models import Estimate, PromptSet, Run
 
 from tests.fixtures.services import wait_for
-from trainer.preflight import predict
+from trainer.preflight import SIMULATED_DRAWS, predict
 
 from .dashboard_fixtures import make_prompt_set, make_run
 
@@ -42,6 +42,14 @@ def wait_estimate(estimate: Estimate, statuses: tuple[str, ...] = ("succeeded", 
 def queued(queue: str = "cpu") -> list[dict[str, Any]]:
     client = redis.Redis.from_url(os.environ["CELERY_BROKER_URL"])
     return [json.loads(m) for m in client.lrange(queue, 0, -1)]
+
+
+@pytest.fixture(autouse=True)
+def few_draws(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The pages' predictions from 32 simulated steps per algorithm instead of the default 512:
+    these tests check what the pages show and keep, not the simulator's precision (the
+    comparison with the simulator below asks for the default explicitly)."""
+    monkeypatch.setattr(preflight, "SIMULATED_DRAWS", 32)
 
 
 def test_estimates_on_a_worker_simulated_and_tiny_model(
@@ -66,8 +74,9 @@ def test_estimates_on_a_worker_simulated_and_tiny_model(
     assert np.mean(np.abs(np.array(measured) - truth)) < 0.06  # std of one rate <= 0.0625
     # Predictions from the measured rates agree with the simulator fed the true ones.
     rows = {(r["algorithm"], r["group_size"]): r
-            for r in preflight.estimate_predictions(estimate, SHAPE)}
-    exact = {(r["algorithm"], r["group_size"]): r for r in predict(truth, **SHAPE)}
+            for r in preflight.estimate_predictions(estimate, SHAPE, draws=SIMULATED_DRAWS)}
+    exact = {(r["algorithm"], r["group_size"]): r
+             for r in predict(truth, draws=SIMULATED_DRAWS, **SHAPE)}
     assert set(rows) == set(exact)
     for key, row in rows.items():
         assert row["samples_per_step"] == pytest.approx(exact[key]["samples_per_step"], rel=0.1)
