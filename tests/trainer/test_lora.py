@@ -1,0 +1,146 @@
+"""LoRA policies (``lora_rank`` > 0, trainer/lora.py) on the tiny model with peft's real layers:
+the update trains the adapter alone and lowers the loss, the merged weights are the adapted
+policy's, a run through ``trainer.train`` on the hf backend checkpoints the adapter and a merged
+model and resumes exactly. The engine's side (vLLM's log-probs of the merged weights) is in
+tests/trainer/test_vllm_backend.py, next to the engine it shares."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import torch
+
+from tests.trainer.test_e2e_hf import comparable, hf_config, run
+from trainer.config import TrainConfig
+from trainer.recorders import ListRecorder
+
+pytestmark = pytest.mark.slow
+
+
+def lora_policy(model_dir: Path, **kw) -> tuple[torch.nn.Module, object]:
+    from trainer.lora import apply_lora
+    from trainer.model import load_model_dir
+
+    model, tokenizer = load_model_dir(model_dir, "cpu")
+    config = TrainConfig(lora_rank=4, lora_alpha=8.0, **kw)
+    return apply_lora(model, config), tokenizer
+
+
+def seq_logprobs(model, prompt_ids, responses) -> torch.Tensor:
+    from trainer.policy import response_logprobs
+
+    with torch.no_grad():
+        lp, _, mask = response_logprobs(model, prompt_ids, responses, 0, 1.0)
+    return (lp * mask).sum(-1)
+
+
+def test_update_trains_the_adapter_alone_and_lowers_the_loss(tiny_model_dir: Path) -> None:
+    """Three updates on one batch: the policy-gradient loss -sum_i A_i log pi(y_i) falls, only
+    A and B move (W and the embeddings are bit-for-bit what they were), and the merged weights
+    in a plain model give the adapted policy's log-probs."""
+    from transformers import AutoModelForCausalLM
+
+    from trainer.lora import merged_state_dict
+    from trainer.update import UpdateBatch, make_optimizer, update_policy
+
+    model, tokenizer = lora_policy(tiny_model_dir)
+    frozen = {k: v.clone() for k, v in model.state_dict().items() if ".lora_" not in k}
+    prompts = [list(tokenizer(t)["input_ids"]) for t in ("12+7=", "12+7=", "3+40=", "3+40=")]
+    responses = [list(tokenizer(t)["input_ids"])[1:] for t in ("19", "91", "43", "34")]
+    advantages = torch.tensor([1.0, -1.0, 1.0, -1.0])
+    batch = UpdateBatch(prompts, responses, advantages.tolist(), [0, 0, 1, 1], [None] * 4)
+    config = TrainConfig(lr=2e-2, weight_decay=0.0, entropy_coef=0.0, lora_rank=4)
+    optimizer, scheduler = make_optimizer(model, config)
+    trained = {id(p) for g in optimizer.param_groups for p in g["params"]}
+    assert trained == {id(p) for n, p in model.named_parameters() if ".lora_" in n}
+
+    def loss() -> float:
+        return float(-(advantages * seq_logprobs(model, prompts, responses)).sum())
+
+    before = loss()
+    for _ in range(3):
+        update_policy(model, optimizer, scheduler, batch, config, pad_token_id=0)
+    assert loss() < before - 0.1, (before, loss())
+    after = model.state_dict()
+    assert all(torch.equal(after[k], v) for k, v in frozen.items())
+
+    plain = AutoModelForCausalLM.from_pretrained(tiny_model_dir, dtype=torch.float32)
+    plain.load_state_dict(merged_state_dict(model))
+    gap = (seq_logprobs(plain, prompts, responses) - seq_logprobs(model, prompts, responses))
+    assert float(gap.abs().max()) < 1e-4
+
+
+def test_adapter_depends_on_the_seed_alone(tiny_model_dir: Path) -> None:
+    """A is drawn from the run's seed in a forked generator: equal seeds give equal adapters,
+    another seed another one, and the caller's torch stream is untouched."""
+    from trainer.lora import apply_lora
+    from trainer.model import load_model_dir
+
+    def adapter(seed: int) -> list[torch.Tensor]:
+        model, _ = load_model_dir(tiny_model_dir, "cpu")
+        torch.manual_seed(123)
+        lora = apply_lora(model, TrainConfig(lora_rank=4, seed=seed))
+        assert torch.equal(torch.rand(3), expected)
+        return [p.detach() for n, p in lora.named_parameters() if ".lora_A" in n]
+
+    torch.manual_seed(123)
+    expected = torch.rand(3)
+    a, b, c = adapter(5), adapter(5), adapter(6)
+    assert all(torch.equal(x, y) for x, y in zip(a, b, strict=True))
+    assert not any(torch.equal(x, y) for x, y in zip(a, c, strict=True))
+
+
+def test_unknown_target_module_names_the_field(tiny_model_dir: Path) -> None:
+    from trainer.validation import ConfigError
+
+    with pytest.raises(ConfigError) as err:
+        lora_policy(tiny_model_dir, lora_target_modules="no_such_proj")
+    assert err.value.field == "lora_target_modules"
+
+
+def test_lora_run_checkpoints_adapter_and_merged_model_and_resumes_exactly(
+        tiny_model_dir: Path, tmp_path: Path) -> None:
+    """Two LoRA steps on the hf backend with the KL to the reference (the adapter switched off)
+    in the loss; a run stopped after step 1 and resumed from its checkpoint draws step 2 exactly
+    as the uninterrupted one. The checkpoint holds the adapter, which peft loads onto the base
+    model, and a merged model, which transformers loads alone: both give the policy's
+    log-probs."""
+    from peft import PeftModel
+    from transformers import AutoModelForCausalLM
+
+    config = hf_config(tiny_model_dir, total_steps=2, save_every=1, lora_rank=4,
+                       lora_alpha=8.0, lr=1e-2, kl_coef=0.05, warmup_steps=0)
+    full, result = run(config, tmp_path / "full")
+    assert result.status == "completed"
+    assert all(s.metrics["grad_norm"] > 0 for s in full.steps)
+    assert full.steps[1].metrics["kl"] > 0  # the adapter moved the policy off the reference
+
+    cut = ListRecorder()
+    cut, cancelled = run(config, tmp_path / "cut", cut, should_stop=lambda: len(cut.steps) >= 1)
+    assert cancelled.status == "cancelled" and cancelled.last_step == 1
+    resumed, result = run(config, tmp_path / "cut", resume_from=cancelled.checkpoint)
+    assert [s.step for s in resumed.steps] == [2]
+    assert comparable(resumed.steps[0]) == comparable(full.steps[1])
+
+    ckpt = tmp_path / "full" / "checkpoints" / "step-000002"
+    assert (ckpt / "adapter_model.safetensors").is_file()
+    assert (ckpt / "adapter_config.json").is_file()
+    assert not (ckpt / "model.safetensors").exists() and not (ckpt / "reference").exists()
+    merged = AutoModelForCausalLM.from_pretrained(ckpt / "merged", local_files_only=True)
+    base = AutoModelForCausalLM.from_pretrained(tiny_model_dir, dtype=torch.float32)
+    adapted = PeftModel.from_pretrained(base, ckpt)
+    prompts, responses = [[1, 5, 6], [1, 7]], [[8, 9, 2], [5]]
+    merged_lp = seq_logprobs(merged, prompts, responses)
+    assert float((merged_lp - seq_logprobs(adapted, prompts, responses)).abs().max()) < 1e-4
+    fresh = AutoModelForCausalLM.from_pretrained(tiny_model_dir, dtype=torch.float32)
+    assert float((merged_lp - seq_logprobs(fresh, prompts, responses)).abs().max()) > 1e-3
+
+
+def test_lora_rank_zero_is_full_fine_tuning(tiny_model_dir: Path) -> None:
+    from trainer.backends import make_backend
+    from trainer.lora import is_lora
+
+    config = hf_config(tiny_model_dir)
+    assert config.lora_rank == 0 and not is_lora(make_backend(config).model)
+    assert is_lora(make_backend(hf_config(tiny_model_dir, lora_rank=2)).model)
