@@ -12,6 +12,7 @@ import pytest
 import torch
 
 from tests.trainer.test_e2e_hf import comparable, hf_config, run
+from trainer.clustertime import MODELS, ModelShape, rank_memory
 from trainer.config import TrainConfig
 from trainer.recorders import ListRecorder
 
@@ -54,6 +55,13 @@ def test_update_trains_the_adapter_alone_and_lowers_the_loss(tiny_model_dir: Pat
     optimizer, scheduler = make_optimizer(model, config)
     trained = {id(p) for g in optimizer.param_groups for p in g["params"]}
     assert trained == {id(p) for n, p in model.named_parameters() if ".lora_" in n}
+    # The simulator's count of adapter parameters (trainer.clustertime) is peft's.
+    c = model.config
+    shape = ModelShape("tiny", c.hidden_size, c.num_hidden_layers, c.num_attention_heads,
+                       c.num_key_value_heads, c.intermediate_size, c.vocab_size,
+                       c.tie_word_embeddings)
+    assert sum(p.numel() for g in optimizer.param_groups for p in g["params"]) \
+        == shape.lora_params(4)
 
     def loss() -> float:
         return float(-(advantages * seq_logprobs(model, prompts, responses)).sum())
@@ -144,3 +152,17 @@ def test_lora_rank_zero_is_full_fine_tuning(tiny_model_dir: Path) -> None:
     config = hf_config(tiny_model_dir)
     assert config.lora_rank == 0 and not is_lora(make_backend(config).model)
     assert is_lora(make_backend(hf_config(tiny_model_dir, lora_rank=2)).model)
+
+
+def test_simulator_fits_a_7b_lora_on_one_gpu() -> None:
+    """``simulate-time --lora-rank``: the frozen base keeps 4 bytes a parameter, the adapter 16;
+    a 7B's full fine-tuning state overflows one 80 GB GPU, its LoRA state leaves the engine room
+    for a KV cache; on 8 GPUs LoRA leaves more room than full fine-tuning."""
+    seven = MODELS["7b"]
+    full, lora = rank_memory(seven, 1), rank_memory(seven, 1, lora_rank=32)
+    assert lora.shard == pytest.approx((4 * seven.params + 16 * seven.lora_params(32)) / 2**30)
+    assert full.shard > 79.6 > lora.training
+    assert full.sequences_fit(79.6) == 0 < lora.sequences_fit(79.6)
+    assert rank_memory(seven, 8).sequences_fit(79.6) \
+        < rank_memory(seven, 8, lora_rank=32).sequences_fit(79.6)
+    assert rank_memory(seven, 8, lora_rank=0) == rank_memory(seven, 8)
