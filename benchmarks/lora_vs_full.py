@@ -7,12 +7,15 @@ per-rank memory for the paper's 1.5B and 7B.
 
 Each (variant, seed) runs in a fresh process (``--one``): GRPO on the hf backend, B = 8, n = 4,
 ``--steps`` steps, greedy accuracy on 100 held-out prompts before the first step and after the
-last (``eval_every = steps``). Per step: ``time_update`` (the update alone, as the run records
-it). Memory: the training state after the last step, counted from the tensors (the policy's
-weights, the trained parameters' gradients and AdamW's moments), and the process's peak
-resident memory (``ru_maxrss``: the libraries' hundreds of MiB included, so only its
-difference says something). LoRA trains at its own learning rate (adapters start at B = 0 and
-want a larger one: ``--lora-lr``). Prints Markdown tables for docs/benchmarks.md.
+last (``eval_every = steps``). Per step after the first: the update's CPU seconds (one torch
+thread, ``time.thread_time`` around the learner's update: the work, whatever else loads the
+machine) and its wall seconds (``time_update``, as the run records it); the two variants of a
+seed run at once, so that a loaded machine slows both alike. Memory: the training state after
+the last step, counted from the tensors (the policy's weights, the trained parameters' gradients
+and AdamW's moments), and the process's peak resident memory (``ru_maxrss``: the libraries'
+hundreds of MiB included, so only its difference says something). LoRA trains at its own
+learning rate (adapters start at B = 0 and want a larger one: ``--lora-lr``). Prints Markdown
+tables for docs/benchmarks.md.
 """
 
 from __future__ import annotations
@@ -33,8 +36,15 @@ MIB = 2**20
 
 def one(variant: str, seed: int, args: argparse.Namespace) -> dict[str, float]:
     """One run in this process; the figures as a dict."""
+    import time
+
     import torch
 
+    from trainer.model import configure_threads
+
+    # One thread: the update's compute all runs in this thread, so its CPU seconds
+    # (time.thread_time) are the update's work whatever else shares the cores.
+    configure_threads(1)
     from trainer.backends import make_backend
     from trainer.config import TrainConfig
     from trainer.data import resolve_prompts
@@ -53,9 +63,21 @@ def one(variant: str, seed: int, args: argparse.Namespace) -> dict[str, float]:
     rec = ListRecorder()
     learner = {}
 
+    cpu: list[float] = []
+
     def keep(config_: TrainConfig, backend_: object) -> object:
-        learner["it"] = make_learner(config_, backend_)
-        return learner["it"]
+        it = learner["it"] = make_learner(config_, backend_)
+        update = it.update
+
+        def timed(*a: object, **kw: object) -> object:
+            t0 = time.thread_time()
+            try:
+                return update(*a, **kw)
+            finally:
+                cpu.append(time.thread_time() - t0)
+
+        it.update = timed
+        return it
 
     import trainer.learner
 
@@ -74,6 +96,7 @@ def one(variant: str, seed: int, args: argparse.Namespace) -> dict[str, float]:
                   if isinstance(t, torch.Tensor))
     evals = {e.step: e.metrics["greedy_accuracy"] for e in rec.of_type("eval")}
     return {"update_s": statistics.mean(s.metrics["time_update"] for s in rec.steps[1:]),
+            "update_cpu_s": statistics.mean(cpu[1:]),
             "trained_params": sum(p.numel() for p in trained),
             "state_mib": (weights + grads + moments) / MIB,
             "grads_adam_mib": (grads + moments) / MIB,
@@ -108,9 +131,14 @@ def main() -> None:
     seeds = [int(s) for s in args.seeds.split(",")]
     rows: dict[str, list[dict[str, float]]] = {"full": [], "lora": []}
     for seed in seeds:
-        for variant in rows:
-            cmd = [sys.executable, __file__, *sys.argv[1:], "--one", variant, str(seed)]
-            out = subprocess.run(cmd, check=True, capture_output=True, text=True).stdout
+        # Both variants of a seed at once: whatever else loads the machine loads both alike.
+        procs = {v: subprocess.Popen([sys.executable, __file__, *sys.argv[1:], "--one", v,
+                                      str(seed)], stdout=subprocess.PIPE, text=True)
+                 for v in rows}
+        for variant, proc in procs.items():
+            out, _ = proc.communicate()
+            if proc.returncode:
+                raise SystemExit(f"{variant} seed {seed} failed ({proc.returncode})")
             rows[variant].append(json.loads(out.strip().splitlines()[-1]))
             print(f"{variant} seed {seed}: {rows[variant][-1]}", file=sys.stderr)
 
@@ -120,13 +148,14 @@ def main() -> None:
     print(f"Tiny model, GRPO, B = 8, n = 4, {args.steps} steps, seeds {args.seeds}; LoRA rank "
           f"{args.lora_rank}, alpha {args.lora_alpha:g} on all-linear at lr {args.lora_lr:g}, "
           f"full fine-tuning at lr {args.full_lr:g}; means over the seeds.\n")
-    print("| variant | trained parameters | update per step (s) | weights + grads + AdamW "
-          "(MiB) | of which grads + AdamW (MiB) | process peak RSS (MiB) | greedy accuracy "
-          "before | after (each seed) |")
-    print("| --- | ---: | ---: | ---: | ---: | ---: | ---: | --- |")
+    print("| variant | trained parameters | update per step, CPU (s) | update per step, wall "
+          "(s) | weights + grads + AdamW (MiB) | of which grads + AdamW (MiB) | process peak "
+          "RSS (MiB) | greedy accuracy before | after (each seed) |")
+    print("| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | --- |")
     for v, label in (("full", "full fine-tuning"), ("lora", f"LoRA r={args.lora_rank}")):
         each = ", ".join(f"{r['acc_after']:.2f}" for r in rows[v])
-        print(f"| {label} | {int(mean(v, 'trained_params')):,} | {mean(v, 'update_s'):.3f} | "
+        print(f"| {label} | {int(mean(v, 'trained_params')):,} | "
+              f"{mean(v, 'update_cpu_s'):.3f} | {mean(v, 'update_s'):.3f} | "
               f"{mean(v, 'state_mib'):.1f} | {mean(v, 'grads_adam_mib'):.2f} | "
               f"{mean(v, 'peak_rss_mib'):.0f} | {mean(v, 'acc_before'):.3f} | "
               f"{mean(v, 'acc_after'):.3f} ({each}) |")

@@ -145,6 +145,7 @@ class LocalLearner:
             self.ref_model = AdapterOff(self.model)
         if self.config.uses_reference and self.ref_model is None:
             self.ref_model = copy.deepcopy(self.model)
+        if self.ref_model is not None and not isinstance(self.ref_model, AdapterOff):
             self.ref_model.eval().requires_grad_(False)
         return state
 
