@@ -6,6 +6,7 @@ tests/trainer/test_vllm_backend.py, next to the engine it shares."""
 
 from __future__ import annotations
 
+import shutil
 from pathlib import Path
 
 import pytest
@@ -14,7 +15,6 @@ import torch
 from tests.trainer.test_e2e_hf import comparable, hf_config, run
 from trainer.clustertime import MODELS, ModelShape, rank_memory
 from trainer.config import TrainConfig
-from trainer.recorders import ListRecorder
 
 pytestmark = pytest.mark.slow
 
@@ -110,8 +110,8 @@ def test_unknown_target_module_names_the_field(tiny_model_dir: Path) -> None:
 def test_lora_run_checkpoints_adapter_and_merged_model_and_resumes_exactly(
         tiny_model_dir: Path, tmp_path: Path) -> None:
     """Two LoRA steps on the hf backend with the KL to the reference (the adapter switched off)
-    in the loss; a run stopped after step 1 and resumed from its checkpoint draws step 2 exactly
-    as the uninterrupted one. The checkpoint holds the adapter, which peft loads onto the base
+    in the loss; a run resumed from step 1's checkpoint draws step 2 exactly as the
+    uninterrupted one. The checkpoint holds the adapter, which peft loads onto the base
     model, and a merged model, which transformers loads alone: both give the policy's
     log-probs."""
     from peft import PeftModel
@@ -124,11 +124,12 @@ def test_lora_run_checkpoints_adapter_and_merged_model_and_resumes_exactly(
     assert all(s.metrics["grad_norm"] > 0 for s in full.steps)
     assert full.steps[1].metrics["kl"] > 0  # the adapter moved the policy off the reference
 
-    cut = ListRecorder()
-    cut, cancelled = run(config, tmp_path / "cut", cut, should_stop=lambda: len(cut.steps) >= 1)
-    assert cancelled.status == "cancelled" and cancelled.last_step == 1
-    resumed, result = run(config, tmp_path / "cut", resume_from=cancelled.checkpoint)
-    assert [s.step for s in resumed.steps] == [2]
+    # A new process resuming from step 1's checkpoint (a fresh policy from the config's model,
+    # the adapter loaded into it) draws step 2 exactly.
+    cut = tmp_path / "cut" / "checkpoints" / "step-000001"
+    shutil.copytree(tmp_path / "full" / "checkpoints" / "step-000001", cut)
+    resumed, result = run(config, tmp_path / "cut", resume_from=cut)
+    assert result.status == "completed" and [s.step for s in resumed.steps] == [2]
     assert comparable(resumed.steps[0]) == comparable(full.steps[1])
 
     ckpt = tmp_path / "full" / "checkpoints" / "step-000002"
