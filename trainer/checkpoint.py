@@ -4,6 +4,8 @@ by ``AutoModelForCausalLM.from_pretrained``) plus the optimiser and scheduler st
 
 Layout: ``<out>/checkpoints/step-000010/``. A checkpoint is written to a temporary sibling and
 renamed into place, so a crash mid-write never leaves a directory ``latest_checkpoint`` would pick.
+A LoRA policy's checkpoint holds its adapter (peft's files) and, under ``merged/``, the merged
+model (``trainer.lora``).
 """
 
 from __future__ import annotations
@@ -17,6 +19,8 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+
+from trainer.lora import MERGED_DIR, is_lora, load_adapter, save_adapter, save_merged
 
 STATE_FILE = "trainer_state.json"
 OPTIMIZER_FILE = "optimizer.pt"
@@ -70,7 +74,11 @@ def save_checkpoint(path: str | Path, *, step: int, config: dict[str, Any], mode
     if tmp.exists():
         shutil.rmtree(tmp)
     tmp.mkdir(parents=True)
-    if model is not None:
+    if model is not None and is_lora(model):
+        # The adapter at the top, the merged model a plain from_pretrained loads beside it.
+        save_adapter(model, tmp)
+        save_merged(model, tmp / MERGED_DIR, tokenizer)
+    elif model is not None:
         model.save_pretrained(tmp, safe_serialization=True)
     if tokenizer is not None:
         tokenizer.save_pretrained(tmp)
@@ -100,7 +108,9 @@ def load_checkpoint(path: str | Path, *, model: Any = None, optimizer: Any = Non
     """Restore weights, optimiser, scheduler and RNG states in place; return trainer_state."""
     path = Path(path)
     state = read_state(path)
-    if model is not None:
+    if model is not None and is_lora(model):
+        load_adapter(model, path)
+    elif model is not None:
         from safetensors.torch import load_file
 
         files = sorted(path.glob("*.safetensors"))

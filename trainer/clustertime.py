@@ -63,6 +63,13 @@ class ModelShape:
     def params(self) -> int:
         return self.layers * self.layer_params + self.embedding_params + self.hidden
 
+    def lora_params(self, rank: int) -> int:
+        """LoRA adapters of rank ``rank`` on every linear layer but the output head
+        (``all-linear``): r x (d_in + d_out) each, over q (h -> h), k and v (h -> kv), o
+        (h -> h), gate and up (h -> i) and down (i -> h)."""
+        kv = self.kv_heads * self.head_dim
+        return rank * (9 * self.hidden + 2 * kv + 3 * self.intermediate) * self.layers
+
     @property
     def kv_bytes_per_token(self) -> int:
         """K and V of every layer in bf16."""
@@ -167,6 +174,7 @@ class RankMemory:
     kv_cache: float           # KV cache for the engine's concurrent sequences
     sleep_mode: bool
     kv_per_sequence: float    # one full-length sequence's KV cache
+    lora_rank: int = 0        # > 0: LoRA adapters train, the base weights are frozen
 
     @property
     def shard(self) -> float:
@@ -196,15 +204,23 @@ class RankMemory:
 
 def rank_memory(model: ModelShape, world_size: int, *, micro_batch_tokens: int = 6144,
                 concurrent_sequences: int = 512, sequence_tokens: int = 256 + 2048,
-                activation_checkpointing: bool = True, sleep_mode: bool = True) -> RankMemory:
+                activation_checkpointing: bool = True, sleep_mode: bool = True,
+                lora_rank: int = 0) -> RankMemory:
     """What one of ``world_size`` ranks holds (GiB). Activations per token and layer in bf16:
     the layer's input, q/k/v, the attention output and o-proj input (``6h``), the MLP's gate, up,
     activation and down-proj input (``4i``); with activation checkpointing only each layer's
     input (``h``) is kept, plus one layer in full while it is recomputed. ``concurrent_sequences``
     x ``sequence_tokens`` is the KV cache the engine needs to run its share of a round at once
     (the paper: B x M / G = 512 on 8 GPUs; a 256-token prompt, as ``EngineTimeModel``, and a
-    response at the 2048-token limit: a ceiling, most responses are shorter)."""
+    response at the 2048-token limit: a ceiling, most responses are shorter).
+
+    ``lora_rank`` > 0 (``trainer.lora``): the base weights stay in the shard (fp32, frozen:
+    no gradients, no AdamW moments) and the adapters' ``lora_params`` carry all 16 bytes;
+    everything else is as full fine-tuning's (the activations still flow through every
+    layer, the engine still holds the full merged weights)."""
     p, g = model.params, world_size
+    trained = model.lora_params(lora_rank) if lora_rank > 0 else p
+    held = p + trained if lora_rank > 0 else p
     h, i = model.hidden, model.intermediate
     full_layer = micro_batch_tokens * 2 * (6 * h + 4 * i)
     if activation_checkpointing:
@@ -213,13 +229,15 @@ def rank_memory(model: ModelShape, world_size: int, *, micro_batch_tokens: int =
         activations = full_layer * model.layers
     return RankMemory(
         model=model.name, world_size=g,
-        shard_weights=4 * p / g / GIB, shard_grads=4 * p / g / GIB, shard_adam=8 * p / g / GIB,
+        shard_weights=4 * held / g / GIB, shard_grads=4 * trained / g / GIB,
+        shard_adam=8 * trained / g / GIB,
         gathered=(2 * 2 * model.layer_params + 2 * model.embedding_params) / GIB,
         activations=activations / GIB,
         logits=2 * micro_batch_tokens * model.vocab * 4 / GIB,
         engine_weights=2 * p / GIB,
         kv_cache=concurrent_sequences * sequence_tokens * model.kv_bytes_per_token / GIB,
-        sleep_mode=sleep_mode, kv_per_sequence=sequence_tokens * model.kv_bytes_per_token / GIB)
+        sleep_mode=sleep_mode, kv_per_sequence=sequence_tokens * model.kv_bytes_per_token / GIB,
+        lora_rank=lora_rank)
 
 
 def memory_table(rows: list[RankMemory], hbm_gib: float = 79.6) -> str:
@@ -233,7 +251,8 @@ def memory_table(rows: list[RankMemory], hbm_gib: float = 79.6) -> str:
              "| ---: |"]
     for m in rows:
         awake = m.training + m.engine_weights + m.kv_cache
-        lines.append(f"| {m.model} | {m.world_size} | {m.shard:.1f} | {m.gathered:.1f} | "
+        name = f"{m.model} (LoRA r={m.lora_rank})" if m.lora_rank else m.model
+        lines.append(f"| {name} | {m.world_size} | {m.shard:.1f} | {m.gathered:.1f} | "
                      f"{m.activations:.1f} | {m.logits:.1f} | {m.engine_weights:.1f} | "
                      f"{m.kv_cache:.1f} | {m.training:.1f} | {m.generation:.1f} | "
                      f"{max(m.training, m.generation):.1f} | {awake:.1f} | "

@@ -246,6 +246,18 @@ class TrainConfig:
     lr: float = _f(1e-6, "AdamW learning rate (paper: 1e-6 for 1.5B-7B models; the tiny model "
                    "wants about 2e-4).", "optimisation", gt=0, lt=1)
     weight_decay: float = _f(0.01, "AdamW weight decay.", "optimisation", ge=0, le=10)
+    # LoRA (Hu et al. 2021; verl's actor_rollout_ref.model.lora_rank, lora_alpha,
+    # target_modules): trainer/lora.py, docs/lora.md.
+    lora_rank: int = _f(0, "LoRA: the rank r of the update W + (lora_alpha / r) B A that trains "
+                        "in place of each target layer's weights W, which stay frozen (0: full "
+                        "fine-tuning; verl's lora_rank).", "optimisation", "rank", ge=0, le=1024)
+    lora_alpha: float = _f(16.0, "lora_rank > 0: LoRA's alpha; the update is scaled by alpha / r "
+                           "(verl's lora_alpha, default 16).", "optimisation", gt=0,
+                           le=1_000_000)
+    lora_target_modules: str = _f("all-linear", "lora_rank > 0: the layers that get an adapter: "
+                                  "all-linear (every linear layer but the output head) or "
+                                  "module names separated by commas, e.g. q_proj,v_proj "
+                                  "(verl's target_modules).", "optimisation")
     warmup_steps: int = _f(0, "W: constant-with-warm-up schedule as verl's: lr x k/W at "
                            "training step k (k = 0 at the first, so it trains at lr 0), then lr "
                            "(paper: 10; 0: off).", "optimisation", "steps", ge=0, le=1_000_000)

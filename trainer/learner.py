@@ -3,7 +3,8 @@ records; a learner turns a step's kept responses into new weights, puts them int
 generation engine(s) and saves or restores its part of a checkpoint.
 
 - ``LocalLearner``: one process holds the policy (``backend.model``), its AdamW state and, with
-  a KL penalty, the frozen reference; the update is ``trainer.update.update_policy``.
+  a KL penalty, the frozen reference (a LoRA policy's: its adapter switched off,
+  ``trainer.lora``); the update is ``trainer.update.update_policy``.
 - ``SamplingOnly``: no policy at all (the simulated backend): the step's update metrics are
   zeros and the schedule's lr.
 - ``trainer.distributed.DistributedLearner`` (world_size > 1): the policy sharded across ranks.
@@ -23,6 +24,7 @@ from typing import Any, Protocol
 import numpy as np
 
 from trainer.config import TrainConfig
+from trainer.lora import AdapterOff, is_lora
 from trainer.result import SamplerResult
 from trainer.types import Prompt, RoundsOutcome
 
@@ -135,12 +137,15 @@ class LocalLearner:
                                          optimizer=self.optimizer, scheduler=self.scheduler)
             self.backend.sync_weights()
             ref_dir = Path(resume_from) / "reference"
-            if self.config.uses_reference and ref_dir.is_dir():
+            if self.config.uses_reference and ref_dir.is_dir() and not is_lora(self.model):
                 self.ref_model = copy.deepcopy(self.model)
                 ckpt.load_checkpoint(ref_dir, model=self.ref_model, restore_rng=False)
+        if self.config.uses_reference and self.ref_model is None and is_lora(self.model):
+            # W alone: the frozen initial policy a LoRA policy already holds.
+            self.ref_model = AdapterOff(self.model)
         if self.config.uses_reference and self.ref_model is None:
             self.ref_model = copy.deepcopy(self.model)
-        if self.ref_model is not None:
+        if self.ref_model is not None and not isinstance(self.ref_model, AdapterOff):
             self.ref_model.eval().requires_grad_(False)
         return state
 
@@ -182,7 +187,7 @@ class LocalLearner:
         path = ckpt.save_checkpoint(path, step=step, config=config, model=self.model,
                                     tokenizer=self.tokenizer, optimizer=self.optimizer,
                                     scheduler=self.scheduler, extra=extra)
-        if self.ref_model is not None:
+        if self.ref_model is not None and not is_lora(self.model):
             self.ref_model.save_pretrained(path / "reference", safe_serialization=True)
             (path / "reference" / ckpt.STATE_FILE).write_text('{"step": 0}')
         return path

@@ -520,6 +520,10 @@ def _add_cluster_arguments(parser: argparse.ArgumentParser) -> None:
                             ClusterModel) if f.name not in ("gpus", "nodes")))
     parser.add_argument("--no-activation-checkpointing", action="store_true",
                         help="per-rank memory without activation checkpointing")
+    parser.add_argument("--lora-rank", type=int, default=0,
+                        help="per-rank memory of a LoRA run of this rank on every linear layer "
+                        "(lora_rank; default 0: full fine-tuning); the step time is full "
+                        "fine-tuning's")
 
 
 def _constants(items: Sequence[str], cls: type, flag: str) -> dict[str, Any]:
@@ -591,7 +595,7 @@ def run_cli(args: argparse.Namespace) -> int:
         concurrent_sequences=min(inputs.engine.max_num_seqs,
                                  -(-len(inputs.rates) * args.samples_per_round // args.gpus)),
         sequence_tokens=inputs.engine.prompt_tokens + args.max_tokens,
-        activation_checkpointing=not args.no_activation_checkpointing)
+        activation_checkpointing=not args.no_activation_checkpointing, lora_rank=args.lora_rank)
     if args.json:
         print(json.dumps(_json_report(args, inputs, results, memory)))
     else:
@@ -747,6 +751,8 @@ def _cluster(args: argparse.Namespace, batch_size: int) -> ClusterModel:
     for flag in ("gpus", "nodes", "mini_batches", "micro_batch_tokens", "bucket_mb"):
         if getattr(args, flag) < 1:
             raise ConfigError(flag, f"must be >= 1, got {getattr(args, flag)}")
+    if not 0 <= args.lora_rank <= 1024:  # lora_rank's bounds (trainer.config)
+        raise ConfigError("lora_rank", f"must be within [0, 1,024], got {args.lora_rank}")
     if args.gpus % args.nodes:
         raise ConfigError("nodes", f"{args.gpus} GPUs do not split evenly over "
                           f"{args.nodes} machines")

@@ -34,6 +34,10 @@ def make_backend(config: TrainConfig, prompts: Sequence[Prompt] = ()) -> Generat
     from trainer.model import load_policy
 
     model, tokenizer = load_policy(config)
+    if config.lora_rank > 0:
+        from trainer.lora import apply_lora
+
+        model = apply_lora(model, config)
     if config.backend == "hf":
         from trainer.backends.hf import HFBackend
 

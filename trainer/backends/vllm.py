@@ -20,6 +20,8 @@ policy (the fp32 HF model that the update trains) lives on ``config.device``.
   same requests fed one at a time to the engine's step loop (``LLMEngine.add_request`` /
   ``step`` / ``abort_request``), so a prompt's next round goes in while other prompts' requests
   are still decoding, and a finished prompt's requests can be aborted mid-generation.
+- **LoRA** (``lora_rank`` > 0): the engine holds the merged weights W + (alpha/r) B A, built
+  from and synced through the same paths as a full policy's (``trainer.lora`` says why).
 - **Weight sync** goes through the engine's ``reload_weights`` (the worker's in-place reload:
   it repacks linear weights on CPU, where the model's own ``load_weights`` fails), fed by an
   iterator over the policy's state dict; the engine runs in-process
@@ -43,6 +45,7 @@ from typing import Any
 import torch
 
 from trainer.config import resolve_rollout_dtype
+from trainer.lora import engine_weights, is_lora, save_merged
 from trainer.model import REPO_ROOT, encode_prompt
 from trainer.seeds import request_seed
 from trainer.types import Generation, Prompt
@@ -140,8 +143,11 @@ class VLLMBackend:
         self._weights_dir: Any = None
         if model_dir is None:
             self._weights_dir = tempfile.TemporaryDirectory(prefix="trainer-vllm-")
-            model.save_pretrained(self._weights_dir.name, safe_serialization=True)
-            tokenizer.save_pretrained(self._weights_dir.name)
+            if is_lora(model):
+                save_merged(model, self._weights_dir.name, tokenizer)
+            else:
+                model.save_pretrained(self._weights_dir.name, safe_serialization=True)
+                tokenizer.save_pretrained(self._weights_dir.name)
             model_dir = self._weights_dir.name
         # vLLM's CPU worker replaces torch.set_num_threads with a no-op for the whole process
         # (it expects to own the cores); the policy update in this same process must keep
@@ -165,10 +171,11 @@ class VLLMBackend:
 
     # --- weights -------------------------------------------------------------------------------
     def sync_weights(self) -> None:
-        """Push the HF policy's current weights into the engine, then drop cached prefixes
-        (their key/values were computed with the old weights)."""
+        """Push the HF policy's current weights into the engine (a LoRA policy's merged
+        ones: ``trainer.lora``), then drop cached prefixes (their key/values were computed with
+        the old weights)."""
         t0 = time.perf_counter()
-        state = self.model.state_dict()
+        state = engine_weights(self.model)
         weights = ((name, tensor.detach()) for name, tensor in state.items())
         self.llm.collective_rpc("reload_weights", kwargs={"weights_iterator": weights})
         self.llm.reset_prefix_cache()
