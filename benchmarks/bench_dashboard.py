@@ -59,10 +59,20 @@ def _django() -> None:
     django.setup()
 
 
-def seed(args: argparse.Namespace) -> None:
-    _django()
+def _migrated_with_user() -> Any:
+    """The database migrated and the benchmark's user there, with its password."""
     from django.contrib.auth.models import User
     from django.core.management import call_command
+
+    call_command("migrate", verbosity=0)
+    user, _ = User.objects.get_or_create(username=USER)
+    user.set_password(PASSWORD)
+    user.save()
+    return user
+
+
+def seed(args: argparse.Namespace) -> None:
+    _django()
     from django.db import connection
     from experiments.models import (
         EvalResult,
@@ -78,10 +88,7 @@ def seed(args: argparse.Namespace) -> None:
     from trainer.config import TrainConfig
     from trainer.types import PASS_RATE_METRICS, PASS_RATE_THRESHOLDS
 
-    call_command("migrate", verbosity=0)
-    user, _ = User.objects.get_or_create(username=USER)
-    user.set_password(PASSWORD)
-    user.save()
+    user = _migrated_with_user()
     Run.objects.filter(name__startswith="bench-").delete()
     PromptSet.objects.filter(name="bench-512").delete()
     ps = PromptSet.objects.create(name="bench-512", source=PromptSet.Source.BUILTIN, size=PROMPTS)
@@ -227,8 +234,6 @@ def seed_async(args: argparse.Namespace) -> None:
     """One asynchronous run (GRPO, n = 4, max_policy_lag 2, vcpo, backend hf) of ASYNC_STEPS x
     PROMPTS: every row a recorded asynchronous run holds, written with ``COPY``."""
     _django()
-    from django.contrib.auth.models import User
-    from django.core.management import call_command
     from django.db import connection
     from experiments.models import (
         EvalResult,
@@ -244,10 +249,7 @@ def seed_async(args: argparse.Namespace) -> None:
     from trainer.config import TrainConfig
     from trainer.types import PASS_RATE_METRICS, PASS_RATE_THRESHOLDS
 
-    call_command("migrate", verbosity=0)
-    user, _ = User.objects.get_or_create(username=USER)
-    user.set_password(PASSWORD)
-    user.save()
+    user = _migrated_with_user()
     Run.objects.filter(name=ASYNC_NAME).delete()
     ps, created = PromptSet.objects.get_or_create(
         name="bench-async-512", defaults={"source": PromptSet.Source.BUILTIN, "size": PROMPTS})
