@@ -87,13 +87,13 @@ SECTIONS: dict[str, Section] = {
         "the real reward). Mean over seeds, band: min-max.",
         ("group", "threshold", "step", *SPREAD)),
     "zero-advantage": Section(
-        "figure", "Fig. 1 type", "Zero-advantage groups per step",
+        "figure", "Family view", "Zero-advantage groups per step",
         "Per step, the fraction of the kept prompt groups whose advantages are all zero (all "
         "their rewards equal: no gradient), the trainer's zero_adv_frac step metric. Mean over "
         "seeds, band: min-max.",
         ("group", "step", *SPREAD)),
     "samples-difficulty": Section(
-        "figure", "Fig. 5 type", "Samples per prompt against difficulty",
+        "figure", "Family view", "Samples per prompt against difficulty",
         "Each prompt's pass rate over the run (from the first n samples of every step it was "
         "drawn in, i.i.d. under every algorithm), binned; per bin, the mean of its prompts' "
         "samples per step they were drawn in. Per seed, then mean over seeds; error bar: "
@@ -128,9 +128,10 @@ FAMILY: dict[str, str] = {
     "zero-advantage": "Look for the lowest curve: a group with all rewards equal gives no "
                       "gradient, and adaptive sampling exists to make fewer of them; GRPO's "
                       "curve is what they save against.",
-    "samples-difficulty": "Look at where each method spends: GRPO's bars are flat (n for "
-                          "every prompt); an adaptive method's rise towards the hard bins "
-                          "(low pass rate) and fall on prompts already solved.",
+    "samples-difficulty": "Look at where each method spends: GRPO's bars are flat at n; a "
+                          "method that allocates by difficulty rises towards the hard bins (low "
+                          "pass rate) and falls on prompts already solved; one that draws a "
+                          "fixed larger pool and then selects is flat at the pool's size.",
     "table-cost": "Look at the ratios to GRPO with their intervals: a method whose accuracy "
                   "gain above comes with 2x the samples per step is not the same finding as "
                   "one at a matched budget (1.0x).",

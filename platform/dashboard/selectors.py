@@ -1098,16 +1098,19 @@ def prompt_difficulty(run: Run) -> dict[str, list[float]]:
 
     The pass rate is estimated from the first n samples of each of its steps (``index < n``),
     as ``low_pass_rate_fractions`` does: those are i.i.d. draws of the policy under every
-    algorithm, so a prompt's difficulty is measured alike whatever spent the rest."""
+    algorithm, so a prompt's difficulty is measured alike whatever spent the rest (a pool that
+    stops once it has a positive would read easier than it is). The spend comes from the
+    prompt-step rows (B per step), not from the sample rows."""
     cfg = TrainConfig.from_stored(run.config)
     positive, positive_args = positive_sql(cfg)
     rows = _fetch(
-        f"SELECT COUNT(*) FILTER (WHERE index < %s AND {positive})::float"
-        f"       / NULLIF(COUNT(*) FILTER (WHERE index < %s), 0),"
-        f"       COUNT(*)::float / COUNT(DISTINCT step)"
-        f"  FROM {Sample._meta.db_table} WHERE run_id = %s GROUP BY prompt_id",
-        [cfg.group_size, *positive_args, cfg.group_size, run.pk])
-    rows = [r for r in rows if r[0] is not None]
+        f"SELECT f.rate, ps.per_step FROM ("
+        f"  SELECT prompt_id, SUM(samples)::float / COUNT(*) AS per_step"
+        f"  FROM {PromptStep._meta.db_table} WHERE run_id = %s GROUP BY prompt_id) ps JOIN ("
+        f"  SELECT prompt_id, COUNT(*) FILTER (WHERE {positive})::float / COUNT(*) AS rate"
+        f"  FROM {Sample._meta.db_table} WHERE run_id = %s AND index < %s GROUP BY prompt_id) f"
+        f"  USING (prompt_id) ORDER BY prompt_id",
+        [run.pk, *positive_args, run.pk, cfg.group_size])
     return {"pass_rate": [r[0] for r in rows], "samples": [r[1] for r in rows]}
 
 
