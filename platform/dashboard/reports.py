@@ -56,12 +56,13 @@ SECTIONS: dict[str, Section] = {
         "drawn per prompt, for k = 1 .. eval_k. Mean over seeds, band: min-max.",
         ("group", "metric", "k", *SPREAD, "eval_steps")),
     "accuracy-cost": Section(
-        "figure", "Cost view", "Held-out accuracy against wall time and against samples",
-        "Greedy accuracy on the eval set at each evaluation, placed at the wall time (left) "
-        "and the cumulative samples (right) the run had spent by the step it evaluated; a "
-        "group's seeds at the evaluations all of them made, x their mean. Mean over seeds, "
-        "band: min-max. A line further left at the same height reached that accuracy "
-        "cheaper: wall time shows what asynchronous overlap buys, samples what it costs.",
+        "figure", "Cost view", "Held-out accuracy against wall time, samples and tokens",
+        "Greedy accuracy on the eval set at each evaluation, placed at the wall time (left), "
+        "the cumulative samples (middle) and the cumulative generated tokens (right) the run "
+        "had spent by the step it evaluated; a group's seeds at the evaluations all of them "
+        "made, x their mean. Mean over seeds, band: min-max. A line further left at the same "
+        "height reached that accuracy cheaper: wall time shows what asynchronous overlap buys, "
+        "samples and tokens what it costs.",
         ("group", "axis", "step", "x", *SPREAD)),
     "reward": Section(
         "figure", "Fig. 3 type", "Training reward against step",
@@ -85,6 +86,19 @@ SECTIONS: dict[str, Section] = {
         "estimated from each prompt's first n samples (i.i.d. under every algorithm, as for "
         "the real reward). Mean over seeds, band: min-max.",
         ("group", "threshold", "step", *SPREAD)),
+    "zero-advantage": Section(
+        "figure", "Family view", "Zero-advantage groups per step",
+        "Per step, the fraction of the kept prompt groups whose advantages are all zero (all "
+        "their rewards equal: no gradient), the trainer's zero_adv_frac step metric. Mean over "
+        "seeds, band: min-max.",
+        ("group", "step", *SPREAD)),
+    "samples-difficulty": Section(
+        "figure", "Family view", "Samples per prompt against difficulty",
+        "Each prompt's pass rate over the run (from the first n samples of every step it was "
+        "drawn in, i.i.d. under every algorithm), binned; per bin, the mean of its prompts' "
+        "samples per step they were drawn in. Per seed, then mean over seeds; error bar: "
+        "min-max; prompts: the bin's prompts per seed (mean).",
+        ("group", "pass_rate_bin", "bin", "prompts", *SPREAD)),
     "table-eval": Section(
         "table", "Table 1 type", "Held-out accuracy per group",
         "From each run's last evaluation: greedy accuracy, avg@k and pass@k (k = eval_k); mean "
@@ -102,6 +116,26 @@ SECTIONS: dict[str, Section] = {
          "step_seconds_vs_grpo", "samples_vs_grpo")),
 }
 FIGURES = tuple(n for n, s in SECTIONS.items() if s.kind == "figure")
+# The family report (one page per sweep, every method side by side): its sections in page order,
+# each with the sentence under it saying what to look for.
+FAMILY: dict[str, str] = {
+    "accuracy-cost": "Look for the line that climbs highest furthest left: the method that "
+                     "buys held-out accuracy cheapest, in seconds, in samples and in tokens "
+                     "(a method can lead on one axis and trail on another).",
+    "pass-at-k": "Look at both ends: pass@1 is accuracy, pass@k at large k is how much the "
+                 "policy can still solve at all; a method that trades the second for the first "
+                 "narrows its search.",
+    "zero-advantage": "Look for the lowest curve: a group with all rewards equal gives no "
+                      "gradient, and adaptive sampling exists to make fewer of them; GRPO's "
+                      "curve is what they save against.",
+    "samples-difficulty": "Look at where each method spends: GRPO's bars are flat at n; a "
+                          "method that allocates by difficulty rises towards the hard bins (low "
+                          "pass rate) and falls on prompts already solved; one that draws a "
+                          "fixed larger pool and then selects is flat at the pool's size.",
+    "table-cost": "Look at the ratios to GRPO with their intervals: a method whose accuracy "
+                  "gain above comes with 2x the samples per step is not the same finding as "
+                  "one at a matched budget (1.0x).",
+}
 TABLES = tuple(n for n, s in SECTIONS.items() if s.kind == "table")
 
 Report = dict[str, Any]
@@ -113,17 +147,20 @@ Rows = list[dict[str, Any]]
 def run_records(run: Run) -> dict[str, Any]:
     """The per-run reads a report needs, cached once the run has finished."""
     def compute() -> dict[str, Any]:
-        steps = selectors.step_series(run.pk, ("entropy", "time_step", *PASS_RATE_METRICS))
+        steps = selectors.step_series(run.pk, ("entropy", "time_step", "zero_adv_frac",
+                                                *PASS_RATE_METRICS))
         if any(v is not None for v in steps[PASS_RATE_METRICS[0]]):
             hard = {"step": steps["step"], "fractions": [steps[k] for k in PASS_RATE_METRICS]}
         else:  # recorded before the trainer computed them: from the sample rows
             hard = selectors.low_pass_rate_fractions(run, PASS_RATE_THRESHOLDS)
         return {"steps": steps, "eval": selectors.last_evals([run.pk]).get(run.pk),
                 "evals": selectors.eval_cost_series(run.pk),
-                "hard": hard, "bxn": selectors.group_bxn(run)}
+                "hard": hard, "bxn": selectors.group_bxn(run),
+                "difficulty": selectors.prompt_difficulty(run)}
 
-    # v2: with every evaluation at its cost (``evals``).
-    return selectors.cached_for_finished("report-run-v2", [run], compute)
+    # v2: with every evaluation at its cost (``evals``); v3: with tokens, zero-advantage
+    # groups and each prompt's difficulty.
+    return selectors.cached_for_finished("report-run-v3", [run], compute)
 
 
 def _by_step(steps: list[int], values: Iterable[Any]) -> dict[int, float]:
@@ -182,7 +219,42 @@ def _eval_rows(label: str, evals: list[tuple[int, dict[str, Any]]]) -> Rows:
 
 # The accuracy-cost figure's panels: (the rows' axis, the eval series' key, its axis title).
 COST_AXES = (("wall_seconds", "wall_seconds", "wall time (s)"),
-             ("samples", "cum_samples", "cumulative samples"))
+             ("samples", "cum_samples", "cumulative samples"),
+             ("tokens", "cum_tokens", "cumulative tokens"))
+
+
+# Samples per prompt against difficulty: a prompt's pass rate over the run falls in the first
+# bin whose upper edge it does not exceed; never solved (0) and always solved (1) are bins of
+# their own, where an adaptive sampler spends most and least.
+DIFFICULTY_BINS = ((0.0, "0"), (0.25, "(0, 0.25]"), (0.5, "(0.25, 0.5]"),
+                   (0.75, "(0.5, 0.75]"), (1.0, "(0.75, 1)"), (1.0, "1"))
+
+
+def difficulty_bin(pass_rate: float) -> int:
+    """The index in ``DIFFICULTY_BINS`` of a pass rate in [0, 1]."""
+    if pass_rate >= 1.0:
+        return len(DIFFICULTY_BINS) - 1
+    return next(i for i, (edge, _) in enumerate(DIFFICULTY_BINS) if pass_rate <= edge)
+
+
+def _difficulty_rows(label: str, per_run: list[dict[str, list[float]]]) -> Rows:
+    """Per bin: each seed's mean samples per prompt-step over the bin's prompts, spread over
+    the seeds that have prompts in it."""
+    per_seed: list[dict[int, list[float]]] = []
+    for d in per_run:
+        bins: dict[int, list[float]] = {}
+        for rate, samples in zip(d["pass_rate"], d["samples"], strict=True):
+            bins.setdefault(difficulty_bin(rate), []).append(samples)
+        if bins:
+            per_seed.append(bins)
+    rows: Rows = []
+    for i, (_, name) in enumerate(DIFFICULTY_BINS):
+        seeds = [b[i] for b in per_seed if i in b]
+        if seeds:
+            rows.append({"group": label, "pass_rate_bin": name, "bin": i,
+                         "prompts": statistics.fmean(len(s) for s in seeds),
+                         **spread([statistics.fmean(s) for s in seeds])})
+    return rows
 
 
 def _accuracy_cost_rows(label: str, per_run: list[dict[str, list[Any]]]) -> Rows:
@@ -262,6 +334,10 @@ def build_report(runs: list[Run]) -> Report:
         if evals:
             rows["table-eval"].append(_table_eval_row(label, evals))
         rows["reward"] += _per_step_rows(label, [series(r, "real_reward") for r in members])
+        rows["zero-advantage"] += _per_step_rows(label, [series(r, "zero_adv_frac")
+                                                         for r in members])
+        rows["samples-difficulty"] += _difficulty_rows(label, [recs[r.pk]["difficulty"]
+                                                               for r in members])
         rows["extra-samples"] += _per_step_rows(label, [
             series(r, "samples", lambda v, bxn=recs[r.pk]["bxn"]: v - bxn) for r in members])
         for i, t in enumerate(PASS_RATE_THRESHOLDS):
@@ -283,9 +359,9 @@ def build_report(runs: list[Run]) -> Report:
 
 
 # The cache's name for whole reports; a new one when a report's layout changes, so that a report
-# cached by an earlier version (without its groups' left-out runs; v3: without accuracy-cost)
-# is not served.
-REPORT_CACHE = "report-v3"
+# cached by an earlier version (without its groups' left-out runs; v3: without accuracy-cost;
+# v4: without tokens, zero-advantage groups and samples against difficulty) is not served.
+REPORT_CACHE = "report-v4"
 
 
 def cached_report(runs: list[Run]) -> Report:
@@ -366,9 +442,10 @@ def figure(report: Report, name: str, max_points: int = MAX_POINTS) -> Fig:
     by_group = [(i, g["label"], [r for r in rows if r["group"] == g["label"]])
                 for i, g in enumerate(report["groups"])]
     title = section.title
-    if name in ("reward", "extra-samples"):
-        ytitle = ("real reward (0-1)" if name == "reward"
-                  else "samples per step above B x n (samples)")
+    if name in ("reward", "extra-samples", "zero-advantage"):
+        ytitle = {"reward": "real reward (0-1)",
+                  "extra-samples": "samples per step above B x n (samples)",
+                  "zero-advantage": "fraction of kept groups (0-1)"}[name]
         data = _bands(by_group, "step", max_points)
         layout = base_layout(f"{title} (mean over seeds, band: min-max)", "training step", ytitle)
     elif name == "entropy-reward":
@@ -404,6 +481,25 @@ def figure(report: Report, name: str, max_points: int = MAX_POINTS) -> Fig:
             layout[f"xaxis{i}"]["title"]["text"] = xtitle
         data = _bands(by_group, "x", max_points, ("axis", tuple(a for a, _, _ in COST_AXES)),
                       mode="lines+markers")
+    elif name == "samples-difficulty":
+        layout = base_layout(f"{title} (mean over seeds, error bar: min-max)",
+                             "prompt's pass rate over the run (binned)",
+                             "samples per prompt per step (samples)", hovermode="closest",
+                             barmode="group")
+        layout["xaxis"].update(type="category", categoryorder="array",
+                               categoryarray=[n for _, n in DIFFICULTY_BINS])
+        for i, label, g in by_group:
+            if g:
+                bins, mean, lo, hi, prompts = _columns(g, "pass_rate_bin", "mean", "min", "max",
+                                                       "prompts")
+                data.append({"type": "bar", "name": label, "x": bins, "y": mean,
+                             "marker": {"color": _color(i)}, "customdata": prompts,
+                             "hovertemplate": "%{x}: %{y:.1f} samples per prompt-step "
+                                              "(%{customdata:.1f} prompts)<extra></extra>",
+                             "error_y": {"type": "data", "symmetric": False,
+                                         "array": [h - m for h, m in zip(hi, mean, strict=True)],
+                                         "arrayminus": [m - x for m, x in zip(mean, lo,
+                                                                              strict=True)]}})
     elif name == "hard-prompts":
         layout = base_layout(f"{title} (mean over seeds, band: min-max)", "", "")
         subtitles = ["pass rate = 0" if t == 0 else f"pass rate ≤ {t:g}"

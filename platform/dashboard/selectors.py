@@ -516,17 +516,18 @@ def eval_series(run_id: int) -> dict[str, Any]:
 
 def eval_cost_series(run_id: int) -> dict[str, list[Any]]:
     """Each held-out evaluation's greedy accuracy at what the run had spent by the step it
-    evaluated: ``step``, ``wall_seconds`` (the step's wall time since the run started) and
-    ``cum_samples`` (samples drawn up to it), with ``greedy_accuracy``; an evaluation before the
-    first step (step 0) at 0 s and 0 samples, one at a step not recorded left out. Wall time
-    and samples, not steps, are what a synchronous run and its asynchronous twin share."""
+    evaluated: ``step``, ``wall_seconds`` (the step's wall time since the run started),
+    ``cum_samples`` and ``cum_tokens`` (samples drawn and tokens generated up to it), with
+    ``greedy_accuracy``; an evaluation before the first step (step 0) at 0 s, 0 samples and 0
+    tokens, one at a step not recorded left out. Wall time, samples and tokens, not steps, are
+    what a synchronous run and its asynchronous twin, or two algorithms, share."""
     e = eval_series(run_id)
     s = step_series(run_id)
-    at = {st: (w, c) for st, w, c in zip(s["step"], s["wall_seconds"], s["cum_samples"],
-                                          strict=True)}
-    at[0] = (0.0, 0.0)
+    at = {st: (w, c, t) for st, w, c, t in zip(s["step"], s["wall_seconds"], s["cum_samples"],
+                                               s["cum_tokens"], strict=True)}
+    at[0] = (0.0, 0.0, 0.0)
     out: dict[str, list[Any]] = {"step": [], "wall_seconds": [], "cum_samples": [],
-                                 "greedy_accuracy": []}
+                                 "cum_tokens": [], "greedy_accuracy": []}
     for st, acc in zip(e["step"], e.get("greedy_accuracy", [None] * len(e["step"])),
                        strict=True):
         if acc is None or st not in at or at[st][0] is None:
@@ -534,6 +535,7 @@ def eval_cost_series(run_id: int) -> dict[str, list[Any]]:
         out["step"].append(st)
         out["wall_seconds"].append(at[st][0])
         out["cum_samples"].append(at[st][1])
+        out["cum_tokens"].append(at[st][2])
         out["greedy_accuracy"].append(acc)
     return out
 
@@ -1088,6 +1090,29 @@ def config_diff(runs: list[Run]) -> list[tuple[str, list[DiffCell]]]:
 
 
 # --- reports -----------------------------------------------------------------------------------
+
+def prompt_difficulty(run: Run) -> dict[str, list[float]]:
+    """Per prompt the run drew: its ``pass_rate`` over the whole run and the ``samples`` it was
+    given per step it was drawn in (the algorithm's spend on it), for the family report's
+    samples against difficulty.
+
+    The pass rate is estimated from the first n samples of each of its steps (``index < n``),
+    as ``low_pass_rate_fractions`` does: those are i.i.d. draws of the policy under every
+    algorithm, so a prompt's difficulty is measured alike whatever spent the rest (a pool that
+    stops once it has a positive would read easier than it is). The spend comes from the
+    prompt-step rows (B per step), not from the sample rows."""
+    cfg = TrainConfig.from_stored(run.config)
+    positive, positive_args = positive_sql(cfg)
+    rows = _fetch(
+        f"SELECT f.rate, ps.per_step FROM ("
+        f"  SELECT prompt_id, SUM(samples)::float / COUNT(*) AS per_step"
+        f"  FROM {PromptStep._meta.db_table} WHERE run_id = %s GROUP BY prompt_id) ps JOIN ("
+        f"  SELECT prompt_id, COUNT(*) FILTER (WHERE {positive})::float / COUNT(*) AS rate"
+        f"  FROM {Sample._meta.db_table} WHERE run_id = %s AND index < %s GROUP BY prompt_id) f"
+        f"  USING (prompt_id) ORDER BY prompt_id",
+        [run.pk, *positive_args, run.pk, cfg.group_size])
+    return {"pass_rate": [r[0] for r in rows], "samples": [r[1] for r in rows]}
+
 
 def low_pass_rate_fractions(run: Run, thresholds: tuple[float, ...]) -> dict[str, list[Any]]:
     """Per step, the fraction of the batch's prompts whose pass rate is at most each threshold:

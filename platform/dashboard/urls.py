@@ -24,6 +24,7 @@ urlpatterns = [
          name="prompt_history"),
     path("runs/<int:run_id>/prompts/<int:prompt_id>/chart.json", views.prompt_chart,
          name="prompt_chart"),
+    path("sweeps/<int:sweep_id>/family/", views.sweep_family, name="sweep_family"),
     path("sweeps/<int:sweep_id>/cancel/", views.sweep_cancel, name="sweep_cancel"),
     path("prompt-sets/", views.prompt_sets, name="prompt_sets"),
     path("prompt-sets/<int:set_id>/", views.prompt_set_detail, name="prompt_set_detail"),

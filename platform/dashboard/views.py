@@ -774,9 +774,32 @@ def report(request: HttpRequest) -> HttpResponse:
     title, stem = _report_name(request, runs)
     return render(request, "dashboard/report.html", {
         "title": title, "stem": stem, "query": _report_query(request),
+        "family_sweep": runs[0].sweep_id if stem.startswith("report-sweep-") else None,
         "groups": groups, "any_left_out": any(g.left_out for g in groups),
         "figures": [(n, reports.SECTIONS[n]) for n in reports.FIGURES],
         "tables": [(n, reports.SECTIONS[n], data["rows"][n]) for n in reports.TABLES],
+        "any_active": any(r.status in Run.ACTIVE_STATUSES for r in runs),
+    })
+
+
+@login_required
+def sweep_family(request: HttpRequest, sweep_id: int) -> HttpResponse:
+    """The family report: every method of one sweep side by side, under the report's figures
+    of accuracy against cost, pass@k, zero-advantage groups and samples against difficulty, and
+    its cost table (``reports.FAMILY``); each figure and table downloads as the report's do."""
+    sweep = get_object_or_404(Sweep, pk=sweep_id)
+    runs = experiment_selectors.runs_by_ids(
+        list(experiment_selectors.sweep_runs(sweep.pk).values_list("pk", flat=True)))
+    if not runs:
+        messages.warning(request, f"Sweep {sweep.name} has no runs to report on.")
+        return redirect("dashboard:run_list")
+    data = reports.cached_report(runs)
+    groups = selectors.seed_groups(runs)
+    sections = [(n, reports.SECTIONS[n], data["rows"][n], look)
+                for n, look in reports.FAMILY.items()]
+    return render(request, "dashboard/family.html", {
+        "sweep": sweep, "stem": f"family-sweep-{sweep.pk}", "query": f"sweep={sweep.pk}",
+        "groups": groups, "any_left_out": any(g.left_out for g in groups), "sections": sections,
         "any_active": any(r.status in Run.ACTIVE_STATUSES for r in runs),
     })
 

@@ -16,6 +16,7 @@ from dashboard import reports, selectors
 from django.contrib.auth.models import User
 from django.test import Client
 from django.urls import reverse
+from django.utils.html import escape
 from experiments import selectors as experiment_selectors
 from experiments import services
 from experiments.models import EvalResult, Run, Sample, Step, Sweep
@@ -135,8 +136,8 @@ def test_report_numbers_match_the_recorded_rows(sweep: Sweep) -> None:
             assert t1[f"{col}_ci95"] == pytest.approx(_ci(values))
 
         # Held-out accuracy against cost: every evaluation (steps 0, 3, 6) at the seeds' mean
-        # wall time and cumulative samples by the step it evaluated (0 before the first).
-        for axis in ("wall_seconds", "samples"):
+        # wall time, cumulative samples and tokens by the step it evaluated (0 before the first).
+        for axis in ("wall_seconds", "samples", "tokens"):
             rows = _rows(report, "accuracy-cost", label, axis=axis)
             assert [r["step"] for r in rows] == [0, 3, 6]
             for r in rows:
@@ -145,7 +146,8 @@ def test_report_numbers_match_the_recorded_rows(sweep: Sweep) -> None:
                                   .metrics["greedy_accuracy"] for rid in g["runs"]])
                 spent = [next((s.wall_seconds for s in by_step.get(st, ()) if s.run_id == rid),
                               0.0) if axis == "wall_seconds" else
-                         sum(s.samples for s in steps if s.run_id == rid and s.step <= st)
+                         sum(getattr(s, axis) for s in steps if s.run_id == rid
+                             and s.step <= st)
                          for rid in g["runs"]]
                 assert r["x"] == pytest.approx(statistics.fmean(spent))
             assert rows[0]["x"] == 0 and rows[1]["x"] < rows[2]["x"]
@@ -431,3 +433,120 @@ def test_a_failed_seed_is_left_out_and_said_so_on_every_page(owner: User) -> Non
     assert [(m.run.pk, m.reason) for m in group.left_out] == [
         (failed.pk, f"replaced by its retry (run {retry.pk})"),
         (retry.pk, "queued: no step recorded yet")]
+
+
+FAMILY = ["grpo", "pods", "gvm-raft", "vade", "dppo"]
+
+
+@pytest.fixture
+def family(owner: User) -> Sweep:
+    """The adaptive-sampling family side by side: five algorithms x two seeds, recorded with
+    their evaluations (steps 0, 3 and 6)."""
+    sweep = services.launch_sweep(owner, "family", BASE, {"algorithm": FAMILY, "seed": [0, 1]},
+                                  make_prompt_set(size=12))
+    eval_prompts = [TrainerPrompt(id=f"e{i}", text=f"{i}+0=", answer=str(i)[::-1],
+                                  metadata={"pass_rate": i / 10}) for i in range(10)]
+    for run in sweep.runs.all():
+        record_run_with_evals(run, eval_prompts)
+    Run.objects.filter(sweep=sweep).update(status=Run.Status.SUCCEEDED)
+    return sweep
+
+
+def _difficulty_bin(rate: float) -> str:
+    """The family report's bins, written out: never solved, quarters, always solved."""
+    if rate == 0:
+        return "0"
+    if rate == 1:
+        return "1"
+    upper = int(np.ceil(rate * 4))
+    return f"({(upper - 1) / 4:g}, {upper / 4:g}{')' if upper == 4 else ']'}"
+
+
+def test_family_report_of_every_method(family: Sweep, owner: User) -> None:
+    """The family report's own sections, each computed here from the sample rows; its page
+    shows every method under every section with a sentence of what to look for, and each
+    section's CSV is its rows."""
+    report = reports.build_report(_runs(family))
+    groups = report["groups"]
+    assert sorted(g["algorithm"] for g in groups) == sorted(FAMILY)
+    for g in groups:
+        label = g["label"]
+        assert g["seeds"] == [0, 1]
+        # Zero-advantage groups: per step, the kept groups whose kept samples' advantages are
+        # all zero, from the sample rows (the trainer's metric, recomputed).
+        zero: dict[tuple[int, int], float] = {}
+        for rid in g["runs"]:
+            kept: dict[tuple[int, int], list[float]] = defaultdict(list)
+            for s in Sample.objects.filter(run_id=rid, kept=True):
+                kept[s.step, s.prompt_id].append(s.advantage)
+            for st in {st for st, _ in kept}:
+                prompts = [a for (k, _), a in kept.items() if k == st]
+                zero[rid, st] = sum(all(abs(x) <= 1e-12 for x in a) for a in prompts) / len(
+                    prompts)
+        rows = _rows(report, "zero-advantage", label)
+        assert [r["step"] for r in rows] == [1, 2, 3, 4, 5, 6]
+        for r in rows:
+            _check_spread(r, [zero[rid, r["step"]] for rid in g["runs"]])
+        # Samples per prompt against difficulty: a prompt's pass rate over its first n = 4
+        # samples of every step it was drawn in, binned; its samples per such step.
+        per_seed: list[dict[str, list[float]]] = []
+        for rid in g["runs"]:
+            first: dict[int, list[bool]] = defaultdict(list)
+            drawn: dict[int, int] = defaultdict(int)
+            steps: dict[int, set[int]] = defaultdict(set)
+            for s in Sample.objects.filter(run_id=rid):
+                drawn[s.prompt_id] += 1
+                steps[s.prompt_id].add(s.step)
+                if s.index < 4:
+                    first[s.prompt_id].append(s.reward > 0.5)
+            bins: dict[str, list[float]] = defaultdict(list)
+            for p, outcomes in first.items():
+                bins[_difficulty_bin(sum(outcomes) / len(outcomes))].append(
+                    drawn[p] / len(steps[p]))
+            per_seed.append(bins)
+        rows = _rows(report, "samples-difficulty", label)
+        names = [n for _, n in reports.DIFFICULTY_BINS]
+        assert [r["pass_rate_bin"] for r in rows] == [
+            n for n in names if any(n in b for b in per_seed)]
+        for r in rows:
+            seeds = [b[r["pass_rate_bin"]] for b in per_seed if r["pass_rate_bin"] in b]
+            _check_spread(r, [statistics.fmean(v) for v in seeds])
+            assert r["prompts"] == pytest.approx(statistics.fmean(len(v) for v in seeds))
+    # GRPO spends n = 4 on every prompt whatever its difficulty; POD-style down-sampling or
+    # GVM's allocation do not.
+    grpo = next(g["label"] for g in groups if g["algorithm"] == "grpo")
+    assert {r["mean"] for r in _rows(report, "samples-difficulty", grpo)} == {4.0}
+
+    c = Client()
+    c.force_login(owner)
+    url = reverse("dashboard:sweep_family", args=[family.pk])
+    html = c.get(url).content.decode()
+    assert "Family report: sweep family" in html
+    for g in groups:
+        assert f'data-group="{g["label"]}"' in html
+    for name, look_for in reports.FAMILY.items():
+        assert f'id="section-{name}"' in html and escape(look_for) in html
+        if reports.SECTIONS[name].kind == "figure":
+            for fmt in ("png", "svg"):
+                assert (f'data-download-chart="fig-{name}" data-format="{fmt}" '
+                        f'data-filename="family-sweep-{family.pk}-{name}"') in html
+    assert " ± " in html  # the cost table: mean ± 95% CI over the two seeds
+    for name in ("zero-advantage", "samples-difficulty"):
+        resp = c.get(reverse("dashboard:report_csv", args=[name]) + f"?sweep={family.pk}")
+        assert f'href="{reverse("dashboard:report_csv", args=[name])}?sweep={family.pk}"' in html
+        got = list(csv.DictReader(io.StringIO(resp.content.decode())))
+        want = report["rows"][name]
+        assert [r["group"] for r in got] == [r["group"] for r in want]
+        assert [float(r["mean"]) for r in got] == pytest.approx([r["mean"] for r in want])
+        assert list(got[0]) == list(reports.SECTIONS[name].columns)
+    # The difficulty figure: a bar per method, its heights the rows' means.
+    fig = c.get(reverse("dashboard:report_figure", args=["samples-difficulty"])
+                + f"?sweep={family.pk}").json()
+    assert [t["name"] for t in fig["data"]] == [g["label"] for g in groups]
+    assert fig["data"][0]["y"] == [r["mean"] for r in _rows(report, "samples-difficulty",
+                                                             groups[0]["label"])]
+    # Linked from the sweep's row in the runs list and from its report.
+    assert f'href="{url}"' in c.get(reverse("dashboard:run_list")).content.decode()
+    report_html = c.get(reverse("dashboard:report") + f"?sweep={family.pk}").content.decode()
+    assert f'id="family-link" href="{url}"' in report_html
+    assert c.get(reverse("dashboard:sweep_family", args=[999999])).status_code == 404
