@@ -25,9 +25,15 @@ Vocabulary as ``trainer.asynctime`` (the step-time simulator of the same scheme)
   weights the update starts from, before the new weights are applied (so with k = 1 and GRPO
   every step trains the groups generated one version earlier: verl's one-step-off-policy).
 
-On the simulated and hf backends this runs on one thread as a deterministic schedule (ticks
-and updates interleaved as above), so a run is a function of its config and seed; the engine
-thread of vLLM's async engine and the rollout/train rank split are issue 29's later items.
+**Where it runs** (issue 29 item 4): one process. The schedule is deterministic (ticks and
+updates interleaved as above), so a run is a function of its config and seed; the update's tick
+runs on an engine thread while the update trains on the main thread (admission before it and
+the tick's bookkeeping after it stay on the main thread), joined before the new weights go to
+the engine, so its requests finish on the old weights and count as lagging by one. The records
+equal those of the same schedule run serially (``train(..., engine_thread=False)``). The hf
+backend generates from a rollout copy of the policy (``HFBackend.separate_engine``); vLLM's
+engine has its own weights. While they overlap each side takes half the torch threads (the count
+is per thread). The rollout/train rank split across Ray ranks is a later item.
 The update treats the recorded behaviour log-probs as the rollout's and recomputes the
 proximal ones at its start (``trainer.learner.update_batch``), so ``off_policy_correction``
 applies (``trainer.offpolicy``).
