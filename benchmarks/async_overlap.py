@@ -47,6 +47,7 @@ def run_once(args: argparse.Namespace, algorithm: str, prompts_name: str, mode: 
     from trainer.config import TrainConfig
     from trainer.data import resolve_prompts
     from trainer.loop import train
+    from trainer.model import configure_threads
     from trainer.recorders import ListRecorder
 
     k, threaded, threads = MODES[mode]
@@ -59,8 +60,10 @@ def run_once(args: argparse.Namespace, algorithm: str, prompts_name: str, mode: 
                          seed=args.seed, max_policy_lag=k, task_num_prompts=256,
                          **extra).validate()
     prompts, _ = resolve_prompts(config)
-    torch.set_num_threads(threads or args.threads)
+    # Explicitly: loading a model otherwise sets as many threads as the machine has cores.
+    configure_threads(threads or args.threads)
     backend = make_backend(config, prompts)
+    assert torch.get_num_threads() == (threads or args.threads)
     rec = ListRecorder()
     t0 = time.perf_counter()
     try:

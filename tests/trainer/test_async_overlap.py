@@ -138,15 +138,15 @@ def test_tiny_model_overlap_records_equal_the_serial_schedule(builtin_model: Pat
     from trainer.tasks import arithmetic_prompts
 
     config = TrainConfig(backend="hf", device="cpu", algorithm="ada-balance", batch_size=2,
-                         samples_per_round=2, max_rounds=2, group_size=2, total_steps=3,
+                         samples_per_round=2, max_rounds=2, group_size=2, total_steps=2,
                          save_every=0, eval_every=0, max_new_tokens=4, max_policy_lag=1,
                          tis_cap=2.0)
     data = arithmetic_prompts(8, 1, 2, seed=0)
     threads = torch.get_num_threads()
     out = {}
     for engine_thread in (True, False):
+        backend = make_backend(config, data)  # loading may set every core's thread
         torch.set_num_threads(1)
-        backend = make_backend(config, data)
         try:
             rec = ListRecorder()
             result = train(config, data, backend, rec, None, out_dir=tmp_path / str(engine_thread),
@@ -159,9 +159,9 @@ def test_tiny_model_overlap_records_equal_the_serial_schedule(builtin_model: Pat
         assert backend.engine_model is not backend.model
         assert all(torch.equal(a, b) for a, b in zip(backend.engine_model.parameters(),
                                                      backend.model.parameters(), strict=True))
-        assert len(backend.sync_seconds) == 3
+        assert len(backend.sync_seconds) == 2
         out[engine_thread] = (records(rec),
                               [p.detach().clone() for p in backend.model.parameters()])
     assert out[True][0] == out[False][0]
     assert all(torch.equal(a, b) for a, b in zip(out[True][1], out[False][1], strict=True))
-    assert [s["metrics"]["policy_lag_max"] for s in out[True][0]][1:] == [1, 1]
+    assert [s["metrics"]["policy_lag_max"] for s in out[True][0]] == [0, 1]
