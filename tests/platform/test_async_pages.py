@@ -189,6 +189,8 @@ def test_async_run_page_draws_the_engine_and_trainer_timeline(async_run: Run,
     steps = Step.objects.filter(run=async_run).order_by("step")
     engine = [f"step {s.step} engine" for s in steps]
     trainer = [f"step {s.step} trainer" for s in steps]
+    # The latest step on top (a category axis lists from the bottom up), engine over trainer.
+    assert fig["layout"]["yaxis"]["categoryarray"][-2:] == [trainer[-1], engine[-1]]
     bars = [(t["name"], t["y"], t["x"]) for t in fig["data"]]
     # Each step's two bars, each one's segments from the step's metrics in the order they
     # happen; the two lanes' idle share one legend entry.

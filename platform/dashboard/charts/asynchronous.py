@@ -230,12 +230,12 @@ def engine_timeline(run: Run, max_points: int = MAX_POINTS, **_: Any) -> Fig:
                  f"{both:.0%} of the time)")
     else:
         title = "Engine and trainer per step"
-    # Two bars per step, the latest step on top.
-    order = [y for st in steps for y in (f"step {st} engine", f"step {st} trainer")]
+    # Two bars per step, the engine's over the trainer's, the latest step on top (a category
+    # axis lists its categories from the bottom up).
+    order = [y for st in steps for y in (f"step {st} trainer", f"step {st} engine")]
     layout = base_layout(title, "seconds into the step (s)", "step, engine or trainer",
                          barmode="stack", bargap=0.15, hovermode="closest")
-    layout["yaxis"].update(categoryorder="array", categoryarray=order[::-1],
-                           type="category")
+    layout["yaxis"].update(categoryorder="array", categoryarray=order, type="category")
     layout["xaxis"]["rangemode"] = "tozero"
     fig = empty_note({"data": data, "layout": layout}, s["step"])
     if s["step"] and not _asynchronous(run_config(run)):
