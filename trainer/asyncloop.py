@@ -25,9 +25,15 @@ Vocabulary as ``trainer.asynctime`` (the step-time simulator of the same scheme)
   weights the update starts from, before the new weights are applied (so with k = 1 and GRPO
   every step trains the groups generated one version earlier: verl's one-step-off-policy).
 
-On the simulated and hf backends this runs on one thread as a deterministic schedule (ticks
-and updates interleaved as above), so a run is a function of its config and seed; the engine
-thread of vLLM's async engine and the rollout/train rank split are issue 29's later items.
+**Where it runs** (issue 29 item 4): one process. The schedule is deterministic (ticks and
+updates interleaved as above), so a run is a function of its config and seed; the update's tick
+runs on an engine thread while the update trains on the main thread (admission before it and
+the tick's bookkeeping after it stay on the main thread), joined before the new weights go to
+the engine, so its requests finish on the old weights and count as lagging by one. The records
+equal those of the same schedule run serially (``train(..., engine_thread=False)``). The hf
+backend generates from a rollout copy of the policy (``HFBackend.separate_engine``); vLLM's
+engine has its own weights. While they overlap each side takes half the torch threads (the count
+is per thread). The rollout/train rank split across Ray ranks is a later item.
 The update treats the recorded behaviour log-probs as the rollout's and recomputes the
 proximal ones at its start (``trainer.learner.update_batch``), so ``off_policy_correction``
 applies (``trainer.offpolicy``).
@@ -44,6 +50,7 @@ checkpoint is ever trained or recorded after it, and the lag bound holds from it
 
 from __future__ import annotations
 
+import threading
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -95,6 +102,71 @@ class Flight:
         return min(self.versions)
 
 
+@dataclass
+class Round:
+    """One tick: what it draws (each prompt's count, on one seed and one version) and, once
+    drawn, each prompt's generations, rewards, scores and errors and when the engine ran."""
+
+    flights: list[Flight]
+    counts: list[int]
+    seed: int
+    version: int
+    scored: list[tuple[Any, Any, Any, Any]] = field(default_factory=list)
+    generating: tuple[float, float] = (0.0, 0.0)
+    scoring: float = 0.0
+
+
+class EngineTick:
+    """A tick's draw on the engine thread: started at once, its result (or its exception)
+    taken by ``result``."""
+
+    def __init__(self, draw: Any) -> None:
+        self.value: Any = None
+        self.error: BaseException | None = None
+
+        def run() -> None:
+            try:
+                self.value = draw()
+            except BaseException as exc:  # handed to the main thread by result()
+                self.error = exc
+
+        self.thread: threading.Thread | None = threading.Thread(
+            target=run, name="engine-tick", daemon=True)
+        self.thread.start()
+
+    @classmethod
+    def done_now(cls, draw: Any) -> EngineTick:
+        out = cls.__new__(cls)
+        out.value, out.error, out.thread = draw(), None, None
+        return out
+
+    def result(self) -> Any:
+        if self.thread is not None:
+            self.thread.join()
+        if self.error is not None:
+            raise self.error
+        return self.value
+
+
+def torch_thread_count() -> int:
+    """The calling thread's torch thread count; 0 where torch is not loaded."""
+    import sys
+
+    return int(sys.modules["torch"].get_num_threads()) if "torch" in sys.modules else 0
+
+
+def torch_threads(n: int) -> None:
+    """Set the calling thread's torch thread count (where torch is loaded: the simulated
+    backend never imports it)."""
+    import sys
+
+    if "torch" in sys.modules:
+        import torch
+
+        if torch.get_num_threads() != n:
+            torch.set_num_threads(n)
+
+
 class Producer:
     """Admission, the ready buffer, the lag bound and the policy version (module docstring)."""
 
@@ -121,6 +193,7 @@ class Producer:
         # update, then zero.
         self.discarded_prompts = self.discarded_samples = 0
         self.time_generation = self.time_scoring = 0.0
+        self.pending: EngineTick | None = None  # the update's tick, on the engine thread
 
     def room(self) -> int:
         """Prompts that may still be admitted at the current version."""
@@ -169,30 +242,51 @@ class Producer:
     def tick(self) -> None:
         """Admit what fits, then one round for every prompt still sampling, on the weights of
         the current version."""
+        self._end_tick(self._draw(self._begin_tick()))
+
+    def _begin_tick(self) -> Round | None:
+        """The main thread's part before a tick: admission (it reads the algorithm's state,
+        which the update's hooks change) and what the tick draws, with its seed."""
         self.admit()
         if not self.sampling:
-            return
+            return None
         flights = list(self.sampling)
         counts = [f.sampler.round_counts([0])[0] for f in flights]
-        t0 = time.perf_counter()
-        drawn = self.backend.generate([f.prompt for f in flights], counts,
-                                      seed=seeds.derive_seed(self.config.seed,
-                                                             ASYNC_GENERATION, self.ticks))
-        t1 = time.perf_counter()
+        seed = seeds.derive_seed(self.config.seed, ASYNC_GENERATION, self.ticks)
         self.ticks += 1
-        for f, gens in zip(flights, drawn, strict=True):
-            rewards, scores, errors = score_and_shape(self.scorer, f.prompt, gens)
+        return Round(flights, counts, seed, self.version)
+
+    def _draw(self, tick: Round | None) -> Round | None:
+        """The engine's part: generate the round and score it. It touches no state of the
+        producer, so it may run on the engine thread while the update trains."""
+        if tick is None:
+            return None
+        t0 = time.perf_counter()
+        drawn = self.backend.generate([f.prompt for f in tick.flights], tick.counts,
+                                      seed=tick.seed)
+        t1 = time.perf_counter()
+        tick.scored = [(gens, *score_and_shape(self.scorer, f.prompt, gens))
+                       for f, gens in zip(tick.flights, drawn, strict=True)]
+        tick.generating = (t0, t1)
+        tick.scoring = time.perf_counter() - t1
+        return tick
+
+    def _end_tick(self, tick: Round | None) -> None:
+        """The main thread's part after a tick: each prompt's pool, rounds and exit."""
+        if tick is None:
+            return
+        for f, (gens, rewards, scores, errors) in zip(tick.flights, tick.scored, strict=True):
             f.generations.extend(gens)
             f.rewards.extend(rewards)
             f.errors.extend(errors)
-            f.versions.extend([self.version] * len(gens))
+            f.versions.extend([tick.version] * len(gens))
             f.sampler.observe_many([0] * len(gens), rewards, scores)
             f.rounds.append(f.sampler.end_round(
                 tokens=sum(len(g.response_token_ids) for g in gens)))
             if f.sampler.done:
                 self._finish(f)
-        self.time_generation += t1 - t0
-        self.time_scoring += time.perf_counter() - t1
+        self.time_generation += tick.generating[1] - tick.generating[0]
+        self.time_scoring += tick.scoring
 
     def _finish(self, f: Flight) -> None:
         self.sampling.remove(f)
@@ -268,8 +362,35 @@ class Producer:
         self.discarded_samples = int(state["inflight_samples"])
 
     def overlap(self) -> None:
-        """Generation while the update trains: one tick on the weights it starts from."""
-        self.tick()
+        """Generation while the update trains: one tick on the weights it starts from (here,
+        before the update: the serial schedule)."""
+        self.begin_overlap(threaded=False)
+        self.end_overlap()
+
+    def begin_overlap(self, threaded: bool, threads: int = 0) -> None:
+        """Start the update's tick: admission here, the round on the engine thread
+        (``threaded``) or at once. ``threads``: the engine's torch threads for it (0: as
+        they are); the thread count is per thread in torch (its OpenMP and MKL settings), so
+        the engine's share leaves the trainer's own untouched."""
+        tick = self._begin_tick()
+
+        def draw() -> Round | None:
+            if threads:
+                torch_threads(threads)
+            return self._draw(tick)
+
+        self.pending = EngineTick(draw) if threaded else EngineTick.done_now(draw)
+
+    def end_overlap(self) -> tuple[float, float] | None:
+        """Wait for the update's tick (the update is done, its new weights not yet in the
+        engine) and account for it. Returns when the engine generated (perf_counter seconds),
+        None where no tick was under way or there was nothing to draw."""
+        pending, self.pending = self.pending, None
+        if pending is None:
+            return None
+        tick = pending.result()
+        self._end_tick(tick)
+        return None if tick is None else tick.generating
 
     def applied(self) -> None:
         """The update's new weights are in the engine."""
@@ -334,15 +455,45 @@ class AsyncTraining(_Training):
     """``trainer.loop``'s run with the producer in place of the synchronous sampling: the
     step's records, update, evaluation and checkpoints are the loop's own."""
 
+    def __init__(self, *args: Any, engine_thread: bool = True) -> None:
+        super().__init__(*args)
+        self.engine_thread = engine_thread
+
     def start(self, should_stop: Any, resume_from: Any) -> None:
         self.resumed_producer: dict[str, Any] | None = None
         super().start(should_stop, resume_from)
+        # The engine generates while the update trains, so it holds weights of its own: the
+        # hf backend a rollout copy of the policy (vLLM has its engine's; simulated none).
+        separate = getattr(self.backend, "separate_engine", None)
+        if separate is not None:
+            separate()
+        # The cores split between the engine's tick and the update while they overlap, the
+        # same in the serial schedule (its records are then the threaded one's, bit for bit).
+        self.threads = torch_thread_count()
+        self.engine_threads = max(1, self.threads // 2)
+        self.trainer_threads = max(1, self.threads - self.engine_threads)
+        self.overlapped: tuple[float, float] | None = None  # the engine's tick, when it ran
+        self.trained_at = (0.0, 0.0)                        # the update, when it ran
         # A resumed run's producer starts at the checkpoint's version with no sample: those in
         # flight at the checkpoint are discarded, counted, and their prompts admitted again.
         self.producer = Producer(self.config, self.prompts, self.backend, self.scorer,
                                  self.algo_state, version=self.first_step - 1)
         if self.resumed_producer is not None:
             self.producer.load_state_dict(self.resumed_producer)
+
+    def step(self, step: int) -> Any:
+        try:
+            return super().step(step)
+        finally:
+            # Whatever ended the step (a stop inside the update, an error), the engine's tick
+            # is over before anything else uses the backend (a checkpoint, closing it).
+            self._settle()
+
+    def _settle(self) -> None:
+        if self.producer.pending is not None:
+            self.overlapped = self.producer.end_overlap()
+        if self.threads:
+            torch_threads(self.threads)
 
     def _restore(self, state: dict[str, Any], resume_from: Any) -> None:
         super()._restore(state, resume_from)
@@ -351,6 +502,7 @@ class AsyncTraining(_Training):
         self.resumed_producer = state.get(ASYNC_STATE)
 
     def run_state(self) -> dict[str, Any]:
+        self._settle()  # a stop inside the update: its tick's samples are held in flight too
         return {ASYNC_STATE: self.producer.state_dict()}
 
     def sample(self, step: int) -> tuple[SampledStep, list[int]]:
@@ -359,7 +511,12 @@ class AsyncTraining(_Training):
         if flights is None:  # cancelled or out of time while the producer sampled
             return SampledStep(None, RoundsOutcome([], [], [], [], cancelled=True)), []
         res, outcome, versions = assemble(flights)
-        p.overlap()
+        # The update's tick: on the engine thread with the engine's share of the cores, while
+        # the update trains on this one with the trainer's (engine_thread = false: the same
+        # tick first, then the update).
+        p.begin_overlap(self.engine_thread, self.engine_threads if self.threads else 0)
+        if self.threads:
+            torch_threads(self.trainer_threads)
         outcome.time_generation, outcome.time_scoring = p.time_generation, p.time_scoring
         lag = (step - 1) - versions[res.kept] if len(versions) else np.zeros(0, np.int64)
         if len(lag) and (lag.max() > self.config.max_policy_lag or lag.min() < 0):
@@ -387,6 +544,35 @@ class AsyncTraining(_Training):
                 "prompts_inflight_discarded": float(p.discarded_prompts),
                 "prompts_filtered": float(p.filtered),
                 "samples_filtered": float(p.filtered_samples)}
+
+    def before_sync(self, outcome: Any, metrics: dict[str, float],
+                    update: tuple[float, float]) -> None:
+        """The update is done: wait for the engine's tick, account for it (the prompts it
+        finished, filtered ones included, and its seconds), then the new weights go in."""
+        self.trained_at = update
+        self._settle()
+        p = self.producer
+        outcome.time_generation, outcome.time_scoring = p.time_generation, p.time_scoring
+        metrics["prompts_filtered"] = float(p.filtered)
+        metrics["samples_filtered"] = float(p.filtered_samples)
+
+    def timeline_metrics(self, metrics: dict[str, float]) -> dict[str, float]:
+        """The step's timeline in seconds: the engine busy generating (every tick of the step,
+        the update's included), the trainer busy updating, both at once (the update's tick
+        against the update), and each side's idle share of the step's wall time (weight
+        transfer, time_sync, counted on neither side's busy time nor idle)."""
+        wall = max(metrics["time_step"], 1e-12)
+        engine, trainer, sync = (metrics["time_generation"], metrics["time_update"],
+                                 metrics["time_sync"])
+        both = 0.0
+        if self.overlapped is not None:
+            (a0, a1), (b0, b1) = self.overlapped, self.trained_at
+            both = max(0.0, min(a1, b1) - max(a0, b0))
+        self.overlapped = None
+        return {"time_engine_busy": engine, "time_trainer_busy": trainer,
+                "time_overlap": both,
+                "time_engine_idle_share": min(1.0, max(0.0, 1.0 - (engine + sync) / wall)),
+                "time_trainer_idle_share": min(1.0, max(0.0, 1.0 - (trainer + sync) / wall))}
 
     def trained(self, sampled: SampledStep) -> None:
         if sampled.result is not None:

@@ -147,7 +147,7 @@ def _seed_all(seed: int, with_torch: bool = True) -> None:
 def train(config: TrainConfig, prompts: Sequence[Prompt], backend: Any, recorder: Recorder,
           should_stop: Callable[[], bool] | None = None, *, out_dir: str | Path,
           eval_prompts: Sequence[Prompt] | None = None,
-          resume_from: str | Path | None = None) -> TrainResult:
+          resume_from: str | Path | None = None, engine_thread: bool = True) -> TrainResult:
     """Train ``backend.model`` (or just sample, for the simulated backend) for
     ``config.total_steps`` steps, emitting every event to ``recorder``.
 
@@ -159,7 +159,9 @@ def train(config: TrainConfig, prompts: Sequence[Prompt], backend: Any, recorder
     with ``status == "time_limit"``. A step's evaluation runs before its checkpoint is saved, so
     a crash between the two replays both on resume. ``resume_from`` (a checkpoint directory)
     restores weights, optimiser, scheduler, RNG states and step; the next step is the one after
-    the checkpoint's.
+    the checkpoint's. ``engine_thread`` (asynchronous runs): the generation placed during an
+    update runs on an engine thread while it trains; False runs the same schedule serially,
+    with identical records (``trainer.asyncloop``; for tests and benchmarks).
     """
     config.validate()
     out = Path(out_dir)
@@ -167,7 +169,8 @@ def train(config: TrainConfig, prompts: Sequence[Prompt], backend: Any, recorder
     if config.max_policy_lag > 0:
         from trainer.asyncloop import AsyncTraining
 
-        run: _Training = AsyncTraining(config, prompts, backend, recorder, out, eval_prompts)
+        run: _Training = AsyncTraining(config, prompts, backend, recorder, out, eval_prompts,
+                                       engine_thread=engine_thread)
     else:
         run = _Training(config, prompts, backend, recorder, out, eval_prompts)
     run.start(should_stop, resume_from)
@@ -370,6 +373,16 @@ class _Training:
     def trained(self, sampled: SampledStep) -> None:
         """The step's update is done (asynchronous training advances its policy version)."""
 
+    def before_sync(self, outcome: Any, metrics: dict[str, float],
+                    update: tuple[float, float]) -> None:
+        """The update is done (from ``update[0]`` to ``update[1]``, perf_counter seconds), its
+        weights not yet in the engine (asynchronous training waits for the engine's tick
+        here)."""
+
+    def timeline_metrics(self, metrics: dict[str, float]) -> dict[str, float]:
+        """What the engine and the trainer did during the step (none when synchronous)."""
+        return {}
+
     def _update(self, step: int, res: Any, outcome: Any, batch: Sequence[Prompt],
                 kept: np.ndarray, metrics: dict[str, float], t_step: float
                 ) -> PromptUpdateStats | None:
@@ -388,6 +401,8 @@ class _Training:
         if in_a_row is not None:
             self.skip_streak = self.skip_streak + int(in_a_row) \
                 if upd["optimizer_steps"] == 0 else int(in_a_row)
+        t_trained = time.perf_counter()
+        self.before_sync(outcome, metrics, (t_update, t_trained))
         t_sync = time.perf_counter()
         self.learner.sync_weights()
         upd["time_sync"] = time.perf_counter() - t_sync
@@ -395,9 +410,11 @@ class _Training:
         metrics["time_generation"] = outcome.time_generation
         metrics["time_scoring"] = outcome.time_scoring
         metrics.setdefault("time_sync", 0.0)
-        # The update alone: pushing the new weights into the engine is time_sync.
-        metrics["time_update"] = time.perf_counter() - t_update - metrics["time_sync"]
+        # The update alone: pushing the new weights into the engine is time_sync (and waiting
+        # for the engine, asynchronously, is neither).
+        metrics["time_update"] = t_trained - t_update
         metrics["time_step"] = time.perf_counter() - t_step
+        metrics.update(self.timeline_metrics(metrics))
         missing = set(STEP_METRICS) - set(metrics)
         assert not missing, f"step metrics lack {missing}"
         return stats

@@ -322,6 +322,19 @@ OPTIONAL_STEP_METRICS: dict[str, Metric | str] = {
                                         "on the first step after a resume, else 0", "samples"),
     "prompts_inflight_discarded": count("their prompts, each admitted again from its first "
                                         "round", "prompts"),
+    # The step's timeline (asynchronous runs: the engine thread generates while the update
+    # trains; trainer.asyncloop). Wall-clock figures, so time_* like the others: a comparison
+    # of two runs' records leaves them out.
+    "time_engine_busy": count("seconds the engine generated during the step (every tick, the "
+                              "one overlapping the update included)", "s", "engine generating"),
+    "time_trainer_busy": count("seconds the trainer updated the policy", "s",
+                               "trainer training"),
+    "time_overlap": count("seconds the engine generated while the update trained (both "
+                          "busy at once)", "s", "both busy"),
+    "time_engine_idle_share": fraction("share of the step's wall time the engine neither "
+                                       "generated nor took weights", "engine idle"),
+    "time_trainer_idle_share": fraction("share of the step's wall time the trainer neither "
+                                        "updated nor sent weights", "trainer idle"),
     "ess": fraction("normalised effective sample size (sum w)^2 / (n sum w^2) of the kept "
                     "responses' sequence importance ratios pi_prox / pi_behav, in (0, 1]"),
     "is_truncated_frac": fraction("fraction of kept tokens whose importance weight the "

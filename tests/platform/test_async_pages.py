@@ -25,7 +25,8 @@ from .test_dashboard_views import _launch_data, field_block
 
 pytestmark = pytest.mark.django_db
 
-ASYNC_CHARTS = ("policy_lag", "stale_dropped", "ess", "baseline_shift", "lr_applied")
+ASYNC_CHARTS = ("policy_lag", "stale_dropped", "engine_timeline", "ess", "baseline_shift",
+                "lr_applied")
 
 
 def _fig(c: Client, run: Run, name: str) -> dict:
@@ -69,8 +70,8 @@ def test_launch_form_offers_the_lag_and_the_correction_with_bounds_and_errors(
              "asynchronous training drives the rounds itself"),
             ({"max_policy_lag": 1, "backend": "hf", "tis_cap": 0}, "tis_cap",
              "give tis_cap (2 is common)"),
-            ({"max_policy_lag": 1, "backend": "vllm"}, "max_policy_lag",
-             "runs on backend &#x27;hf&#x27; or &#x27;simulated&#x27; in one process")):
+            ({"max_policy_lag": 1, "backend": "vllm", "world_size": 2}, "max_policy_lag",
+             "runs in one process for now")):
         html = owner_client.post(url, _launch_data(ps, name="bad", batch_size=4, **overrides)
                                  ).content.decode()
         assert reason in field_block(html, field), (overrides, field)
@@ -176,6 +177,38 @@ def test_async_run_page_charts_the_lag_against_the_bound_and_the_drops(
     filtered = _metric(async_run, "samples_filtered")
     assert _trace(drops, "left out by the algorithm (no signal), refilled")["y"] == filtered
     assert any(v > 0 for v in filtered)
+
+
+def test_async_run_page_draws_the_engine_and_trainer_timeline(async_run: Run,
+                                                             owner_client: Client) -> None:
+    page = owner_client.get(reverse("dashboard:run_detail", args=[async_run.pk])).content.decode()
+    assert 'id="chart-engine_timeline"' in page and 'id="caption-engine_timeline"' in page
+    fig = _fig(owner_client, async_run, "engine_timeline")
+    assert "annotations" not in fig["layout"]
+    assert fig["layout"]["title"]["text"].startswith("Engine and trainer over the last 6 steps")
+    assert fig["layout"]["xaxis"]["title"]["text"] == "seconds into the step (s)"
+    steps = Step.objects.filter(run=async_run).order_by("step")
+    engine = [f"step {s.step} engine" for s in steps]
+    trainer = [f"step {s.step} trainer" for s in steps]
+    # The latest step on top (a category axis lists from the bottom up), engine over trainer.
+    assert fig["layout"]["yaxis"]["categoryarray"][-2:] == [trainer[-1], engine[-1]]
+    bars = [(t["name"], t["y"], t["x"]) for t in fig["data"]]
+    # Each step's two bars, each one's segments from the step's metrics in the order they
+    # happen; the two lanes' idle share one legend entry.
+    idle = [s.metrics["time_trainer_idle_share"] * s.metrics["time_step"] for s in steps]
+    assert bars[0] == ("idle", trainer, pytest.approx(idle))
+    assert bars[1] == ("generating (engine)", engine, [s.metrics["time_engine_busy"]
+                                                       for s in steps])
+    assert bars[2] == ("training (trainer)", trainer, [s.metrics["time_trainer_busy"]
+                                                       for s in steps])
+    assert bars[3][:2] == ("idle", engine) and not fig["data"][3]["showlegend"]
+    assert bars[4] == ("weight transfer", engine + trainer,
+                       [s.metrics["time_sync"] for s in steps] * 2)
+    # Each bar spans its step's wall time (busy, idle and transfer add up to it).
+    for s in steps:
+        m = s.metrics
+        assert m["time_engine_busy"] + m["time_sync"] \
+            + m["time_engine_idle_share"] * m["time_step"] == pytest.approx(m["time_step"])
 
 
 def test_a_prompt_history_says_which_policy_drew_each_response(

@@ -198,6 +198,49 @@ def test_lora_policy_reaches_the_engine_merged(vllm_backend: Any) -> None:
     assert max_gap(backend.engine_logprobs(prompt_ids, responses), base) < 1e-4
 
 
+def test_lag_one_generates_on_the_engine_thread_while_the_policy_trains(
+        restore_policy: Any, tiny_model_dir: Path, tmp_path: Path) -> None:
+    """max_policy_lag = 1 on the shared engine: the tick placed during an update runs from the
+    engine thread while the update trains the policy in this process; its requests finish on
+    the old weights (the sync waits for them) and its samples carry that version, trained one
+    update later: lag 1, the bound, on every kept sample of the second step."""
+    import threading
+
+    from trainer.loop import train
+
+    backend = restore_policy
+    config = TrainConfig(model=str(tiny_model_dir), backend="vllm", rollout_dtype="float32",
+                         vllm_kv_cache_gib=TEST_KV_CACHE_GIB, algorithm="grpo", batch_size=2,
+                         group_size=2, total_steps=2, max_new_tokens=6, save_every=0,
+                         eval_every=0, seed=0, max_policy_lag=1, tis_cap=2.0).validate()
+    calls: list[tuple[str, int]] = []
+    generate = backend.generate
+
+    def recording(prompts: Any, counts: Any, **kw: Any) -> Any:
+        calls.append((threading.current_thread().name, len(backend.sync_seconds)))
+        return generate(prompts, counts, **kw)
+
+    backend.generate = recording
+    try:
+        rec = ListRecorder()
+        result = train(config, PROMPTS, backend, rec, out_dir=tmp_path)
+    finally:
+        del backend.generate
+    assert result.status == "completed" and [s.step for s in rec.steps] == [1, 2]
+    # The first tick here draws the groups of the first two updates; the second update's tick
+    # (the groups of a third) ran on the engine thread after the first sync and before the
+    # second: its requests finished on version 1.
+    syncs = len(backend.sync_seconds) - 2
+    assert calls == [("MainThread", syncs), ("engine-tick", syncs + 1)]
+    for s in rec.steps:
+        lags = [s.step - 1 - x.policy_version for x in s.samples if x.kept]
+        assert lags and max(lags) <= 1
+        assert s.metrics["policy_lag_max"] == (0 if s.step == 1 else 1)
+        assert s.metrics["time_sync"] > 0 and s.metrics["time_engine_busy"] > 0
+        assert 0 <= s.metrics["time_trainer_idle_share"] <= 1
+        assert math.isfinite(s.metrics["policy_loss"]) and s.metrics["optimizer_steps"] >= 1
+
+
 # --- training through trainer.train --------------------------------------------------------------
 
 def vllm_config(model_dir: Path, **kw: Any) -> TrainConfig:

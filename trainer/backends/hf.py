@@ -17,6 +17,8 @@ Both agree with the update's recomputation to float noise (tests/trainer/test_hf
 
 from __future__ import annotations
 
+import copy
+import time
 from collections.abc import Sequence
 from typing import Any
 
@@ -65,13 +67,33 @@ class HFBackend:
             raise ValueError("the tokenizer needs a pad token for batched generation")
         self.pad_id: int = tokenizer.pad_token_id
         self.eos_ids = _eos_ids(model, tokenizer)
+        # What generates: the policy module itself, or (asynchronous training, where a tick
+        # generates while the update changes the policy's parameters) a rollout copy of it.
+        self.engine_model = model
+        self.sync_seconds: list[float] = []  # one entry per copy into the rollout copy
 
     @property
     def device(self) -> torch.device:
         return next(self.model.parameters()).device
 
+    def separate_engine(self) -> None:
+        """Generate from a rollout copy of the policy from now on (``trainer.asyncloop``: the
+        update mutates the policy's parameters while the engine thread generates);
+        ``sync_weights`` copies the policy's weights into it after each update."""
+        if self.engine_model is self.model:
+            self.engine_model = copy.deepcopy(self.model).eval().requires_grad_(False)
+
     def sync_weights(self) -> None:
-        """The hf backend samples from the policy module itself: nothing to push."""
+        """Samples from the policy module itself: nothing to push; with a rollout copy
+        (``separate_engine``), copy the policy's parameters and buffers into it."""
+        if self.engine_model is self.model:
+            return
+        t0 = time.perf_counter()
+        with torch.no_grad():
+            for mine, theirs in zip(self.engine_model.state_dict().values(),
+                                    self.model.state_dict().values(), strict=True):
+                mine.copy_(theirs)
+        self.sync_seconds.append(time.perf_counter() - t0)
 
     def close(self) -> None:
         """Nothing to release: no engine of its own."""
@@ -88,8 +110,9 @@ class HFBackend:
         # One row per requested sample, grouped by prompt.
         rows = [i for i, c in enumerate(counts) for _ in range(c)]
         results: list[list[Generation]] = [[] for _ in prompts]
-        was_training = self.model.training
-        self.model.eval()
+        model = self.engine_model
+        was_training = model.training
+        model.eval()
         try:
             for chunk_index, start in enumerate(range(0, len(rows), self.max_batch_size)):
                 chunk = rows[start:start + self.max_batch_size]
@@ -107,7 +130,7 @@ class HFBackend:
                         text=self.tokenizer.decode(r_ids, skip_special_tokens=True),
                         prompt_token_ids=p_ids, response_token_ids=r_ids, logprobs=lp))
         finally:
-            self.model.train(was_training)
+            model.train(was_training)
         return results
 
     def _logprobs_from_logits(self, batch: int) -> bool:
@@ -137,7 +160,7 @@ class HFBackend:
         devices = [device] if device.type == "cuda" else []
         with torch.random.fork_rng(devices=devices):
             torch.manual_seed(seed)
-            out = self.model.generate(
+            out = self.engine_model.generate(
                 input_ids=input_ids.to(device), attention_mask=attention.to(device),
                 max_new_tokens=self.max_new_tokens, pad_token_id=self.pad_id,
                 eos_token_id=self.eos_ids, output_logits=with_logprobs,
@@ -154,8 +177,8 @@ class HFBackend:
 
     def _logprobs(self, prompt_ids: list[list[int]], responses: list[list[int]]
                   ) -> list[list[float] | None]:
-        logprobs, _, mask = response_logprobs(self.model, prompt_ids, responses, self.pad_id,
-                                              self.temperature)
+        logprobs, _, mask = response_logprobs(self.engine_model, prompt_ids, responses,
+                                              self.pad_id, self.temperature)
         lengths = mask.sum(-1).tolist()
         rows = logprobs.float().cpu().tolist()
         return [row[:n] for row, n in zip(rows, lengths, strict=True)]

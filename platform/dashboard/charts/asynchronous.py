@@ -1,9 +1,10 @@
 """The run page's "Asynchronous and off-policy training" section: what the bounded policy lag
 (``max_policy_lag``, ``trainer.asyncloop``) and the off-policy corrections
 (``off_policy_correction``, ``trainer.offpolicy``) did, step by step. The lag of the samples each
-step trained against the bound, the samples dropped instead of trained, the effective sample
-size of the corrections' importance ratios, how far VCPO moved each group's baseline, and the
-learning rate the optimiser applied (VCPO scales it).
+step trained against the bound, the samples dropped instead of trained, what the engine and the
+trainer did in each step's wall time (the timeline), the effective sample size of the
+corrections' importance ratios, how far VCPO moved each group's baseline, and the learning rate
+the optimiser applied (VCPO scales it).
 
 A synchronous run records none of these figures (its samples carry no policy version, its steps
 no lag), so its page shows none of these charts: an empty chart or a line at 0 would read as a
@@ -207,6 +208,71 @@ def lr_applied(run: Run, max_points: int = MAX_POINTS, **_: Any) -> Fig:
     return fig
 
 
+# The steps the timeline draws: the last ones, each two bars (a tall chart at 40 rows).
+TIMELINE_STEPS = 20
+IDLE = "#BBBBBB"
+
+
+def engine_timeline(run: Run, max_points: int = MAX_POINTS, **_: Any) -> Fig:
+    """What the engine and the trainer did in each of the last ``TIMELINE_STEPS`` steps, one
+    bar each over the step's wall time (s): the engine generating, the trainer training, both
+    taking the new weights (weight transfer, ``time_sync``), and each one's idle rest, in the
+    order they happen in a step (the trainer waits for ready prompts, then trains while the
+    engine's tick runs; the engine is idle once its tick is done)."""
+    keys = ("time_engine_busy", "time_trainer_busy", "time_sync", "time_step",
+            "time_engine_idle_share", "time_trainer_idle_share", "time_overlap")
+    s = selectors.step_series(run.pk, keys)
+    rows = [i for i, v in enumerate(s["time_engine_busy"]) if v is not None][-TIMELINE_STEPS:]
+    steps = [s["step"][i] for i in rows]
+    lane = {"engine": [f"step {st} engine" for st in steps],
+            "trainer": [f"step {st} trainer" for st in steps]}
+
+    def seconds(key: str) -> list[float]:
+        return [float(s[key][i] or 0.0) for i in rows]
+
+    wall = seconds("time_step")
+
+    def idle(key: str) -> list[float]:
+        return [share * w for share, w in zip(seconds(key), wall, strict=True)]
+
+    def bar(name: str, who: tuple[str, ...], xs: list[list[float]], color: str,
+            group: str, legend: bool = True) -> dict[str, Any]:
+        return {"type": "bar", "orientation": "h", "name": name, "legendgroup": group,
+                "showlegend": legend, "marker": {"color": color},
+                "y": [y for w in who for y in lane[w]], "x": [x for part in xs for x in part],
+                "hovertemplate": "%{y}: %{x:.3f} s<extra>" + name + "</extra>"}
+
+    data = [bar("idle", ("trainer",), [idle("time_trainer_idle_share")], IDLE, "idle"),
+            bar("generating (engine)", ("engine",), [seconds("time_engine_busy")], PALETTE[0],
+                "generating"),
+            bar("training (trainer)", ("trainer",), [seconds("time_trainer_busy")], PALETTE[1],
+                "training"),
+            bar("idle", ("engine",), [idle("time_engine_idle_share")], IDLE, "idle",
+                legend=False),
+            bar("weight transfer", ("engine", "trainer"),
+                [seconds("time_sync"), seconds("time_sync")], PALETTE[2], "sync")]
+    if steps:
+        both = sum(seconds("time_overlap")) / max(sum(wall), 1e-12)
+        title = (f"Engine and trainer over the last {len(steps)} steps (both busy "
+                 f"{both:.0%} of the time)")
+    else:
+        title = "Engine and trainer per step"
+    # Two bars per step, the engine's over the trainer's, the latest step on top (a category
+    # axis lists its categories from the bottom up).
+    order = [y for st in steps for y in (f"step {st} trainer", f"step {st} engine")]
+    layout = base_layout(title, "seconds into the step (s)", "step, engine or trainer",
+                         barmode="stack", bargap=0.15, hovermode="closest")
+    layout["yaxis"].update(categoryorder="array", categoryarray=order, type="category")
+    layout["xaxis"]["rangemode"] = "tozero"
+    fig = empty_note({"data": data, "layout": layout}, s["step"])
+    if s["step"] and not _asynchronous(run_config(run)):
+        _missing(fig, SYNCHRONOUS)
+    elif s["step"] and not steps:
+        _missing(fig, "not recorded: this run's steps carry no timeline (recorded before the "
+                      "engine thread, issue 29 item 4)")
+    return fig
+
+
 register_section(Section("async", "Asynchronous and off-policy training",
                          "dashboard/_async_note.html"))
 _entries = (
@@ -221,6 +287,17 @@ _entries = (
           caption="Samples paid for and thrown away. Stale drops that grow step after step "
                   "mean generation outruns the update by more than the bound absorbs: "
                   "a larger max_policy_lag, or fewer rollout resources, would waste less."),
+    Chart("engine_timeline", engine_timeline,
+          metrics=("time_engine_busy", "time_trainer_busy", "time_sync", "time_step",
+                   "time_engine_idle_share", "time_trainer_idle_share", "time_overlap"),
+          applies_to=lambda ctx: _asynchronous(ctx.config), section="async", tall=True,
+          full_resolution=True,
+          caption="Each step is two bars over its wall time in seconds: the engine's "
+                  "(generating, idle, weight transfer) and the trainer's (idle, training, "
+                  "weight transfer). Look for the side that idles: a long trainer idle means "
+                  "the update waits for generation (the engine bounds the step), a long "
+                  "engine idle that generation waits for the update; where both bars are "
+                  "mostly busy, generation and training overlap."),
     Chart("ess", ess, metrics=("ess", "is_truncated_frac"),
           applies_to=lambda ctx: _reports_off_policy(ctx.config), section="async", tall=True,
           caption="1 means every sample weighs the same (on-policy). Look for sharp or lasting "
