@@ -422,17 +422,17 @@ def at_budget(config_dict: dict[str, Any], point: dict[str, Any]
         return config_dict, {}
     config_dict = {k: v for k, v in config_dict.items() if k != BUDGET}
     budget = point[BUDGET]
+    algorithm = config_dict["algorithm"] if "algorithm" in config_dict \
+        else TrainConfig.algorithm
     try:
         matched = budget_overrides(config_dict, budget)
     except ConfigError as exc:
-        raise LaunchError("sweep", f"{BUDGET}={budget!r} for "
-                          f"{config_dict.get('algorithm', TrainConfig().algorithm)}: "
+        raise LaunchError("sweep", f"{BUDGET}={budget!r} for {algorithm}: "
                           f"{exc.reason}") from None
     clash = sorted(set(matched) & set(point))
     if clash:
-        raise LaunchError("sweep", f"{BUDGET}={budget!r} sets {clash[0]} for "
-                          f"{config_dict.get('algorithm', TrainConfig().algorithm)}, which is "
-                          f"swept too: sweep {BUDGET} or {clash[0]}, not both")
+        raise LaunchError("sweep", f"{BUDGET}={budget!r} sets {clash[0]} for {algorithm}, "
+                          f"which is swept too: sweep {BUDGET} or {clash[0]}, not both")
     return {**config_dict, **matched}, matched
 
 
