@@ -145,9 +145,13 @@ def _lora_on_these_ranks(cfg: dict, rank: int, batch: UpdateBatch, out: str) -> 
     after_second = r.full_state_dict()
     r.load(ckpt)
     again = r.update(batch, seed=8)
+    resumed = r.full_state_dict()
+    # A new run on these ranks from the model's weights: W and a fresh adapter.
+    r.begin_run(cfg, initial_weights=True)
+    restarted = r.full_state_dict()
     return {"metrics": metrics, "merged": merged, "trainable": trainable, "shards": shards,
             "moments": moments, "second": second, "again": again,
-            "after_second": after_second, "resumed": r.full_state_dict()}
+            "after_second": after_second, "resumed": resumed, "restarted": restarted}
 
 
 @pytest.fixture(scope="module")
@@ -255,6 +259,7 @@ def test_two_ranks_train_a_lora_policy_as_one_process(two_rank_results: dict,
     batch = kept_batch(tokenizer)
     model = apply_lora(plain, cfg)
     before = merged_state_dict(model)
+    initial = {k: v.clone() for k, v in model.state_dict().items()}
     opt, sched = make_optimizer(model, cfg)
     expected = update_policy(model, opt, sched, batch, cfg, pad_token_id=tokenizer.pad_token_id,
                              seed=7)
@@ -285,3 +290,6 @@ def test_two_ranks_train_a_lora_policy_as_one_process(two_rank_results: dict,
     assert all(torch.equal(v, got["merged"][k]) for k, v in merged_state_dict(fresh).items())
     loaded = AutoModelForCausalLM.from_pretrained(ckpt / MERGED_DIR).state_dict()
     assert all(torch.equal(v, got["merged"][k]) for k, v in loaded.items())
+    # begin_run(initial_weights=True): the model's W and the adapter a new run starts from.
+    assert set(got["restarted"]) == set(initial)
+    assert all(torch.equal(v, initial[k]) for k, v in got["restarted"].items())
