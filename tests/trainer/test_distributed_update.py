@@ -3,7 +3,8 @@ CPU, rendezvous through ``env://``) equals the single-process update on the same
 unequal tokens per rank, two mini-batches, grad-norm clipping engaged, the algorithm's
 per-sample loss weights, and the per-prompt statistics an algorithm's ``after_update`` reads;
 then a second step with a KL in the loss and in the reward against the ranks' sharded frozen
-reference.
+reference; then, on the same two processes, a LoRA policy's step, merged weights, sharded
+checkpoint and export against the one-process LoRA policy's.
 No Ray, no engine: the ranks are the plain class a GPU check runs under torchrun."""
 
 from __future__ import annotations
