@@ -27,6 +27,7 @@ peft and torch are imported inside the functions: the light part of ``trainer`` 
 
 from __future__ import annotations
 
+from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -91,6 +92,43 @@ def merged_state_dict(model: Any) -> dict[str, Any]:
             delta = deltas.get(plain)
             out[plain] = tensor.detach() if delta is None else tensor.detach() + delta
     return out
+
+
+# Where peft puts the base model's names in a peft model's state dict ("base_model.model." +
+# the base model's name; a target layer's W under ".base_layer.").
+PEFT_PREFIX = "base_model.model."
+
+
+def scalings(model: Any) -> dict[str, float]:
+    """alpha / r of every target layer of ``model`` (a peft model, sharded or not), by the
+    layer's name in ``model``'s state dict."""
+    from peft.tuners.lora import LoraLayer
+
+    return {name: float(module.scaling[ADAPTER_NAME]) for name, module in model.named_modules()
+            if isinstance(module, LoraLayer) and ADAPTER_NAME in module.lora_A}
+
+
+def merge_stream(items: Iterable[tuple[str, Any]], scaling: dict[str, float]
+                 ) -> Iterator[tuple[str, Any]]:
+    """A peft model's full state dict entries (as a distributed run's bucketed gather yields
+    them, in state-dict order) as the base model's merged weights: each target layer's W, A
+    and B are held until all three have come, then W + (B A) alpha/r goes out under the base
+    model's name (the bits of ``merged_state_dict``: the same product, the same sum); every
+    other entry goes out at once, renamed."""
+    held: dict[str, Any] = {}
+    for key, tensor in items:
+        layer = key.split(".base_layer.")[0] if ".base_layer." in key else key.split(".lora_")[0]
+        if layer not in scaling or key.endswith(".base_layer.bias"):
+            yield key.removeprefix(PEFT_PREFIX).replace(".base_layer.", "."), tensor
+            continue
+        held[key] = tensor
+        parts = (f"{layer}.base_layer.weight", f"{layer}.lora_A.{ADAPTER_NAME}.weight",
+                 f"{layer}.lora_B.{ADAPTER_NAME}.weight")
+        if all(p in held for p in parts):
+            w, a, b = (held.pop(p) for p in parts)
+            yield f"{layer.removeprefix(PEFT_PREFIX)}.weight", w + (b @ a) * scaling[layer]
+    if held:
+        raise RuntimeError(f"LoRA merge: no complete W, A, B for {sorted(held)}")
 
 
 def engine_weights(model: Any) -> dict[str, Any]:

@@ -309,15 +309,6 @@ def lora_needs_policy(c: Config) -> Iterator[tuple[str, str]]:
                             "'simulated'")
 
 
-def lora_in_one_process(c: Config) -> Iterator[tuple[str, str]]:
-    # The ranks shard a plain policy with FSDP2; an adapter inside the shards (each rank
-    # holding its shard of A and B, merged weights gathered into its engine) is not built yet:
-    # refused rather than trained some untested way.
-    if c.lora_rank > 0 and c.world_size > 1:
-        yield "lora_rank", ("LoRA runs in one process for now: set world_size = 1, or "
-                            "lora_rank = 0 (full fine-tuning) with world_size > 1")
-
-
 def lora_target_names(c: Config) -> Iterator[tuple[str, str]]:
     if c.lora_rank > 0 and c.lora_target_modules != "all-linear":
         names = c.lora_target_modules.split(",")
@@ -360,8 +351,6 @@ CROSS_CHECKS: list[CrossCheck] = [
                {"max_policy_lag": 1, "backend": "hf", "use_kl_in_reward": True}),
     CrossCheck(("lora_rank", "backend"), lora_needs_policy,
                {"lora_rank": 8, "backend": "simulated"}),
-    CrossCheck(("lora_rank", "world_size"), lora_in_one_process,
-               {"lora_rank": 8, "world_size": 2, "backend": "vllm"}),
     CrossCheck(("lora_rank", "lora_target_modules"), lora_target_names,
                {"lora_rank": 8, "backend": "hf", "lora_target_modules": "q_proj,,v_proj"}),
 ]

@@ -3,7 +3,8 @@ CPU, rendezvous through ``env://``) equals the single-process update on the same
 unequal tokens per rank, two mini-batches, grad-norm clipping engaged, the algorithm's
 per-sample loss weights, and the per-prompt statistics an algorithm's ``after_update`` reads;
 then a second step with a KL in the loss and in the reward against the ranks' sharded frozen
-reference.
+reference; then, on the same two processes, a LoRA policy's step, merged weights, sharded
+checkpoint and export against the one-process LoRA policy's.
 No Ray, no engine: the ranks are the plain class a GPU check runs under torchrun."""
 
 from __future__ import annotations
@@ -112,15 +113,63 @@ def _rank_main(rank: int, cfg: dict, port: int, batch: UpdateBatch, out: str) ->
     reward_kl = r.sequence_kl(batch)
     kl_metrics = r.update(batch, seed=8)
     kl_weights = r.full_state_dict()
+    lora = _lora_on_these_ranks(cfg | LORA, rank, batch, out)
     if rank == 0:
         torch.save({"metrics": metrics, "weights": weights, "packed_exact": packed_exact,
                     "uneven_exact": uneven_exact, "refused": refused, "reward_kl": reward_kl,
-                    "kl_metrics": kl_metrics, "kl_weights": kl_weights}, out)
+                    "kl_metrics": kl_metrics, "kl_weights": kl_weights, "lora": lora}, out)
     r.close()
 
 
-def test_two_fsdp_ranks_take_the_single_process_step(tiny_model_dir: Path,
-                                                     tmp_path: Path) -> None:
+# A LoRA policy on the same two processes (issue 33 item 3): rank 4 on every linear layer.
+LORA = {"lora_rank": 4, "lora_alpha": 8.0}
+
+
+def _lora_on_these_ranks(cfg: dict, rank: int, batch: UpdateBatch, out: str) -> dict:
+    """A second Rank in the same process group, its policy with an adapter: one step, its
+    merged weights (what ``sync_weights`` feeds the engine), a sharded checkpoint and the HF
+    export, then the next step twice: on from the step and again after loading the
+    checkpoint."""
+    from trainer.distributed.rank import Rank
+
+    r = Rank(cfg, rank=rank, world_size=2, engine=False)
+    trainable = sum(p.numel() for p in r.model.parameters() if p.requires_grad)
+    shards = {n: tuple(p.to_local().shape) for n, p in r.model.named_parameters()
+              if ".lora_A." in n}
+    metrics = r.update(batch, seed=7)
+    moments = len(r.optimizer.state_dict()["state"])
+    merged = dict(r.engine_weights(2**62))
+    ckpt = Path(out).with_name("ckpt")
+    r.save(ckpt)
+    r.export_hf(ckpt)
+    second = r.update(batch, seed=8)
+    after_second = r.full_state_dict()
+    r.load(ckpt)
+    again = r.update(batch, seed=8)
+    resumed = r.full_state_dict()
+    # A new run on these ranks from the model's weights: W and a fresh adapter.
+    r.begin_run(cfg, initial_weights=True)
+    restarted = r.full_state_dict()
+    return {"metrics": metrics, "merged": merged, "trainable": trainable, "shards": shards,
+            "moments": moments, "second": second, "again": again,
+            "after_second": after_second, "resumed": resumed, "restarted": restarted}
+
+
+@pytest.fixture(scope="module")
+def two_rank_results(tiny_model_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> dict:
+    """The two ranks' run (``_rank_main``), once for the module's tests."""
+    from trainer.model import load_model_dir
+
+    cfg = config(tiny_model_dir)
+    batch = kept_batch(load_model_dir(tiny_model_dir, "cpu")[1])
+    out = tmp_path_factory.mktemp("ranks") / "rank0.pt"
+    mp.start_processes(_rank_main, args=(cfg.to_dict(), free_port(), batch, str(out)),
+                       nprocs=2, start_method="spawn")
+    return torch.load(out, weights_only=False) | {"dir": out.parent}
+
+
+def test_two_fsdp_ranks_take_the_single_process_step(two_rank_results: dict,
+                                                     tiny_model_dir: Path) -> None:
     from trainer.model import load_model_dir
     from trainer.update import make_optimizer, sequence_kl, update_policy
 
@@ -152,10 +201,7 @@ def test_two_fsdp_ranks_take_the_single_process_step(tiny_model_dir: Path,
                                 pad_token_id=tokenizer.pad_token_id, seed=8)
     assert expected_kl["kl"] > 1e-6 and (expected_reward_kl[0] > 1e-6).any()
 
-    out = tmp_path / "rank0.pt"
-    mp.start_processes(_rank_main, args=(cfg.to_dict(), free_port(), batch, str(out)),
-                       nprocs=2, start_method="spawn")
-    got = torch.load(out, weights_only=False)
+    got = two_rank_results
     n = cfg.max_new_tokens
     assert got["refused"] == {
         "max_new_tokens": f"max_new_tokens: these ranks were built with {n}, the run asks for "
@@ -190,3 +236,61 @@ def test_two_fsdp_ranks_take_the_single_process_step(tiny_model_dir: Path,
     assert kl_gap < 1e-5, f"sharded KL step differs by {kl_gap} (it moved weights {kl_moved})"
     for key in ("policy_loss", "kl", "grad_norm", "optimizer_steps"):
         assert got["kl_metrics"][key] == pytest.approx(expected_kl[key], rel=1e-4, abs=1e-6), key
+
+
+
+def test_two_ranks_train_a_lora_policy_as_one_process(two_rank_results: dict,
+                                                     tiny_model_dir: Path,
+                                                     tmp_path_factory: pytest.TempPathFactory
+                                                     ) -> None:
+    """A LoRA policy on the ranks: each holds its shard of the adapter beside its shard of the
+    frozen W, the optimiser holds the adapter alone, the 2-rank step equals the one-process
+    LoRA step, the weights for the engine are the merged ones (the engine's log-probs of
+    merged weights are the adapted policy's: tests/trainer/test_vllm_backend.py), the sharded
+    checkpoint resumes to the same bits and the export is a one-process LoRA checkpoint's
+    (the adapter, and the merged model under merged/)."""
+    from transformers import AutoModelForCausalLM
+
+    from trainer.lora import MERGED_DIR, apply_lora, load_adapter, merged_state_dict
+    from trainer.model import load_model_dir
+    from trainer.update import make_optimizer, update_policy
+
+    cfg = TrainConfig.from_dict(config(tiny_model_dir).to_dict() | LORA)
+    plain, tokenizer = load_model_dir(tiny_model_dir, "cpu")
+    batch = kept_batch(tokenizer)
+    model = apply_lora(plain, cfg)
+    before = merged_state_dict(model)
+    initial = {k: v.clone() for k, v in model.state_dict().items()}
+    opt, sched = make_optimizer(model, cfg)
+    expected = update_policy(model, opt, sched, batch, cfg, pad_token_id=tokenizer.pad_token_id,
+                             seed=7)
+    want = merged_state_dict(model)
+
+    got = two_rank_results["lora"]
+    lora_a = {n: p.shape for n, p in model.named_parameters() if ".lora_A." in n}
+    assert got["trainable"] == sum(p.numel() for p in model.parameters() if p.requires_grad)
+    # Rank 0's shard of each A (r = 4 rows): half the rows.
+    assert got["shards"] == {n: (2, s[1]) for n, s in lora_a.items()}
+    assert got["moments"] == 2 * len(lora_a)  # AdamW state for A and B of every layer alone
+    assert set(got["merged"]) == set(want)
+    moved = max(float((v - before[k]).abs().max()) for k, v in want.items())
+    gap = max(float((got["merged"][k] - v).abs().max()) for k, v in want.items())
+    assert moved > 1e-5
+    assert gap < 1e-5, f"sharded LoRA step differs by {gap} (the step moved weights by {moved})"
+    for key in ("policy_loss", "entropy", "grad_norm", "optimizer_steps"):
+        assert got["metrics"][key] == pytest.approx(expected[key], rel=1e-4, abs=1e-6), key
+    # Resume: the next step replayed from the checkpoint gives the same bits.
+    for key in ("policy_loss", "entropy", "grad_norm", "lr"):
+        assert got["again"][key] == got["second"][key], key
+    assert all(torch.equal(got["after_second"][k], v) for k, v in got["resumed"].items())
+    # The export: the adapter loads into a fresh LoRA policy and gives the step's merged
+    # weights; merged/ is a plain model with them.
+    ckpt = two_rank_results["dir"] / "ckpt"
+    fresh = apply_lora(load_model_dir(tiny_model_dir, "cpu")[0], cfg)
+    load_adapter(fresh, ckpt)
+    assert all(torch.equal(v, got["merged"][k]) for k, v in merged_state_dict(fresh).items())
+    loaded = AutoModelForCausalLM.from_pretrained(ckpt / MERGED_DIR).state_dict()
+    assert all(torch.equal(v, got["merged"][k]) for k, v in loaded.items())
+    # begin_run(initial_weights=True): the model's W and the adapter a new run starts from.
+    assert set(got["restarted"]) == set(initial)
+    assert all(torch.equal(v, initial[k]) for k, v in got["restarted"].items())

@@ -246,6 +246,13 @@ class Rank:
             t0 = time.perf_counter()
             self.engine = self._build_engine(model, tokenizer)
             self.seconds["engine_build"] = time.perf_counter() - t0
+        if self.config.lora_rank > 0:
+            # The adapter goes in before fully_shard, so each rank holds its shard of A and B
+            # beside its shard of the frozen W (the engine was built from W: step 0's merged
+            # weights, B being zero).
+            from trainer.lora import apply_lora
+
+            model = apply_lora(model, self.config)
         say("sharding the policy")
         from torch.distributed.device_mesh import init_device_mesh
 
@@ -268,6 +275,11 @@ class Rank:
         every rank joins (``ProcessGroupShard.chunks``). Built once, on the first run that
         needs it."""
         if self.ref_model is not None or not self.config.uses_reference:
+            return
+        from trainer.lora import AdapterOff, is_lora
+
+        if is_lora(self.model):  # the adapter switched off: W alone, already sharded here
+            self.ref_model = AdapterOff(self.model)
             return
         from trainer.model import load_model_dir
 
@@ -376,14 +388,14 @@ class Rank:
         key/values). Returns the seconds it took."""
         t0 = time.perf_counter()
         if self.engine is None:
-            for _ in full_weights(self.model, self.config.fsdp_bucket_mb * 2**20):
+            for _ in self.engine_weights(self.config.fsdp_bucket_mb * 2**20):
                 pass
             return {"sync": time.perf_counter() - t0}
         llm = self.engine.llm
         if self.sleep_mode:
             llm.wake_up()
         parts: dict[str, float] = {}
-        weights = full_weights(self.model, self.config.fsdp_bucket_mb * 2**20, parts)
+        weights = self.engine_weights(self.config.fsdp_bucket_mb * 2**20, parts)
         llm.collective_rpc("reload_weights", kwargs={"weights_iterator": weights})
         llm.reset_prefix_cache()
         self.seconds["sync"] = time.perf_counter() - t0
@@ -402,6 +414,16 @@ class Rank:
         self.step_seconds = {}
         return out
 
+    def engine_weights(self, bucket_bytes: int, seconds: dict[str, float] | None = None
+                       ) -> Iterator[tuple[str, torch.Tensor]]:
+        """What the engine loads, a bucket at a time (``full_weights``); a LoRA policy's
+        gathered W, A and B merged on the way (``trainer.lora.merge_stream``), under the base
+        model's names."""
+        from trainer.lora import is_lora, merge_stream, scalings
+
+        weights = full_weights(self.model, bucket_bytes, seconds)
+        return merge_stream(weights, scalings(self.model)) if is_lora(self.model) else weights
+
     def full_state_dict(self) -> dict[str, torch.Tensor]:
         """The whole policy's weights on every rank (for checks and the HF export)."""
         return {k: v.cpu() for k, v in full_weights(self.model, 2**62)}
@@ -411,7 +433,7 @@ class Rank:
     # them (the update's fields, lr, the clip ranges, the loss, may change).
     BUILT_WITH = ("model", "world_size", "device", "rollout_dtype", "temperature", "top_p",
                   "max_new_tokens", "vllm_kv_cache_gib", "activation_checkpointing",
-                  "vllm_sleep_mode")
+                  "vllm_sleep_mode", "lora_rank", "lora_alpha", "lora_target_modules")
 
     def built_with(self, config: TrainConfig) -> dict[str, Any]:
         """``config``'s ``BUILT_WITH`` values as they resolve on this rank: "auto" as the
@@ -449,6 +471,10 @@ class Rank:
         self._ensure_reference()
         if initial_weights:
             initial, _ = load_model_dir(self.model_dir, "cpu")
+            if self.config.lora_rank > 0:  # W and a fresh adapter (A from the run's seed)
+                from trainer.lora import apply_lora
+
+                initial = apply_lora(initial, self.config)
             set_model_state_dict(self.model, initial.state_dict(),
                                  options=StateDictOptions(full_state_dict=True))
             del initial
@@ -486,6 +512,11 @@ class Rank:
         does."""
         from safetensors.torch import save_file
 
+        from trainer.lora import is_lora
+
+        if is_lora(self.model):
+            self._export_lora(Path(path))
+            return
         weights = self.full_state_dict()
         if self.rank == 0:
             if getattr(self.model.config, "tie_word_embeddings", False):
@@ -495,6 +526,36 @@ class Rank:
             save_file({k: v.contiguous() for k, v in weights.items()},
                       str(path / "model.safetensors"), metadata={"format": "pt"})
             self.model.config.save_pretrained(path)
+            self.tokenizer.save_pretrained(path)
+        dist.barrier()
+
+    def _export_lora(self, path: Path) -> None:
+        """As a one-process LoRA checkpoint (``trainer.checkpoint.save_checkpoint``): the
+        adapter in peft's layout at ``path``, the merged model with the tokenizer under
+        ``merged/``."""
+        from peft import get_peft_model_state_dict
+        from safetensors.torch import save_file
+
+        from trainer.lora import ADAPTER_FILE, ADAPTER_NAME, MERGED_DIR, merge_stream, scalings
+
+        full = self.full_state_dict()
+        if self.rank == 0:
+            path.mkdir(parents=True, exist_ok=True)
+            adapter = get_peft_model_state_dict(self.model, state_dict=full,
+                                                save_embedding_layers=False)
+            save_file({k: v.contiguous() for k, v in adapter.items()}, str(path / ADAPTER_FILE),
+                      metadata={"format": "pt"})
+            self.model.peft_config[ADAPTER_NAME].save_pretrained(str(path))
+            merged = dict(merge_stream(full.items(), scalings(self.model)))
+            base = self.model.get_base_model()
+            if getattr(base.config, "tie_word_embeddings", False):
+                merged.pop("lm_head.weight", None)
+            out = path / MERGED_DIR
+            out.mkdir(parents=True, exist_ok=True)
+            save_file({k: v.contiguous() for k, v in merged.items()},
+                      str(out / "model.safetensors"), metadata={"format": "pt"})
+            base.config.save_pretrained(out)
+            self.tokenizer.save_pretrained(out)
             self.tokenizer.save_pretrained(path)
         dist.barrier()
 
