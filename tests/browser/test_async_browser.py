@@ -1,9 +1,9 @@
 """An asynchronous run's page and a prompt's history in headless Chromium: the "Asynchronous and
 off-policy training" section draws the lag of the trained samples against the bound (bars of
-each lag's share) and the samples dropped, each with its sentence under it; the history says
-which policy version drew each response. The run is DAPO with max_policy_lag = 2 on the
-simulated backend, recorded in-process through the worker's recorder (no worker). With
-SAVE_SCREENSHOTS=1 (a longer run) their pictures go to docs/screenshots/."""
+each lag's share), the samples dropped and the engine/trainer timeline, each with its sentence
+under it; the history says which policy version drew each response. The run is DAPO with
+max_policy_lag = 2 on the simulated backend, recorded in-process through the worker's recorder
+(no worker). With SAVE_SCREENSHOTS=1 (a longer run) their pictures go to docs/screenshots/."""
 
 from __future__ import annotations
 
@@ -43,6 +43,13 @@ def test_an_async_runs_page_draws_its_lag_and_drops_and_the_history_its_versions
     legend = page.locator("#chart-policy_lag .legendtext").all_text_contents()
     assert "bound: max_policy_lag = 2" in legend and "lag 2" in legend
     assert page.locator("#chart-ess").count() == 0  # the simulated backend has no ratios
+    # The engine and the trainer over the last steps: two bars per step, the legend naming
+    # what each did, the title how long both were busy.
+    page.wait_for_function(CHART_LOADED.format("engine_timeline"))
+    legend = page.locator("#chart-engine_timeline .legendtext").all_text_contents()
+    assert {"generating (engine)", "training (trainer)", "idle", "weight transfer"} <= set(legend)
+    assert page.locator("#chart-engine_timeline g.point").count() >= 2 * min(steps, 20)
+    assert "both busy" in page.locator("#chart-engine_timeline .gtitle").text_content()
     screenshot("async-run-page", element="section.async-charts")
 
     latest = Sample.objects.filter(run=run, step=steps).first()

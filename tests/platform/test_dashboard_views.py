@@ -166,8 +166,10 @@ def test_every_choice_field_is_a_dropdown_of_exactly_its_values() -> None:
         assert [v for v, _ in form.fields[name].choices] == list(values), name
     text = {f.name for f in fields(TrainConfig) if f.type == "str"} - set(CHOICE_FIELDS)
     # rewards: names with weights ("verifier:1 format:0.1"), the registered names listed beside;
-    # mirror: tracker targets ("mlflow:DIR, tensorboard:DIR").
-    assert text == {"model", "prompts", "eval_prompts", "rewards", "mirror"}
+    # mirror: tracker targets ("mlflow:DIR, tensorboard:DIR"); lora_target_modules: "all-linear"
+    # or module names.
+    assert text == {"model", "prompts", "eval_prompts", "rewards", "mirror",
+                    "lora_target_modules"}
 
 
 def test_launch_form_shows_optimizer_steps_per_training_step(owner_client: Client) -> None:
