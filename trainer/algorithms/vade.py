@@ -111,6 +111,10 @@ class BetaPosteriors:
     successes: dict[str, float] = field(default_factory=dict)
     failures: dict[str, float] = field(default_factory=dict)
     written: dict[str, int] = field(default_factory=dict)
+    # The last Thompson draws, by (seed, step, updates, prompt ids): a step's selection and its
+    # summary read the same draws, drawn once (``thompson_draws``). Not state: derived.
+    _draws: tuple[tuple[Any, ...], np.ndarray] | None = field(default=None, repr=False,
+                                                              compare=False)
 
     @classmethod
     def from_config(cls, config: Any) -> BetaPosteriors:
@@ -157,6 +161,7 @@ class BetaPosteriors:
                 "failures": dict(self.failures), "written": dict(self.written)}
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
+        self._draws = None
         self.updates = int(state["updates"])
         self.successes = {str(k): float(v) for k, v in state["successes"].items()}
         self.failures = {str(k): float(v) for k, v in state["failures"].items()}
@@ -167,8 +172,13 @@ def thompson_draws(posteriors: BetaPosteriors, prompt_ids: Sequence[str], seed: 
                    step: int) -> np.ndarray:
     """One p~ ~ Beta(alpha_x, beta_x) per prompt, in the set's order, from step ``step``'s
     stream: a function of the seed, the step and the posteriors alone."""
+    key = (seed, step, posteriors.updates, tuple(prompt_ids))
+    if posteriors._draws is not None and posteriors._draws[0] == key:
+        return posteriors._draws[1]
     a, b = posteriors.params(prompt_ids)
-    return np.random.default_rng([seed, step, seeds.VADE_THOMPSON]).beta(a, b)
+    draws = np.random.default_rng([seed, step, seeds.VADE_THOMPSON]).beta(a, b)
+    posteriors._draws = (key, draws)
+    return draws
 
 
 def thompson_select(posteriors: BetaPosteriors, prompt_ids: Sequence[str], count: int,
