@@ -262,7 +262,9 @@ def engine_timeline(run: Run, max_points: int = MAX_POINTS, **_: Any) -> Fig:
     order = [y for st in steps for y in (f"step {st} trainer", f"step {st} engine")]
     layout = base_layout(title, "seconds into the step (s)", "step, engine or trainer",
                          barmode="stack", bargap=0.15, hovermode="closest")
-    layout["yaxis"].update(categoryorder="array", categoryarray=order, type="category")
+    # Every lane named ("step 12 engine"), the labels given the room they need.
+    layout["yaxis"].update(categoryorder="array", categoryarray=order, type="category",
+                           automargin=True, dtick=1)
     layout["xaxis"]["rangemode"] = "tozero"
     fig = empty_note({"data": data, "layout": layout}, s["step"])
     if s["step"] and not _asynchronous(run_config(run)):
