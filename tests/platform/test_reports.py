@@ -34,18 +34,23 @@ LABELS = [selectors.algorithm_label("grpo", 4), selectors.algorithm_label("ada-p
           selectors.algorithm_label("ada-balance")]
 
 
-@pytest.fixture
-def sweep(owner: User) -> Sweep:
-    """Six recorded runs: algorithms x seeds, evaluated at steps 0, 3 and 6."""
-    ps = make_prompt_set(size=12)
-    sweep = services.launch_sweep(owner, "study", BASE, {
-        "algorithm": ["ada-balance", "grpo", "ada-pos"], "seed": [0, 1]}, ps)
+def recorded_sweep(owner: User, name: str, grid: dict[str, list[Any]]) -> Sweep:
+    """A sweep of ``grid`` over BASE on 12 prompts, every run recorded with its evaluations
+    (steps 0, 3 and 6 on 10 eval prompts) and marked succeeded."""
+    sweep = services.launch_sweep(owner, name, BASE, grid, make_prompt_set(size=12))
     eval_prompts = [TrainerPrompt(id=f"e{i}", text=f"{i}+0=", answer=str(i)[::-1],
                                   metadata={"pass_rate": i / 10}) for i in range(10)]
     for run in sweep.runs.all():
         record_run_with_evals(run, eval_prompts)
     Run.objects.filter(sweep=sweep).update(status=Run.Status.SUCCEEDED)
     return sweep
+
+
+@pytest.fixture
+def sweep(owner: User) -> Sweep:
+    """Six recorded runs: algorithms x seeds, evaluated at steps 0, 3 and 6."""
+    return recorded_sweep(owner, "study", {"algorithm": ["ada-balance", "grpo", "ada-pos"],
+                                           "seed": [0, 1]})
 
 
 def _runs(sweep: Sweep) -> list[Run]:
@@ -442,14 +447,7 @@ FAMILY = ["grpo", "pods", "gvm-raft", "vade", "dppo"]
 def family(owner: User) -> Sweep:
     """The adaptive-sampling family side by side: five algorithms x two seeds, recorded with
     their evaluations (steps 0, 3 and 6)."""
-    sweep = services.launch_sweep(owner, "family", BASE, {"algorithm": FAMILY, "seed": [0, 1]},
-                                  make_prompt_set(size=12))
-    eval_prompts = [TrainerPrompt(id=f"e{i}", text=f"{i}+0=", answer=str(i)[::-1],
-                                  metadata={"pass_rate": i / 10}) for i in range(10)]
-    for run in sweep.runs.all():
-        record_run_with_evals(run, eval_prompts)
-    Run.objects.filter(sweep=sweep).update(status=Run.Status.SUCCEEDED)
-    return sweep
+    return recorded_sweep(owner, "family", {"algorithm": FAMILY, "seed": [0, 1]})
 
 
 def _difficulty_bin(rate: float) -> str:
