@@ -40,8 +40,17 @@ from typing import Any
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
+# The async arms (issue 29's study): GRPO and Seq-balance at max_policy_lag k = 1, 2 with tis
+# or vcpo (tis_cap 2: the hf backend's asynchronous runs need a cap).
+ASYNC_ARMS = tuple(f"{base}-k{k}-{corr}" for base in ("grpo", "ada-balance") for k in (1, 2)
+                   for corr in ("tis", "vcpo"))
 ALGORITHMS = ("grpo", "ada-pos", "ada-balance", "grpo-n8", "ada-est", "grpo-n16", "dapo",
-              "dapo-any", "grpo-16k", "dapo-16k")
+              "dapo-any", "grpo-16k", "dapo-16k", "grpo-matched", "gvm-raft", "pods", "vade",
+              "dppo") + ASYNC_ARMS
+# The arms that --budget B puts at B responses per prompt (trainer.budget: each algorithm's own
+# keys); the others keep their config's budget (grpo: the n = 4 reference).
+BUDGETED = ("grpo-matched", "dapo", "ada-pos", "ada-balance", "ada-est", "gvm-raft", "pods",
+            "vade", "dppo")
 # Study rows that are another config with overrides: name -> (config name, overrides).
 # dapo-any: DAPO's further prompts from the whole rest of the set, earlier draws included (the
 # only behaviour before dapo_further_prompts; the study's first DAPO rows).
@@ -52,7 +61,14 @@ VARIANTS: dict[str, tuple[str, dict[str, Any]]] = {
     # prompts in 40 steps: no revisit at all; GRPO on the same set is its baseline (the held-out
     # set excludes the training prompts, so it differs a little from the 2,048-prompt arms').
     "dapo-16k": ("dapo", {"task_num_prompts": 16384}),
-    "grpo-16k": ("grpo", {"task_num_prompts": 16384})}
+    "grpo-16k": ("grpo", {"task_num_prompts": 16384}),
+    # The family of issue 31: the tiny GRPO config with another algorithm (its own options at
+    # their defaults); grpo-matched is GRPO at --budget.
+    "grpo-matched": ("grpo", {}),
+    **{name: ("grpo", {"algorithm": name}) for name in ("gvm-raft", "pods", "vade", "dppo")},
+    **{f"{base}-k{k}-{corr}": (base, {"max_policy_lag": k, "off_policy_correction": corr,
+                                      "tis_cap": 2.0})
+       for base in ("grpo", "ada-balance") for k in (1, 2) for corr in ("tis", "vcpo")}}
 # pass@k columns of the confidence-interval table (every k <= eval_k that is here).
 PASS_KS = (1, 2, 4, 8, 16, 32)
 
@@ -160,6 +176,16 @@ def summarise(run: dict[str, Any], window: int) -> dict[str, Any]:
         "revisited": _revisited_share(steps),
         # Of the groups drawn, those without signal: DAPO drops them before the update (its
         # zero-adv frac over kept groups is 0 by construction); the others keep them.
+        # Asynchronous arms (max_policy_lag > 0): the kept samples' lag, the ESS of their
+        # importance ratios (its lowest step: where a collapse would show) and the stale drops.
+        "lag_mean": _mean([m.get("policy_lag_mean", 0.0) for m in steps]),
+        "ess_mean": _mean([m["ess"] for m in steps if "ess" in m]),
+        "ess_min": min([m["ess"] for m in steps if "ess" in m], default=float("nan")),
+        "stale_dropped": sum(m.get("samples_stale_dropped", 0.0) for m in steps),
+        # Held-out evaluations against the samples and the training seconds spent by then.
+        "eval_curve": [[st, ev, sum(m["samples"] for t, m in run["steps"].items() if t <= st),
+                        sum(m["time_step"] for t, m in run["steps"].items() if t <= st)]
+                       for st, ev in evals.items()],
         "drawn_zero": _mean([m["dropped_groups"] / m["prompts_drawn"] if "prompts_drawn" in m
                              else m["zero_adv_frac"] for m in steps]),
     }
@@ -237,6 +263,8 @@ def plan(args: argparse.Namespace, runs_dir: Path, seed: int | None
         run_dir = runs_dir / a
         overrides = variant | parse_overrides(args.set) | {key: val for key, val in (
             ("total_steps", args.steps), ("seed", seed), ("model", model)) if val is not None}
+        if args.budget is not None and a in BUDGETED:
+            overrides |= budget_keys(cfg_path, overrides, args.budget)
         effective = run_config(cfg_path, run_dir, overrides)
         config = TrainConfig.from_toml(effective)
         eval_k = config.eval_k
@@ -244,6 +272,17 @@ def plan(args: argparse.Namespace, runs_dir: Path, seed: int | None
         complete = len(run["steps"]) >= config.total_steps and run["wall_s"] is not None
         out.append((a, effective, run_dir, not args.no_run and (args.rerun or not complete)))
     return out, eval_k
+
+
+def budget_keys(cfg_path: Path, overrides: dict[str, Any], budget: int) -> dict[str, Any]:
+    """The config keys that put this arm's algorithm at ``budget`` responses per prompt."""
+    import tomllib
+
+    from trainer.budget import budget_overrides
+
+    with open(cfg_path, "rb") as fh:
+        config = tomllib.load(fh) | overrides
+    return budget_overrides(config, budget)
 
 
 def execute(runs: list[tuple[str, Path, Path, bool]], jobs: int) -> None:
@@ -419,7 +458,47 @@ def render_curves(per_seed: dict[int, dict[str, dict[str, Any]]], window: int) -
 PAIRS = (("ada-balance", "grpo-n16"), ("ada-balance", "dapo"), ("ada-pos", "grpo-n8"),
          ("ada-pos", "grpo-n16"),
          ("ada-pos", "dapo"), ("ada-est", "grpo-n8"), ("dapo", "grpo"), ("dapo", "dapo-any"),
-         ("dapo-any", "grpo"), ("dapo", "grpo-n16"), ("dapo-16k", "grpo-16k"))
+         ("dapo-any", "grpo"), ("dapo", "grpo-n16"), ("dapo-16k", "grpo-16k"),
+         # The family at one budget: every method against GRPO at the same budget.
+         *((a, "grpo-matched") for a in BUDGETED if a != "grpo-matched"),
+         ("grpo-matched", "grpo"),
+         # Async against its synchronous twin.
+         *((a, a.split("-k")[0]) for a in ASYNC_ARMS))
+
+
+def render_eval_curves(per_seed: dict[int, dict[str, dict[str, Any]]], k: int) -> str:
+    """Held-out greedy accuracy and avg@k at every evaluation step against the samples and the
+    training seconds (time_step summed: evaluation excluded) spent by then; means over seeds,
+    accuracy ± 95% CI."""
+    algos = [a for a in ALGORITHMS if all(a in s for s in per_seed.values())]
+    out = [f"| arm | eval step | samples by then | train s by then | greedy | avg@{k} |",
+           "| --- | ---: | ---: | ---: | ---: | ---: |"]
+    for a in algos:
+        curves = [s[a]["eval_curve"] for s in per_seed.values()]
+        for i, (st, *_rest) in enumerate(curves[0]):
+            rows = [c[i] for c in curves if len(c) > i and c[i][0] == st]
+            out.append(f"| {a} | {st} | {_mean([r[2] for r in rows]):.0f} | "
+                       f"{_mean([r[3] for r in rows]):.0f} | "
+                       f"{_pm([r[1]['greedy_accuracy'] for r in rows])} | "
+                       f"{_pm([r[1][f'avg@{k}'] for r in rows])} |")
+    return "\n".join(out)
+
+
+def render_async(per_seed: dict[int, dict[str, dict[str, Any]]]) -> str:
+    """The asynchronous arms' staleness: kept samples' mean lag, ESS (mean over steps, and its
+    lowest step), stale samples dropped; means over seeds ± 95% CI."""
+    algos = [a for a in ALGORITHMS if all(a in s for s in per_seed.values())
+             and (a in ASYNC_ARMS or any(x.startswith(f"{a}-k") for x in ASYNC_ARMS))]
+    out = ["| arm | lag of kept samples (mean) | ESS, mean over steps | ESS, lowest step "
+           "| stale samples dropped | train s (sum of step times) |",
+           "| --- | ---: | ---: | ---: | ---: | ---: |"]
+    for a in algos:
+        rows = [s[a] for s in per_seed.values()]
+        out.append(f"| {a} | {_pm([r['lag_mean'] for r in rows], 2)} | "
+                   f"{_pm([r['ess_mean'] for r in rows])} | {_pm([r['ess_min'] for r in rows])} "
+                   f"| {_pm([r['stale_dropped'] for r in rows], 0)} | "
+                   f"{_pm([r['train_s'] for r in rows], 0)} |")
+    return "\n".join(out)
 
 
 def render_pairs(per_seed: dict[int, dict[str, dict[str, Any]]], window: int, k: int) -> str:
@@ -472,6 +551,9 @@ def main() -> None:
     ap.add_argument("--rerun", action="store_true", help="rerun even when a run is complete")
     ap.add_argument("--no-run", action="store_true", help="only read existing runs")
     ap.add_argument("--json", default=None, help="also write the summaries to this JSON file")
+    ap.add_argument("--budget", type=int, default=None,
+                    help=f"responses per prompt of a step's batch for the arms "
+                         f"{', '.join(BUDGETED)} (trainer.budget; default: each config's own)")
     ap.add_argument("--jobs", type=int, default=1,
                     help="runs at once (default 1); >1 gives each run one torch thread")
     args = ap.parse_args()
@@ -502,7 +584,10 @@ def main() -> None:
     print(f"### means ± 95% CI over seeds {args.seeds}\n\n"
           f"{render_ci(per_seed, args.window, k)}\n\n{render_curves(per_seed, args.window)}\n\n"
           f"Paired differences (same seed), mean ± 95% CI:\n\n"
-          f"{render_pairs(per_seed, args.window, k)}")
+          f"{render_pairs(per_seed, args.window, k)}\n\n"
+          f"Held-out evaluation against samples and training time:\n\n"
+          f"{render_eval_curves(per_seed, k)}\n\n"
+          f"Asynchronous arms and their synchronous twins:\n\n{render_async(per_seed)}")
 
 
 if __name__ == "__main__":

@@ -344,6 +344,12 @@ class TrainConfig:
                          "an FSDP2 shard of the policy and its own vLLM engine with the full "
                          "weights (backend vllm). 1: one process, no Ray.", "distributed",
                          "ranks", ge=1, le=1024)
+    rollout_ranks: int = _f(0, "Of world_size's ranks, how many only generate (a vLLM engine "
+                            "with the full weights, no shard); the others train (FSDP2 shards, "
+                            "no engine) and send their weights to them after each update. 0: "
+                            "every rank trains and generates (colocated). With max_policy_lag > "
+                            "0 the rollout ranks generate while the train ranks update.",
+                            "distributed", "ranks", ge=0, le=1023)
     fsdp_bucket_mb: int = _f(64, "world_size > 1: size of the buckets in which each rank gathers "
                              "the sharded weights into its engine after an update (larger: fewer "
                              "collectives, more memory at once).", "distributed", "MiB",

@@ -190,6 +190,9 @@ class RankRecord:
     update_s: float = 0.0
     weight_gather_s: float = 0.0
     engine_load_s: float = 0.0
+    # What the rank does: "train+rollout" (colocated: a shard and an engine), "train" (a shard,
+    # no engine) or "rollout" (an engine, no shard): ``rollout_ranks``.
+    role: str = "train+rollout"
 
     # The parts of a rank's step time, as (field, what the run page calls it).
     PARTS = (("generation_s", "generation"), ("update_s", "update"),

@@ -242,6 +242,13 @@ def ranks_need_vllm(c: Config) -> Iterator[tuple[str, str]]:
                              f"got backend {c.backend!r}")
 
 
+def rollout_ranks_leave_a_trainer(c: Config) -> Iterator[tuple[str, str]]:
+    if c.rollout_ranks > 0 and c.rollout_ranks >= c.world_size:
+        yield "rollout_ranks", (f"rollout_ranks must leave at least one of world_size's ranks to "
+                                f"train: at most {max(c.world_size - 1, 0)} for world_size "
+                                f"{c.world_size}, got {c.rollout_ranks}")
+
+
 def kl_in_reward_needs_policy(c: Config) -> Iterator[tuple[str, str]]:
     if c.use_kl_in_reward and c.backend == "simulated":
         yield "use_kl_in_reward", ("the KL in the reward needs the policy's and the reference's "
@@ -335,6 +342,8 @@ CROSS_CHECKS: list[CrossCheck] = [
                {"prompts": BUILTIN_LONG_TASK, "task_max_digits": 5}),
     CrossCheck(("model", "backend"), model_directory, {"model": "/no/such/model"}),
     CrossCheck(("world_size", "backend"), ranks_need_vllm, {"world_size": 2}),
+    CrossCheck(("rollout_ranks", "world_size"), rollout_ranks_leave_a_trainer,
+               {"rollout_ranks": 2, "world_size": 2, "backend": "vllm"}),
     CrossCheck(("use_kl_in_reward", "backend"), kl_in_reward_needs_policy,
                {"use_kl_in_reward": True, "backend": "simulated"}),
     CrossCheck(("use_kl_in_reward", "positive_metric"), kl_in_reward_after_positives,
