@@ -1,7 +1,8 @@
 """VADE (arXiv 2511.18902; trainer/algorithms/vade.py): the Beta posteriors with their
 two-scale decay and the Thompson selection, each against a plain implementation written from
-the rule (an eager decay of every prompt at every update, one scalar draw at a time) on random
-inputs; training through ``trainer.train`` on the simulated backend, the posterior mean in
+the authors' rule (their framework figure, VADE-RL.github.io: an eager decay of every prompt at
+every update, lambda_1 for the observed, lambda_2 for the rest; one scalar draw at a time) on
+random inputs; training through ``trainer.train`` on the simulated backend, the posterior mean in
 every prompt's record, and a resume that selects as the uninterrupted run did; its options'
 validation and documentation. The tiny model's steps are in tests/trainer/test_e2e_hf.py
 (``test_vade_trains_on_the_hf_backend``)."""
@@ -26,22 +27,25 @@ from trainer.types import Prompt
 
 
 class PlainPosterior:
-    """The rule as written: a (successes, failures) pair per prompt; at every update, every
-    prompt's pair is multiplied by gamma, then each observed prompt's by lambda and its counts
-    added; alpha = alpha_0 + successes, beta = beta_0 + failures."""
+    """The authors' rule as their figure writes it: a (successes, failures) pair per prompt; at
+    every update an observed ("selected") prompt's pair becomes lambda_1 * pair + (r, G - r),
+    every other prompt's lambda_2 * pair; alpha = alpha_0 + successes, beta = beta_0 +
+    failures."""
 
     def __init__(self, alpha0: float, beta0: float, lam: float, gamma: float) -> None:
         self.alpha0, self.beta0, self.lam, self.gamma = alpha0, beta0, lam, gamma
         self.pairs: dict[str, list[float]] = {}
 
     def update(self, observed: dict[str, tuple[int, int]]) -> None:
-        for pair in self.pairs.values():
-            pair[0] *= self.gamma
-            pair[1] *= self.gamma
-        for pid, (pos, n) in observed.items():
+        for pid in set(self.pairs) | set(observed):
             pair = self.pairs.setdefault(pid, [0.0, 0.0])
-            pair[0] = self.lam * pair[0] + pos
-            pair[1] = self.lam * pair[1] + (n - pos)
+            if pid in observed:
+                pos, n = observed[pid]
+                pair[0] = self.lam * pair[0] + pos
+                pair[1] = self.lam * pair[1] + (n - pos)
+            else:
+                pair[0] *= self.gamma
+                pair[1] *= self.gamma
 
     def params(self, pid: str) -> tuple[float, float]:
         s, f = self.pairs.get(pid, (0.0, 0.0))
@@ -67,7 +71,7 @@ def test_posteriors_and_thompson_selection_match_the_plain_rule_on_random_inputs
         n_prompts = int(rng.integers(3, 40))
         ids = [f"q{int(k)}" for k in rng.permutation(1000)[:n_prompts]]
         alpha0, beta0 = rng.uniform(0.2, 5, 2)
-        lam, gamma = rng.choice([0.0, 0.5, 0.9, 1.0]), rng.choice([0.8, 0.99, 1.0])
+        lam, gamma = rng.choice([0.0, 0.2, 0.5, 1.0]), rng.choice([0.8, 0.999, 1.0])
         score = ("info-gain", "variance")[trial % 2]
         module = BetaPosteriors(alpha0=alpha0, beta0=beta0, decay=lam, step_decay=gamma)
         plain = PlainPosterior(alpha0, beta0, lam, gamma)
@@ -117,6 +121,23 @@ def test_selection_prefers_informative_prompts_and_decay_returns_to_the_prior() 
     big = TrainConfig(algorithm="vade", batch_size=31).validate()
     with pytest.raises(ValueError, match="larger than the 30 prompts"):
         vade_select(BatchContext(config=big, step=1, prompt_set=prompts), 31, ())
+
+
+def test_defaults_reproduce_the_authors_worked_example() -> None:
+    # The authors' framework figure (VADE-RL.github.io, asset/main_framework.png): three
+    # samples with counts (alpha, beta) = (0.1, 8.4), (2.7, 5.3), (9.0, 0.2) under the prior
+    # Beta(1, 1); the first two selected, 1 and 4 of 8 right; the third not selected. After the
+    # update: (1.02, 8.68), (4.54, 5.06), (8.991, 0.1998) (the figure prints the last beta as
+    # 1.998, which no rate gives together with alpha's 9.0 -> 8.991).
+    cfg = TrainConfig(algorithm="vade").validate()
+    post = BetaPosteriors.from_config(cfg)
+    post.load_state_dict({"updates": 5, "successes": {"a": 0.1, "b": 2.7, "c": 9.0},
+                          "failures": {"a": 8.4, "b": 5.3, "c": 0.2},
+                          "written": {"a": 5, "b": 5, "c": 5}})
+    post.update(["a", "b"], np.array([1, 4]), np.array([8, 8]))
+    a, b = post.params(["a", "b", "c"])
+    np.testing.assert_allclose(a - 1, [1.02, 4.54, 8.991], rtol=1e-12)
+    np.testing.assert_allclose(b - 1, [8.68, 5.06, 0.1998], rtol=1e-12)
 
 
 def vade_config(**kw) -> TrainConfig:
@@ -181,7 +202,7 @@ def test_vade_async_selects_at_admission_and_learns_when_trained(tmp_path: Path)
 def test_vade_options_are_validated_naming_them_and_documented() -> None:
     c = TrainConfig(algorithm="vade").validate()
     assert (c.vade_score, c.vade_prior_alpha, c.vade_prior_beta, c.vade_decay,
-            c.vade_step_decay) == ("info-gain", 1.0, 1.0, 0.9, 0.99)
+            c.vade_step_decay) == ("info-gain", 1.0, 1.0, 0.2, 0.999)
     assert c.max_samples_per_step == c.batch_size * c.group_size
     for key, bad in (("vade_prior_alpha", 0.0), ("vade_decay", 1.5), ("vade_step_decay", -0.1),
                      ("vade_score", "ucb")):
@@ -190,4 +211,4 @@ def test_vade_options_are_validated_naming_them_and_documented() -> None:
     record = get_algorithm("vade")
     reference = config_reference()
     assert f"## {record.label} (`{record.name}`)" in reference
-    assert "| `vade_step_decay` | `0.99` |" in reference
+    assert "| `vade_step_decay` | `0.999` |" in reference

@@ -12,16 +12,20 @@ Qiu, Bai, Yang, Yuan, Jing, He, Zhang, arXiv 2511.18902), with GRPO as its polic
    (``thompson_select``; the draws come from the step's own seed stream, ``seeds.VADE_THOMPSON``,
    so a run, and a resumed one, selects the same prompts);
 3. GRPO's group update on them (n responses each, every one kept);
-4. the posterior takes the step's counts, with the two-scale prior decay: every update ages
-   every prompt's evidence by gamma (``vade_step_decay``: the policy has moved, whether the
-   prompt was seen or not), and a prompt that is observed again first ages its own evidence by
-   lambda (``vade_decay``: it was just trained on, so its pass rate moved the most)::
+4. the posterior takes the step's counts, with the two-scale prior decay of the authors'
+   framework figure (VADE-RL.github.io, ``asset/main_framework.png``): a prompt selected and
+   observed in an update keeps lambda (``vade_decay``, 0.2: "fast adaptation", its pass rate
+   moved the most as it was just trained on) of its evidence and takes its counts; every
+   prompt not observed keeps gamma (``vade_step_decay``, 0.999: "gradual decay", the policy
+   has moved whether the prompt was seen or not)::
 
-       s_x <- gamma^(age) * lambda * s_x + positives_x,   f_x <- ... + negatives_x,
-       alpha_x = alpha_0 + gamma^(age) * s_x,   beta_x = beta_0 + gamma^(age) * f_x
+       observed:      s_x <- lambda * s_x + positives_x,   f_x <- lambda * f_x + negatives_x
+       not observed:  s_x <- gamma * s_x,                  f_x <- gamma * f_x
+       alpha_x = alpha_0 + s_x,   beta_x = beta_0 + f_x
 
-   where age counts the updates since x's evidence was last written; evidence that decays
-   returns the posterior to the prior, never below it.
+   kept lazily: a prompt's stored evidence is worth gamma^(age) of what was written, age the
+   updates since it was written in which it was not observed; evidence that decays returns the
+   posterior to the prior, never below it.
 
 Under ``max_policy_lag > 0`` the producer admits prompts through the same ``select_batch``
 (the posterior as trained so far) and the posterior takes a prompt's counts when an update
@@ -87,12 +91,14 @@ OPTIONS = (
            "prompt is seen).", "pseudo-successes", gt=0, le=1_000_000),
     Option("vade_prior_beta", 1.0, "VADE: beta_0 of the prior.", "pseudo-failures", gt=0,
            le=1_000_000),
-    Option("vade_decay", 0.9, "VADE: lambda, the sample-level scale of the prior decay: a prompt "
-           "observed again first keeps this share of its evidence (as Est's est_lambda; 1: "
-           "never forget).", ge=0, le=1),
-    Option("vade_step_decay", 0.99, "VADE: gamma, the step-level scale of the prior decay: every "
-           "update keeps this share of every prompt's evidence, seen or not (0.99: half of it "
-           "after 69 updates; 1: off).", ge=0, le=1),
+    Option("vade_decay", 0.2, "VADE: lambda_1, the fast scale of the prior decay: a prompt "
+           "selected and observed in an update keeps this share of its evidence before its "
+           "counts are added (0.2: the authors' framework figure; 1: never forget).",
+           ge=0, le=1),
+    Option("vade_step_decay", 0.999, "VADE: lambda_2, the gradual scale of the prior decay: "
+           "every update in which a prompt is not observed keeps this share of its evidence "
+           "(0.999, the authors' framework figure: half of it after 693 updates; 1: off).",
+           ge=0, le=1),
 )
 
 
@@ -101,12 +107,12 @@ class BetaPosteriors:
     """Each prompt's decayed successes and failures, by prompt id, and the update at which they
     were written (run state: saved in checkpoints with ``state_dict``, restored with
     ``load_state_dict``). ``updates`` counts the updates taken; a prompt's evidence is worth
-    gamma^(updates - written) of what was written."""
+    gamma^(updates - written) of what was written: every update since, it was not observed."""
 
     alpha0: float = 1.0
     beta0: float = 1.0
-    decay: float = 0.9        # lambda, when a prompt is observed again
-    step_decay: float = 0.99  # gamma, every update
+    decay: float = 0.2         # lambda_1, an update that observes the prompt
+    step_decay: float = 0.999  # gamma = lambda_2, an update that does not
     updates: int = 0
     successes: dict[str, float] = field(default_factory=dict)
     failures: dict[str, float] = field(default_factory=dict)
@@ -141,12 +147,14 @@ class BetaPosteriors:
 
     def update(self, prompt_ids: Sequence[str], positives: np.ndarray,
                samples: np.ndarray) -> None:
-        """One update: every prompt's evidence ages by gamma, these prompts' by lambda too, and
-        they take their counts."""
+        """One update: these prompts' evidence (as aged by gamma until now) keeps lambda and
+        takes their counts; every other prompt's ages by gamma (lazily: ``evidence``). An
+        observed prompt is not aged by gamma in the update that observes it: the authors' two
+        cases are exclusive."""
         if len(set(prompt_ids)) != len(prompt_ids):
             raise ValueError("a prompt appears twice in one update")
-        self.updates += 1
         s, f = self.evidence(prompt_ids)
+        self.updates += 1
         pos = np.asarray(positives, dtype=np.float64)
         neg = np.asarray(samples, dtype=np.float64) - pos
         s, f = self.decay * s + pos, self.decay * f + neg
