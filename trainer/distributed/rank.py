@@ -328,6 +328,8 @@ class Rank:
         if self.role != COLOCATED and (master_addr is None or transfer is None):
             raise ValueError("rollout_ranks > 0 needs the launcher's rendezvous for each side "
                              "and the weight transfer (under torchrun, keep rollout_ranks = 0)")
+        if self.role == ROLLOUT and not engine:
+            raise ValueError("a rollout rank is its engine: engine=False needs rollout_ranks = 0")
         # This rank's own process group: every rank (colocated), or its side's ranks only.
         trainers = self.world_size - self.config.rollout_ranks
         self.group_rank, self.group_size = (
