@@ -25,15 +25,20 @@ Vocabulary as ``trainer.asynctime`` (the step-time simulator of the same scheme)
   weights the update starts from, before the new weights are applied (so with k = 1 and GRPO
   every step trains the groups generated one version earlier: verl's one-step-off-policy).
 
-**Where it runs** (issue 29 item 4): one process. The schedule is deterministic (ticks and
-updates interleaved as above), so a run is a function of its config and seed; the update's tick
-runs on an engine thread while the update trains on the main thread (admission before it and
-the tick's bookkeeping after it stay on the main thread), joined before the new weights go to
-the engine, so its requests finish on the old weights and count as lagging by one. The records
-equal those of the same schedule run serially (``train(..., engine_thread=False)``). The hf
-backend generates from a rollout copy of the policy (``HFBackend.separate_engine``); vLLM's
-engine has its own weights. While they overlap each side takes half the torch threads (the count
-is per thread). The rollout/train rank split across Ray ranks is a later item.
+**Where it runs** (issue 29 item 4): one process, or split Ray ranks. The schedule is
+deterministic (ticks and updates interleaved as above), so a run is a function of its config and
+seed; the update's tick runs on an engine thread while the update trains on the main thread
+(admission before it and the tick's bookkeeping after it stay on the main thread), joined before
+the new weights go to the engine, so its requests finish on the old weights and count as lagging
+by one. The records equal those of the same schedule run serially
+(``train(..., engine_thread=False)``). The hf backend generates from a rollout copy of the policy
+(``HFBackend.separate_engine``); vLLM's engine has its own weights. While they overlap each side
+takes half the torch threads (the count is per thread). Across ranks (``world_size`` > 1,
+``rollout_ranks`` >= 1; ``trainer.distributed``) the same code runs in the driver: the engine
+thread's ``backend.generate`` is a Ray call to the rollout ranks' engines and the update one to
+the train ranks, other processes, so the two really run at once; the train ranks push the new
+weights to the rollout ranks after the tick returned, with the same lag semantics. Colocated
+ranks (``rollout_ranks`` = 0) cannot generate while they train: validation refuses k >= 1 there.
 The update treats the recorded behaviour log-probs as the rollout's and recomputes the
 proximal ones at its start (``trainer.learner.update_batch``), so ``off_policy_correction``
 applies (``trainer.offpolicy``).

@@ -265,15 +265,26 @@ def kl_in_reward_after_positives(c: Config) -> Iterator[tuple[str, str]]:
 
 
 def async_backends(c: Config) -> Iterator[tuple[str, str]]:
-    # The producer of trainer.asyncloop runs in one process: its engine thread generates (the
-    # hf backend's rollout copy, or the vLLM engine in this process) while this process's
-    # policy trains. Splitting rollout and training ranks across Ray is a later item (issue 29).
-    if c.max_policy_lag > 0 and c.world_size > 1:
-        yield "max_policy_lag", (f"asynchronous training (max_policy_lag > 0) runs in one "
-                                 f"process for now (its engine thread generates while the "
-                                 f"update trains), got world_size {c.world_size}: set "
-                                 f"world_size = 1, or max_policy_lag = 0 to train across ranks; "
-                                 f"the rollout/train split across Ray ranks is not built yet")
+    # The producer of trainer.asyncloop generates while the update trains: in one process its
+    # engine thread (the hf backend's rollout copy, or the vLLM engine in this process), across
+    # ranks the rollout ranks while the train ranks update. A colocated rank holds both its
+    # engine and its shard and does one at a time.
+    if c.max_policy_lag > 0 and c.world_size > 1 and c.rollout_ranks == 0:
+        yield "max_policy_lag", (f"asynchronous training (max_policy_lag > 0) generates while "
+                                 f"the update trains, which colocated ranks (rollout_ranks = "
+                                 f"0: every rank trains and generates) cannot do, got "
+                                 f"world_size {c.world_size}: set rollout_ranks >= 1 (ranks "
+                                 f"that only generate), world_size = 1 (one process), or "
+                                 f"max_policy_lag = 0")
+
+
+def rollout_ranks_without_sleep_mode(c: Config) -> Iterator[tuple[str, str]]:
+    # Sleep mode frees a colocated rank's engine while its shard trains; split, no rank holds
+    # both (and with max_policy_lag > 0 the rollout engines generate during the update).
+    if c.rollout_ranks > 0 and c.vllm_sleep_mode is True:
+        yield "rollout_ranks", ("rollout_ranks > 0 splits the engines from the shards, so no "
+                                "rank has an engine to put to sleep while it trains: leave "
+                                "vllm_sleep_mode empty or off, or set rollout_ranks = 0")
 
 
 def async_round_scheduler(c: Config) -> Iterator[tuple[str, str]]:
@@ -348,8 +359,11 @@ CROSS_CHECKS: list[CrossCheck] = [
                {"use_kl_in_reward": True, "backend": "simulated"}),
     CrossCheck(("use_kl_in_reward", "positive_metric"), kl_in_reward_after_positives,
                {"use_kl_in_reward": True, "backend": "hf", "positive_metric": "seq_final_reward"}),
-    CrossCheck(("max_policy_lag", "world_size"), async_backends,
+    CrossCheck(("max_policy_lag", "world_size", "rollout_ranks"), async_backends,
                {"max_policy_lag": 1, "backend": "vllm", "world_size": 2}),
+    CrossCheck(("rollout_ranks", "vllm_sleep_mode"), rollout_ranks_without_sleep_mode,
+               {"rollout_ranks": 1, "world_size": 2, "backend": "vllm",
+                "vllm_sleep_mode": True}),
     CrossCheck(("max_policy_lag", "scheduler"), async_round_scheduler,
                {"max_policy_lag": 1, "backend": "simulated", "scheduler": "per-prompt"}),
     CrossCheck(("max_policy_lag", "backend", "tis_cap", "off_policy_correction"),

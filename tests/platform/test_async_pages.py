@@ -71,7 +71,7 @@ def test_launch_form_offers_the_lag_and_the_correction_with_bounds_and_errors(
             ({"max_policy_lag": 1, "backend": "hf", "tis_cap": 0}, "tis_cap",
              "give tis_cap (2 is common)"),
             ({"max_policy_lag": 1, "backend": "vllm", "world_size": 2}, "max_policy_lag",
-             "runs in one process for now")):
+             "which colocated ranks")):
         html = owner_client.post(url, _launch_data(ps, name="bad", batch_size=4, **overrides)
                                  ).content.decode()
         assert reason in field_block(html, field), (overrides, field)

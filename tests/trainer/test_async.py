@@ -562,12 +562,16 @@ def test_tiny_model_trains_with_lag_one(builtin_model: Path, tmp_path: Path,
 
 
 def test_async_configs_are_checked_across_fields() -> None:
-    # vLLM runs asynchronously in one process (its engine thread); across ranks it does not.
+    # vLLM runs asynchronously in one process (its engine thread) and across split ranks (the
+    # rollout ranks generate while the train ranks update); colocated ranks cannot.
     assert {e.field for e in TrainConfig(max_policy_lag=1, backend="vllm",
                                          tis_cap=2.0).errors()} == set()
     errors = TrainConfig(max_policy_lag=1, backend="vllm", tis_cap=2.0, world_size=2).errors()
     assert [e.field for e in errors] == ["max_policy_lag"]
-    assert "world_size 2" in errors[0].reason and "one process" in errors[0].reason
+    assert "world_size 2" in errors[0].reason and "colocated ranks" in errors[0].reason
+    assert "set rollout_ranks >= 1" in errors[0].reason
+    assert not TrainConfig(max_policy_lag=1, backend="vllm", tis_cap=2.0, world_size=2,
+                           rollout_ranks=1).errors()
     assert {e.field for e in TrainConfig(max_policy_lag=1, backend="hf").errors()} \
         == {"tis_cap"}
     assert not TrainConfig(max_policy_lag=1, backend="hf", tis_cap=2.0).errors()

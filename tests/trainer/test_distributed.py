@@ -4,7 +4,9 @@ the tiny model and a real vLLM CPU engine, driven by ``trainer.train`` unchanged
 One private Ray for the module (``RAY_ADDRESS`` points the runs at it) and one group of ranks
 for the training tests (a resume reloads the ranks from the checkpoint, so it may reuse them):
 starting Ray, two actors and two engines costs minutes on 2 shared cores. The single-process
-comparisons share one engine (``vllm_backend``). Slow: about 1.5-2.5 minutes in all here.
+comparisons share one engine (``vllm_backend``). Last, a second group splits the two ranks
+(``rollout_ranks = 1``: a train rank and a rollout rank) once the first is stopped. Slow: about
+3.5 minutes in all here (200 s measured, 45 s of it the split ranks').
 """
 
 from __future__ import annotations
@@ -483,3 +485,119 @@ def _sid(pid: int) -> int | None:
         return os.getsid(pid)
     except (ProcessLookupError, PermissionError):
         return None
+
+
+# --- the rollout/train split (rollout_ranks) ---------------------------------------------------
+# Last in the module: its group takes both CPUs of the module's Ray, which the module's
+# colocated ranks hold until the cancel test above stops them.
+
+@pytest.fixture(scope="module")
+def split_ranks(local_ray: Any, tiny_model_dir: Path) -> Iterator[Any]:
+    """Rank 0 trains (an FSDP2 shard over a group of one, the optimiser, no engine), rank 1
+    generates (a vLLM engine, no shard); every run below (asynchronous or not) uses them."""
+    from trainer.distributed.launcher import RankGroup
+
+    group = RankGroup(two_rank_config(tiny_model_dir, rollout_ranks=1))
+    yield group
+    group.stop()
+
+
+def policy_gap(group: Any, tiny_model_dir: Path) -> float:
+    """The largest gap between the rollout engine's log-probs of fixed responses and the train
+    ranks' policy's (its gathered weights in an HF model on the driver)."""
+    import torch
+
+    from trainer.model import load_model_dir
+    from trainer.policy import response_logprobs
+
+    (full,) = group.call_all("full_state_dict", on=group.train)
+    model, tok = load_model_dir(tiny_model_dir, "cpu")
+    model.load_state_dict(full)
+    prompt_ids = [list(tok("1+2=")["input_ids"])] * 2
+    response_ids = [[5, 6, 2], [7, 2]]
+    with torch.no_grad():
+        lp, _, mask = response_logprobs(model, prompt_ids, response_ids, tok.pad_token_id, 1.0)
+    policy = [row[:n] for row, n in zip(lp.tolist(), mask.sum(-1).tolist(), strict=True)]
+    (engine,) = group.call_all("engine_logprobs", prompt_ids, response_ids, on=group.rollout)
+    return max(abs(a - b) for ra, rb in zip(engine, policy, strict=True)
+               for a, b in zip(ra, rb, strict=True))
+
+
+def test_split_ranks_train_asynchronously_while_the_rollout_rank_generates(
+        split_ranks: Any, tiny_model_dir: Path, tmp_path: Path) -> None:
+    """max_policy_lag = 1 across split ranks (GRPO: verl's one-step-off-policy): the overlapped
+    tick generates on the rollout rank while the train rank updates, its requests finish on
+    the old weights and count as lagging by one, so every step after the first trains lag-1
+    samples and none older; each rank did only its side (roles, seconds); after the run the
+    rollout engine holds the train rank's weights (its log-probs are the policy's, and a push
+    with digests shows the bytes it loads are the bytes the train rank gathers)."""
+    assert split_ranks.roles == ["train", "rollout"]
+    assert (split_ranks.train, split_ranks.rollout) == ([0], [1])
+    config = two_rank_config(tiny_model_dir, rollout_ranks=1, max_policy_lag=1,
+                             algorithm="grpo", tis_cap=2.0, total_steps=3, save_every=0)
+    rec, result = run(config, split_ranks, tmp_path)
+    assert result.status == "completed" and [s.step for s in rec.steps] == [1, 2, 3]
+    lags = []
+    for s in rec.steps:
+        m = s.metrics
+        assert set(STEP_METRICS) <= set(m) and all(math.isfinite(v) for v in m.values())
+        assert m["grad_norm"] > 0 and len(s.samples) == m["samples"]
+        kept = [(s.step - 1) - x.policy_version for x in s.samples if x.kept]
+        assert kept and all(0 <= lag <= 1 for lag in kept), (s.step, kept)
+        lags.append(max(kept))
+        train, rollout = s.ranks
+        assert [r.role for r in s.ranks] == ["train", "rollout"]
+        assert train.update_s > 0 and train.weight_gather_s > 0 and train.generation_s == 0
+        assert rollout.generation_s > 0 and rollout.engine_load_s > 0 and rollout.update_s == 0
+    # Step 1 trains the first tick's groups (version 0); steps 2 and 3 the groups the tick
+    # during the previous update drew on the weights that update started from.
+    assert lags == [0, 1, 1]
+    assert policy_gap(split_ranks, tiny_model_dir) < 1e-4
+    pushed = split_ranks.call_all("sync_weights", digest=True)
+    assert pushed[0]["digest"] == pushed[1]["digest"]
+
+
+def test_split_ranks_train_synchronously_as_one_process_and_resume(
+        split_ranks: Any, tiny_model_dir: Path, tmp_path: Path, restore_policy: Any) -> None:
+    """max_policy_lag = 0 across split ranks: generate on the rollout rank, update on the train
+    rank, push. Step 1 equals the one-process vllm run's exactly (samples, rewards, kept flags,
+    advantages; no policy versions in synchronous records): both start from the model's
+    weights and request seeds make a sample independent of the engine. Later steps need not:
+    the train rank's FSDP update is the one-process update only to float noise (compared
+    within 1e-4), and a flipped token changes every sample after it; a world_size 2
+    colocated run splits the update over two ranks, further still. What must hold exactly is
+    a resume: from step 1's checkpoint the train rank loads its shard and pushes it to the
+    rollout rank (which holds nothing to save), and step 2 replays sample for sample. The
+    ranks were trained by the run above: this run starts them from the model's weights."""
+    from trainer.data import resolve_prompts
+    from trainer.loop import train
+
+    assert split_ranks.trained
+    config = two_rank_config(tiny_model_dir, rollout_ranks=1, total_steps=2, save_every=1)
+    rec, result = run(config, split_ranks, tmp_path / "split")
+    assert result.status == "completed" and [s.step for s in rec.steps] == [1, 2]
+    for s in rec.steps:
+        assert [r.role for r in s.ranks] == ["train", "rollout"]
+        assert all(x.policy_version is None for x in s.samples)
+    # Checkpoints: the train rank's shard, the run state and the HF export; nothing else.
+    first = tmp_path / "split" / "checkpoints" / "step-000001"
+    assert (first / "sharded").is_dir() and (first / "model.safetensors").is_file()
+    one = dataclasses.replace(config, world_size=1, rollout_ranks=0, total_steps=1,
+                              save_every=0)
+    prompts, _ = resolve_prompts(one)
+    single = ListRecorder()
+    assert_one_engine_like(restore_policy, one)
+    train(one, prompts, restore_policy, single, out_dir=tmp_path / "one")
+    got, want = comparable(rec.steps[0]), comparable(single.steps[0])
+    assert got[1] == want[1]  # every sample, reward, kept flag and advantage
+    for key in ("policy_loss", "entropy", "grad_norm", "kept_samples", "samples"):
+        assert got[0][key] == pytest.approx(want[0][key], rel=1e-4, abs=1e-6), key
+    resumed_out = tmp_path / "resumed"
+    shutil.copytree(first, resumed_out / "checkpoints" / "step-000001")
+    resumed, result = run(config, split_ranks, resumed_out,
+                          resume_from=resumed_out / "checkpoints" / "step-000001")
+    assert result.status == "completed" and [s.step for s in resumed.steps] == [2]
+    got, want = comparable(resumed.steps[0]), comparable(rec.steps[1])
+    assert got[1] == want[1]
+    for key in ("policy_loss", "grad_norm", "entropy"):
+        assert got[0][key] == pytest.approx(want[0][key], rel=1e-5, abs=1e-7), key

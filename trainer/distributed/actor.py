@@ -48,17 +48,24 @@ class RankActor:
 
     def address(self) -> tuple[str, int]:
         """This node's address and a free port on it (rank 0's become the rendezvous)."""
-        from trainer.distributed.placement import free_port
+        ip, ports = self.rendezvous(1)
+        return ip, ports[0]
+
+    def rendezvous(self, count: int) -> tuple[str, list[int]]:
+        """This node's address and ``count`` distinct free ports on it: a process group's
+        rendezvous (rank 0's; rank T's for the rollout ranks) and the weight transfer's."""
+        from trainer.distributed.placement import free_ports
 
         ip = ray.util.get_node_ip_address()
-        return ip, free_port(ip)
+        return ip, free_ports(ip, count)
 
     def where(self) -> dict[str, Any]:
         return {"node": ray.get_runtime_context().get_node_id(), "pid": os.getpid(),
                 "ip": ray.util.get_node_ip_address()}
 
     def start(self, config: dict[str, Any], rank: int, world_size: int, master_addr: str,
-              master_port: int, stop_flag: Any, engine: bool = True) -> dict[str, float]:
+              master_port: int, stop_flag: Any, engine: bool = True,
+              transfer: tuple[str, int] | None = None) -> dict[str, float]:
         def phase(text: str) -> None:
             stop_flag.set_phase.remote(rank, text)
 
@@ -71,7 +78,7 @@ class RankActor:
         torch.set_num_threads(max(1, int(ray.get_runtime_context().get_assigned_resources()
                                          .get("CPU", 1))))
         self.rank = Rank(config, rank=rank, world_size=world_size, master_addr=master_addr,
-                         master_port=master_port, engine=engine,
+                         master_port=master_port, engine=engine, transfer=transfer,
                          should_stop=lambda: ray.get(stop_flag.is_set.remote()),
                          on_phase=phase)
         # Waited for: the calls of one caller run in order, so once the start returns the

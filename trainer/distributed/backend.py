@@ -7,6 +7,11 @@ spreads requests over the ranks' engines and a learner that trains the sharded p
   carries its own seed (``request_seed``), so which engine draws a sample does not change it.
 - **The update.** Every rank gets the whole kept batch and computes its token-balanced part of
   each mini-batch (``trainer.distributed.rank``); all ranks return the same global metrics.
+- **Split ranks** (``rollout_ranks`` > 0): requests go to the rollout ranks' engines only,
+  the update, the KL and the checkpoints to the train ranks only (token-balanced over them),
+  and the weight sync to both at once (the train ranks send, the rollout ranks load;
+  ``trainer.distributed.rank``). The rollout ranks hold nothing to save: a resumed run loads
+  the train ranks' shards and pushes the weights to them.
 - **Checkpoints.** The driver's run state (RNG streams, step, the algorithm's state) in
   ``trainer_state.json`` as in one process; the ranks' shards with
   ``torch.distributed.checkpoint`` under ``sharded/`` and a Hugging Face export of the whole
@@ -63,10 +68,10 @@ class DistributedBackend:
                  greedy: bool = False) -> list[list[Generation]]:
         if len(prompts) != len(counts):
             raise ValueError(f"{len(prompts)} prompts but {len(counts)} counts")
-        parts = spread(counts, self.world_size)
+        parts = spread(counts, len(self.group.rollout))
         answers = self.group.call_each("generate", [
             (([prompts[i] for i in part], [counts[i] for i in part]),
-             {"seed": seed, "greedy": greedy}) for part in parts])
+             {"seed": seed, "greedy": greedy}) for part in parts], on=self.group.rollout)
         out: list[list[Generation]] = [[] for _ in prompts]
         for part, answer in zip(parts, answers, strict=True):
             for i, gens in zip(part, answer, strict=True):
@@ -78,8 +83,9 @@ class DistributedBackend:
 
     def engine_logprobs(self, prompt_ids: Sequence[Sequence[int]],
                         response_ids: Sequence[Sequence[int]]) -> list[list[list[float]]]:
-        """Every engine's log-probs of the same responses (one list per rank)."""
-        return self.group.call_all("engine_logprobs", prompt_ids, response_ids)
+        """Every engine's log-probs of the same responses (one list per engine's rank)."""
+        return self.group.call_all("engine_logprobs", prompt_ids, response_ids,
+                                   on=self.group.rollout)
 
     def sync_weights(self) -> None:
         self.learner.sync_weights()
@@ -89,14 +95,16 @@ class DistributedBackend:
 
 
 class DistributedRequestEngine:
-    """``RequestEngine`` over the ranks' engines: submits and aborts are routed to the engine
-    that holds the prompt; ``step`` steps every engine once (those with work) and returns what
-    finished anywhere."""
+    """``RequestEngine`` over the ranks' engines (the rollout ranks', when split): submits and
+    aborts are routed to the engine that holds the prompt; ``step`` steps every engine once
+    (those with work) and returns what finished anywhere. Engines are numbered in the order of
+    their ranks."""
 
     def __init__(self, group: RankGroup, count_partial: bool) -> None:
         self.group = group
-        self.engines = len(group.actors)
-        self.capacities = group.call_all("engine_open", count_partial)
+        self.ranks = list(group.rollout)
+        self.engines = len(self.ranks)
+        self.capacities = group.call_all("engine_open", count_partial, on=self.ranks)
         self.home: dict[str, int] = {}
         self.load = [0] * self.engines
         self.queued: list[list[tuple[Hashable, Prompt, int, int]]] = [
@@ -114,7 +122,7 @@ class DistributedRequestEngine:
 
     def step(self) -> list[tuple[Hashable, Generation]]:
         answers = self.group.call_each("engine_step", [
-            ((self.queued[e], []), {}) for e in range(self.engines)])
+            ((self.queued[e], []), {}) for e in range(self.engines)], on=self.ranks)
         self.queued = [[] for _ in range(self.engines)]
         finished = [item for done, _, _ in answers for item in done]
         for key, _ in finished:
@@ -135,7 +143,7 @@ class DistributedRequestEngine:
         if not any(per_engine):
             return 0
         answers = self.group.call_each("engine_step_abort", [
-            ((per_engine[e],), {}) for e in range(self.engines)])
+            ((per_engine[e],), {}) for e in range(self.engines)], on=self.ranks)
         return int(sum(answers))
 
     def pending(self) -> int:
@@ -150,14 +158,14 @@ class DistributedRequestEngine:
         return min(self.capacities)
 
     def engine_of(self, prompt: Prompt) -> int:
-        """The rank whose engine serves ``prompt`` (or would, were it submitted now)."""
+        """The engine that serves ``prompt`` (or would, were it submitted now)."""
         engine = self.home.get(prompt.id)
         if engine is None:
             return min(range(self.engines), key=lambda e: (self.load[e], e))
         return engine
 
     def pending_per_engine(self) -> list[int]:
-        """Unfinished requests on each rank's engine."""
+        """Unfinished requests on each engine."""
         counts = [0] * self.engines
         for engine in self.live.values():
             counts[engine] += 1
@@ -187,8 +195,8 @@ class DistributedLearner:
             raise ValueError(f"checkpoint {resume_from} has no sharded/ directory: it was not "
                              "written by a world_size > 1 run")
         state = ckpt.load_checkpoint(resume_from)  # the driver's RNG streams and run state
-        self.group.call_all("load", str(resume_from))
-        self.sync_weights()
+        self.group.call_all("load", str(resume_from), on=self.group.train)
+        self.sync_weights()  # the engines (the rollout ranks' when split) get the loaded weights
         return state
 
     def update(self, res: SamplerResult, outcome: RoundsOutcome, batch: Sequence[Prompt],
@@ -199,7 +207,8 @@ class DistributedLearner:
         # result holds them whole.
         ub = update_batch(res, outcome, batch, kept, None, prompt_stats=prompt_stats)
         self.group.trained = True
-        metrics = self.group.call_all("update", ub, seed=seed, should_stop=should_stop)[0]
+        metrics = self.group.call_all("update", ub, seed=seed, should_stop=should_stop,
+                                      on=self.group.train)[0]
         if not math.isfinite(metrics["policy_loss"]):
             raise FloatingPointError(f"non-finite policy loss {metrics['policy_loss']}")
         return metrics
@@ -211,30 +220,34 @@ class DistributedLearner:
         rank's, so rank 0's answer is whole."""
         every = np.ones(len(res.rewards), dtype=bool)
         ub = update_batch(res, outcome, batch, every, None)
-        return self.group.call_all("sequence_kl", ub)[0]
+        return self.group.call_all("sequence_kl", ub, on=self.group.train)[0]
 
     def sync_weights(self) -> None:
+        """The updated weights into every engine: each rank gathers into its own (colocated),
+        or the train ranks push to the rollout ranks (split), both sides in this one call."""
         t0 = time.perf_counter()
         self.group.call_all("sync_weights")
         self.sync_seconds.append(time.perf_counter() - t0)
 
     def rank_records(self) -> list[RankRecord]:
-        """Each rank's node, device and seconds since the last step's report: generating its
-        share of the requests, its part of the update, the weight gather and the engine load."""
+        """Each rank's node, device, role and seconds since the last step's report: generating
+        its share of the requests, its part of the update, the weight gather (split: a train
+        rank's whole push, the send included) and the engine load (split: a rollout rank's
+        whole receive and load)."""
         if self._nodes is None:
             self._nodes = [w["ip"] for w in self.group.where()]
         return [RankRecord(rank=r["rank"], node=node, device=r["device"],
                            generation_s=r.get("generation", 0.0), update_s=r.get("update", 0.0),
                            weight_gather_s=r.get("gather", 0.0),
-                           engine_load_s=r.get("load", 0.0))
+                           engine_load_s=r.get("load", 0.0), role=r["role"])
                 for r, node in zip(self.group.call_all("step_report"), self._nodes, strict=True)]
 
     def save(self, path: Path, *, step: int, config: dict[str, Any],
              extra: dict[str, Any]) -> Path:
         from trainer import checkpoint as ckpt
 
-        def shards(tmp: Path) -> None:
-            self.group.call_all("save", str(tmp))
-            self.group.call_all("export_hf", str(tmp))
+        def shards(tmp: Path) -> None:  # the train ranks': the rollout ranks hold no shard
+            self.group.call_all("save", str(tmp), on=self.group.train)
+            self.group.call_all("export_hf", str(tmp), on=self.group.train)
 
         return ckpt.save_checkpoint(path, step=step, config=config, extra=extra, write=shards)

@@ -1,10 +1,17 @@
 """Start a run's ranks on Ray and take them down: the placement group, one ``RankActor`` per
 bundle, the rendezvous (rank 0's node and a free port there), calls to every rank, and the
-teardown when the run ends or a rank dies."""
+teardown when the run ends or a rank dies.
+
+With ``rollout_ranks`` = R > 0 the ranks split (``placement.rank_roles``): ranks [0, T) train
+and form their own process group (rendezvous on rank 0), ranks [T, world_size) generate and
+form theirs (on rank T: their engines' external launcher needs one), and train rank 0 with the
+rollout ranks form a third group that carries the weights after each update (a store on rank
+0's node). ``train`` and ``rollout`` list the ranks each kind of call goes to."""
 
 from __future__ import annotations
 
 import dataclasses
+import threading
 import time
 from collections.abc import Callable, Sequence
 from typing import Any
@@ -52,7 +59,14 @@ class RankGroup:
         from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
 
         from trainer.distributed.actor import RankActor, StopFlag
-        from trainer.distributed.placement import connect, placement_group, stop_wanted
+        from trainer.distributed.placement import (
+            ROLLOUT,
+            TRAIN,
+            connect,
+            placement_group,
+            rank_roles,
+            stop_wanted,
+        )
         from trainer.phases import say_phase
 
         t0 = time.perf_counter()
@@ -64,6 +78,11 @@ class RankGroup:
         self.seconds: dict[str, float] = {}
         self.trained = False  # an update ran on these ranks (a later run starts them afresh)
         self.start_log: list[tuple[int, str]] = []
+        self._stopping = threading.Lock()  # the engine thread's calls may fail at once too
+        # Which ranks train and which generate (both: every rank, when colocated).
+        self.roles = rank_roles(n, config.rollout_ranks)
+        self.train = [i for i, r in enumerate(self.roles) if r != ROLLOUT]
+        self.rollout = [i for i, r in enumerate(self.roles) if r != TRAIN]
         try:
             gpu = uses_gpu(config, None) if not remote else None
             say_phase(f"connecting to the Ray cluster at {os.environ['RAY_ADDRESS']}" if remote
@@ -75,7 +94,7 @@ class RankGroup:
             self.seconds["ray_connect"] = time.perf_counter() - t0
             t1 = time.perf_counter()
             say_phase(f"placing {n} ranks on the Ray cluster")
-            self.pg = placement_group(n, gpu)
+            self.pg = placement_group(self.roles, gpu)
             self.seconds["placement"] = time.perf_counter() - t1
             self.stop_flag = StopFlag.remote()
             say_phase(start_text(current_phases(n, [])))
@@ -85,8 +104,7 @@ class RankGroup:
                     self.pg, placement_group_bundle_index=i)).remote() for i in range(n)]
             t2 = time.perf_counter()
             # A cancel while the ranks start abandons them (stop_wanted): nothing trained yet.
-            addr, port = self._get([self.actors[0].address.remote()], timeout=START_TIMEOUT_S,
-                                   abandon_if=stop_wanted, what="address")[0]
+            masters, transfer = self._rendezvous()
             # The ranks run on the device their bundle gave them.
             rank_config = dataclasses.replace(config, device="cuda" if gpu else "cpu")
             said = [""]
@@ -101,8 +119,8 @@ class RankGroup:
                     say_phase(text)
                     said[0] = text
 
-            started = self._get([a.start.remote(rank_config.to_dict(), i, n, addr, port,
-                                                self.stop_flag, engine)
+            started = self._get([a.start.remote(rank_config.to_dict(), i, n, *masters[i],
+                                                self.stop_flag, engine, transfer)
                                  for i, a in enumerate(self.actors)], timeout=START_TIMEOUT_S,
                                 abandon_if=stop_wanted, what="start",
                                 every_poll=(PHASE_POLL_S, say_rank_phases))
@@ -113,22 +131,44 @@ class RankGroup:
             self.stop()
             raise
 
+    def _rendezvous(self) -> tuple[list[tuple[str, int]], tuple[str, int] | None]:
+        """Each rank's process group rendezvous (address, port) and, split, the weight
+        transfer's (train rank 0's node)."""
+        from trainer.distributed.placement import stop_wanted
+
+        n = len(self.actors)
+        if self.train == self.rollout:  # colocated: one group of every rank, on rank 0
+            (addr, ports), = self._get([self.actors[0].rendezvous.remote(1)],
+                                       timeout=START_TIMEOUT_S, abandon_if=stop_wanted,
+                                       what="address")
+            return [(addr, ports[0])] * n, None
+        first = self.rollout[0]
+        (addr, ports), (roll_addr, roll_ports) = self._get(
+            [self.actors[0].rendezvous.remote(2), self.actors[first].rendezvous.remote(1)],
+            timeout=START_TIMEOUT_S, abandon_if=stop_wanted, what="address", on=[0, first])
+        masters = [(addr, ports[0]) if i in self.train else (roll_addr, roll_ports[0])
+                   for i in range(n)]
+        return masters, (addr, ports[1])
+
     # --- calls ---------------------------------------------------------------------------------
     def _get(self, refs: Sequence[Any], *, timeout: float | None = None,
              should_stop: Callable[[], bool] | None = None,
              abandon_if: Callable[[], bool] | None = None, what: str = "a call",
-             every_poll: tuple[float, Callable[[], None]] | None = None) -> list[Any]:
-        """The results of ``refs`` (one per rank, in rank order; ``what`` names the call for
-        an error); the driver's ``should_stop`` is relayed to the ranks while they run. A rank
-        that died or raised tears every rank down (``RankFailed``). ``abandon_if`` (for calls
-        that change no state, like the ranks' start) kills the ranks at once when it fires,
-        without waiting for the calls, and raises ``StopRequested``. ``every_poll`` (seconds,
-        f) calls f at most that often while calls are pending (the start's phases)."""
+             every_poll: tuple[float, Callable[[], None]] | None = None,
+             on: Sequence[int] | None = None) -> list[Any]:
+        """The results of ``refs`` (one per rank of ``on``, every rank by default, in rank
+        order; ``what`` names the call for an error); the driver's ``should_stop`` is relayed
+        to the ranks while they run. A rank that died or raised tears every rank down
+        (``RankFailed``). ``abandon_if`` (for calls that change no state, like the ranks'
+        start) kills the ranks at once when it fires, without waiting for the calls, and raises
+        ``StopRequested``. ``every_poll`` (seconds, f) calls f at most that often while calls
+        are pending (the start's phases)."""
         import ray
 
         from trainer.distributed.actor import StoppedCall
 
         deadline = None if timeout is None else time.monotonic() + timeout
+        n = len(self.actors)
         flagged = False
         pending = list(refs)
         failed = "a rank"
@@ -139,7 +179,8 @@ class RankGroup:
                 # (which may be waiting for it in a collective for ever).
                 done, pending = ray.wait(pending, num_returns=1, timeout=0.2)
                 if done:
-                    failed = f"rank {refs.index(done[0])} of {len(self.actors)}"
+                    where = refs.index(done[0])
+                    failed = f"rank {on[where] if on is not None else where} of {n}"
                     ray.get(done)
                     failed = "a rank"
                 if pending and abandon_if is not None and abandon_if():
@@ -167,18 +208,22 @@ class RankGroup:
         return results
 
     def call_all(self, method: str, *args: Any,
-                 should_stop: Callable[[], bool] | None = None, **kwargs: Any) -> list[Any]:
-        """``method(*args, **kwargs)`` on every rank at once (the collective calls: update,
-        sync, save, load), one result per rank."""
-        return self._get([a.call.remote(method, *args, **kwargs) for a in self.actors],
-                         should_stop=should_stop, what=method)
+                 should_stop: Callable[[], bool] | None = None,
+                 on: Sequence[int] | None = None, **kwargs: Any) -> list[Any]:
+        """``method(*args, **kwargs)`` on every rank of ``on`` (every rank by default) at once
+        (the collective calls: update, sync, save, load), one result per rank."""
+        ranks = range(len(self.actors)) if on is None else on
+        return self._get([self.actors[i].call.remote(method, *args, **kwargs) for i in ranks],
+                         should_stop=should_stop, what=method, on=on)
 
-    def call_each(self, method: str, per_rank: Sequence[tuple[tuple[Any, ...], dict[str, Any]]]
-                  ) -> list[Any]:
-        """``method`` on rank k with ``per_rank[k]``'s (args, kwargs), all at once."""
-        return self._get([a.call.remote(method, *args, **kwargs)
-                          for a, (args, kwargs) in zip(self.actors, per_rank, strict=True)],
-                         what=method)
+    def call_each(self, method: str, per_rank: Sequence[tuple[tuple[Any, ...], dict[str, Any]]],
+                  on: Sequence[int] | None = None) -> list[Any]:
+        """``method`` on the k-th rank of ``on`` (every rank by default) with ``per_rank[k]``'s
+        (args, kwargs), all at once."""
+        ranks = range(len(self.actors)) if on is None else on
+        return self._get([self.actors[i].call.remote(method, *args, **kwargs)
+                          for i, (args, kwargs) in zip(ranks, per_rank, strict=True)],
+                         what=method, on=on)
 
     def where(self) -> list[dict[str, Any]]:
         """Each rank's Ray node and PID."""
@@ -192,7 +237,12 @@ class RankGroup:
         """Close every engine and process group, kill the actors, free the placement group and
         leave Ray (stopping it when it is this run's own). Safe to call twice. ``close=False``
         kills the actors without closing first (a rank busy starting would only take the close
-        after its start)."""
+        after its start). The engine thread's call and the update's may both fail at once and
+        stop together: one of them does it."""
+        with self._stopping:
+            self._stop(close)
+
+    def _stop(self, close: bool) -> None:
         import ray
 
         if self.actors:

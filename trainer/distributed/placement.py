@@ -1,6 +1,7 @@
 """Where a distributed run's ranks go: the Ray cluster ``RAY_ADDRESS`` names, or a private local
 Ray started for this run alone, and a placement group of ``world_size`` bundles on it (one GPU
-each on GPUs, one CPU each on CPU).
+each on GPUs, one CPU each on CPU), one per rank in rank order, each asking for its role's
+resources (``rank_roles``, ``bundle_resources``).
 
 A private Ray is started as ``ray start --head --block`` in a session of its own, and a reaper
 process (``python -m trainer.distributed.placement reap ...``, in yet another session) watches
@@ -18,7 +19,7 @@ import socket
 import subprocess
 import sys
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -36,8 +37,9 @@ PLACEMENT_TIMEOUT_S = 120.0
 PLACEMENT_POLL_S = 2.0
 
 # Called while the placement group waits, with the resources the ranks need in all
-# ({"CPU": n[, "GPU": n]}); it returns False to give up (the run was cancelled), and is called
-# once more with None when the group is placed after a wait.
+# ({"CPU": n[, "GPU": n][, "rada_rollout": r][, "rada_train": t]}); it returns False to give
+# up (the run was cancelled), and is called once more with None when the group is placed after
+# a wait.
 Waiter = Callable[[dict[str, int] | None], bool]
 _waiter: Waiter | None = None
 # Polled while the ranks start after their placement (torch, the model, the engine: minutes for
@@ -77,9 +79,54 @@ def ray_environment(local: bool) -> dict[str, str]:
 
 
 def free_port(host: str = LOCAL_IP) -> int:
-    with socket.socket() as s:
-        s.bind((host, 0))
-        return int(s.getsockname()[1])
+    return free_ports(host, 1)[0]
+
+
+def free_ports(host: str = LOCAL_IP, count: int = 1) -> list[int]:
+    """``count`` distinct free ports on ``host`` (held open together while they are chosen, so
+    that no two are the same)."""
+    socks = [socket.socket() for _ in range(count)]
+    try:
+        for s in socks:
+            s.bind((host, 0))
+        return [int(s.getsockname()[1]) for s in socks]
+    finally:
+        for s in socks:
+            s.close()
+
+
+# What each rank does (``rollout_ranks``): "train+rollout" (colocated: a shard and an engine),
+# "train" (a shard and the optimiser, no engine), "rollout" (an engine, no shard).
+COLOCATED, TRAIN, ROLLOUT = "train+rollout", "train", "rollout"
+# The custom Ray resources a cluster advertises on the nodes meant for each role (a node started
+# with ``ray start --resources '{"rada_rollout": N}'`` hosts up to N rollout ranks).
+ROLE_RESOURCES = {ROLLOUT: "rada_rollout", TRAIN: "rada_train"}
+
+
+def rank_roles(world_size: int, rollout_ranks: int) -> list[str]:
+    """Each rank's role: all colocated when ``rollout_ranks`` is 0; else ranks [0, T) train and
+    [T, world_size) generate, T = world_size - rollout_ranks (train rank 0 is rank 0, which
+    writes the checkpoints)."""
+    if rollout_ranks <= 0:
+        return [COLOCATED] * world_size
+    if rollout_ranks >= world_size:
+        raise ValueError(f"rollout_ranks {rollout_ranks} leaves no rank of {world_size} to train")
+    return [TRAIN] * (world_size - rollout_ranks) + [ROLLOUT] * rollout_ranks
+
+
+def bundle_resources(role: str, use_gpu: bool, cluster_resources: dict[str, float]
+                     ) -> dict[str, float]:
+    """One rank's bundle: a CPU (and a GPU on GPUs), plus one unit of its role's custom resource
+    (``ROLE_RESOURCES``) when the cluster advertises that resource on some node, so that rollout
+    ranks land on the nodes labelled for rollout and train ranks on those for training. Each
+    label is taken on its own: a cluster that labels only its rollout nodes keeps them for
+    rollout ranks and lets train ranks go anywhere; one that labels neither places as if there
+    were no roles. Colocated ranks ask for neither."""
+    bundle: dict[str, float] = {"CPU": 1, "GPU": 1} if use_gpu else {"CPU": 1}
+    label = ROLE_RESOURCES.get(role)
+    if label is not None and cluster_resources.get(label, 0.0) > 0:
+        bundle[label] = 1
+    return bundle
 
 
 @dataclass
@@ -257,21 +304,28 @@ def connect(world_size: int, use_gpu: bool) -> Cluster:
     return Cluster(address=address, local=local)
 
 
-def placement_group(world_size: int, use_gpu: bool, timeout: float = PLACEMENT_TIMEOUT_S
+def placement_group(roles: Sequence[str], use_gpu: bool, timeout: float = PLACEMENT_TIMEOUT_S
                     ) -> Any:
-    """A placement group of ``world_size`` bundles, packed onto as few nodes as fit. Without a
-    waiter it fails with what the cluster has when it cannot be placed in ``timeout`` seconds;
-    with one (``waiting_with``) it waits until placed, or raises ``StopRequested`` when the
-    waiter gives up."""
+    """A placement group of one bundle per rank (``roles``, in rank order; each
+    ``bundle_resources``), packed onto as few nodes as fit. Without a waiter it fails with what
+    the cluster has when it cannot be placed in ``timeout`` seconds; with one (``waiting_with``)
+    it waits until placed, or raises ``StopRequested`` when the waiter gives up."""
     import ray
     from ray.util.placement_group import placement_group as make
     from ray.util.placement_group import remove_placement_group
 
     from trainer.types import StopRequested
 
-    bundle = {"CPU": 1, "GPU": 1} if use_gpu else {"CPU": 1}
-    need = {k: v * world_size for k, v in bundle.items()}
-    pg = make([dict(bundle) for _ in range(world_size)], strategy="PACK")
+    world_size = len(roles)
+    cluster = ray.cluster_resources()
+    bundles = [bundle_resources(role, use_gpu, cluster) for role in roles]
+    need: dict[str, int] = {}
+    for bundle in bundles:
+        for k, v in bundle.items():
+            need[k] = need.get(k, 0) + int(v)
+    shown = " + ".join(f"{bundles.count(b)} x {b}" for b in
+                       [b for i, b in enumerate(bundles) if b not in bundles[:i]])
+    pg = make([dict(b) for b in bundles], strategy="PACK")
     ready = pg.ready()
     deadline = time.monotonic() + timeout
     waited = False
@@ -285,7 +339,7 @@ def placement_group(world_size: int, use_gpu: bool, timeout: float = PLACEMENT_T
                 raise RuntimeError(
                     f"world_size = {world_size}: the Ray cluster at "
                     f"{ray.get_runtime_context().gcs_address} cannot place {world_size} bundles "
-                    f"of {bundle} within {timeout:.0f} s; it has {ray.cluster_resources()}")
+                    f"({shown}) within {timeout:.0f} s; it has {ray.cluster_resources()}")
         ray.get(ready)
     except BaseException:
         remove_placement_group(pg)
@@ -293,7 +347,6 @@ def placement_group(world_size: int, use_gpu: bool, timeout: float = PLACEMENT_T
     if waited and _waiter is not None:
         _waiter(None)
     return pg
-
 
 if __name__ == "__main__":
     if len(sys.argv) == 4 and sys.argv[1] == "reap":

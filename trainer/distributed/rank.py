@@ -15,14 +15,26 @@ What a rank does, asked by the driver (``trainer.distributed.learner``):
 - ``sync_weights``: every parameter gathered (``DTensor.full_tensor()``, a bucket at a time,
   every rank in the same order) into its own engine, then the prefix cache dropped;
 - ``save`` / ``load``: the sharded model and optimiser with ``torch.distributed.checkpoint``.
+
+**Split ranks** (``rollout_ranks`` = R > 0; ``role``): a "train" rank holds a shard and the
+optimiser over the process group of the T train ranks only, and no engine; a "rollout" rank
+holds an engine with the full weights (its own process group of the R rollout ranks, which
+vLLM's external launcher needs) and no shard. ``sync_weights`` then runs on both sides at once:
+the train ranks gather bucket by bucket as above and train rank 0 broadcasts each bucket to the
+rollout ranks over a group of its own ({train rank 0} + the rollout ranks: gloo on CPU, NCCL on
+GPU; ``send_weights`` / ``receive_weights``), which load it into their engines as it arrives.
+The split needs the launcher's three rendezvous: under torchrun, ``rollout_ranks`` stays 0.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import hashlib
 import os
+import pickle
 import time
 from collections.abc import Callable, Iterator, Sequence
+from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
@@ -30,6 +42,7 @@ import torch
 import torch.distributed as dist
 
 from trainer.config import TrainConfig
+from trainer.distributed.placement import COLOCATED, ROLLOUT, TRAIN, rank_roles
 from trainer.types import Generation, Prompt
 from trainer.update import UpdateBatch, UpdateShard, _chunks
 
@@ -188,18 +201,120 @@ def full_weights(model: torch.nn.Module, bucket_bytes: int,
         del out
 
 
+# How long the weight transfer's members wait for each other (its rendezvous, each broadcast).
+TRANSFER_TIMEOUT = timedelta(minutes=30)
+# Each tensor of a bucket starts at a multiple of this many bytes of the bucket's buffer, so
+# that a received tensor is a view of the buffer (a view as float32 needs 4-byte alignment).
+TRANSFER_ALIGN = 64
+
+
+def weight_transfer_group(addr: str, port: int, rank: int, size: int, cuda: bool) -> Any:
+    """The group that carries the weights: train rank 0 (member 0, which hosts its store at
+    ``addr:port``) and the rollout ranks (members 1..R). A process group of its own, outside
+    either side's default group (each side's default group is its own ranks'), built from the
+    store directly: gloo on CPU, NCCL on GPU."""
+    store = dist.TCPStore(addr, port, size, rank == 0, timeout=TRANSFER_TIMEOUT)
+    prefixed = dist.PrefixStore("weights", store)
+    if cuda:
+        return dist.ProcessGroupNCCL(prefixed, rank, size)
+    return dist.ProcessGroupGloo(prefixed, rank, size, TRANSFER_TIMEOUT)
+
+
+def _broadcast(group: Any, tensor: torch.Tensor) -> None:
+    opts = dist.BroadcastOptions()
+    opts.rootRank, opts.rootTensor = 0, 0
+    group.broadcast([tensor], opts).wait()
+
+
+def _digest(h: Any, name: str, tensor: torch.Tensor) -> None:
+    h.update(name.encode())
+    h.update(tensor.detach().contiguous().cpu().reshape(-1).view(torch.uint8).numpy().tobytes())
+
+
+def _send_bucket(group: Any, bucket: list[tuple[str, torch.Tensor]], device: torch.device
+                 ) -> None:
+    """One bucket: its layout (name, dtype, shape, byte offset per tensor, pickled), then its
+    tensors' bytes end to end in one buffer; an empty layout ends the transfer."""
+    layout, offset = [], 0
+    for name, tensor in bucket:
+        layout.append((name, str(tensor.dtype).removeprefix("torch."), tuple(tensor.shape),
+                       offset))
+        offset += -(-tensor.numel() * tensor.element_size() // TRANSFER_ALIGN) * TRANSFER_ALIGN
+    head = torch.frombuffer(bytearray(pickle.dumps(layout)), dtype=torch.uint8).to(device)
+    _broadcast(group, torch.tensor([head.numel(), offset], dtype=torch.int64, device=device))
+    _broadcast(group, head)
+    if not bucket:
+        return
+    flat = torch.empty(offset, dtype=torch.uint8, device=device)
+    for (_, tensor), (_, _, _, at) in zip(bucket, layout, strict=True):
+        raw = tensor.detach().contiguous().reshape(-1).view(torch.uint8)
+        flat[at:at + raw.numel()].copy_(raw)
+    _broadcast(group, flat)
+
+
+def send_weights(group: Any, weights: Iterator[tuple[str, torch.Tensor]], bucket_bytes: int,
+                 device: torch.device, digest: Any = None) -> None:
+    """Train rank 0's side: ``weights`` (the gathered stream) broadcast a bucket of about
+    ``bucket_bytes`` at a time, then the end. ``digest`` (a hashlib object) takes every tensor
+    sent."""
+    bucket: list[tuple[str, torch.Tensor]] = []
+    size = 0
+    for name, tensor in weights:
+        if digest is not None:
+            _digest(digest, name, tensor)
+        bucket.append((name, tensor))
+        size += tensor.numel() * tensor.element_size()
+        if size >= bucket_bytes:
+            _send_bucket(group, bucket, device)
+            bucket, size = [], 0
+    if bucket:
+        _send_bucket(group, bucket, device)
+    _send_bucket(group, [], device)
+
+
+def receive_weights(group: Any, device: torch.device, digest: Any = None
+                    ) -> Iterator[tuple[str, torch.Tensor]]:
+    """A rollout rank's side: (name, tensor) as the buckets arrive, each tensor a view of its
+    bucket's buffer, until the end. ``digest`` takes every tensor received."""
+    while True:
+        sizes = torch.zeros(2, dtype=torch.int64, device=device)
+        _broadcast(group, sizes)
+        head_len, total = (int(v) for v in sizes.tolist())
+        head = torch.empty(head_len, dtype=torch.uint8, device=device)
+        _broadcast(group, head)
+        layout = pickle.loads(head.cpu().numpy().tobytes())
+        if not layout:
+            return
+        flat = torch.empty(total, dtype=torch.uint8, device=device)
+        _broadcast(group, flat)
+        for name, dtype, shape, at in layout:
+            dt = getattr(torch, dtype)
+            count = int(torch.Size(shape).numel())
+            tensor = flat[at:at + count * dt.itemsize].view(dt).reshape(shape)
+            if digest is not None:
+                _digest(digest, name, tensor)
+            yield name, tensor
+        del flat
+
+
 class Rank:
     """One rank: process group, policy shard, optimiser, engine. ``engine=False`` leaves the
     engine out (an update-only check needs no vLLM). ``should_stop`` (the driver's cancel, read
     by this rank) is agreed on by all ranks before every mini-batch: a rank that stopped alone
     would leave the others waiting in a collective. ``on_phase`` is told each phase of the
-    start ("loading the model", "building the vLLM engine"...), for the run's page."""
+    start ("loading the model", "building the vLLM engine"...), for the run's page.
+
+    ``role`` (``placement.rank_roles``): "train+rollout" (all of the above), "train" (no
+    engine) or "rollout" (an engine only). ``master_addr`` / ``master_port`` are the rank's own
+    side's rendezvous, ``transfer`` the weight transfer's (split ranks: train rank 0 and the
+    rollout ranks join it)."""
 
     def __init__(self, config: dict[str, Any], *, rank: int | None = None,
                  world_size: int | None = None, master_addr: str | None = None,
                  master_port: int | None = None, engine: bool = True,
                  should_stop: Callable[[], bool] | None = None,
-                 on_phase: Callable[[str], None] | None = None) -> None:
+                 on_phase: Callable[[str], None] | None = None,
+                 transfer: tuple[str, int] | None = None) -> None:
         from trainer.model import load_model_dir, resolve_model_path
         from trainer.update import make_optimizer
 
@@ -209,8 +324,20 @@ class Rank:
         env = os.environ
         self.rank = int(env["RANK"]) if rank is None else rank
         self.world_size = int(env["WORLD_SIZE"]) if world_size is None else world_size
-        # vLLM's external launcher and env:// read these.
-        env["RANK"], env["WORLD_SIZE"] = str(self.rank), str(self.world_size)
+        self.role = rank_roles(self.world_size, self.config.rollout_ranks)[self.rank]
+        if self.role != COLOCATED and (master_addr is None or transfer is None):
+            raise ValueError("rollout_ranks > 0 needs the launcher's rendezvous for each side "
+                             "and the weight transfer (under torchrun, keep rollout_ranks = 0)")
+        if self.role == ROLLOUT and not engine:
+            raise ValueError("a rollout rank is its engine: engine=False needs rollout_ranks = 0")
+        # This rank's own process group: every rank (colocated), or its side's ranks only.
+        trainers = self.world_size - self.config.rollout_ranks
+        self.group_rank, self.group_size = (
+            (self.rank - trainers, self.config.rollout_ranks) if self.role == ROLLOUT
+            else (self.rank, trainers) if self.role == TRAIN
+            else (self.rank, self.world_size))
+        # vLLM's external launcher and env:// read these (the rank's own group).
+        env["RANK"], env["WORLD_SIZE"] = str(self.group_rank), str(self.group_size)
         env.setdefault("LOCAL_RANK", "0")
         if master_addr is not None:
             env["MASTER_ADDR"] = master_addr
@@ -227,9 +354,12 @@ class Rank:
         if not dist.is_initialized():
             say("joining the process group")
             dist.init_process_group("nccl" if self.cuda else "gloo", init_method="env://",
-                                    rank=self.rank, world_size=self.world_size)
+                                    rank=self.group_rank, world_size=self.group_size)
         self.should_stop = should_stop
-        self.sleep_mode = self.config.sleep_mode_on(self.device.type)
+        # Sleep mode frees a colocated rank's engine while its shard trains; split ranks hold
+        # one or the other.
+        self.sleep_mode = self.role == COLOCATED and self.config.sleep_mode_on(
+            self.device.type)
         if self.sleep_mode and not self.cuda:
             raise ValueError("vllm_sleep_mode: vLLM's CPU build has no sleep mode; leave it "
                              "empty or off on CPU")
@@ -241,11 +371,23 @@ class Rank:
         self.engine: Any = None
         self.seconds: dict[str, float] = {}
         self.step_seconds: dict[str, float] = {}
-        if engine:
+        self.transfer: Any = None
+        self._requests: Any = None
+        self.ref_model: Any = None
+        if engine and self.role != TRAIN:
             say("building the vLLM engine")
             t0 = time.perf_counter()
             self.engine = self._build_engine(model, tokenizer)
             self.seconds["engine_build"] = time.perf_counter() - t0
+        if self.role == ROLLOUT:
+            # The engine holds the weights: no policy, reference, optimiser or shard here.
+            if self.engine is not None:
+                self.engine.model = None
+            del model
+            self.model = self.ref_model = self.optimizer = self.scheduler = None
+            self.mesh = self.shard = None
+            self._join_transfer(transfer, member=1 + self.group_rank)
+            return
         if self.config.lora_rank > 0:
             # The adapter goes in before fully_shard, so each rank holds its shard of A and B
             # beside its shard of the frozen W (the engine was built from W: step 0's merged
@@ -256,17 +398,24 @@ class Rank:
         say("sharding the policy")
         from torch.distributed.device_mesh import init_device_mesh
 
-        self.mesh = init_device_mesh(self.device.type, (self.world_size,))
+        self.mesh = init_device_mesh(self.device.type, (self.group_size,))
         if self.config.activation_checkpointing:
             model.gradient_checkpointing_enable(
                 gradient_checkpointing_kwargs={"use_reentrant": False})
         shard_policy(model, self.mesh, cuda=self.cuda)
         self.model = model
-        self.ref_model: Any = None
         self._ensure_reference()
         self.optimizer, self.scheduler = make_optimizer(model, self.config)
-        self.shard = ProcessGroupShard(self.rank, self.world_size, self.device)
-        self._requests: Any = None
+        self.shard = ProcessGroupShard(self.group_rank, self.group_size, self.device)
+        if self.role == TRAIN and self.rank == 0:
+            self._join_transfer(transfer, member=0)
+
+    def _join_transfer(self, transfer: tuple[str, int] | None, member: int) -> None:
+        """Join the weight transfer (train rank 0 as member 0, the rollout ranks after it);
+        last in the start, so that no side waits in it while the other still loads."""
+        assert transfer is not None
+        self.transfer = weight_transfer_group(*transfer, member, 1 + self.config.rollout_ranks,
+                                              self.cuda)
 
     def _ensure_reference(self) -> None:
         """With a KL in the loss or the reward: the frozen reference, the model directory's
@@ -274,7 +423,8 @@ class Rank:
         policy is, so that each rank holds 1/world of it and its forward passes are collectives
         every rank joins (``ProcessGroupShard.chunks``). Built once, on the first run that
         needs it."""
-        if self.ref_model is not None or not self.config.uses_reference:
+        if self.ref_model is not None or not self.config.uses_reference \
+                or self.role == ROLLOUT:
             return
         from trainer.lora import AdapterOff, is_lora
 
@@ -382,10 +532,18 @@ class Rank:
         finally:
             self._spent("update", t0)
 
-    def sync_weights(self) -> dict[str, float]:
+    def sync_weights(self, digest: bool = False) -> dict[str, Any]:
         """Gather the updated policy into this rank's engine: ``reload_weights`` fed by the
         bucketed gather, then ``reset_prefix_cache`` (cached prefixes hold the old weights'
-        key/values). Returns the seconds it took."""
+        key/values). Split ranks: the train ranks gather and train rank 0 sends
+        (``_push_weights``), the rollout ranks receive and load (``_load_pushed``), all in
+        the same call. Returns the seconds it took and, with ``digest``, a SHA-256 of every
+        tensor this rank gathered or loaded (name and bytes, in order: equal on both sides when
+        the engine got what the train ranks hold)."""
+        if self.role == TRAIN:
+            return self._push_weights(digest)
+        if self.role == ROLLOUT:
+            return self._load_pushed(digest)
         t0 = time.perf_counter()
         if self.engine is None:
             for _ in self.engine_weights(self.config.fsdp_bucket_mb * 2**20):
@@ -405,12 +563,48 @@ class Rank:
                                      + self.seconds["sync"] - gather)
         return {"sync": self.seconds["sync"]}
 
+    def _push_weights(self, digest: bool) -> dict[str, Any]:
+        """A train rank's side of the push: every train rank gathers (a collective among
+        them); train rank 0 broadcasts each bucket to the rollout ranks as it is gathered.
+        Its seconds are the rank's weight gather (the send included)."""
+        t0 = time.perf_counter()
+        h = hashlib.sha256() if digest else None
+        bucket_bytes = self.config.fsdp_bucket_mb * 2**20
+        weights = self.engine_weights(bucket_bytes)
+        if self.transfer is not None:
+            send_weights(self.transfer, weights, bucket_bytes, self.device, h)
+        else:
+            for name, tensor in weights:
+                if h is not None:
+                    _digest(h, name, tensor)
+        spent = time.perf_counter() - t0
+        self.seconds["sync"] = spent
+        self.step_seconds["gather"] = self.step_seconds.get("gather", 0.0) + spent
+        return {"sync": spent, **({"digest": h.hexdigest()} if h is not None else {})}
+
+    def _load_pushed(self, digest: bool) -> dict[str, Any]:
+        """A rollout rank's side: the buckets train rank 0 sends, loaded into the engine as
+        they arrive, then the prefix cache dropped. Its seconds (waiting for the train ranks'
+        gather included) are the rank's engine load."""
+        t0 = time.perf_counter()
+        h = hashlib.sha256() if digest else None
+        weights = receive_weights(self.transfer, self.device, h)
+        llm = self.engine.llm
+        llm.collective_rpc("reload_weights", kwargs={"weights_iterator": weights})
+        for _ in weights:  # whatever the load left unread: the transfer must reach its end
+            pass
+        llm.reset_prefix_cache()
+        spent = time.perf_counter() - t0
+        self.seconds["sync"] = spent
+        self.step_seconds["load"] = self.step_seconds.get("load", 0.0) + spent
+        return {"sync": spent, **({"digest": h.hexdigest()} if h is not None else {})}
+
     def step_report(self) -> dict[str, Any]:
         """Where this rank runs and its seconds since the last report (generation, update,
         weight gather, engine load); the counters restart."""
         device = (f"{torch.cuda.get_device_name(self.device)} ({self.device})" if self.cuda
                   else "cpu")
-        out = {"rank": self.rank, "device": device, **self.step_seconds}
+        out = {"rank": self.rank, "device": device, "role": self.role, **self.step_seconds}
         self.step_seconds = {}
         return out
 
@@ -431,7 +625,8 @@ class Rank:
     # --- a new run on these ranks -------------------------------------------------------------
     # What the shard and the engine were built with: a later run on the same ranks must share
     # them (the update's fields, lr, the clip ranges, the loss, may change).
-    BUILT_WITH = ("model", "world_size", "device", "rollout_dtype", "temperature", "top_p",
+    BUILT_WITH = ("model", "world_size", "rollout_ranks", "device", "rollout_dtype",
+                  "temperature", "top_p",
                   "max_new_tokens", "vllm_kv_cache_gib", "activation_checkpointing",
                   "vllm_sleep_mode", "lora_rank", "lora_alpha", "lora_target_modules")
 
@@ -468,6 +663,8 @@ class Rank:
                                  f"run asks for {asked[name]!r}{how}; start new ranks for it")
         # Kept as the ranks run it: the device they were built on.
         self.config = dataclasses.replace(new, device=self.device.type)
+        if self.role == ROLLOUT:  # the weights come with the next push
+            return
         self._ensure_reference()
         if initial_weights:
             initial, _ = load_model_dir(self.model_dir, "cpu")
@@ -563,5 +760,10 @@ class Rank:
         if self.engine is not None:
             self.engine.close()
             self.engine = None
+        if self.transfer is not None:
+            shutdown = getattr(self.transfer, "shutdown", None)
+            if shutdown is not None:
+                shutdown()
+            self.transfer = None
         if dist.is_initialized():
             dist.destroy_process_group()

@@ -1,0 +1,124 @@
+"""The rollout/train split of a distributed run's ranks (``rollout_ranks``) without Ray: each
+rank's role, its bundle's resources on a cluster that labels its nodes or not, the config's
+refusals naming their field, and the weight transfer's wire format between two real gloo
+processes (train rank 0's ``send_weights`` against a rollout rank's ``receive_weights``).
+The runs on Ray are in tests/trainer/test_distributed.py."""
+
+from __future__ import annotations
+
+import hashlib
+import multiprocessing
+import socket
+from typing import Any
+
+import pytest
+
+from trainer.config import TrainConfig
+from trainer.distributed.placement import bundle_resources, rank_roles
+
+
+def test_ranks_split_into_train_ranks_first_then_rollout_ranks() -> None:
+    assert rank_roles(2, 0) == ["train+rollout"] * 2
+    assert rank_roles(2, 1) == ["train", "rollout"]
+    assert rank_roles(5, 2) == ["train", "train", "train", "rollout", "rollout"]
+    with pytest.raises(ValueError, match="leaves no rank of 2 to train"):
+        rank_roles(2, 2)
+
+
+def test_bundles_ask_for_their_roles_resource_where_the_cluster_advertises_it() -> None:
+    plain = {"CPU": 8.0, "GPU": 4.0, "memory": 1e10}
+    labelled = {**plain, "rada_rollout": 2.0, "rada_train": 2.0}
+    # No labels: CPU (and GPU) only, whatever the role (today's bundles).
+    for role in ("train", "rollout", "train+rollout"):
+        assert bundle_resources(role, False, plain) == {"CPU": 1}
+        assert bundle_resources(role, True, plain) == {"CPU": 1, "GPU": 1}
+    # Labelled nodes: each role asks for its own label besides its CPU/GPU.
+    assert bundle_resources("rollout", True, labelled) == {"CPU": 1, "GPU": 1,
+                                                           "rada_rollout": 1}
+    assert bundle_resources("train", True, labelled) == {"CPU": 1, "GPU": 1, "rada_train": 1}
+    assert bundle_resources("train", False, labelled) == {"CPU": 1, "rada_train": 1}
+    # Colocated ranks do both: they ask for neither label.
+    assert bundle_resources("train+rollout", True, labelled) == {"CPU": 1, "GPU": 1}
+    # Each label on its own: only rollout nodes labelled keeps them for the rollout ranks and
+    # lets the train ranks go anywhere (a label nobody advertises would never place).
+    half = {**plain, "rada_rollout": 1.0}
+    assert bundle_resources("rollout", False, half) == {"CPU": 1, "rada_rollout": 1}
+    assert bundle_resources("train", False, half) == {"CPU": 1}
+    assert bundle_resources("rollout", False, {**plain, "rada_rollout": 0.0}) == {"CPU": 1}
+
+
+def _errors(**kw: Any) -> list[tuple[str, str]]:
+    return [(e.field, e.reason) for e in TrainConfig(**kw).errors()]
+
+
+def test_the_split_is_refused_where_it_cannot_work_naming_the_field() -> None:
+    ranks = {"backend": "vllm", "world_size": 2}
+    assert _errors(**ranks, rollout_ranks=1) == []
+    # Every rank a rollout rank leaves nobody to train.
+    ((field, reason),) = _errors(**ranks, rollout_ranks=2)
+    assert field == "rollout_ranks" and "at most 1 for world_size 2, got 2" in reason
+    assert [f for f, _ in _errors(backend="vllm", rollout_ranks=1)] == ["rollout_ranks"]
+    # Sleep mode asked for: no rank holds both an engine and a shard.
+    ((field, reason),) = _errors(**ranks, rollout_ranks=1, vllm_sleep_mode=True)
+    assert field == "rollout_ranks" and "vllm_sleep_mode" in reason
+    assert _errors(**ranks, rollout_ranks=1, vllm_sleep_mode=False) == []
+    # Asynchronous training across ranks: the split ranks generate while the others train;
+    # colocated ranks cannot, and are told what to set.
+    asynchronous = {**ranks, "max_policy_lag": 1, "tis_cap": 2.0}
+    assert _errors(**asynchronous, rollout_ranks=1) == []
+    ((field, reason),) = _errors(**asynchronous)
+    assert field == "max_policy_lag" and "colocated ranks (rollout_ranks = 0" in reason
+    assert "set rollout_ranks >= 1" in reason
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def _member(member: int, port: int, queue: Any) -> None:
+    import torch
+
+    from trainer.distributed.rank import receive_weights, send_weights, weight_transfer_group
+
+    group = weight_transfer_group("127.0.0.1", port, member, 3, cuda=False)
+    device = torch.device("cpu")
+    h = hashlib.sha256()
+    if member == 0:
+        g = torch.Generator().manual_seed(0)
+        weights = [("a.weight", torch.randn(3, 5, generator=g)),
+                   ("b.bias", torch.randn(7, generator=g).to(torch.bfloat16)),
+                   ("c.scale", torch.tensor(2.5, dtype=torch.float64)),
+                   ("d.ids", torch.arange(11, dtype=torch.int64).reshape(1, 11)),
+                   ("e.weight", torch.randn(4, 4, generator=g)[:, 1:])]  # not contiguous
+        # A 64-byte bucket: several buckets, some of one tensor only.
+        send_weights(group, iter(weights), 64, device, h)
+        got = [(n, t.clone()) for n, t in weights]
+    else:
+        got = [(n, t.clone()) for n, t in receive_weights(group, device, h)]
+    queue.put((member, [(n, str(t.dtype), tuple(t.shape), t.float().flatten().tolist())
+                        for n, t in got], h.hexdigest()))
+
+
+def test_the_weight_transfer_carries_every_tensor_exactly_to_every_rollout_rank() -> None:
+    """Train rank 0 and two rollout ranks as three real gloo processes: what each rollout rank
+    receives is what train rank 0 sent, name, dtype, shape and bytes (the digests agree), over
+    several buckets and an end marker."""
+    ctx = multiprocessing.get_context("spawn")
+    queue = ctx.Queue()
+    port = _free_port()
+    procs = [ctx.Process(target=_member, args=(m, port, queue)) for m in range(3)]
+    for p in procs:
+        p.start()
+    try:
+        results = dict((m, (w, d)) for m, w, d in (queue.get(timeout=120) for _ in procs))
+    finally:
+        for p in procs:
+            p.join(timeout=30)
+            if p.is_alive():
+                p.kill()
+    sent, digest = results[0]
+    assert [n for n, *_ in sent] == ["a.weight", "b.bias", "c.scale", "d.ids", "e.weight"]
+    for member in (1, 2):
+        assert results[member] == (sent, digest)
