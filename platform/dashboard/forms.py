@@ -51,7 +51,7 @@ GROUP_TITLES = {"algorithm": "Algorithm", "est": "Reinforce-Ada Est (ada-est onl
                 "model": "Model and generation",
                 "optimisation": "Optimisation", "data": "Built-in task, verifier and rewards",
                 "distributed": "GPUs and machines (world_size > 1: Ray, FSDP2, one engine per "
-                               "rank)",
+                               "rank, or rollout_ranks of engines apart)",
                 "run": "Seed, checkpoints, evaluation and trackers"}
 
 
