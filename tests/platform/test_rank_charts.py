@@ -110,6 +110,8 @@ def test_a_split_runs_page_says_which_rank_generates_and_which_trains(
 
     run = two_node_run(owner)
     Run.objects.filter(pk=run.pk).update(config={**run.config, "rollout_ranks": 2})
+    page = owner_client.get(reverse("dashboard:run_detail", args=[run.pk])).content.decode()
+    assert "4 ranks asked for (2 rollout ranks, the others training); where they run" in page
     roles = ("train", "train", "rollout", "rollout")
     for step in (1, 2):
         write_step(run, StepRecord(step=step, metrics={"time_step": 20.0}, rounds=[],
