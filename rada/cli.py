@@ -132,7 +132,7 @@ def _add_launch(sub: Any, common: argparse.ArgumentParser) -> None:
                         help="training prompt set (name or id)")
     launch.add_argument("--eval-set", metavar="NAME", help="held-out prompt set (name or id)")
     launch.add_argument("--name", help="run or sweep name (default: the config file's name)")
-    launch.add_argument("--queue", default="cpu", help="cpu or gpu (default cpu)")
+    launch.add_argument("--queue", default="cpu", help="cpu, gpu or ray (default cpu)")
     launch.add_argument("--retention", default="all", choices=("all", "kept", "none"),
                         help="response texts kept (default all)")
     launch.add_argument("--sweep", metavar="FIELD=V1,V2[;FIELD=...]",

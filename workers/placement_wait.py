@@ -19,11 +19,24 @@ from contextlib import contextmanager
 logger = logging.getLogger("workers.placement_wait")
 
 
+# The custom resources a rollout/train split's bundles ask for where the nodes advertise them
+# (docker-compose.yml's ray-rollout / ray-train), and the ranks that take them.
+ROLE_RESOURCES = {"rada_rollout": "rollout", "rada_train": "train"}
+
+
 def waiting_text(need: dict[str, int], free: dict[str, float], total: dict[str, float]
                  ) -> str:
-    """What the run waits for, in words; "" when every rank has its bundle."""
+    """What the run waits for, in words; "" when every rank has its bundle. Every bundle takes
+    one CPU (and one GPU on GPUs); a split's rollout and train ranks each take one of their
+    role's resource too, which only their role's nodes have, so each role is counted apart."""
+    for resource, role in ROLE_RESOURCES.items():
+        have = math.floor(free.get(resource, 0.0))
+        if resource in need and have < need[resource]:
+            return (f"waiting for {need[resource]:,} GPUs for {role} ranks (nodes with "
+                    f"{resource}) on the Ray cluster ({have:,} free, "
+                    f"{math.floor(total.get(resource, 0.0)):,} in all)")
     key = "GPU" if "GPU" in need else "CPU"
-    have = min(math.floor(free.get(k, 0.0)) for k in need)
+    have = min(math.floor(free.get(k, 0.0)) for k in need if k not in ROLE_RESOURCES)
     if have >= need[key]:
         return ""
     return (f"waiting for {need[key]:,} {key}s on the Ray cluster ({have:,} free, "

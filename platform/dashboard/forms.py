@@ -51,7 +51,7 @@ GROUP_TITLES = {"algorithm": "Algorithm", "est": "Reinforce-Ada Est (ada-est onl
                 "model": "Model and generation",
                 "optimisation": "Optimisation", "data": "Built-in task, verifier and rewards",
                 "distributed": "GPUs and machines (world_size > 1: Ray, FSDP2, one engine per "
-                               "rank)",
+                               "rank, or rollout_ranks of engines apart)",
                 "run": "Seed, checkpoints, evaluation and trackers"}
 
 
@@ -83,6 +83,18 @@ def _config_field(spec: dict[str, Any]) -> forms.Field:
         return forms.FloatField(widget=forms.NumberInput(attrs={"step": "any", **attrs}),
                                 **common)
     return forms.CharField(required=False, **common)
+
+
+def queue_label(queue: str) -> str:
+    """A queue in the launch form's dropdown: what its workers are, how many ranks fit, and,
+    where its cluster declares them, how many of each role of a rollout/train split."""
+    roles = [f"{role} ranks up to {most:,}"
+             for role, most in (("rollout", settings.RUN_MAX_ROLLOUT_RANKS.get(queue)),
+                                ("train", settings.RUN_MAX_TRAIN_RANKS.get(queue)))
+             if most is not None]
+    return (f"{queue}: {settings.RUN_QUEUE_HELP.get(queue, queue)}; world_size up to "
+            f"{settings.RUN_MAX_WORLD_SIZE.get(queue, 1):,}"
+            + (f" ({', '.join(roles)})" if roles else ""))
 
 
 def registered_rewards() -> tuple[list[tuple[str, str]], str]:
@@ -191,9 +203,7 @@ class LaunchForm(NumbersAsTyped):
         self.fields["sweep"].help_text = self.fields["sweep"].help_text.format(
             max_runs=settings.SWEEP_MAX_RUNS)
         # The queues as configured, each with what its workers are and how many ranks fit.
-        self.fields["queue"].choices = [
-            (q, f"{q}: {settings.RUN_QUEUE_HELP.get(q, q)}; world_size up to "
-                f"{settings.RUN_MAX_WORLD_SIZE.get(q, 1):,}") for q in settings.RUN_QUEUES]
+        self.fields["queue"].choices = [(q, queue_label(q)) for q in settings.RUN_QUEUES]
         self.config_groups: dict[str, list[str]] = {}
         # The titles of the groups of an algorithm's own options ("Toy (toy only)").
         self.group_titles: dict[str, str] = {}

@@ -39,6 +39,7 @@ from experiments.selectors import SweepStatus, sweep_runs, sweep_statuses
 from trainer import formatting as fmt
 from trainer.algorithms import algorithms, get_algorithm, is_algorithm
 from trainer.config import NOT_TRAINING, TrainConfig
+from trainer.types import RankRecord
 
 from . import metrics as declared_metrics
 
@@ -424,24 +425,41 @@ def step_series(run_id: int, metrics: tuple[str, ...] = ()) -> dict[str, list[An
 # --- ranks of a world_size > 1 run --------------------------------------------------------------
 
 def run_placement(run_id: int) -> list[dict[str, Any]]:
-    """Where the run executes: its latest recorded step's ranks (rank, node, device), in rank
-    order; [] for a one-process run or before the first step. A resumed run may have moved, so
-    the latest step is the one that says."""
+    """Where the run executes: its latest recorded step's ranks (rank, role, node, device), in
+    rank order; [] for a one-process run or before the first step. A resumed run may have moved,
+    so the latest step is the one that says. ``role`` says what the rank does ("rollout":
+    generates only, "train": trains only, "train+rollout": both, colocated); ranks recorded
+    before the rollout/train split (no role) did both."""
     rows = _fetch(f"SELECT ranks FROM {Step._meta.db_table} WHERE run_id = %s "
                   "AND jsonb_array_length(ranks) > 0 ORDER BY step DESC LIMIT 1", [run_id])
     ranks = (json.loads(rows[0][0]) if isinstance(rows[0][0], str) else rows[0][0]) if rows else []
-    return sorted(({"rank": r["rank"], "node": r["node"], "device": r["device"]} for r in ranks),
-                  key=lambda r: r["rank"])
+    return sorted(({"rank": r["rank"], "role": r.get("role") or COLOCATED, "node": r["node"],
+                    "device": r["device"]} for r in ranks), key=lambda r: r["rank"])
+
+
+# What a rank recorded before the rollout/train split did: both (trainer.types.RankRecord).
+COLOCATED = RankRecord.role
+
+
+def placement_split(placement: list[dict[str, Any]]) -> dict[str, int] | None:
+    """{"rollout": ranks that only generate, "train": ranks that only train} of a run that
+    splits them (``rollout_ranks`` > 0); None where every rank does both."""
+    roles = Counter(r["role"] for r in placement)
+    if not roles or set(roles) == {COLOCATED}:
+        return None
+    return {"rollout": roles.get("rollout", 0), "train": roles.get("train", 0)}
 
 
 @dataclass(frozen=True)
 class RankSeries:
     """Per rank, per recorded step, each part of its step time (s): ``parts[rank][part]`` is a
-    list aligned with ``steps``. ``nodes[rank]`` is the rank's latest node."""
+    list aligned with ``steps``. ``nodes[rank]`` is the rank's latest node, ``roles[rank]`` its
+    latest role (``run_placement``)."""
 
     steps: list[int]
     parts: dict[int, dict[str, list[float | None]]]
     nodes: dict[int, str]
+    roles: dict[int, str] = field(default_factory=dict)
 
     def totals(self, rank: int) -> list[float | None]:
         cols = list(self.parts[rank].values())
@@ -456,6 +474,7 @@ def rank_series(run_id: int, part_keys: tuple[str, ...]) -> RankSeries:
     steps: list[int] = []
     parts: dict[int, dict[str, list[float | None]]] = {}
     nodes: dict[int, str] = {}
+    roles: dict[int, str] = {}
     for i, (step, ranks) in enumerate(rows):
         steps.append(step)
         ranks = json.loads(ranks) if isinstance(ranks, str) else ranks
@@ -465,11 +484,12 @@ def rank_series(run_id: int, part_keys: tuple[str, ...]) -> RankSeries:
             for p in part_keys:
                 cols[p].append(r.get(p))
             nodes[k] = str(r.get("node", ""))
+            roles[k] = str(r.get("role") or COLOCATED)
         for cols in parts.values():  # a rank missing from a step: a gap, not a shift
             for p in part_keys:
                 if len(cols[p]) < i + 1:
                     cols[p].append(None)
-    return RankSeries(steps, dict(sorted(parts.items())), nodes)
+    return RankSeries(steps, dict(sorted(parts.items())), nodes, roles)
 
 
 def is_eval_fraction(key: str) -> bool:

@@ -193,6 +193,8 @@ def run_detail(request: HttpRequest, run_id: int) -> HttpResponse:
         # Where a world_size > 1 run executes (the "Across ranks" section's table).
         "placement": placement,
         "placement_nodes": len({r["node"] for r in placement}),
+        # A rollout/train split: how many ranks generate and how many train (None: colocated).
+        "placement_split": selectors.placement_split(placement),
         # A clone says how it differs from its source (a deleted source leaves nothing to say).
         "source_diff": selectors.config_diff([run.cloned_from, run]) if run.cloned_from else None,
         "chart_sections": [(section, [charts.RUN_CHARTS[n] for n in names])

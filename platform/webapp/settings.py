@@ -194,6 +194,18 @@ RUN_MAX_WORLD_SIZE = {
     "gpu": int(os.environ.get("RUN_MAX_WORLD_SIZE_GPU", 1)),
     "ray": int(os.environ.get("RUN_MAX_WORLD_SIZE_RAY", 8)),
 }
+# The rollout/train split (``rollout_ranks``): where a queue's cluster declares how many ranks
+# of each role it can place (the Ray nodes that advertise the custom resources `rada_rollout` /
+# `rada_train`, README "More GPUs, more machines"), a split past either figure is refused naming
+# it. Unset (the default): no role is declared, every rank of either role takes any GPU and only
+# RUN_MAX_WORLD_SIZE bounds them.
+def _role_capacity(role: str) -> dict[str, int]:
+    return {q: int(os.environ[f"RUN_MAX_{role}_RANKS_{q.upper()}"]) for q in RUN_QUEUES
+            if os.environ.get(f"RUN_MAX_{role}_RANKS_{q.upper()}", "").strip()}
+
+
+RUN_MAX_ROLLOUT_RANKS = _role_capacity("ROLLOUT")
+RUN_MAX_TRAIN_RANKS = _role_capacity("TRAIN")
 # The fewest ranks a run on each queue needs: the ray queue's drivers hold no GPU, so a
 # one-rank run (one process, no Ray) has nowhere to train there.
 RUN_MIN_WORLD_SIZE = {"ray": 2}

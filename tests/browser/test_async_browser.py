@@ -3,7 +3,10 @@ off-policy training" section draws the lag of the trained samples against the bo
 each lag's share), the samples dropped and the engine/trainer timeline, each with its sentence
 under it; the history says which policy version drew each response. The run is DAPO with
 max_policy_lag = 2 on the simulated backend, recorded in-process through the worker's recorder
-(no worker). With SAVE_SCREENSHOTS=1 (a longer run) their pictures go to docs/screenshots/."""
+(no worker). A second test takes the whole path on a real Celery worker: Seq-balance with
+max_policy_lag = 1 and its synchronous twin launched from the form (the tiny model, three steps),
+the async run's charts from what the worker recorded, the compare page on wall time. With
+SAVE_SCREENSHOTS=1 (a longer run) their pictures go to docs/screenshots/."""
 
 from __future__ import annotations
 
@@ -59,6 +62,88 @@ def test_an_async_runs_page_draws_its_lag_and_drops_and_the_history_its_versions
     cells = block.locator("td.policy-version").all_text_contents()
     assert cells and all(c.startswith("v") and c.endswith(")") for c in cells)
     screenshot("async-prompt-history", element=f"#step-{steps}")
+
+
+def _launch_from_the_form(page: Any, base: str, name: str, prompt_set: Any,
+                          **fields: str) -> Run:
+    """The launch form filled as a researcher fills it: the tiny model on the hf backend
+    (its runs have importance ratios, so ESS), three steps of four prompts."""
+    import re
+
+    page.goto(base + "/runs/new/")
+    page.fill("#id_name", name)
+    page.select_option("#id_prompt_set", str(prompt_set.pk))
+    page.fill("#id_model", "builtin:tiny")
+    page.select_option("#id_backend", "hf")
+    page.select_option("#id_device", "cpu")
+    values = {"algorithm": "ada-balance", "lr": "0.0002", "total_steps": "3",
+              "batch_size": "4", "samples_per_round": "4", "max_rounds": "2",
+              "max_new_tokens": "4", "save_every": "0", "eval_every": "0", **fields}
+    for field, value in values.items():
+        if page.locator(f"#id_{field}").evaluate("e => e.tagName") == "SELECT":
+            page.select_option(f"#id_{field}", value)
+        else:
+            page.fill(f"#id_{field}", value)
+    page.click("#launch-button")
+    page.wait_for_url(re.compile(r"/runs/\d+/$"))
+    return Run.objects.get(pk=int(page.url.rstrip("/").rsplit("/", 1)[1]))
+
+
+def test_an_async_run_and_its_synchronous_twin_from_the_launch_form_on_a_worker(
+        live_server: Any, page: Any, start_worker: Callable[..., Any],
+        tiny_model_dir: Any) -> None:
+    """The path a researcher takes: Seq-balance with max_policy_lag = 1 and its synchronous
+    twin launched from the form, trained by a real Celery worker (the tiny model, hf backend),
+    then the async run's lag, ESS and engine/trainer timeline drawn from what the worker
+    recorded, and the compare page opening the two on wall time."""
+    from experiments.services import create_builtin_prompt_set
+
+    from tests.fixtures.services import wait_for
+    from trainer.model import MODEL_DIR_ENV
+
+    base = live_server.url
+    owner = User.objects.create_user("alice", password="alice-password-1")
+    prompts = create_builtin_prompt_set(owner, "arith-16", n=16, max_digits=2)
+    sign_in(page, base)
+    runs = [_launch_from_the_form(page, base, "seq-balance, lag 1", prompts,
+                                  max_policy_lag="1", off_policy_correction="tis",
+                                  tis_cap="2"),
+            _launch_from_the_form(page, base, "seq-balance, synchronous", prompts)]
+    assert [(r.algorithm, r.config["max_policy_lag"]) for r in runs] == [
+        ("ada-balance", 1), ("ada-balance", 0)]
+    start_worker(queues="cpu", env={MODEL_DIR_ENV: str(tiny_model_dir)})
+    wait_for(lambda: not Run.objects.filter(pk__in=[r.pk for r in runs]).exclude(
+        status__in=("succeeded", "failed", "cancelled")).exists(), timeout=300,
+        what="both runs to finish")
+    assert [Run.objects.get(pk=r.pk).status for r in runs] == ["succeeded"] * 2, [
+        Run.objects.get(pk=r.pk).error for r in runs]
+    lagged = runs[0]
+    assert Step.objects.filter(run=lagged).count() == 3
+
+    page.goto(base + f"/runs/{lagged.pk}/")
+    for name in ("policy_lag", "ess", "engine_timeline"):
+        page.wait_for_function(CHART_LOADED.format(name))
+    legend = page.locator("#chart-policy_lag .legendtext").all_text_contents()
+    assert "bound: max_policy_lag = 1" in legend
+    assert page.locator("#chart-policy_lag g.point").count() >= 3
+    # ESS: a recorded value per step, as the worker wrote it (each in (0, 1]).
+    ess = page.evaluate("document.getElementById('chart-ess').data"
+                        ".find(t => t.name.startsWith('ESS')).y")
+    recorded = [s.metrics["ess"] for s in Step.objects.filter(run=lagged).order_by("step")]
+    assert ess == pytest.approx(recorded) and all(0 < v <= 1 for v in recorded)
+    timeline = page.locator("#chart-engine_timeline .legendtext").all_text_contents()
+    assert {"generating (engine)", "training (trainer)"} <= set(timeline)
+    assert page.locator("#chart-engine_timeline g.point").count() >= 2 * 3
+
+    # Their lags differ: the compare page opens on wall time, and says why.
+    page.goto(base + f"/compare/?runs={runs[0].pk}&runs={runs[1].pk}")
+    assert page.locator("#x-by-lag").is_visible()
+    assert page.input_value("#compare-controls select[name=x]") == "wall"
+    page.wait_for_function(
+        "() => document.getElementById('chart-compare').dataset.loaded === '1'")
+    assert page.locator("#chart-compare .g-xtitle").text_content() == "wall time (s)"
+    names = page.evaluate("document.getElementById('chart-compare').data.map(t => t.name)")
+    assert all(any(n.startswith(r.name) for n in names) for r in runs), names
 
 
 def test_an_off_policy_runs_page_draws_its_ess_baseline_shift_and_lr_applied(

@@ -1,5 +1,6 @@
 """The run page's less common states in headless Chromium, as a user sees them: a four-rank run's
-"Across ranks" section (the placement table and each rank's time per step, the straggler named),
+"Across ranks" section (the placement table and each rank's time per step, the straggler named;
+a rollout/train split's table saying which rank generates and which trains),
 a run waiting for GPUs on a shared cluster, an interrupted run waiting to resume, a run that
 skipped optimiser steps, a queued run's place on its queue, a two-rank run starting, and the
 launch form's "GPUs and machines" fields. With
@@ -21,6 +22,7 @@ from tests.platform.dashboard_fixtures import (
     make_run,
     record,
     record_run,
+    record_split,
     two_node_run,
 )
 
@@ -65,6 +67,25 @@ def test_a_four_rank_runs_page_shows_where_it_runs_and_the_straggler(
     # The wait is not training time: no ETA extrapolated from it.
     assert "ETA" not in page.locator("#run-status").inner_text()
     screenshot("run-waiting-for-gpus", element="#run-status")
+
+
+def test_a_split_runs_page_says_which_rank_generates_and_which_trains(
+        live_server: Any, page: Any, screenshot: Callable[..., None]) -> None:
+    owner = User.objects.create_user("alice", password="alice-password-1")
+    run = two_node_run(owner)
+    record_split(run)
+    sign_in(page, live_server.url)
+    page.goto(live_server.url + f"/runs/{run.pk}/")
+    table = page.locator("#run-placement")
+    assert table.locator("caption").inner_text() == (
+        "4 ranks on 2 nodes (the latest step's): 2 rollout ranks generating, 2 train ranks "
+        "training")
+    assert table.locator("td.rank-role").all_text_contents() == ["train", "train", "rollout",
+                                                                 "rollout"]
+    page.wait_for_function(CHART_LOADED.format("rank_split"))
+    legend = page.locator("#chart-rank_times .legendtext").all_text_contents()
+    assert "rank 2 rollout (slowest)" in legend and "rank 0 train" in legend
+    screenshot("across-ranks-split", element="section:has(#run-placement)")
 
 
 def test_an_interrupted_run_says_it_waits_to_resume_and_a_skipping_run_warns(
@@ -140,6 +161,9 @@ def test_the_launch_forms_gpus_and_machines_fields(live_server: Any, page: Any,
     field = group.locator("#id_world_size")
     assert field.is_visible() and field.input_value() == "1"
     assert group.locator("label", has_text="world_size").count() == 1
+    split = group.locator("#id_rollout_ranks")
+    assert split.is_visible() and split.input_value() == "0"
+    assert (split.get_attribute("min"), split.get_attribute("max")) == ("0", "1023")
     screenshot("launch-distributed", element="fieldset:has(#id_world_size)")
 
 

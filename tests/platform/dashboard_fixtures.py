@@ -141,6 +141,32 @@ def record(run: Run, steps: int = 3) -> None:
                                    prompts=[], samples=[], ranks=ranks(step)))
 
 
+def split_ranks(step: int) -> list[RankRecord]:
+    """The four ranks split (rollout_ranks = 2): ranks 0 and 1 on the first node train (their
+    part of the update and the weight gather, no engine), ranks 2 and 3 on the second generate
+    (every request, then loading the new weights; no shard); rank 2 generates 60% slower from
+    step 2 on."""
+    out = []
+    for k in range(4):
+        rollout = k >= 2
+        gen = (10.0 + (6.0 if k == 2 and step > 1 else 0.0)) if rollout else 0.0
+        out.append(RankRecord(rank=k, node=NODES[k], device=f"NVIDIA H100 80GB HBM3 (cuda:{k % 2})",
+                              generation_s=gen, update_s=0.0 if rollout else 8.0,
+                              weight_gather_s=0.0 if rollout else 0.02,
+                              engine_load_s=0.15 if rollout else 0.0,
+                              role="rollout" if rollout else "train"))
+    return out
+
+
+def record_split(run: Run, steps: int = 3) -> None:
+    """``run`` (``two_node_run``) as a rollout/train split: its config says rollout_ranks = 2,
+    its steps record each rank's role."""
+    Run.objects.filter(pk=run.pk).update(config={**run.config, "rollout_ranks": 2})
+    for step in range(1, steps + 1):
+        write_step(run, StepRecord(step=step, metrics={"time_step": 20.0}, rounds=[],
+                                   prompts=[], samples=[], ranks=split_ranks(step)))
+
+
 # --- a sweep with a failed seed (compare, the report, the runs list and the API leave it out) ---
 
 def sweep_with_a_failed_seed(owner: User, steps: int = 6) -> Any:

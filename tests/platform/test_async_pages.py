@@ -129,6 +129,61 @@ def test_a_sweep_over_the_lag_is_an_axis_like_any_other(owner: User,
     assert experiment_selectors.sweep_runs(runs[0].sweep_id).count() == 3
 
 
+def test_launch_form_offers_the_rollout_split_under_gpus_and_machines(
+        owner_client: Client) -> None:
+    """``rollout_ranks`` comes from the config's metadata like every field: its help and bounds
+    on the input, in the "GPUs and machines" group beside world_size."""
+    from trainer.config import field_specs
+
+    spec = next(s for s in field_specs() if s["name"] == "rollout_ranks")
+    assert spec["group"] == "distributed"
+    make_prompt_set(size=12)
+    page = owner_client.get(reverse("dashboard:run_launch")).content.decode()
+    split = field_block(page, "rollout_ranks")
+    assert f'min="{spec["ge"]}"' in split and f'max="{spec["le"]}"' in split
+    assert "only generate" in split and "Unit: ranks." in split
+    group = page[page.rindex("<fieldset", 0, page.index('id="field-world_size"')):]
+    group = group[:group.index("</fieldset>")]
+    assert "GPUs and machines" in group and 'id="field-rollout_ranks"' in group
+
+
+def test_api_refuses_a_bad_lag_correction_and_split_naming_each_field(
+        user: User, client: Client) -> None:
+    from api.services import create_token
+
+    make_prompt_set("arith", size=12)
+    headers = {"Authorization": f"Bearer {create_token(user, 'tests')[1]}"}
+    bad = client.post("/api/v1/runs", {"name": "a", "prompt_set": "arith", "config": {
+        "backend": "vllm", "batch_size": 4, "total_steps": 2, "max_policy_lag": 9,
+        "off_policy_correction": "nope", "world_size": 2, "rollout_ranks": 2}},
+        content_type="application/json", headers=headers)
+    assert bad.status_code == 400, bad.content
+    errors = {e["field"]: e["reason"] for e in bad.json()["errors"]}
+    assert {"max_policy_lag", "off_policy_correction", "rollout_ranks"} <= set(errors), errors
+    assert "got 9" in errors["max_policy_lag"] and "'nope'" in errors["off_policy_correction"]
+    assert "leave at least one" in errors["rollout_ranks"]
+    # The TOML `rada launch` sends: a good split is stored as given.
+    ok = client.post("/api/v1/runs?name=split&prompt_set=arith",
+                     'backend = "vllm"\nbatch_size = 4\nworld_size = 3\nrollout_ranks = 1\n',
+                     content_type="application/toml", headers=headers)
+    assert ok.status_code == 201, ok.content
+    assert (ok.json()["config"]["world_size"], ok.json()["config"]["rollout_ranks"]) == (3, 1)
+    assert Run.objects.count() == 1
+
+
+def test_a_sweep_over_the_split_is_an_axis_and_a_bad_split_names_its_value(
+        owner: User) -> None:
+    ps = make_prompt_set(size=12)
+    base = {"backend": "vllm", "batch_size": 4, "world_size": 2}
+    sweep = services.launch_sweep(owner, "split", base,
+                                  services.parse_sweep_spec("rollout_ranks=0,1"), ps)
+    assert [r.config["rollout_ranks"] for r in sweep.runs.order_by("sweep_index")] == [0, 1]
+    with pytest.raises(services.LaunchError) as info:
+        services.launch_sweep(owner, "none left", base,
+                              services.parse_sweep_spec("rollout_ranks=1,2"), ps)
+    assert info.value.field == "sweep" and "rollout_ranks=2" in info.value.reason
+
+
 # --- the run page -------------------------------------------------------------------------------
 
 @pytest.fixture

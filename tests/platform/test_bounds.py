@@ -150,6 +150,54 @@ def test_the_ray_queue_refuses_a_one_rank_run(owner: User) -> None:
     assert cpu == [("queue", "device 'cuda' needs a GPU: choose the gpu or ray queue")]
 
 
+def test_a_split_the_queue_can_never_place_is_refused_naming_the_figure(
+        owner: User, owner_client: Client, settings: object) -> None:
+    """Each role of a rollout/train split needs places of its own: past world_size's figure
+    as any run, and where the queue's cluster declares its roles (nodes advertising rada_rollout
+    / rada_train), past each role's."""
+    settings.RUN_MAX_WORLD_SIZE = {"cpu": 4, "gpu": 1, "ray": 8}
+    settings.RUN_MAX_ROLLOUT_RANKS = {"ray": 2}
+    settings.RUN_MAX_TRAIN_RANKS = {"ray": 4}
+    ps = make_prompt_set(size=64)
+    split = VLLM | {"device": "cuda"}
+
+    def errors(queue: str, **config: int) -> list[tuple[str, str]]:
+        return services.launch_errors(split | config, name="x", prompt_set=ps, queue=queue,
+                                      retention="all")
+
+    # Undeclared (the gpu queue): the split's ranks are world_size's, bounded by its figure.
+    assert errors("gpu", world_size=2, rollout_ranks=1) == [
+        ("world_size", "world_size 2 needs 2 GPUs; the gpu queue has at most 1 "
+                       "(RUN_MAX_WORLD_SIZE_GPU)")]
+    assert services.launch_errors(VLLM | {"world_size": 4, "rollout_ranks": 3}, name="x",
+                                  prompt_set=ps, queue="cpu", retention="all") == []
+    # Declared (ray): 3 rollout ranks where 2 nodes' GPUs generate; 6 train ranks where 4 train.
+    assert errors("ray", world_size=5, rollout_ranks=3) == [
+        ("rollout_ranks", "rollout_ranks 3 of world_size 5 needs 3 rollout ranks; the ray "
+                          "queue places at most 2 (nodes with rada_rollout: "
+                          "RUN_MAX_ROLLOUT_RANKS_RAY)")]
+    assert errors("ray", world_size=8, rollout_ranks=2) == [
+        ("rollout_ranks", "rollout_ranks 2 of world_size 8 needs 6 train ranks; the ray queue "
+                          "places at most 4 (nodes with rada_train: RUN_MAX_TRAIN_RANKS_RAY)")]
+    assert [f for f, _ in errors("ray", world_size=8, rollout_ranks=3)] == ["rollout_ranks"] * 2
+    # Within both figures, and a colocated run (no role asked): no complaint.
+    assert errors("ray", world_size=6, rollout_ranks=2) == []
+    assert errors("ray", world_size=8) == []
+    # The launch refuses it, the form shows it on the field and says each role's figure.
+    with pytest.raises(services.LaunchError) as exc:
+        services.launch_run(owner, "too many", split | {"world_size": 5, "rollout_ranks": 3},
+                            ps, queue="ray")
+    assert exc.value.field == "rollout_ranks" and "at most 2" in exc.value.reason
+    page = owner_client.get(reverse("dashboard:run_launch")).content.decode()
+    assert "world_size up to 8 (rollout ranks up to 2, train ranks up to 4)" in page
+    resp = owner_client.post(reverse("dashboard:run_launch"), _launch_data(
+        ps, backend="vllm", device="cuda", queue="ray", world_size=8, rollout_ranks=2))
+    assert resp.status_code == 200
+    assert "needs 6 train ranks; the ray queue places at most 4" in field_block(
+        resp.content.decode(), "rollout_ranks")
+    assert not Run.objects.exists()
+
+
 def test_launch_form_offers_the_ranks_and_memory_options_and_says_each_queues_figure(
         owner_client: Client, settings: object) -> None:
     settings.RUN_MAX_WORLD_SIZE = {"cpu": 2, "gpu": 1, "ray": 16}

@@ -12,6 +12,10 @@ import yaml
 
 ROOT = Path(__file__).resolve().parents[2]
 RAY_SERVICES = ("ray-head", "ray-gpu", "worker-ray")
+# The GPU nodes of a rollout/train split, each in its profile, and the Ray resources it
+# advertises (one of each per GPU).
+ROLE_SERVICES = {"ray-rollout": ("rada_rollout",), "ray-train": ("rada_train",),
+                 "ray-rollout-train": ("rada_rollout", "rada_train")}
 APP_SERVICES = ("web", "worker-cpu", "worker-gpu", *RAY_SERVICES)
 
 
@@ -28,7 +32,8 @@ def command(service: dict[str, Any]) -> str:
 def test_services_and_images(compose: dict[str, Any]) -> None:
     services = compose["services"]
     assert set(services) == {"db", "redis", "cache", "web", "proxy", "worker-cpu",
-                             "worker-gpu", "ray-head", "ray-gpu", "worker-ray"}
+                             "worker-gpu", "ray-head", "ray-gpu", "worker-ray",
+                             *ROLE_SERVICES}
     assert services["db"]["image"] == "postgres:16"
     assert services["redis"]["image"] == services["cache"]["image"] == "redis:7"
     for name in services:
@@ -228,3 +233,38 @@ def test_health_checks_name_a_host_production_allows(compose: dict[str, Any],
     monkeypatch.setattr(webapp.settings, "ALLOWED_HOSTS", ["rada.example.org"])
     module = runpy.run_path(str(ROOT / "platform" / "webapp" / "settings_production.py"))
     assert module["ALLOWED_HOSTS"] == ["rada.example.org", "localhost"]
+
+
+def test_a_gpu_machine_serves_rollout_ranks_train_ranks_or_both(
+        compose: dict[str, Any]) -> None:
+    """The split's placement contract: a node advertises `rada_rollout` and/or `rada_train`,
+    one per GPU it has, and Ray places a rollout rank's bundle ({"rada_rollout": 1}) or a train
+    rank's ({"rada_train": 1}) only there. Each such node is opt-in (a profile), the same image
+    and machine as ray-gpu, and joins the head."""
+    import json
+
+    services = compose["services"]
+    assert "profiles" not in services["ray-gpu"]  # the default cluster is unchanged
+    head_port = _flags(command(services["ray-head"]))["port"]
+    for name, roles in ROLE_SERVICES.items():
+        service = services[name]
+        assert service["profiles"] == [name.removeprefix("ray-")], name
+        assert service["image"] == services["ray-gpu"]["image"]
+        assert service["shm_size"] == services["ray-gpu"]["shm_size"]
+        assert service["deploy"] == services["ray-gpu"]["deploy"], name
+        assert service["depends_on"]["ray-head"] == {"condition": "service_healthy"}
+        assert "health-check" in service["healthcheck"]["test"][1]
+        # Compose turns $$ into $; the shell then reads the GPU count into n.
+        assert service["command"][:2] == ["sh", "-c"], name
+        cmd = service["command"][2].replace("$$", "$")
+        args = shlex.split("exec " + cmd.split("; exec ", 1)[1])
+        assert args[:3] == ["exec", "ray", "start"] and "--block" in args, name
+        flags = _flags(shlex.join(args))
+        assert flags["address"] == "${RAY_HEAD:-ray-head}:" + head_port
+        advertised = json.loads(flags["resources"].replace("$n", "4"))
+        assert advertised == dict.fromkeys(roles, 4), name
+        assert cmd.startswith("n=${RADA_NODE_GPUS:-$(python -c"), name
+        assert "torch.cuda.device_count()" in cmd
+        env = service["environment"]
+        assert env["RAY_HEAD"] == "${RAY_HEAD:-ray-head}" and "RADA_NODE_GPUS" in env
+        assert env["RAY_USAGE_STATS_ENABLED"] == "0"

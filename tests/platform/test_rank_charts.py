@@ -17,6 +17,7 @@ from .dashboard_fixtures import (
     NODES,
     make_prompt_set,
     make_run,
+    ranks,
     record,
     two_node_run,
     write_step,
@@ -37,7 +38,8 @@ def test_the_recorder_stores_each_ranks_step_and_the_latest_placement(owner: Use
     assert [r["rank"] for r in stored] == [0, 1, 2, 3]
     assert stored[2]["generation_s"] == 16.0 and stored[2]["node"] == "10.0.0.2"
     assert selectors.run_placement(run.pk) == [
-        {"rank": k, "node": NODES[k], "device": f"NVIDIA H100 80GB HBM3 (cuda:{k % 2})"}
+        {"rank": k, "role": "train+rollout", "node": NODES[k],
+         "device": f"NVIDIA H100 80GB HBM3 (cuda:{k % 2})"}
         for k in range(4)]
     series = selectors.rank_series(run.pk, ("generation_s", "update_s"))
     assert series.steps == [1, 2, 3] and series.totals(2) == [14.0, 20.0, 20.0]
@@ -53,7 +55,8 @@ def test_run_page_says_where_the_run_executes_and_charts_each_rank(
     table = page[page.index('id="run-placement"'):page.index("</table>", page.index(
         'id="run-placement"'))]
     assert "4 ranks on 2 nodes" in table
-    assert "<td>2</td><td>10.0.0.2</td><td>NVIDIA H100 80GB HBM3 (cuda:0)</td>" in table
+    assert ('<td>2</td><td class="rank-role">train+rollout</td><td>10.0.0.2</td>'
+            '<td>NVIDIA H100 80GB HBM3 (cuda:0)</td>') in table
     for name in ("rank_times", "rank_split"):
         assert f'id="chart-{name}"' in page
 
@@ -96,3 +99,49 @@ def test_before_the_first_step_the_section_says_what_it_will_show(
     assert "4 ranks asked for; where they run shows here after the first step" in page
     assert _chart(owner_client, run, "rank_times")["layout"]["annotations"][0]["text"] == (
         "no steps recorded yet")
+
+
+def test_a_split_runs_page_says_which_rank_generates_and_which_trains(
+        owner: User, owner_client: Client) -> None:
+    """A rollout/train split (rollout_ranks = 2 of 4): the placement table's role column, the
+    caption's count of each role, the roles in the charts' rank names. Steps recorded before
+    the split (no role in their ranks) read as ranks that do both."""
+    from dataclasses import replace
+
+    run = two_node_run(owner)
+    Run.objects.filter(pk=run.pk).update(config={**run.config, "rollout_ranks": 2})
+    page = owner_client.get(reverse("dashboard:run_detail", args=[run.pk])).content.decode()
+    assert "4 ranks asked for (2 rollout ranks, the others training); where they run" in page
+    roles = ("train", "train", "rollout", "rollout")
+    for step in (1, 2):
+        write_step(run, StepRecord(step=step, metrics={"time_step": 20.0}, rounds=[],
+                                   prompts=[], samples=[],
+                                   ranks=[replace(r, role=roles[r.rank]) for r in ranks(step)]))
+    assert [r["role"] for r in Step.objects.get(run=run, step=2).ranks] == list(roles)
+    assert [(r["rank"], r["role"]) for r in selectors.run_placement(run.pk)] == list(
+        enumerate(roles))
+    page = owner_client.get(reverse("dashboard:run_detail", args=[run.pk])).content.decode()
+    table = page[page.index('id="run-placement"'):page.index("</table>", page.index(
+        'id="run-placement"'))]
+    assert "4 ranks on 2 nodes (the latest step's): 2 rollout ranks generating, 2 train ranks " \
+           "training" in table
+    assert ('<td>2</td><td class="rank-role">rollout</td><td>10.0.0.2</td>'
+            '<td>NVIDIA H100 80GB HBM3 (cuda:0)</td>') in table
+    assert ('<td>0</td><td class="rank-role">train</td><td>10.0.0.1</td>'
+            '<td>NVIDIA H100 80GB HBM3 (cuda:0)</td>') in table
+    assert "the rollout ranks generate every request" in page
+    names = [t["name"] for t in _chart(owner_client, run, "rank_times")["data"]]
+    assert names == ["rank 0 train", "rank 1 train", "rank 2 rollout (slowest)",
+                     "rank 3 rollout"]
+    labels = _chart(owner_client, run, "rank_split")["data"][0]["x"]
+    assert [x.split("<br>")[0] for x in labels] == names
+
+    # A step recorded before roles existed: its ranks did both.
+    Step.objects.filter(run=run, step=2).update(ranks=[
+        {k: v for k, v in r.items() if k != "role"} for r in Step.objects.get(run=run,
+                                                                              step=2).ranks])
+    assert {r["role"] for r in selectors.run_placement(run.pk)} == {"train+rollout"}
+    assert selectors.placement_split(selectors.run_placement(run.pk)) is None
+    page = owner_client.get(reverse("dashboard:run_detail", args=[run.pk])).content.decode()
+    assert '<td>3</td><td class="rank-role">train+rollout</td>' in page
+    assert "rollout ranks generating" not in page

@@ -112,6 +112,18 @@ def test_waiting_text_counts_the_bundles_the_ranks_take() -> None:
     assert waiting_text(need, {"CPU": 8.0, "GPU": 8.5}, {"CPU": 8.0, "GPU": 9.0}) == ""
     assert waiting_text({"CPU": 2}, {"CPU": 1.0}, {"CPU": 1.0}) == (
         "waiting for 2 CPUs on the Ray cluster (1 free, 1 in all)")
+    # A rollout/train split on role nodes: each role waits for its own nodes' GPUs.
+    split = {"CPU": 8, "GPU": 8, "rada_rollout": 2, "rada_train": 6}
+    roles = {"CPU": 64.0, "GPU": 8.0, "rada_rollout": 4.0, "rada_train": 4.0}
+    assert waiting_text(split, roles, roles) == (
+        "waiting for 6 GPUs for train ranks (nodes with rada_train) on the Ray cluster (4 free, "
+        "4 in all)")
+    assert waiting_text(split, roles | {"rada_rollout": 1.0}, roles).startswith(
+        "waiting for 2 GPUs for rollout ranks (nodes with rada_rollout) on the Ray cluster "
+        "(1 free, 4 in all)")
+    assert waiting_text(split, roles | {"rada_train": 6.0}, roles) == ""
+    assert waiting_text(split, roles | {"rada_train": 6.0, "GPU": 7.0}, roles).startswith(
+        "waiting for 8 GPUs on the Ray cluster (7 free")
 
 
 def _free_port() -> int:

@@ -61,13 +61,21 @@ def _rank_note(series: selectors.RankSeries) -> str:
             f"rank's step time, the slowest in {slowest:,} of {len(series.steps):,} steps")
 
 
+def _role(series: selectors.RankSeries, rank: int) -> str:
+    """A rank's role in its name where the run splits rollout from training (" rollout",
+    " train"); "" for a colocated rank, which does both."""
+    role = series.roles.get(rank, selectors.COLOCATED)
+    return "" if role == selectors.COLOCATED else f" {role}"
+
+
 def rank_times(run: Run, max_points: int = MAX_POINTS, **_: Any) -> Fig:
     """Each rank's step time (its generation, update, weight gather and engine load) per step,
     one line per rank; the slowest rank in its own colour, named in the title."""
     series = selectors.rank_series(run.pk, tuple(k for k, _ in RANK_PARTS))
     found = straggler(series)
     slow = found[0] if found else None
-    traces = [line_trace(f"rank {k}" + (" (slowest)" if k == slow else ""), series.steps,
+    traces = [line_trace(f"rank {k}{_role(series, k)}" + (" (slowest)" if k == slow else ""),
+                         series.steps,
                          series.totals(k), STRAGGLER_COLOR if k == slow else PEER_COLOR, max_points,
                          **({"line": {"color": STRAGGLER_COLOR, "width": 3}} if k == slow else {}))
               for k in series.parts]
@@ -84,7 +92,7 @@ def rank_split(run: Run, max_points: int = MAX_POINTS, **_: Any) -> Fig:
     """Where each rank's step went, mean seconds over the recorded steps, stacked by part."""
     series = selectors.rank_series(run.pk, tuple(k for k, _ in RANK_PARTS))
     found = straggler(series)
-    labels = [f"rank {k}" + (" (slowest)" if found and k == found[0] else "")
+    labels = [f"rank {k}{_role(series, k)}" + (" (slowest)" if found and k == found[0] else "")
               + (f"<br>{plotly_text(series.nodes[k])}" if series.nodes.get(k) else "")
               for k in series.parts]
     traces = [{"type": "bar", "name": label, "x": labels,

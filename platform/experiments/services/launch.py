@@ -115,7 +115,36 @@ def world_size_errors(config_dict: dict[str, Any], queue: str,
         return [("world_size", f"the {queue} queue runs world_size >= {least} (its workers "
                  f"drive ranks on a Ray cluster and hold no GPU); got {size}: choose the gpu "
                  f"queue for a one-GPU run")]
-    return []
+    if "rollout_ranks" in invalid:
+        return []
+    return split_errors(_unchecked(config_dict), queue)
+
+
+# A role of the rollout/train split: its ranks, the setting that bounds them on a queue, and the
+# Ray resource its nodes advertise (the placement asks a rollout rank's bundle for
+# {"rada_rollout": 1}, a train rank's for {"rada_train": 1}).
+SPLIT_ROLES = (("rollout", "RUN_MAX_ROLLOUT_RANKS", "rada_rollout"),
+               ("train", "RUN_MAX_TRAIN_RANKS", "rada_train"))
+
+
+def split_errors(config: TrainConfig, queue: str) -> list[tuple[str, str]]:
+    """A rollout/train split (``rollout_ranks`` > 0) against what the queue's cluster declares
+    it can place of each role (``RUN_MAX_ROLLOUT_RANKS``, ``RUN_MAX_TRAIN_RANKS``, set where the
+    Ray nodes advertise ``rada_rollout`` / ``rada_train``): each role's ranks need a place of
+    their own, so a split past either figure could never start. Undeclared, the ranks of both
+    roles take any of the queue's ``world_size`` places, which ``world_size_errors`` checks."""
+    if config.rollout_ranks <= 0:
+        return []
+    counts = {"rollout": config.rollout_ranks, "train": config.world_size - config.rollout_ranks}
+    errors = []
+    for role, setting, resource in SPLIT_ROLES:
+        most = getattr(settings, setting, {}).get(queue)
+        if most is not None and counts[role] > most:
+            errors.append(("rollout_ranks", (
+                f"rollout_ranks {config.rollout_ranks:,} of world_size {config.world_size:,} "
+                f"needs {counts[role]:,} {role} ranks; the {queue} queue places at most "
+                f"{most:,} (nodes with {resource}: {setting}_{queue.upper()})")))
+    return errors
 
 
 def step_work_inputs(algorithm: str) -> set[str]:
