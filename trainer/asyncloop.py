@@ -71,7 +71,13 @@ from trainer.loop import _Training
 from trainer.result import SamplerResult
 from trainer.rewards import score_and_shape
 from trainer.sampler import AdaptiveSampler, make_sampler
-from trainer.types import Generation, Prompt, RoundsOutcome, RoundStat
+from trainer.types import (
+    POLICY_LAG_COUNT_METRICS,
+    Generation,
+    Prompt,
+    RoundsOutcome,
+    RoundStat,
+)
 
 # The generation seed stream of the producer's ticks (the synchronous loop's streams are per
 # step; ticks are not steps).
@@ -543,7 +549,12 @@ class AsyncTraining(_Training):
         p = self.producer
         versions = sampled.versions if sampled.versions is not None else np.zeros(0)
         lag = p.version - versions[kept] if kept.any() else np.zeros(1)
+        # Kept samples at each lag 0..k (the run page's lag distribution, without its rows).
+        counts = np.bincount((p.version - versions[kept]).astype(np.int64),
+                             minlength=p.config.max_policy_lag + 1)
         return {"policy_lag_mean": float(lag.mean()), "policy_lag_max": float(lag.max()),
+                **{POLICY_LAG_COUNT_METRICS[i]: float(counts[i])
+                   for i in range(p.config.max_policy_lag + 1)},
                 "samples_stale_dropped": float(p.stale_dropped),
                 "samples_inflight_discarded": float(p.discarded_samples),
                 "prompts_inflight_discarded": float(p.discarded_prompts),

@@ -295,6 +295,12 @@ def as_metric(declared: Metric | str) -> Metric:
 
 # Keys that only some steps carry: the rollout/policy mismatch exists where the backend samples
 # with an engine of its own (vllm), the truncated-importance-sampling figures where tis_cap > 0.
+# Kept samples of an asynchronous step at each lag 0..max_policy_lag (its bound's upper limit,
+# trainer.config): the lag distribution the run page draws, recorded with the step so that the
+# page need not count the run's sample rows.
+MAX_POLICY_LAG = 8
+POLICY_LAG_COUNT_METRICS = tuple(f"policy_lag_samples_{lag}" for lag in range(MAX_POLICY_LAG + 1))
+
 OPTIONAL_STEP_METRICS: dict[str, Metric | str] = {
     "rollout_logprob_diff_mean": count("mean |policy old log-prob - engine log-prob| over kept "
                                        "tokens", "nats"),
@@ -314,6 +320,9 @@ OPTIONAL_STEP_METRICS: dict[str, Metric | str] = {
                              "weights that generated a sample and those it trains", "versions"),
     "policy_lag_max": count("largest lag of a kept sample (at most max_policy_lag)",
                             "versions"),
+    **{key: count(f"kept samples generated {lag} optimiser versions behind the weights they "
+                  f"trained (asynchronous steps, lags 0 to max_policy_lag)", "samples")
+       for lag, key in enumerate(POLICY_LAG_COUNT_METRICS)},
     "prompts_filtered": count("prompts done sampling that the algorithm left out of the ready "
                               "buffer since the last update (asynchronous DAPO: groups without "
                               "signal, each refilled by another prompt)", "prompts"),
@@ -353,6 +362,7 @@ OPTIONAL_STEP_METRICS: dict[str, Metric | str] = {
 # half right.
 PASS_RATE_THRESHOLDS = (0.0, 0.25, 0.5)
 PASS_RATE_METRICS = tuple(f"pass_rate_le_{t:g}" for t in PASS_RATE_THRESHOLDS)
+
 
 # Keys of StepRecord.metrics that every step carries (the dashboard and the benchmarks read them).
 # ``entropy`` is the token-mean whatever ``loss_agg_mode``; ``entropy_agg`` the mode's aggregate

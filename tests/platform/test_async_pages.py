@@ -14,6 +14,7 @@ from collections import Counter, defaultdict
 
 import pytest
 from django.contrib.auth.models import User
+from django.core.cache import cache
 from django.test import Client
 from django.urls import reverse
 from experiments import selectors as experiment_selectors
@@ -222,6 +223,18 @@ def test_async_run_page_charts_the_lag_against_the_bound_and_the_drops(
         assert bars[name]["y"] == pytest.approx(
             [lags[s][lag] / sum(lags[s].values()) for s in steps])
     assert bars["lag 1"]["y"][0] == 0 and any(y > 0 for y in bars["lag 1"]["y"])
+    # The shares come from the steps' own counts (policy_lag_samples_<lag>), equal to the rows;
+    # a run recorded before those counts falls back to counting its sample rows.
+    assert [_metric(async_run, f"policy_lag_samples_{lag}") for lag in (0, 1)] == [
+        [float(lags[s][lag]) for s in steps] for lag in (0, 1)]
+    for step in Step.objects.filter(run=async_run):
+        step.metrics = {k: v for k, v in step.metrics.items()
+                        if not k.startswith("policy_lag_samples_")}
+        step.save(update_fields=["metrics"])
+    cache.clear()
+    old = {t["name"]: t["y"] for t in _fig(owner_client, async_run, "policy_lag")["data"]
+           if t["type"] == "bar"}
+    assert old == {name: bar["y"] for name, bar in bars.items()}
 
     # Stale drops are rare on this small run (the simulated draws are seeded by prompt id, so
     # whether one happens depends on the database's ids): the chart is checked against what

@@ -19,6 +19,7 @@ from typing import Any
 from experiments.models import Run
 
 from trainer.config import TrainConfig
+from trainer.types import POLICY_LAG_COUNT_METRICS
 
 from .. import selectors
 from ..downsample import bucket_mean
@@ -93,15 +94,26 @@ def _lag_shares(rows: list[tuple[int, int, int]], steps: list[int]
                         for st in steps] for lag in lags}
 
 
+def _lag_rows(run: Run, s: dict[str, list[Any]], per_lag: tuple[str, ...]
+              ) -> list[tuple[int, int, int]]:
+    """(step, lag, kept samples) from the steps' own counts (``policy_lag_samples_<lag>``);
+    a run recorded before them counts its sample rows (``selectors.policy_lag_counts``)."""
+    if not s["step"] or any(v is None for v in s[per_lag[0]]):
+        return selectors.policy_lag_counts(run)
+    return [(st, lag, int(s[key][i])) for i, st in enumerate(s["step"])
+            for lag, key in enumerate(per_lag) if s[key][i]]
+
+
 def policy_lag(run: Run, max_points: int = MAX_POINTS, **_: Any) -> Fig:
     """The lag of the samples each step trained (optimiser versions between the weights that drew
     a sample and those it trained), against the bound k: on top the mean and the largest lag
     (the step metrics) under the bound's line, below the share of the step's kept samples at each
     lag (from the sample rows), stacked to 1."""
     k = run_config(run).max_policy_lag
-    s = selectors.step_series(run.pk, ("policy_lag_mean", "policy_lag_max"))
+    per_lag = POLICY_LAG_COUNT_METRICS[:k + 1]
+    s = selectors.step_series(run.pk, ("policy_lag_mean", "policy_lag_max", *per_lag))
     steps = s["step"]
-    lags, shares = _lag_shares(selectors.policy_lag_counts(run) if k else [], steps)
+    lags, shares = _lag_shares(_lag_rows(run, s, per_lag) if k else [], steps)
     data: list[dict[str, Any]] = [
         line_trace("mean lag of the kept samples", steps, s["policy_lag_mean"], PALETTE[0],
                    max_points),
