@@ -155,6 +155,11 @@ def engine_load_seconds(model: ModelShape, cluster: ClusterModel) -> float:
     return 2 * model.params / (cluster.engine_load_gb_s * 1e9)
 
 
+# What a rank does (``rollout_ranks``; trainer.distributed.placement's names, spelled here so
+# that this arithmetic imports nothing of Ray): both, only the update, only generation.
+COLOCATED, ROLE_TRAIN, ROLE_ROLLOUT = "train+rollout", "train", "rollout"
+
+
 @dataclass(frozen=True)
 class RankMemory:
     """GiB one rank holds. ``training`` is the update's peak, ``generation`` the rollout's;
@@ -175,6 +180,7 @@ class RankMemory:
     sleep_mode: bool
     kv_per_sequence: float    # one full-length sequence's KV cache
     lora_rank: int = 0        # > 0: LoRA adapters train, the base weights are frozen
+    role: str = COLOCATED     # what the rank does (``rollout_ranks``): ROLE_TRAIN, ROLE_ROLLOUT
 
     @property
     def shard(self) -> float:
@@ -198,6 +204,8 @@ class RankMemory:
         """Full-length sequences whose KV cache fits beside the shard and the engine's weights in
         ``utilization`` of the GPU (vLLM's ``gpu_memory_utilization``: the authors' 0.8); fewer
         than the concurrent ones means vLLM runs fewer at once (it queues and preempts the rest)."""
+        if self.role == ROLE_TRAIN:  # no engine: it generates nothing
+            return 0
         room = hbm_gib * utilization - self.shard - self.engine_weights
         return max(0, int(room / self.kv_per_sequence))
 
@@ -205,7 +213,7 @@ class RankMemory:
 def rank_memory(model: ModelShape, world_size: int, *, micro_batch_tokens: int = 6144,
                 concurrent_sequences: int = 512, sequence_tokens: int = 256 + 2048,
                 activation_checkpointing: bool = True, sleep_mode: bool = True,
-                lora_rank: int = 0) -> RankMemory:
+                lora_rank: int = 0, role: str = COLOCATED) -> RankMemory:
     """What one of ``world_size`` ranks holds (GiB). Activations per token and layer in bf16:
     the layer's input, q/k/v, the attention output and o-proj input (``6h``), the MLP's gate, up,
     activation and down-proj input (``4i``); with activation checkpointing only each layer's
@@ -217,7 +225,16 @@ def rank_memory(model: ModelShape, world_size: int, *, micro_batch_tokens: int =
     ``lora_rank`` > 0 (``trainer.lora``): the base weights stay in the shard (fp32, frozen:
     no gradients, no AdamW moments) and the adapters' ``lora_params`` carry all 16 bytes;
     everything else is as full fine-tuning's (the activations still flow through every
-    layer, the engine still holds the full merged weights)."""
+    layer, the engine still holds the full merged weights).
+
+    ``role``: every rank does both (``COLOCATED``, the default), or the run splits them
+    (``rollout_ranks``, ``trainer.distributed.placement``). A train rank (``ROLE_TRAIN``;
+    ``world_size`` is then the train ranks, which the shard is split over) holds its shard and
+    the update's memory and no engine, no KV cache; a rollout rank (``ROLE_ROLLOUT``;
+    ``concurrent_sequences`` its share of a round) holds the engine's full weights and its KV
+    cache, nothing of the update."""
+    if role not in (COLOCATED, ROLE_TRAIN, ROLE_ROLLOUT):
+        raise ValueError(f"role {role!r}: one of {COLOCATED}, {ROLE_TRAIN}, {ROLE_ROLLOUT}")
     p, g = model.params, world_size
     trained = model.lora_params(lora_rank) if lora_rank > 0 else p
     held = p + trained if lora_rank > 0 else p
@@ -227,17 +244,19 @@ def rank_memory(model: ModelShape, world_size: int, *, micro_batch_tokens: int =
         activations = micro_batch_tokens * 2 * h * model.layers + full_layer
     else:
         activations = full_layer * model.layers
+    trains, generates = role != ROLE_ROLLOUT, role != ROLE_TRAIN
     return RankMemory(
         model=model.name, world_size=g,
-        shard_weights=4 * held / g / GIB, shard_grads=4 * trained / g / GIB,
-        shard_adam=8 * trained / g / GIB,
-        gathered=(2 * 2 * model.layer_params + 2 * model.embedding_params) / GIB,
-        activations=activations / GIB,
-        logits=2 * micro_batch_tokens * model.vocab * 4 / GIB,
-        engine_weights=2 * p / GIB,
-        kv_cache=concurrent_sequences * sequence_tokens * model.kv_bytes_per_token / GIB,
+        shard_weights=4 * held / g / GIB * trains, shard_grads=4 * trained / g / GIB * trains,
+        shard_adam=8 * trained / g / GIB * trains,
+        gathered=(2 * 2 * model.layer_params + 2 * model.embedding_params) / GIB * trains,
+        activations=activations / GIB * trains,
+        logits=2 * micro_batch_tokens * model.vocab * 4 / GIB * trains,
+        engine_weights=2 * p / GIB * generates,
+        kv_cache=concurrent_sequences * sequence_tokens * model.kv_bytes_per_token / GIB
+        * generates,
         sleep_mode=sleep_mode, kv_per_sequence=sequence_tokens * model.kv_bytes_per_token / GIB,
-        lora_rank=lora_rank)
+        lora_rank=lora_rank, role=role)
 
 
 def memory_table(rows: list[RankMemory], hbm_gib: float = 79.6) -> str:

@@ -465,24 +465,28 @@ def async_split(gpus: int) -> Any:
 
 def predict_async(rates: Sequence[float], *, algorithm: str, max_policy_lag: int,
                   batch_size: int, group_size: int, samples_per_round: int, max_rounds: int,
-                  max_tokens: int, world_size: int = 1, model: str = "1.5b",
-                  seed: int = 0) -> dict[str, Any]:
+                  max_tokens: int, world_size: int = 1, rollout_ranks: int = 0,
+                  model: str = "1.5b", seed: int = 0) -> dict[str, Any]:
     """What ``max_policy_lag`` = k buys ``algorithm`` on prompts of pass rates ``rates``: the
     step time and the engine and trainer idle shares (``ASYNC_COLUMNS``) of three rows, from
     ``trainer.asynctime.lag_study``:
 
     1. synchronous, colocated: today's step (every GPU generates, then every GPU trains);
-    2. the rollout + train split (``async_split``) at k = 0: separate GPUs, no overlap;
+    2. the rollout + train split (the run's, or ``async_split``'s) at k = 0: separate GPUs, no
+       overlap;
     3. the split at the chosen k: generation runs ahead of the update.
 
     The batch is the measured pass rates repeated to B. GPUs: the run's world_size, at least 2
-    (a split needs one of each). Returns ``gpus``, ``split``, ``model``, ``rows`` (each with
-    ``label`` and the columns' keys), ``command`` (the same study from the command line) and
-    ``error`` (a reason, with no rows, where the prediction is not made)."""
+    (a split needs one of each). The split: the run's own where it sets ``rollout_ranks`` (its
+    rollout ranks generating, the rest training), else ``async_split``'s. Returns ``gpus``,
+    ``split``, ``model``, ``rows`` (each with ``label`` and the columns' keys), ``command``
+    (the same study from the command line) and ``error`` (a reason, with no rows, where the
+    prediction is not made)."""
     from trainer.asynctime import Split, lag_study
     from trainer.clustertime import MODELS, ClusterModel
 
-    split = async_split(world_size)
+    split = (Split(rollout_ranks, world_size - rollout_ranks)
+             if 0 < rollout_ranks < world_size else async_split(world_size))
     gpus = split.rollout + split.train
     out: dict[str, Any] = {"gpus": gpus, "split": split.label, "model": MODELS[model].name,
                            "max_policy_lag": max_policy_lag, "rows": [], "error": None,

@@ -234,9 +234,10 @@ class Step(models.Model):
     # B x M x N x max_new_tokens can pass 2**31 within the config's bounds.
     tokens = models.PositiveBigIntegerField(default=0)
     wall_seconds = models.FloatField(default=0.0, help_text="Seconds since the run started.")
-    # A world_size > 1 run's ranks this step: [{"rank", "node", "device", "generation_s",
-    # "update_s", "weight_gather_s", "engine_load_s"}, ...] (trainer.types.RankRecord); empty
-    # for a one-process run.
+    # A world_size > 1 run's ranks this step: [{"rank", "role", "node", "device",
+    # "generation_s", "update_s", "weight_gather_s", "engine_load_s"}, ...]
+    # (trainer.types.RankRecord; role: "train", "rollout", or "train+rollout" where colocated,
+    # absent from steps recorded before the rollout/train split); empty for a one-process run.
     ranks = models.JSONField(default=list, db_default=[], blank=True)
     created_at = models.DateTimeField(auto_now_add=True)
 

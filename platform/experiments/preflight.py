@@ -283,7 +283,8 @@ def estimate_async(estimate: Estimate, shape: dict[str, int]) -> dict[str, Any] 
     prediction = predict_async(
         estimate_summary(estimate)["pass_rates"], algorithm=cfg.algorithm,
         max_policy_lag=cfg.max_policy_lag, max_tokens=cfg.max_new_tokens,
-        world_size=cfg.world_size, model=async_model(cfg.model), seed=estimate.seed, **shape)
+        world_size=cfg.world_size, rollout_ranks=cfg.rollout_ranks,
+        model=async_model(cfg.model), seed=estimate.seed, **shape)
     with transaction.atomic():
         locked = Estimate.objects.select_for_update().get(pk=estimate.pk)
         locked.predictions = {**(locked.predictions or {}), key: prediction}

@@ -44,8 +44,9 @@ def wait_step(run: Run, step: int, timeout: float = 120) -> None:
     wait_for(reached, timeout, what=f"run {run.pk} to record step {step}")
 
 
-def replay(run: Run, tmp_path: Path, **changes: Any) -> Any:
-    """The same run trained in this process with a list recorder: what the trainer emits.
+def replay(run: Run, tmp_path: Path, resume_from: Path | None = None, **changes: Any) -> Any:
+    """The same run trained in this process with a list recorder: what the trainer emits
+    (from ``resume_from``, a checkpoint of the run, where given: the steps after it).
     ``changes`` to its config must not change what a step records (``total_steps`` for more
     steps of the same run, ``save_every``)."""
     import trainer
@@ -59,7 +60,7 @@ def replay(run: Run, tmp_path: Path, **changes: Any) -> Any:
     backend = make_backend(config, prompts)
     try:
         trainer.train(config, prompts, backend, recorder, None,
-                      out_dir=tmp_path / f"replay-{run.pk}")
+                      out_dir=tmp_path / f"replay-{run.pk}", resume_from=resume_from)
     finally:
         backend.close()
     return recorder
@@ -67,7 +68,8 @@ def replay(run: Run, tmp_path: Path, **changes: Any) -> Any:
 
 
 def replay_as_the_worker(run: Run, tmp_path: Path, model_dir: Path,
-                         monkeypatch: pytest.MonkeyPatch, **changes: Any) -> Any:
+                         monkeypatch: pytest.MonkeyPatch, resume_from: Path | None = None,
+                         **changes: Any) -> Any:
     """``replay`` under the worker's conditions: the built-in model resolved to ``model_dir`` and
     one torch thread (the workers in these tests run with one; threads change float sums)."""
     import torch
@@ -78,14 +80,16 @@ def replay_as_the_worker(run: Run, tmp_path: Path, model_dir: Path,
     threads = torch.get_num_threads()
     torch.set_num_threads(1)
     try:
-        return replay(run, tmp_path, **changes)
+        return replay(run, tmp_path, resume_from, **changes)
     finally:
         torch.set_num_threads(threads)
 
-def assert_recorded_as_emitted(run: Run, emitted: Any, *, first: int | None = None) -> None:
+def assert_recorded_as_emitted(run: Run, emitted: Any, *, first: int | None = None,
+                               after: int = 0) -> None:
     """Every step, round, prompt-step and sample row equals what the trainer emitted (its
-    ``first`` steps only, where the run recorded fewer: a run stopped early)."""
-    steps = {s.step: s for s in Step.objects.filter(run=run)}
+    ``first`` steps only, where the run recorded fewer: a run stopped early; the run's steps
+    after step ``after`` only, where the trainer emitted a resume from that step's checkpoint)."""
+    steps = {s.step: s for s in Step.objects.filter(run=run, step__gt=after)}
     expected = emitted.steps if first is None else emitted.steps[:first]
     assert first is None or len(expected) == first, (first, len(emitted.steps))
     assert sorted(steps) == [r.step for r in expected]

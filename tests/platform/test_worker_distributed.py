@@ -1,20 +1,27 @@
-"""A ``world_size = 2`` run through the platform: launched through the service layer, executed
+"""``world_size = 2`` runs through the platform: launched through the service layer, executed
 by a real Celery worker that has no ``RAY_ADDRESS`` (so the run's process starts a private local
-Ray of two CPUs, with its reaper), two gloo FSDP2 ranks each with a real vLLM CPU engine.
+Ray of two CPUs, with its reaper), two gloo FSDP2 ranks each with a real vLLM CPU engine
+(colocated), or split (``rollout_ranks = 1``): a train rank (a shard of one, the optimiser, no
+engine) and a rollout rank (a vLLM CPU engine, no shard).
 
-Slow: every worker run starts its own Ray, two rank actors and two engines (half a minute to
+Slow: every worker run starts its own Ray, two rank actors and their engines (half a minute to
 a minute and a half each on 2 shared cores); so the module runs as few as its checks allow:
-four sets of ranks (a run cancelled after its third step, which is also the uninterrupted run
-the killed one is compared with; a run killed and resumed, two; the wall-time run). That the
-rows a 2-rank run records are what ``train()`` emits on the same ranks is the trainer's tests'
-(tests/trainer/test_distributed.py) and the one-rank worker's (tests/platform/test_worker.py);
-here the killed and resumed run must record, row for row, what the uninterrupted one did.
+seven sets of ranks. Colocated: a run cancelled after its third step, which is also the
+uninterrupted run the killed one is compared with; a run killed and resumed, two. Split: a
+run killed and resumed, two, and its resume replayed by ``train()`` in this process from the
+same checkpoint, one (the split's rows must be what ``train()`` emits: 305 s measured for the
+three on 2 cores shared with other Ray runs, load ~9); the wall-time run, split (110 s
+there). That the rows a colocated 2-rank run records are what ``train()`` emits on the same
+ranks is the trainer's tests' (tests/trainer/test_distributed.py) and the one-rank worker's
+(tests/platform/test_worker.py); here the killed and resumed run must record, row for row,
+what the uninterrupted one did.
 """
 
 from __future__ import annotations
 
 import os
 import re
+import shutil
 from pathlib import Path
 from typing import Any
 
@@ -23,12 +30,14 @@ import pytest
 from django.test import Client
 from django.urls import reverse
 from experiments import services
-from experiments.models import PromptStep, RoundStat, Run, Sample, Step
+from experiments.models import Checkpoint, PromptStep, RoundStat, Run, Sample, Step
 
 from tests.fixtures.services import wait_for
 from tests.fixtures.vllm import TEST_KV_CACHE_GIB, requires_vllm
 from tests.platform.test_worker import (
     assert_no_duplicates,
+    assert_recorded_as_emitted,
+    replay_as_the_worker,
     wait_status,
     wait_step,
 )
@@ -42,6 +51,10 @@ CONFIG = {"backend": "vllm", "model": "builtin:tiny", "world_size": 2,
           "algorithm": "ada-balance", "batch_size": 4, "group_size": 4, "samples_per_round": 4,
           "max_rounds": 2, "total_steps": 3, "lr": 2e-4, "save_every": 1, "eval_every": 0,
           "max_new_tokens": 6, "seed": 0}
+# The rollout/train split of the same two ranks, asynchronous (the rollout rank generates the
+# next samples while the train rank updates: verl's one-step-off-policy), with truncated IS.
+SPLIT = CONFIG | {"rollout_ranks": 1, "max_policy_lag": 1, "off_policy_correction": "tis",
+                  "tis_cap": 2.0}
 
 
 def worker_env(model_dir: Path) -> dict[str, str]:
@@ -117,28 +130,43 @@ def _naming(dirs: set[str]) -> list[int]:
     return found
 
 
-def assert_ranks_recorded_and_shown(run: Run, user: Any) -> None:
-    """Every step carries both ranks (where they ran and their seconds); the run page says
-    where the run ran and charts each rank."""
+def assert_ranks_recorded_and_shown(run: Run, user: Any,
+                                    roles: tuple[str, str] = ("train+rollout",) * 2) -> None:
+    """Every step carries both ranks (where they ran, their role and their seconds: a train
+    rank generates nothing, a rollout rank updates nothing); the run page says where the run ran
+    and what each rank does, and charts each rank."""
     for step in Step.objects.filter(run=run):
         assert [r["rank"] for r in step.ranks] == [0, 1]
+        assert tuple(r["role"] for r in step.ranks) == roles, step.step
         for r in step.ranks:
             assert r["device"] == "cpu" and r["node"]
-            assert r["generation_s"] > 0 and r["update_s"] > 0 and r["weight_gather_s"] > 0
+            if r["role"] != "train":
+                assert r["generation_s"] > 0
+            if r["role"] != "rollout":
+                assert r["update_s"] > 0 and r["weight_gather_s"] > 0
+            if r["role"] == "train":
+                assert r["generation_s"] == 0
+            if r["role"] == "rollout":  # it loads the pushed weights; it trains nothing
+                assert r["update_s"] == 0 and r["engine_load_s"] > 0
     client = Client()
     client.force_login(user)
     page = client.get(reverse("dashboard:run_detail", args=[run.pk])).content.decode()
     table = page[page.index('id="run-placement"'):page.index("</table>", page.index(
         'id="run-placement"'))]
     assert "2 ranks on 1 node" in table
-    assert re.search(r"<td>0</td><td>[^<]+</td><td>cpu</td>", table)
-    assert re.search(r"<td>1</td><td>[^<]+</td><td>cpu</td>", table)
+    if roles[0] != roles[1]:
+        assert "1 rollout rank generating, 1 train rank training" in table
+    for rank, role in enumerate(roles):
+        assert re.search(rf'<td>{rank}</td><td class="rank-role">{re.escape(role)}</td>'
+                         r"<td>[^<]+</td><td>cpu</td>", table), (rank, role)
     for name in ("rank_times", "rank_split"):
         assert f'id="chart-{name}"' in page
         chart = client.get(reverse("dashboard:run_chart", args=[run.pk, name])).json()
         legends = " ".join(str(t.get("name", "")) + " " + " ".join(map(str, t.get("x", [])))
                            for t in chart["data"])
-        assert "rank 0" in legends and "rank 1" in legends, name
+        for rank, role in enumerate(roles):
+            named = f"rank {rank}" + ("" if role == "train+rollout" else f" {role}")
+            assert named in legends, (name, named)
 
 
 def test_two_rank_runs_on_a_worker_end_on_cancel_and_resume_a_sigkill_exactly(
@@ -194,18 +222,90 @@ def test_two_rank_runs_on_a_worker_end_on_cancel_and_resume_a_sigkill_exactly(
     assert_same_records(killed, run, 3)
 
 
+def test_a_split_run_killed_on_a_worker_resumes_as_train_emits(
+        start_worker: Any, user: Any, tiny_model_dir: Path, tmp_path: Path,
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """A train rank and a rollout rank, asynchronous (max_policy_lag 1, truncated IS), on a
+    worker SIGKILLed after step 1: no rank, engine or Ray process survives it; the next worker
+    resumes the run from its checkpoint to step 3. The samples that checkpoint held in flight
+    are discarded and counted on the first resumed step, no row is recorded twice, every
+    sample was drawn within the lag bound, and the page shows which rank trains and which
+    generates. The resumed steps are, row for row, what ``train()`` in this process emits
+    resuming the same config on split ranks from the same checkpoint."""
+    from trainer.asyncloop import ASYNC_STATE
+    from trainer.checkpoint import read_state
+
+    env = worker_env(tiny_model_dir)
+    worker = start_worker("cpu", env=env)
+    ps = services.create_builtin_prompt_set(user, "arith-split", 64, 1, 2, 0)
+    run = services.launch_run(user, "split ranks, killed", SPLIT, ps)
+    wait_step(run, 1, timeout=900)
+    procs, dirs = _ray_tree(worker.pid)
+    names = " ".join(_cmd(p) for p in procs)
+    assert "raylet" in names and "RankActor" in names, names[:2000]
+    assert dirs, "the private Ray's session directory"
+    worker.kill()
+    _, alive = psutil.wait_procs(procs, timeout=60)
+    assert not alive, [(p.pid, p.name()) for p in alive]
+    assert not _naming(dirs), "a process of the killed run's Ray session survives"
+    run.refresh_from_db()
+    assert run.status == Run.Status.RUNNING and run.current_step < 3
+    resume_step = max(Checkpoint.objects.filter(run=run).values_list("step", flat=True))
+    ckpt = Path(Checkpoint.objects.get(run=run, step=resume_step).path)
+    held = read_state(ckpt)[ASYNC_STATE]
+    # The replay's own copy: the resumed run writes beside it.
+    copy = tmp_path / "from-worker" / "checkpoints" / ckpt.name
+    shutil.copytree(ckpt, copy)
+    start_worker("cpu", env=env)
+    run = wait_status(run, timeout=900)
+    assert run.status == Run.Status.SUCCEEDED, run.traceback
+    assert run.attempts == 2 and run.current_step == 3
+    assert_no_duplicates(run)
+    assert_ranks_recorded_and_shown(run, user, roles=("train", "rollout"))
+
+    # What was in flight at the checkpoint: drawn on its weights' predecessor, not yet
+    # trained; discarded and counted on the first resumed step only.
+    assert held["version"] == resume_step and held["inflight_samples"] > 0
+    assert held["inflight_prompts"] > 0
+    counted = list(Step.objects.filter(run=run).order_by("step").values_list(
+        "step", "metrics__samples_inflight_discarded", "metrics__prompts_inflight_discarded"))
+    assert [c[1:] for c in counted] == [
+        (held["inflight_samples"], held["inflight_prompts"]) if step == resume_step + 1
+        else (0, 0) for step, *_ in counted]
+    # The lag bound: a sample trained at step t was drawn on version t - 1 or t - 2; none
+    # after the resume on weights older than the checkpoint's.
+    versions = list(Sample.objects.filter(run=run).values_list("step", "policy_version"))
+    assert versions and all(v is not None and 0 <= (t - 1) - v <= 1 for t, v in versions), \
+        sorted(set(versions))
+    assert all(v >= resume_step for t, v in versions if t > resume_step)
+    assert all(m["policy_lag_max"] <= 1 for m in Step.objects.filter(run=run).values_list(
+        "metrics", flat=True))
+
+    # train() in this process (its own private Ray, split ranks, one thread as the worker's),
+    # resumed from the worker's checkpoint: the rows of the steps after it, row for row.
+    monkeypatch.delenv("RAY_ADDRESS", raising=False)
+    for name in ("OMP_NUM_THREADS", "MKL_NUM_THREADS"):
+        monkeypatch.setenv(name, "1")
+    emitted = replay_as_the_worker(run, tmp_path, tiny_model_dir, monkeypatch, resume_from=copy)
+    assert [s.step for s in emitted.steps] == list(range(resume_step + 1, 4))
+    assert all([r.role for r in s.ranks] == ["train", "rollout"] for s in emitted.steps)
+    assert_recorded_as_emitted(run, emitted, after=resume_step)
+
+
 def test_the_wall_time_limit_ends_every_rank(start_worker: Any, user: Any,
                                              tiny_model_dir: Path) -> None:
     """``max_wall_seconds`` counts training only (the Ray start and the engines' build come
-    before the clock); past it the run fails with the reason and both ranks are gone."""
+    before the clock); past it the run fails with the reason and both ranks are gone. The run
+    is split and asynchronous (a train rank updating while the rollout rank generates the next
+    samples): the limit ends both sides, the engine's tick in flight included."""
     worker = start_worker("cpu", env=worker_env(tiny_model_dir))
     ps = services.create_builtin_prompt_set(user, "arith-2ranks", 64, 1, 2, 0)
-    run = services.launch_run(user, "two ranks, wall limit",
+    run = services.launch_run(user, "split ranks, wall limit",
                               # Far more steps than 5 s can train on any machine (on an idle
                               # one, 40 steps of this config finished inside 15 s); the limit
                               # is short: the run waits that long for nothing else.
-                              CONFIG | {"total_steps": 2000, "save_every": 10,
-                                        "max_wall_seconds": 5}, ps)
+                              SPLIT | {"total_steps": 2000, "save_every": 10,
+                                       "max_wall_seconds": 5}, ps)
 
     def ranks_up() -> tuple[list[psutil.Process], set[str]] | None:
         procs, dirs = _ray_tree(worker.pid)

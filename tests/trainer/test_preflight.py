@@ -248,6 +248,18 @@ def test_async_prediction_is_the_lag_studys_rows_for_the_chosen_lag() -> None:
     assert out["rows"][0]["ratio_to_sync"] == 1.0
     assert out["rows"][1]["mean_lag"] == 0 and 0 < out["rows"][2]["mean_lag"] <= lag
     assert f"--max-policy-lag 0,{lag} --split colocated,3+1 --gpus 4" in out["command"]
+    # A run that sets its split (rollout_ranks) is predicted on it, not on async_split's.
+    own = preflight.predict_async(measured, algorithm="grpo", max_policy_lag=lag,
+                                  max_tokens=512, world_size=4, rollout_ranks=2, seed=3, **shape)
+    assert own["error"] is None and (own["split"], own["gpus"]) == ("2+2", 4)
+    assert [(r["split"], r["max_policy_lag"]) for r in own["rows"]] == [
+        ("colocated", 0), ("2+2", 0), ("2+2", lag)]
+    want = lag_study(batch, algorithms=["grpo"], lags=[0, lag], splits=[Split(0, 0), Split(2, 2)],
+                     steps=preflight.ASYNC_MEASURED_UPDATES, progress=False, group_size=4,
+                     samples_per_round=8, max_rounds=4, max_tokens=512, seed=3,
+                     cluster=ClusterModel(gpus=4), model=MODELS["1.5b"])
+    assert [row["step_s"] for row in own["rows"]] == pytest.approx([r.step_s for r in want])
+    assert "--split colocated,2+2 --gpus 4" in own["command"]
     # One GPU still predicts the scheme on the smallest split; a 7B's name picks its shape.
     assert preflight.async_split(1).label == "1+1" and preflight.async_split(8).label == "6+2"
     assert preflight.async_model("Qwen/Qwen2.5-Math-7B") == "7b"

@@ -71,6 +71,40 @@ def test_the_split_is_refused_where_it_cannot_work_naming_the_field() -> None:
     assert "set rollout_ranks >= 1" in reason
 
 
+def test_free_ports_are_free_on_every_address_of_the_machine(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """A port chosen on one address may be another process's on another address (a listener
+    on 127.0.0.1 leaves the port bindable on the node's address), and the stores the ranks
+    start listen on every address: such a port failed a start with EADDRINUSE. The ports are
+    chosen on the wildcard address, so the kernel hands out only ports no address holds; each
+    then takes a store's listener."""
+    from trainer.distributed import placement
+
+    bound: list[tuple[str, int]] = []
+
+    class Recording(socket.socket):
+        def bind(self, address: Any) -> None:
+            bound.append(address)
+            super().bind(address)
+
+    with monkeypatch.context() as mp:
+        mp.setattr(placement.socket, "socket", Recording)
+        ports = placement.free_ports("127.0.0.1", 3)
+    assert bound == [("", 0)] * 3 and len(set(ports)) == 3
+    # The kernel's rule it relies on: a listener on one address blocks the wildcard only.
+    with socket.socket() as held:
+        held.bind(("127.0.0.1", 0))
+        held.listen()
+        with socket.socket() as store, pytest.raises(OSError):
+            store.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            store.bind(("", held.getsockname()[1]))
+    for port in ports:
+        with socket.socket() as store:
+            store.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            store.bind(("", port))
+            store.listen()
+
+
 def _free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))

@@ -213,6 +213,36 @@ def test_rank_memory_shards_the_training_state_but_not_the_engine() -> None:
     assert keep.sequences_fit(79.6) < 512 < m8.sequences_fit(79.6)
 
 
+def test_rank_memory_of_a_split_holds_each_roles_part_only() -> None:
+    """rollout_ranks: a train rank holds its shard (over the train ranks only) and the
+    update's memory, no engine; a rollout rank the engine's full weights and its KV cache,
+    nothing of the update. On 8 GPUs split 6+2 a 7B's train rank holds 4x a colocated rank's
+    shard, and a rollout rank fits more sequences than a colocated rank."""
+    from trainer.clustertime import COLOCATED, ROLE_ROLLOUT, ROLE_TRAIN
+    from trainer.distributed import placement
+
+    assert (COLOCATED, ROLE_TRAIN, ROLE_ROLLOUT) == (placement.COLOCATED, placement.TRAIN,
+                                                     placement.ROLLOUT)
+    seven = MODELS["7b"]
+    both = rank_memory(seven, 8)
+    train = rank_memory(seven, 2, role=ROLE_TRAIN)
+    rollout = rank_memory(seven, 8, concurrent_sequences=512 * 8 // 6, role=ROLE_ROLLOUT)
+    assert train.shard == pytest.approx(4 * both.shard)
+    assert (train.gathered, train.activations, train.logits) == (
+        both.gathered, both.activations, both.logits)
+    assert train.engine_weights == train.kv_cache == 0 == train.sequences_fit(79.6)
+    assert train.peak == train.training == pytest.approx(both.training + 3 * both.shard)
+    assert rollout.shard == rollout.training == 0
+    assert rollout.engine_weights == both.engine_weights
+    assert rollout.kv_cache == pytest.approx(both.kv_cache * 8 / 6, rel=1e-3)
+    assert rollout.peak == rollout.generation == rollout.engine_weights + rollout.kv_cache
+    assert rollout.sequences_fit(79.6) > both.sequences_fit(79.6)
+    # Without sleep mode a colocated rank holds both at once; a split rank never does.
+    assert rank_memory(seven, 2, role=ROLE_TRAIN, sleep_mode=False).peak == train.peak
+    with pytest.raises(ValueError, match="role"):
+        rank_memory(seven, 8, role="both")
+
+
 def test_collectives_cost_nothing_on_one_gpu_and_more_across_machines() -> None:
     model = MODELS["1.5b"]
     assert weight_gather_seconds(model, ClusterModel(gpus=1)) == 0.0

@@ -83,12 +83,16 @@ def free_port(host: str = LOCAL_IP) -> int:
 
 
 def free_ports(host: str = LOCAL_IP, count: int = 1) -> list[int]:
-    """``count`` distinct free ports on ``host`` (held open together while they are chosen, so
-    that no two are the same)."""
+    """``count`` distinct free ports of this machine, ``host`` (held open together while they
+    are chosen, so that no two are the same). Free on every address, not ``host``'s alone: the
+    process groups' stores listen on all of them, so a port another process listens on at
+    another address (127.0.0.1 beside the node's address) failed a rank's start with
+    EADDRINUSE."""
+    del host  # the caller runs on the machine it names; the wildcard covers its addresses
     socks = [socket.socket() for _ in range(count)]
     try:
         for s in socks:
-            s.bind((host, 0))
+            s.bind(("", 0))
         return [int(s.getsockname()[1]) for s in socks]
     finally:
         for s in socks:
