@@ -6,15 +6,14 @@ engine) and a rollout rank (a vLLM CPU engine, no shard).
 
 Slow: every worker run starts its own Ray, two rank actors and their engines (half a minute to
 a minute and a half each on 2 shared cores); so the module runs as few as its checks allow:
-seven sets of ranks. Colocated: a run cancelled after its third step, which is also the
-uninterrupted run the killed one is compared with; a run killed and resumed, two. Split: a
-run killed and resumed, two, and its resume replayed by ``train()`` in this process from the
+five sets of ranks. Colocated: a run cancelled after its third step. Split: a run killed
+and resumed, two, and its resume replayed by ``train()`` in this process from the
 same checkpoint, one (the split's rows must be what ``train()`` emits: 305 s measured for the
 three on 2 cores shared with other Ray runs, load ~9); the wall-time run, split (110 s
 there). That the rows a colocated 2-rank run records are what ``train()`` emits on the same
 ranks is the trainer's tests' (tests/trainer/test_distributed.py) and the one-rank worker's
-(tests/platform/test_worker.py); here the killed and resumed run must record, row for row,
-what the uninterrupted one did.
+(tests/platform/test_worker.py); here the killed and resumed split run must record, row for
+row, what ``train()`` resumed from its checkpoint emits.
 """
 
 from __future__ import annotations
@@ -30,7 +29,7 @@ import pytest
 from django.test import Client
 from django.urls import reverse
 from experiments import services
-from experiments.models import Checkpoint, PromptStep, RoundStat, Run, Sample, Step
+from experiments.models import Checkpoint, Run, Sample, Step
 
 from tests.fixtures.services import wait_for
 from tests.fixtures.vllm import TEST_KV_CACHE_GIB, requires_vllm
@@ -63,32 +62,6 @@ def worker_env(model_dir: Path) -> dict[str, str]:
     # No RAY_ADDRESS: the run's process starts a private Ray of its own.
     return {MODEL_DIR_ENV: str(model_dir), "RAY_ADDRESS": "", "OMP_NUM_THREADS": "1",
             "MKL_NUM_THREADS": "1", "RUN_MAX_ATTEMPTS": "5"}
-
-
-def assert_same_records(run: Run, reference: Run, steps: int) -> None:
-    """``run``'s first ``steps`` steps record what ``reference`` recorded for them, row for row
-    (timings aside; floats within pytest.approx's 1e-6: two runs of one config on the same
-    ranks' arithmetic)."""
-    for step in range(1, steps + 1):
-        a, b = (Step.objects.get(run=r, step=step) for r in (run, reference))
-        metrics = {k: v for k, v in b.metrics.items() if not k.startswith("time_")}
-        assert {k: v for k, v in a.metrics.items() if not k.startswith("time_")} == \
-            pytest.approx(metrics, nan_ok=True), step
-        for model, key, exact, close in (
-                (RoundStat, ("round",), ("round", "active_prompts", "samples", "positives",
-                                        "finished", "tokens"), ()),
-                (PromptStep, ("prompt_id",), ("prompt_id", "samples", "positives", "negatives",
-                                              "rounds", "exit_round", "missing",
-                                              "kept_positives", "kept_negatives"),
-                 ("baseline",)),
-                (Sample, ("prompt_id", "index"), ("prompt_id", "index", "round", "response",
-                                                  "reward", "kept"), ("advantage",))):
-            rows = [list(model.objects.filter(run=r, step=step).order_by(*key)
-                         .values_list(*exact, *close)) for r in (run, reference)]
-            assert len(rows[0]) == len(rows[1]) > 0, (model.__name__, step)
-            for x, y in zip(*rows, strict=True):
-                assert x[:len(exact)] == y[:len(exact)], (model.__name__, step)
-                assert list(x[len(exact):]) == pytest.approx(list(y[len(exact):])), step
 
 
 def _cmd(p: psutil.Process) -> str:
@@ -169,16 +142,14 @@ def assert_ranks_recorded_and_shown(run: Run, user: Any,
             assert named in legends, (name, named)
 
 
-def test_two_rank_runs_on_a_worker_end_on_cancel_and_resume_a_sigkill_exactly(
+def test_a_two_rank_run_on_a_worker_ends_on_cancel(
         start_worker: Any, user: Any, tiny_model_dir: Path) -> None:
-    """Two runs of one config (device and dtype left at "auto", issue 27) on the same prompts.
-    Run A trains uninterrupted on a worker until its user cancels it after step 3: the cancel
-    reaches both ranks (the driver's stop flag, read before every mini-batch), the run's
-    process takes its private Ray down with them, and the worker goes on. Run B has its worker
-    SIGKILLed after step 1 (no rank, engine or Ray process survives it) and is resumed by the
-    next worker to its last step, 3: its rows are run A's, row for row. Every worker run starts
-    its own Ray, two rank actors and two engines, so the uninterrupted run and the cancelled
-    one are one run."""
+    """A colocated run (device and dtype left at "auto", issue 27) trains on a worker until its
+    user cancels it after step 3: the cancel reaches both ranks (the driver's stop flag, read
+    before every mini-batch), the run's process takes its private Ray down with them, and the
+    worker goes on. (A SIGKILLed worker's distributed run and its exact resume are the split
+    run's test below: the worker's kill, the reaper and the resume are the same code for both
+    layouts, and tests/trainer/test_distributed.py resumes a colocated run exactly.)"""
     env = worker_env(tiny_model_dir)
     worker = start_worker("cpu", env=env)
     ps = services.create_builtin_prompt_set(user, "arith-2ranks", 64, 1, 2, 0)
@@ -197,29 +168,6 @@ def test_two_rank_runs_on_a_worker_end_on_cancel_and_resume_a_sigkill_exactly(
     assert worker.alive()
     assert_no_duplicates(run)
     assert_ranks_recorded_and_shown(run, user)
-
-    # B: SIGKILL of the worker mid-run. No rank, engine or Ray process survives it.
-    killed = services.launch_run(user, "two ranks, killed", CONFIG, ps)
-    wait_step(killed, 1, timeout=900)
-    procs, dirs = _ray_tree(worker.pid)
-    names = " ".join(_cmd(p) for p in procs)
-    assert "raylet" in names and "RankActor" in names, names[:2000]
-    assert dirs, "the private Ray's session directory"
-    worker.kill()
-    _, alive = psutil.wait_procs(procs, timeout=60)
-    assert not alive, [(p.pid, p.name()) for p in alive]
-    assert not _naming(dirs), "a process of the killed run's Ray session survives"
-    start_worker("cpu", env=env)
-    killed = wait_status(killed, timeout=900)
-    assert killed.status == Run.Status.SUCCEEDED, killed.traceback
-    assert killed.attempts == 2 and killed.current_step == 3
-    assert_no_duplicates(killed)
-    assert_ranks_recorded_and_shown(killed, user)
-
-    # The killed run, resumed from its checkpoint on new ranks, recorded what the
-    # uninterrupted run recorded for the same steps (what a step records does not depend on
-    # total_steps or save_every).
-    assert_same_records(killed, run, 3)
 
 
 def test_a_split_run_killed_on_a_worker_resumes_as_train_emits(
