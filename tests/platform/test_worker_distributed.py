@@ -188,6 +188,10 @@ def test_a_split_run_killed_on_a_worker_resumes_as_train_emits(
     ps = services.create_builtin_prompt_set(user, "arith-split", 64, 1, 2, 0)
     run = services.launch_run(user, "split ranks, killed", SPLIT, ps)
     wait_step(run, 1, timeout=900)
+    # Killed once step 1's checkpoint is registered (a step's rows land before its checkpoint:
+    # a kill between the two would resume from scratch, which is another test's case).
+    wait_for(lambda: Checkpoint.objects.filter(run=run).exists(), 300, interval=0.2,
+             what="the run's first checkpoint")
     procs, dirs = _ray_tree(worker.pid)
     names = " ".join(_cmd(p) for p in procs)
     assert "raylet" in names and "RankActor" in names, names[:2000]
