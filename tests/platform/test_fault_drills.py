@@ -138,7 +138,8 @@ def test_broker_restart_mid_run_the_runs_complete(start_worker: Any, user: Any,
         start_worker("cpu", env=HOOK | {"RADA_TEST_GENERATE_SLEEP": "0.1",
                                         "CELERY_BROKER_URL": own.url})
         ps = prompt_set_factory(12, pass_rate=0.5)
-        first = services.launch_run(user, "training", SIM | {"total_steps": 30}, ps)
+        # 20 paced steps: it still trains when the broker is back (stopped at step 3).
+        first = services.launch_run(user, "training", SIM | {"total_steps": 20}, ps)
         second = services.launch_run(user, "waiting", SIM | {"total_steps": 2}, ps)
         wait_step(first, 3)
         own.stop()

@@ -36,12 +36,19 @@ def test_missing_config_file(tmp_path, capsys) -> None:
     assert not (tmp_path / "o").exists()
 
 
-def test_every_command_has_help() -> None:
-    for cmd in ([], ["run"], ["simulate"], ["warmstart"], ["eval"]):
-        proc = subprocess.run([sys.executable, "-m", "trainer", *cmd, "--help"],
-                              capture_output=True, text=True)
-        assert proc.returncode == 0, proc.stderr
-        assert "usage: python -m trainer" in proc.stdout
+def test_every_command_has_help(capsys) -> None:
+    # One process for the entry point itself (`python -m trainer`); the subcommands' help is the
+    # same parser, asked in this process (a process each cost a Python and torch start).
+    proc = subprocess.run([sys.executable, "-m", "trainer", "--help"], capture_output=True,
+                          text=True)
+    assert proc.returncode == 0, proc.stderr
+    assert "usage: python -m trainer" in proc.stdout
+    for cmd in (["run"], ["simulate"], ["warmstart"], ["eval"]):
+        with pytest.raises(SystemExit) as exit_:
+            main([*cmd, "--help"])
+        out = capsys.readouterr().out
+        assert exit_.value.code == 0, cmd
+        assert f"usage: python -m trainer {cmd[0]}" in out, cmd
 
 
 def test_simulated_run_writes_events_and_checkpoints(tmp_path, capsys) -> None:
