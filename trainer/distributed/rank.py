@@ -23,6 +23,9 @@ vLLM's external launcher needs) and no shard. ``sync_weights`` then runs on both
 the train ranks gather bucket by bucket as above and train rank 0 broadcasts each bucket to the
 rollout ranks over a group of its own ({train rank 0} + the rollout ranks: gloo on CPU, NCCL on
 GPU; ``send_weights`` / ``receive_weights``), which load it into their engines as it arrives.
+A staged push (``weight_push`` = staged, while the rollout ranks still generate): the train
+ranks' side is the same ``sync_weights``; a rollout rank runs ``receive_staged`` on its actor's
+transfer thread into a host copy, then ``swap_staged`` once its requests finished.
 The split needs the launcher's three rendezvous: under torchrun, ``rollout_ranks`` stays 0.
 """
 
