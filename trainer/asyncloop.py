@@ -37,8 +37,13 @@ takes half the torch threads (the count is per thread). Across ranks (``world_si
 ``rollout_ranks`` >= 1; ``trainer.distributed``) the same code runs in the driver: the engine
 thread's ``backend.generate`` is a Ray call to the rollout ranks' engines and the update one to
 the train ranks, other processes, so the two really run at once; the train ranks push the new
-weights to the rollout ranks after the tick returned, with the same lag semantics. Colocated
-ranks (``rollout_ranks`` = 0) cannot generate while they train: validation refuses k >= 1 there.
+weights to the rollout ranks as soon as the update returns, while the tick still generates:
+each rollout rank receives them into a host copy on a second thread and swaps them into its
+engine once the tick returned (``weight_push`` = staged, ``trainer.distributed.backend``;
+after-requests: the push starts after the tick and loads as it arrives), with the same lag
+semantics either way, the engine's weights changing only after the tick's requests finished.
+Colocated ranks (``rollout_ranks`` = 0) cannot generate while they train: validation refuses
+k >= 1 there.
 The update treats the recorded behaviour log-probs as the rollout's and recomputes the
 proximal ones at its start (``trainer.learner.update_batch``), so ``off_policy_correction``
 applies (``trainer.offpolicy``).

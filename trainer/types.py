@@ -181,7 +181,9 @@ class RankRecord:
     """One rank of a ``world_size > 1`` run in one step: where it runs and how its step's
     seconds split. The parts are the rank's own (a straggler shows in its row): generating its
     share of the requests, its part of the update, gathering the full weights (``full_tensor``
-    collectives) and loading them into its engine."""
+    collectives; a train rank of split ranks: its whole push, the send included; a rollout
+    rank: receiving a staged push, beside its generation) and loading them into its engine (a
+    rollout rank: the whole receive and load, or a staged push's swap alone)."""
 
     rank: int
     node: str                  # the machine (Ray node address or host name)

@@ -525,16 +525,26 @@ def policy_gap(group: Any, tiny_model_dir: Path) -> float:
 
 def test_split_ranks_train_asynchronously_while_the_rollout_rank_generates(
         split_ranks: Any, tiny_model_dir: Path, tmp_path: Path) -> None:
-    """max_policy_lag = 1 across split ranks (GRPO: verl's one-step-off-policy): the overlapped
-    tick generates on the rollout rank while the train rank updates, its requests finish on
-    the old weights and count as lagging by one, so every step after the first trains lag-1
-    samples and none older; each rank did only its side (roles, seconds); after the run the
-    rollout engine holds the train rank's weights (its log-probs are the policy's, and a push
-    with digests shows the bytes it loads are the bytes the train rank gathers)."""
+    """max_policy_lag = 1 across split ranks (one round per prompt, as verl's
+    one-step-off-policy GRPO): the overlapped tick generates on the rollout rank while the
+    train rank updates, its requests finish on the old weights and count as lagging by one, so
+    every step after the first trains lag-1 samples and none older; each rank did only its side
+    (roles, seconds). The push is staged (``weight_push``, its default): the rollout rank's
+    receive began while the tick's generate call still ran (the rank's own timeline), and the
+    swap into the engine came after both. PODS draws 64 responses a prompt and trains 2, so
+    that a tick's generate call outlasts the update here (0.4 s against 0.1-0.2 s), as
+    generation does on GPUs; GRPO's tick of what it trains took 0.06 s, over before the push.
+    After the run the rollout engine holds the train rank's weights (its log-probs are the
+    policy's, and a staged push with digests shows the bytes it swaps in are the bytes the
+    train rank gathers). Last, two steps with ``weight_push`` = after-requests: the same lags,
+    the push loaded as it arrives once the tick returned."""
     assert split_ranks.roles == ["train", "rollout"]
     assert (split_ranks.train, split_ranks.rollout) == ([0], [1])
     config = two_rank_config(tiny_model_dir, rollout_ranks=1, max_policy_lag=1,
-                             algorithm="grpo", tis_cap=2.0, total_steps=3, save_every=0)
+                             algorithm="pods", pods_rollouts=64, group_size=2, tis_cap=2.0,
+                             total_steps=3, save_every=0)
+    assert config.weight_push == "staged"
+    (before,) = split_ranks.call_all("timeline", on=split_ranks.rollout)
     rec, result = run(config, split_ranks, tmp_path)
     assert result.status == "completed" and [s.step for s in rec.steps] == [1, 2, 3]
     lags = []
@@ -548,13 +558,67 @@ def test_split_ranks_train_asynchronously_while_the_rollout_rank_generates(
         train, rollout = s.ranks
         assert [r.role for r in s.ranks] == ["train", "rollout"]
         assert train.update_s > 0 and train.weight_gather_s > 0 and train.generation_s == 0
-        assert rollout.generation_s > 0 and rollout.engine_load_s > 0 and rollout.update_s == 0
+        # A rollout rank's weight gather is its receive of the staged push (beside its
+        # generation), its engine load the swap alone.
+        assert rollout.generation_s > 0 and rollout.update_s == 0
+        assert rollout.weight_gather_s > 0 and rollout.engine_load_s > 0
+        print(f"step {s.step}: update {m['time_update']:.3f} s, time_sync "
+              f"{m['time_sync']:.3f} s, train gather+send {train.weight_gather_s:.3f} s, "
+              f"rollout receive {rollout.weight_gather_s:.3f} s, swap "
+              f"{rollout.engine_load_s:.3f} s, generation {rollout.generation_s:.3f} s")
     # Step 1 trains the first tick's groups (version 0); steps 2 and 3 the groups the tick
     # during the previous update drew on the weights that update started from.
     assert lags == [0, 1, 1]
+    # The rollout rank's timeline of the run. Update 1 had no tick to overlap (the first tick
+    # admitted k + 1 batches: no room was left during update 1), so its push received while
+    # nothing generated; updates 2 and 3 each had one, and their push was received while it
+    # ran (the receive began before that generate call returned, on another thread). Every
+    # push was swapped in after its receive and the tick ended, with no generate between.
+    (events,) = split_ranks.call_all("timeline", on=split_ranks.rollout)
+    events = sorted(events[len(before):], key=lambda e: e[1])  # by when each began
+    t0 = events[0][1]
+    print([(what, round(a - t0, 3), round(b - t0, 3)) for what, a, b in events])
+    receives = [e for e in events if e[0] == "receive"]
+    swaps = [e for e in events if e[0] == "swap"]
+    assert len(receives) == len(swaps) == 3, events
+    for s, (_, begin, end), swap in zip(rec.steps, receives, swaps, strict=True):
+        ticks = [e for e in events if e[0] == "generate" and e[1] < begin < e[2]]
+        if s.step == 1:
+            assert not ticks and s.metrics["time_overlap"] == 0
+            continue
+        assert len(ticks) == 1, (s.step, "no generate call ran when the receive began")
+        tick = ticks[0]
+        print(f"step {s.step}: receive began {tick[2] - begin:.3f} s before the tick's "
+              f"generate returned; swap {swap[1] - max(end, tick[2]):.3f} s after both")
+        assert swap[1] >= max(end, tick[2])
+        assert not [e for e in events if e[0] == "generate" and tick[1] < e[1] < swap[1]]
     assert policy_gap(split_ranks, tiny_model_dir) < 1e-4
-    pushed = split_ranks.call_all("sync_weights", digest=True)
-    assert pushed[0]["digest"] == pushed[1]["digest"]
+    # A staged push by hand (what the learner does after an update), digests on both sides.
+    g = split_ranks
+    sent = g.submit("sync_weights", digest=True, on=g.train)
+    received = g.submit("receive_staged", digest=True, on=g.rollout, transfer=True)
+    (pushed, staged) = g.wait(sent + received, what="push", on=[*g.train, *g.rollout])
+    g.call_all("swap_staged", on=g.rollout)
+    g.call_all("step_report")  # its seconds belong to no step
+    assert pushed["digest"] == staged["digest"]
+    assert policy_gap(split_ranks, tiny_model_dir) < 1e-4
+    # weight_push = after-requests: the push after the tick returned, loaded as it arrives
+    # (the rollout rank's seconds all engine load), the same lags.
+    after = dataclasses.replace(config, weight_push="after-requests", total_steps=2)
+    (before,) = split_ranks.call_all("timeline", on=split_ranks.rollout)
+    rec, result = run(after, split_ranks, tmp_path / "after")
+    assert result.status == "completed"
+    for s in rec.steps:
+        kept = [(s.step - 1) - x.policy_version for x in s.samples if x.kept]
+        assert kept and all(0 <= lag <= 1 for lag in kept), (s.step, kept)
+        train, rollout = s.ranks
+        assert train.weight_gather_s > 0 and rollout.engine_load_s > 0
+        assert rollout.weight_gather_s == 0
+        print(f"after-requests step {s.step}: time_sync {s.metrics['time_sync']:.3f} s, "
+              f"train gather+send {train.weight_gather_s:.3f} s, rollout receive+load "
+              f"{rollout.engine_load_s:.3f} s, generation {rollout.generation_s:.3f} s")
+    (events,) = split_ranks.call_all("timeline", on=split_ranks.rollout)
+    assert [e[0] for e in events[len(before):]] == ["generate"] * 2
 
 
 def test_split_ranks_train_synchronously_as_one_process_and_resume(

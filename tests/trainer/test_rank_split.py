@@ -156,3 +156,79 @@ def test_the_weight_transfer_carries_every_tensor_exactly_to_every_rollout_rank(
     assert [n for n, *_ in sent] == ["a.weight", "b.bias", "c.scale", "d.ids", "e.weight"]
     for member in (1, 2):
         assert results[member] == (sent, digest)
+
+
+def _staging_member(member: int, port: int, queue: Any) -> None:
+    """Train rank 0 sends one push; a rollout rank stages it on a second thread while its main
+    thread "generates" on the engine's weights (reading them until the receive is over), then
+    swaps it in."""
+    import threading
+
+    import torch
+
+    from trainer.distributed.rank import (
+        send_weights,
+        stage_weights,
+        swap_weights,
+        weight_transfer_group,
+    )
+
+    group = weight_transfer_group("127.0.0.1", port, member, 3, cuda=False)
+    device = torch.device("cpu")
+    g = torch.Generator().manual_seed(1)
+    new = [("a.weight", torch.randn(6, 5, generator=g)),
+           ("b.bias", torch.randn(9, generator=g).to(torch.bfloat16)),
+           ("c.weight", torch.randn(3, 3, generator=g))]
+    h = hashlib.sha256()
+    if member == 0:
+        send_weights(group, iter(new), 64, device, h)
+        queue.put((member, h.hexdigest(), None))
+        return
+    engine = {name: torch.zeros_like(t) for name, t in new}  # the old weights: zeros
+    staged: list[Any] = []
+    receiving = threading.Thread(target=lambda: staged.extend(stage_weights(group, device, h)))
+    receiving.start()
+    # "Generation" on the main thread while the push arrives: the engine's weights stay the
+    # old ones throughout (the staging copy is not the engine's).
+    reads = 0
+    while receiving.is_alive() or reads == 0:
+        assert all(not t.any() for t in engine.values())
+        reads += 1
+    receiving.join()
+    received = [n for n, _ in staged]
+
+    def load(weights: Any) -> None:
+        for name, tensor in weights:
+            engine[name].copy_(tensor)
+
+    swap_weights(load, staged)
+    queue.put((member, h.hexdigest(), (received, len(staged), reads > 0,
+                                       [(n, engine[n].float().flatten().tolist(),
+                                         t.float().flatten().tolist()) for n, t in new])))
+
+
+def test_a_staged_push_is_received_beside_generation_and_swapped_in_afterwards() -> None:
+    """``weight_push`` = staged without Ray: two rollout ranks receive train rank 0's push into
+    a staging copy on a thread of their own while their main thread reads the engine's weights
+    (still the old ones: the receive never touches them); the swap then loads every tensor, in
+    the order sent, into the engine and empties the staging copy; the digests agree."""
+    ctx = multiprocessing.get_context("spawn")
+    queue = ctx.Queue()
+    port = _free_port()
+    procs = [ctx.Process(target=_staging_member, args=(m, port, queue)) for m in range(3)]
+    for p in procs:
+        p.start()
+    try:
+        results = {m: (d, r) for m, d, r in (queue.get(timeout=120) for _ in procs)}
+    finally:
+        for p in procs:
+            p.join(timeout=30)
+            if p.is_alive():
+                p.kill()
+    sent_digest, _ = results[0]
+    for member in (1, 2):
+        digest, (received, left, read, weights) = results[member]
+        assert digest == sent_digest
+        assert received == ["a.weight", "b.bias", "c.weight"] and left == 0 and read
+        for name, engine, sent in weights:
+            assert engine == sent and any(v != 0 for v in sent), name

@@ -3,6 +3,11 @@
 Everything a rank does is ``Rank``'s (``trainer.distributed.rank``); the actor only builds it
 once the master address is known and forwards calls. A ``StopRequested`` inside a rank comes
 back as a value, so that the driver re-raises it as itself (a Ray task error would wrap it).
+
+A rank's calls run one at a time, in the order the driver made them (Ray's default group of
+one thread), except ``call_transfer``: a concurrency group of its own, one more thread, so
+that a rollout rank receives a staged push (``Rank.receive_staged``) while its main thread
+generates.
 """
 
 from __future__ import annotations
@@ -41,7 +46,7 @@ class StopFlag:
         return self.value
 
 
-@ray.remote
+@ray.remote(concurrency_groups={"transfer": 1})
 class RankActor:
     def __init__(self) -> None:
         self.rank: Any = None
@@ -93,6 +98,11 @@ class RankActor:
             return getattr(self.rank, method)(*args, **kwargs)
         except StopRequested as exc:
             return StoppedCall(exc.where, exc.clean)
+
+    @ray.method(concurrency_group="transfer")
+    def call_transfer(self, method: str, *args: Any, **kwargs: Any) -> Any:
+        """``call`` on the transfer thread, beside whatever the main thread runs."""
+        return self.call(method, *args, **kwargs)
 
     def peak_memory(self) -> dict[str, float]:
         """This process's peak resident memory and, on a GPU, its peak allocation (MiB)."""

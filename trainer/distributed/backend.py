@@ -10,8 +10,12 @@ spreads requests over the ranks' engines and a learner that trains the sharded p
 - **Split ranks** (``rollout_ranks`` > 0): requests go to the rollout ranks' engines only,
   the update, the KL and the checkpoints to the train ranks only (token-balanced over them),
   and the weight sync to both at once (the train ranks send, the rollout ranks load;
-  ``trainer.distributed.rank``). The rollout ranks hold nothing to save: a resumed run loads
-  the train ranks' shards and pushes the weights to them.
+  ``trainer.distributed.rank``). Asynchronously (``max_policy_lag`` >= 1) with
+  ``weight_push`` = staged, the push starts as soon as the update returns, while the rollout
+  ranks still generate the update's tick: they receive it into a host copy on a second
+  thread, and ``sync_weights`` (once the tick returned) only swaps it into their engines.
+  The rollout ranks hold nothing to save: a resumed run loads the train ranks' shards and
+  pushes the weights to them.
 - **Checkpoints.** The driver's run state (RNG streams, step, the algorithm's state) in
   ``trainer_state.json`` as in one process; the ranks' shards with
   ``torch.distributed.checkpoint`` under ``sharded/`` and a Hugging Face export of the whole
@@ -179,6 +183,15 @@ class DistributedLearner:
         self.backend, self.group, self.config = backend, backend.group, backend.config
         self.sync_seconds: list[float] = []
         self._nodes: list[str] | None = None
+        # A staged push under way: the train ranks' sends and the rollout ranks' receives.
+        self.pushing: tuple[list[Any], list[Any]] | None = None
+
+    def stages(self) -> bool:
+        """Whether the push after an update is staged (``weight_push``): only where requests
+        run during the update (split ranks, ``max_policy_lag`` >= 1); otherwise nothing
+        generates while the push could run, and the engines load it as it arrives."""
+        c = self.config
+        return c.weight_push == "staged" and c.rollout_ranks > 0 and c.max_policy_lag >= 1
 
     def prepare(self, resume_from: str | Path | None) -> dict[str, Any] | None:
         from trainer import checkpoint as ckpt
@@ -211,6 +224,13 @@ class DistributedLearner:
                                       on=self.group.train)[0]
         if not math.isfinite(metrics["policy_loss"]):
             raise FloatingPointError(f"non-finite policy loss {metrics['policy_loss']}")
+        if self.stages():
+            # The push starts now, while the update's tick still runs on the rollout ranks:
+            # the train ranks gather and send, the rollout ranks stage it on their transfer
+            # thread; ``sync_weights`` waits for it and swaps it in.
+            g = self.group
+            self.pushing = (g.submit("sync_weights", on=g.train),
+                            g.submit("receive_staged", on=g.rollout, transfer=True))
         return metrics
 
     def sequence_kl(self, res: SamplerResult, outcome: RoundsOutcome,
@@ -224,16 +244,31 @@ class DistributedLearner:
 
     def sync_weights(self) -> None:
         """The updated weights into every engine: each rank gathers into its own (colocated),
-        or the train ranks push to the rollout ranks (split), both sides in this one call."""
+        or the train ranks push to the rollout ranks (split), both sides in this one call;
+        after a staged push (``update`` started it; the engines' requests have finished), the
+        rest of it waited for and the staged weights swapped into the rollout engines."""
         t0 = time.perf_counter()
-        self.group.call_all("sync_weights")
+        if self.pushing is not None:
+            self.finish_push()
+            self.group.call_all("swap_staged", on=self.group.rollout)
+        else:
+            self.group.call_all("sync_weights")
         self.sync_seconds.append(time.perf_counter() - t0)
+
+    def finish_push(self) -> None:
+        """Wait for the staged push under way, if any (both sides reach its end)."""
+        if self.pushing is None:
+            return
+        (sent, received), self.pushing = self.pushing, None
+        self.group.wait(sent + received, what="the weight push",
+                        on=[*self.group.train, *self.group.rollout])
 
     def rank_records(self) -> list[RankRecord]:
         """Each rank's node, device, role and seconds since the last step's report: generating
         its share of the requests, its part of the update, the weight gather (split: a train
-        rank's whole push, the send included) and the engine load (split: a rollout rank's
-        whole receive and load)."""
+        rank's whole push, the send included; a rollout rank's receive of a staged push, which
+        overlaps its generation) and the engine load (split: a rollout rank's whole receive and
+        load, or a staged push's swap alone)."""
         if self._nodes is None:
             self._nodes = [w["ip"] for w in self.group.where()]
         return [RankRecord(rank=r["rank"], node=node, device=r["device"],
@@ -245,6 +280,9 @@ class DistributedLearner:
     def save(self, path: Path, *, step: int, config: dict[str, Any],
              extra: dict[str, Any]) -> Path:
         from trainer import checkpoint as ckpt
+
+        if self.pushing is not None:  # a stop between an update and its sync: finish it
+            self.sync_weights()
 
         def shards(tmp: Path) -> None:  # the train ranks': the rollout ranks hold no shard
             self.group.call_all("save", str(tmp), on=self.group.train)

@@ -225,6 +225,19 @@ class RankGroup:
                           for i, (args, kwargs) in zip(ranks, per_rank, strict=True)],
                          what=method, on=on)
 
+    def submit(self, method: str, *args: Any, on: Sequence[int], transfer: bool = False,
+               **kwargs: Any) -> list[Any]:
+        """``method`` on every rank of ``on`` without waiting: the calls' refs, for ``wait``.
+        ``transfer``: on each rank's transfer thread (``RankActor.call_transfer``), beside
+        the call its main thread runs."""
+        return [(self.actors[i].call_transfer if transfer else self.actors[i].call).remote(
+            method, *args, **kwargs) for i in on]
+
+    def wait(self, refs: Sequence[Any], *, what: str, on: Sequence[int]) -> list[Any]:
+        """The results of ``submit``'s calls (a failed rank tears every rank down, as
+        ``call_all``)."""
+        return self._get(refs, what=what, on=on)
+
     def where(self) -> list[dict[str, Any]]:
         """Each rank's Ray node and PID."""
         return self._get([a.where.remote() for a in self.actors], what="where")

@@ -23,6 +23,9 @@ vLLM's external launcher needs) and no shard. ``sync_weights`` then runs on both
 the train ranks gather bucket by bucket as above and train rank 0 broadcasts each bucket to the
 rollout ranks over a group of its own ({train rank 0} + the rollout ranks: gloo on CPU, NCCL on
 GPU; ``send_weights`` / ``receive_weights``), which load it into their engines as it arrives.
+A staged push (``weight_push`` = staged, while the rollout ranks still generate): the train
+ranks' side is the same ``sync_weights``; a rollout rank runs ``receive_staged`` on its actor's
+transfer thread into a host copy, then ``swap_staged`` once its requests finished.
 The split needs the launcher's three rendezvous: under torchrun, ``rollout_ranks`` stays 0.
 """
 
@@ -33,6 +36,7 @@ import hashlib
 import os
 import pickle
 import time
+from collections import deque
 from collections.abc import Callable, Iterator, Sequence
 from datetime import timedelta
 from pathlib import Path
@@ -297,6 +301,32 @@ def receive_weights(group: Any, device: torch.device, digest: Any = None
         del flat
 
 
+def stage_weights(group: Any, device: torch.device, digest: Any = None
+                  ) -> list[tuple[str, torch.Tensor]]:
+    """A rollout rank's side of a staged push: the whole transfer (``receive_weights``) kept
+    in host memory until the swap (``swap_weights``), so that the engine keeps generating on
+    its own weights meanwhile and the device holds one bucket more at most, as an
+    after-the-requests push does. On CPU the buckets' buffers are the staging copy; on a GPU
+    each tensor is copied to the host as its bucket arrives. Returns (name, host tensor) in
+    the order sent."""
+    staged: list[tuple[str, torch.Tensor]] = []
+    for name, tensor in receive_weights(group, device, digest):
+        staged.append((name, tensor if tensor.device.type == "cpu" else tensor.to("cpu")))
+    return staged
+
+
+def swap_weights(load: Callable[[Iterator[tuple[str, torch.Tensor]]], None],
+                 staged: list[tuple[str, torch.Tensor]]) -> None:
+    """The staged weights into the engine (``load``: its weight loader, fed the staged
+    tensors in the order they were sent), each staged tensor dropped once loaded: a local
+    copy, no communication."""
+    def drain() -> Iterator[tuple[str, torch.Tensor]]:
+        while staged:
+            yield staged.pop(0)
+
+    load(drain())
+
+
 class Rank:
     """One rank: process group, policy shard, optimiser, engine. ``engine=False`` leaves the
     engine out (an update-only check needs no vLLM). ``should_stop`` (the driver's cancel, read
@@ -372,6 +402,11 @@ class Rank:
         self.seconds: dict[str, float] = {}
         self.step_seconds: dict[str, float] = {}
         self.transfer: Any = None
+        # A staged push's weights, received while the engine generates, until the swap.
+        self.staged: list[tuple[str, torch.Tensor]] | None = None
+        # (what, start, end) perf_counter seconds of this rank's generate calls and a staged
+        # push's receive and swap, the latest first dropped: the order they ran in, for checks.
+        self.events: deque[tuple[str, float, float]] = deque(maxlen=4096)
         self._requests: Any = None
         self.ref_model: Any = None
         if engine and self.role != TRAIN:
@@ -464,6 +499,7 @@ class Rank:
             return self.engine.generate(prompts, counts, seed=seed, greedy=greedy)
         finally:
             self._spent("generation", t0)
+            self.events.append(("generate", t0, time.perf_counter()))
 
     def engine_logprobs(self, prompt_ids: Sequence[Sequence[int]],
                         response_ids: Sequence[Sequence[int]]) -> list[list[float]]:
@@ -598,6 +634,55 @@ class Rank:
         self.seconds["sync"] = spent
         self.step_seconds["load"] = self.step_seconds.get("load", 0.0) + spent
         return {"sync": spent, **({"digest": h.hexdigest()} if h is not None else {})}
+
+    def receive_staged(self, digest: bool = False) -> dict[str, Any]:
+        """A rollout rank's side of a staged push (``weight_push`` = staged): the buckets
+        train rank 0 sends (its ``sync_weights``), kept in host memory (``stage_weights``)
+        while the engine goes on generating on its own weights. Runs on the actor's transfer
+        thread (``trainer.distributed.actor``), beside a generate call on the main one. Its
+        seconds, off the critical path while requests run, are the rank's weight gather."""
+        if self.role != ROLLOUT:
+            raise ValueError(f"receive_staged: a {self.role} rank receives no push")
+        if self.staged is not None:
+            raise RuntimeError("receive_staged: the previous push was never swapped in")
+        t0 = time.perf_counter()
+        h = hashlib.sha256() if digest else None
+        if self.cuda:
+            # Its own stream and this thread's device: the engine's kernels run on the main
+            # thread's stream meanwhile.
+            torch.cuda.set_device(self.device)
+            with torch.cuda.stream(torch.cuda.Stream(self.device)):
+                staged = stage_weights(self.transfer, self.device, h)
+        else:
+            staged = stage_weights(self.transfer, self.device, h)
+        self.staged = staged
+        t1 = time.perf_counter()
+        self.events.append(("receive", t0, t1))
+        self.step_seconds["gather"] = self.step_seconds.get("gather", 0.0) + t1 - t0
+        return {"receive": t1 - t0, **({"digest": h.hexdigest()} if h is not None else {})}
+
+    def swap_staged(self) -> dict[str, float]:
+        """The staged weights into the engine once its requests finished (``swap_weights``:
+        a copy on this rank, no communication), then the prefix cache dropped (cached
+        prefixes hold the old weights' key/values). Its seconds, on the critical path, are
+        the rank's engine load."""
+        if self.staged is None:
+            raise RuntimeError("swap_staged: no push was received")
+        t0 = time.perf_counter()
+        llm = self.engine.llm
+        staged, self.staged = self.staged, None
+        swap_weights(lambda weights: llm.collective_rpc(
+            "reload_weights", kwargs={"weights_iterator": weights}), staged)
+        llm.reset_prefix_cache()
+        t1 = time.perf_counter()
+        self.events.append(("swap", t0, t1))
+        self.seconds["sync"] = t1 - t0
+        self.step_seconds["load"] = self.step_seconds.get("load", 0.0) + t1 - t0
+        return {"swap": t1 - t0}
+
+    def timeline(self) -> list[tuple[str, float, float]]:
+        """``events``, oldest first: (what, start, end) in this process's perf_counter."""
+        return list(self.events)
 
     def step_report(self) -> dict[str, Any]:
         """Where this rank runs and its seconds since the last report (generation, update,
