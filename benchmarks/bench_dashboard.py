@@ -247,7 +247,7 @@ def seed_async(args: argparse.Namespace) -> None:
     )
 
     from trainer.config import TrainConfig
-    from trainer.types import PASS_RATE_METRICS, PASS_RATE_THRESHOLDS
+    from trainer.types import PASS_RATE_METRICS, PASS_RATE_THRESHOLDS, POLICY_LAG_COUNT_METRICS
 
     user = _migrated_with_user()
     Run.objects.filter(name=ASYNC_NAME).delete()
@@ -312,6 +312,9 @@ def seed_async(args: argparse.Namespace) -> None:
                 "time_generation": 1.0, "time_scoring": 0.1, "time_update": 0.5,
                 "time_step": 1.1, "policy_loss": 0.0, "grad_norm": 1.0, "lr": lr,
                 "policy_lag_mean": sum(lags) / len(lags), "policy_lag_max": max(lags),
+                # Kept samples per lag, as the trainer records them (the lag chart reads these).
+                **{key: float(lags.count(lag))
+                   for lag, key in enumerate(POLICY_LAG_COUNT_METRICS[:ASYNC_LAG + 1])},
                 "samples_stale_dropped": rng.choice((0, 0, 0, 4, 8)), "samples_filtered": 0,
                 "ess": ess, "is_truncated_frac": rng.uniform(0.0, 0.03),
                 "baseline_shift": rng.uniform(0.0, 0.1) * (1.2 - ess),
