@@ -441,7 +441,7 @@ def render_curves(per_seed: dict[int, dict[str, dict[str, Any]]], window: int) -
                       for s in per_seed.values()]) for m in marks]
         out.append(f"| {a} | " + " | ".join(cells) + " |")
     budgets = sorted({round(_mean([s[g]["samples_total"] for s in per_seed.values()]))
-                      for g in ("grpo", "grpo-n8", "grpo-n16") if g in algos})
+                      for g in ("grpo", "grpo-n8", "grpo-n16", "grpo-matched") if g in algos})
     if budgets:
         out += ["", f"Real reward against cumulative samples (mean of the {window} steps ending "
                 "where a run reaches the budget; – where it never does):", "",
