@@ -463,7 +463,9 @@ PAIRS = (("ada-balance", "grpo-n16"), ("ada-balance", "dapo"), ("ada-pos", "grpo
          *((a, "grpo-matched") for a in BUDGETED if a != "grpo-matched"),
          ("grpo-matched", "grpo"),
          # Async against its synchronous twin.
-         *((a, a.split("-k")[0]) for a in ASYNC_ARMS))
+         *((a, a.split("-k")[0]) for a in ASYNC_ARMS),
+         # vcpo against tis at the same lag.
+         *((a, a.replace("-vcpo", "-tis")) for a in ASYNC_ARMS if a.endswith("-vcpo")))
 
 
 def render_eval_curves(per_seed: dict[int, dict[str, dict[str, Any]]], k: int) -> str:
