@@ -553,10 +553,10 @@ class AsyncTraining(_Training):
     def sampling_metrics(self, sampled: SampledStep, kept: np.ndarray) -> dict[str, float]:
         p = self.producer
         versions = sampled.versions if sampled.versions is not None else np.zeros(0)
-        lag = p.version - versions[kept] if kept.any() else np.zeros(1)
+        kept_lag = (p.version - versions[kept]).astype(np.int64)
+        lag = kept_lag if kept.any() else np.zeros(1)
         # Kept samples at each lag 0..k (the run page's lag distribution, without its rows).
-        counts = np.bincount((p.version - versions[kept]).astype(np.int64),
-                             minlength=p.config.max_policy_lag + 1)
+        counts = np.bincount(kept_lag, minlength=p.config.max_policy_lag + 1)
         return {"policy_lag_mean": float(lag.mean()), "policy_lag_max": float(lag.max()),
                 **{POLICY_LAG_COUNT_METRICS[i]: float(counts[i])
                    for i in range(p.config.max_policy_lag + 1)},

@@ -16,12 +16,15 @@ import math
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 
+from trainer.distributed import placement
+
 logger = logging.getLogger("workers.placement_wait")
 
 
 # The custom resources a rollout/train split's bundles ask for where the nodes advertise them
-# (docker-compose.yml's ray-rollout / ray-train), and the ranks that take them.
-ROLE_RESOURCES = {"rada_rollout": "rollout", "rada_train": "train"}
+# (docker-compose.yml's ray-rollout / ray-train), and the ranks that take them: the placement's
+# own table (trainer.distributed.placement imports nothing heavy at module level).
+ROLE_RESOURCES = {resource: role for role, resource in placement.ROLE_RESOURCES.items()}
 
 
 def waiting_text(need: dict[str, int], free: dict[str, float], total: dict[str, float]

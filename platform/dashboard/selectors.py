@@ -39,7 +39,7 @@ from experiments.selectors import SweepStatus, sweep_runs, sweep_statuses
 from trainer import formatting as fmt
 from trainer.algorithms import algorithms, get_algorithm, is_algorithm
 from trainer.config import NOT_TRAINING, TrainConfig
-from trainer.types import RankRecord
+from trainer.distributed.placement import COLOCATED, ROLLOUT, TRAIN
 
 from . import metrics as declared_metrics
 
@@ -433,12 +433,9 @@ def run_placement(run_id: int) -> list[dict[str, Any]]:
     rows = _fetch(f"SELECT ranks FROM {Step._meta.db_table} WHERE run_id = %s "
                   "AND jsonb_array_length(ranks) > 0 ORDER BY step DESC LIMIT 1", [run_id])
     ranks = (json.loads(rows[0][0]) if isinstance(rows[0][0], str) else rows[0][0]) if rows else []
+    # A rank recorded before the rollout/train split (no role) did both: COLOCATED.
     return sorted(({"rank": r["rank"], "role": r.get("role") or COLOCATED, "node": r["node"],
                     "device": r["device"]} for r in ranks), key=lambda r: r["rank"])
-
-
-# What a rank recorded before the rollout/train split did: both (trainer.types.RankRecord).
-COLOCATED = RankRecord.role
 
 
 def placement_split(placement: list[dict[str, Any]]) -> dict[str, int] | None:
@@ -447,7 +444,7 @@ def placement_split(placement: list[dict[str, Any]]) -> dict[str, int] | None:
     roles = Counter(r["role"] for r in placement)
     if not roles or set(roles) == {COLOCATED}:
         return None
-    return {"rollout": roles.get("rollout", 0), "train": roles.get("train", 0)}
+    return {ROLLOUT: roles.get(ROLLOUT, 0), TRAIN: roles.get(TRAIN, 0)}
 
 
 @dataclass(frozen=True)

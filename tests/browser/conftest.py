@@ -107,3 +107,20 @@ def sign_in(page: Any, base: str, username: str = "alice",
     page.fill("#id_password", password)
     page.click("button[type=submit].primary")
     page.wait_for_url(base + "/")
+
+
+def fill_and_launch(page: Any, fields: dict[str, str]) -> Any:
+    """Fill the open launch form's ``fields`` (a select by its option value, an input by its
+    text), press Launch and return the run the form created (its page is open then)."""
+    import re
+
+    from experiments.models import Run
+
+    for field, value in fields.items():
+        if page.locator(f"#id_{field}").evaluate("e => e.tagName") == "SELECT":
+            page.select_option(f"#id_{field}", value)
+        else:
+            page.fill(f"#id_{field}", value)
+    page.click("#launch-button")
+    page.wait_for_url(re.compile(r"/runs/\d+/$"))
+    return Run.objects.get(pk=int(page.url.rstrip("/").rsplit("/", 1)[1]))

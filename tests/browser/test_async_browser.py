@@ -19,7 +19,7 @@ from experiments.models import Run, Sample, Step
 
 from tests.platform.dashboard_fixtures import make_prompt_set, make_run, record_run
 
-from .conftest import CHART_LOADED, SAVE_SCREENSHOTS, sign_in
+from .conftest import CHART_LOADED, SAVE_SCREENSHOTS, fill_and_launch, sign_in
 
 pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]
 
@@ -68,7 +68,6 @@ def _launch_from_the_form(page: Any, base: str, name: str, prompt_set: Any,
                           **fields: str) -> Run:
     """The launch form filled as a researcher fills it: the tiny model on the hf backend
     (its runs have importance ratios, so ESS), three steps of four prompts."""
-    import re
 
     page.goto(base + "/runs/new/")
     page.fill("#id_name", name)
@@ -79,14 +78,7 @@ def _launch_from_the_form(page: Any, base: str, name: str, prompt_set: Any,
     values = {"algorithm": "ada-balance", "lr": "0.0002", "total_steps": "3",
               "batch_size": "4", "samples_per_round": "4", "max_rounds": "2",
               "max_new_tokens": "4", "save_every": "0", "eval_every": "0", **fields}
-    for field, value in values.items():
-        if page.locator(f"#id_{field}").evaluate("e => e.tagName") == "SELECT":
-            page.select_option(f"#id_{field}", value)
-        else:
-            page.fill(f"#id_{field}", value)
-    page.click("#launch-button")
-    page.wait_for_url(re.compile(r"/runs/\d+/$"))
-    return Run.objects.get(pk=int(page.url.rstrip("/").rsplit("/", 1)[1]))
+    return fill_and_launch(page, values)
 
 
 def test_an_async_run_and_its_synchronous_twin_from_the_launch_form_on_a_worker(

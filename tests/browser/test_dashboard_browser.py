@@ -20,7 +20,7 @@ from experiments.models import PromptSet, Run
 
 from tests.platform.dashboard_fixtures import make_prompt_set, make_run, record_run
 
-from .conftest import SAVE_SCREENSHOTS, sign_in
+from .conftest import SAVE_SCREENSHOTS, fill_and_launch, sign_in
 
 pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]
 
@@ -62,14 +62,7 @@ def _launch(page: Any, base: str, name: str, prompt_set: PromptSet, **fields: st
         page.select_option("#id_eval_set", held_out.get_attribute("value"))
     page.fill("#id_eval_num_prompts", "50")
     page.fill("#id_eval_k", "4")
-    for selector, value in fields.items():
-        if page.locator(f"#id_{selector}").evaluate("e => e.tagName") == "SELECT":
-            page.select_option(f"#id_{selector}", value)
-        else:
-            page.fill(f"#id_{selector}", value)
-    page.click("#launch-button")
-    page.wait_for_url(re.compile(r"/runs/\d+/$"))
-    return Run.objects.get(pk=int(page.url.rstrip("/").rsplit("/", 1)[1]))
+    return fill_and_launch(page, fields)
 
 
 def test_researcher_path(live_server: Any, page: Any, screenshot: Callable[..., None],

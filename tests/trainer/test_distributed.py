@@ -182,6 +182,24 @@ def assert_one_engine_like(backend: Any, config: Any) -> None:
     assert config.seed % 2**31 == 0 and config.vllm_kv_cache_gib == TEST_KV_CACHE_GIB
 
 
+def first_step_as_one_process(rec: Any, one: Any, backend: Any, out_dir: Path) -> Any:
+    """Train ``one`` (the run's config in one process) on the module's engine and assert that
+    ``rec``'s step 1 is its step 1: every sample, reward, kept flag and advantage exactly, the
+    update's figures within float noise. Returns the one-process step 1 (``comparable``)."""
+    from trainer.data import resolve_prompts
+    from trainer.loop import train
+
+    prompts, _ = resolve_prompts(one)
+    single = ListRecorder()
+    assert_one_engine_like(backend, one)
+    train(one, prompts, backend, single, out_dir=out_dir)
+    got, want = comparable(rec.steps[0]), comparable(single.steps[0])
+    assert got[1] == want[1]  # every sample, reward, kept flag and advantage
+    for key in ("policy_loss", "entropy", "grad_norm", "kept_samples", "samples"):
+        assert got[0][key] == pytest.approx(want[0][key], rel=1e-4, abs=1e-6), key
+    return want
+
+
 @pytest.fixture(scope="module")
 def two_rank_run(ranks: Any, tiny_model_dir: Path, tmp_path_factory: pytest.TempPathFactory
                  ) -> tuple[Any, ListRecorder, Path]:
@@ -258,8 +276,6 @@ def test_two_ranks_train_as_one_process(two_rank_run: Any, tiny_model_dir: Path,
     after the run each engine's log-probs of fixed responses are the gathered policy's. The
     single process trains on the module's one engine (``vllm_backend``: the same settings as
     ``make_backend`` gives this config), its policy put back after."""
-    from trainer.data import resolve_prompts
-    from trainer.loop import train
 
     config, rec, out = two_rank_run
     assert [s.step for s in rec.steps] == [1, 2, 3]
@@ -274,14 +290,7 @@ def test_two_ranks_train_as_one_process(two_rank_run: Any, tiny_model_dir: Path,
         assert all(r.generation_s > 0 and r.update_s > 0 and r.weight_gather_s > 0
                    and r.engine_load_s > 0 for r in s.ranks)
     one = dataclasses.replace(config, world_size=1, total_steps=1, save_every=0)
-    prompts, _ = resolve_prompts(one)
-    single = ListRecorder()
-    assert_one_engine_like(restore_policy, one)
-    train(one, prompts, restore_policy, single, out_dir=tmp_path)
-    got, want = comparable(rec.steps[0]), comparable(single.steps[0])
-    assert got[1] == want[1]  # every sample, reward, kept flag and advantage
-    for key in ("policy_loss", "entropy", "grad_norm", "kept_samples", "samples"):
-        assert got[0][key] == pytest.approx(want[0][key], rel=1e-4, abs=1e-6), key
+    first_step_as_one_process(rec, one, restore_policy, tmp_path)
     # The checkpoint: shards, the run state and a Hugging Face export of the whole policy.
     final = out / "checkpoints" / "step-000003"
     assert (final / "sharded").is_dir() and (final / "config.json").is_file()
@@ -345,8 +354,6 @@ def test_ada_est_and_dapo_at_two_ranks_match_one_process(algorithm: str, spelled
     Est runs with every KL option: the ranks build their reference when a run first asks for
     one; step 1 samples with the reference's weights (no KL), step 2 has some, and the
     coefficient follows the adaptive rule."""
-    from trainer.data import resolve_prompts
-    from trainer.loop import train
 
     assert ranks.trained
     config = two_rank_config(tiny_model_dir, algorithm=algorithm, total_steps=2, save_every=0,
@@ -360,14 +367,7 @@ def test_ada_est_and_dapo_at_two_ranks_match_one_process(algorithm: str, spelled
         assert [r.rank for r in s.ranks] == [0, 1]
     # The same total_steps: DAPO's further batches depend on it.
     one = dataclasses.replace(config, world_size=1)
-    prompts, _ = resolve_prompts(one)
-    single = ListRecorder()
-    assert_one_engine_like(restore_policy, one)
-    train(one, prompts, restore_policy, single, out_dir=tmp_path / "one")
-    got, want = comparable(rec.steps[0]), comparable(single.steps[0])
-    assert got[1] == want[1]  # every sample, reward, kept flag and advantage
-    for key in ("policy_loss", "entropy", "grad_norm", "kept_samples", "samples"):
-        assert got[0][key] == pytest.approx(want[0][key], rel=1e-4, abs=1e-6), key
+    want = first_step_as_one_process(rec, one, restore_policy, tmp_path / "one")
     if kl:
         from trainer.kl import adaptive_kl_coef
 
@@ -633,8 +633,6 @@ def test_split_ranks_train_synchronously_as_one_process_and_resume(
     a resume: from step 1's checkpoint the train rank loads its shard and pushes it to the
     rollout rank (which holds nothing to save), and step 2 replays sample for sample. The
     ranks were trained by the run above: this run starts them from the model's weights."""
-    from trainer.data import resolve_prompts
-    from trainer.loop import train
 
     assert split_ranks.trained
     config = two_rank_config(tiny_model_dir, rollout_ranks=1, total_steps=2, save_every=1)
@@ -648,14 +646,7 @@ def test_split_ranks_train_synchronously_as_one_process_and_resume(
     assert (first / "sharded").is_dir() and (first / "model.safetensors").is_file()
     one = dataclasses.replace(config, world_size=1, rollout_ranks=0, total_steps=1,
                               save_every=0)
-    prompts, _ = resolve_prompts(one)
-    single = ListRecorder()
-    assert_one_engine_like(restore_policy, one)
-    train(one, prompts, restore_policy, single, out_dir=tmp_path / "one")
-    got, want = comparable(rec.steps[0]), comparable(single.steps[0])
-    assert got[1] == want[1]  # every sample, reward, kept flag and advantage
-    for key in ("policy_loss", "entropy", "grad_norm", "kept_samples", "samples"):
-        assert got[0][key] == pytest.approx(want[0][key], rel=1e-4, abs=1e-6), key
+    first_step_as_one_process(rec, one, restore_policy, tmp_path / "one")
     resumed_out = tmp_path / "resumed"
     shutil.copytree(first, resumed_out / "checkpoints" / "step-000001")
     resumed, result = run(config, split_ranks, resumed_out,

@@ -135,23 +135,29 @@ def _member(member: int, port: int, queue: Any) -> None:
                         for n, t in got], h.hexdigest()))
 
 
-def test_the_weight_transfer_carries_every_tensor_exactly_to_every_rollout_rank() -> None:
-    """Train rank 0 and two rollout ranks as three real gloo processes: what each rollout rank
-    receives is what train rank 0 sent, name, dtype, shape and bytes (the digests agree), over
-    several buckets and an end marker."""
+def three_members(target: Any) -> list[tuple[Any, ...]]:
+    """Train rank 0 and two rollout ranks, each ``target(member, port, queue)`` in a spawned
+    process of its own over one gloo rendezvous; what each put on the queue (killed if hung)."""
     ctx = multiprocessing.get_context("spawn")
     queue = ctx.Queue()
     port = _free_port()
-    procs = [ctx.Process(target=_member, args=(m, port, queue)) for m in range(3)]
+    procs = [ctx.Process(target=target, args=(m, port, queue)) for m in range(3)]
     for p in procs:
         p.start()
     try:
-        results = dict((m, (w, d)) for m, w, d in (queue.get(timeout=120) for _ in procs))
+        return [queue.get(timeout=120) for _ in procs]
     finally:
         for p in procs:
             p.join(timeout=30)
             if p.is_alive():
                 p.kill()
+
+
+def test_the_weight_transfer_carries_every_tensor_exactly_to_every_rollout_rank() -> None:
+    """Train rank 0 and two rollout ranks as three real gloo processes: what each rollout rank
+    receives is what train rank 0 sent, name, dtype, shape and bytes (the digests agree), over
+    several buckets and an end marker."""
+    results = {m: (w, d) for m, w, d in three_members(_member)}
     sent, digest = results[0]
     assert [n for n, *_ in sent] == ["a.weight", "b.bias", "c.scale", "d.ids", "e.weight"]
     for member in (1, 2):
@@ -212,19 +218,7 @@ def test_a_staged_push_is_received_beside_generation_and_swapped_in_afterwards()
     a staging copy on a thread of their own while their main thread reads the engine's weights
     (still the old ones: the receive never touches them); the swap then loads every tensor, in
     the order sent, into the engine and empties the staging copy; the digests agree."""
-    ctx = multiprocessing.get_context("spawn")
-    queue = ctx.Queue()
-    port = _free_port()
-    procs = [ctx.Process(target=_staging_member, args=(m, port, queue)) for m in range(3)]
-    for p in procs:
-        p.start()
-    try:
-        results = {m: (d, r) for m, d, r in (queue.get(timeout=120) for _ in procs)}
-    finally:
-        for p in procs:
-            p.join(timeout=30)
-            if p.is_alive():
-                p.kill()
+    results = {m: (d, r) for m, d, r in three_members(_staging_member)}
     sent_digest, _ = results[0]
     for member in (1, 2):
         digest, (received, left, read, weights) = results[member]

@@ -24,6 +24,7 @@ from experiments.services.common import (
 from experiments.services.enqueue import enqueue_on_commit
 from trainer.algorithms import get_algorithm
 from trainer.config import TrainConfig, config_keys
+from trainer.distributed.placement import ROLE_RESOURCES, ROLLOUT, TRAIN
 from trainer.mirror import parse_mirror
 
 
@@ -123,8 +124,8 @@ def world_size_errors(config_dict: dict[str, Any], queue: str,
 # A role of the rollout/train split: its ranks, the setting that bounds them on a queue, and the
 # Ray resource its nodes advertise (the placement asks a rollout rank's bundle for
 # {"rada_rollout": 1}, a train rank's for {"rada_train": 1}).
-SPLIT_ROLES = (("rollout", "RUN_MAX_ROLLOUT_RANKS", "rada_rollout"),
-               ("train", "RUN_MAX_TRAIN_RANKS", "rada_train"))
+SPLIT_ROLES = ((ROLLOUT, "RUN_MAX_ROLLOUT_RANKS", ROLE_RESOURCES[ROLLOUT]),
+               (TRAIN, "RUN_MAX_TRAIN_RANKS", ROLE_RESOURCES[TRAIN]))
 
 
 def split_errors(config: TrainConfig, queue: str) -> list[tuple[str, str]]:
@@ -135,7 +136,7 @@ def split_errors(config: TrainConfig, queue: str) -> list[tuple[str, str]]:
     roles take any of the queue's ``world_size`` places, which ``world_size_errors`` checks."""
     if config.rollout_ranks <= 0:
         return []
-    counts = {"rollout": config.rollout_ranks, "train": config.world_size - config.rollout_ranks}
+    counts = {ROLLOUT: config.rollout_ranks, TRAIN: config.world_size - config.rollout_ranks}
     errors = []
     for role, setting, resource in SPLIT_ROLES:
         most = getattr(settings, setting, {}).get(queue)
